@@ -1,0 +1,1 @@
+"""The `unstall` command line: one module per command group (nothing imports this package)."""

@@ -1,0 +1,64 @@
+"""The root `unstall` command: one sub-app per part, registered explicitly here."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from unstall import __version__
+from unstall.cli import demo, sim
+from unstall.cli.common import console
+from unstall.cli.unbuilt import add_unbuilt
+
+app = typer.Typer(
+    name="unstall",
+    help="Find and remove the stalls of distributed deep-learning training.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+app.add_typer(
+    sim.app, name="sim", help="Cluster simulator: zoo facts, perf model, calibration, schedulers."
+)
+add_unbuilt(app, "trace", "Read, summarise and convert cluster job traces.", "the simulator issue")
+add_unbuilt(
+    app, "ps", "Elastic parameter server on Ray (train, bench, PSLD).", "the parameter-server issue"
+)
+add_unbuilt(
+    app, "profile", "Stall profiler: compute, data, interconnect, network.", "the profiler issue"
+)
+add_unbuilt(
+    app, "sparse", "Sparse training: structured-dropout LSTM, CNN sparsity.", "the sparse issues"
+)
+add_unbuilt(
+    app,
+    "recommend",
+    "Cheapest cloud GPU configuration that meets a time budget.",
+    "the cost-advisor issue",
+)
+app.command("demo", help="Show each built part at work on the embedded default data.")(demo.demo)
+
+
+def _version(value: bool) -> None:
+    if value:
+        console.print(f"unstall {__version__}", highlight=False)
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
+    """Find and remove the stalls of distributed deep-learning training."""
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()

@@ -1,0 +1,111 @@
+"""What every command shares: console, the --json/--quiet options, progress bars, error exits."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any, ParamSpec, TypeVar
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from unstall.errors import UnstallError
+from unstall.results import write_result
+
+console = Console()
+err_console = Console(stderr=True)
+
+JsonOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--json",
+        help="Write the result as JSON to this path, and its full config beside it "
+        "(PATH with .config.json).",
+        dir_okay=False,
+    ),
+]
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+# Exit codes: 1 = the run finished but the answer is "no" (e.g. no configuration meets a budget)
+# or an input could not be used; 2 = usage error or a part that is not built yet.
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
+
+def handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
+    """Print unstall's own errors as one red line and exit 1, without a traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return fn(*args, **kwargs)
+        except UnstallError as exc:
+            err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
+            raise typer.Exit(EXIT_FAILED) from exc
+
+    return wrapper
+
+
+def save_json(path: Path | None, result: Any, config: Any) -> None:
+    """Honour --json: write the result and its config, and say where."""
+    if path is None:
+        return
+    cpath = write_result(path, result, config)
+    console.print(f"wrote {path} (config: {cpath})", highlight=False)
+
+
+def show_progress(quiet: bool) -> bool:
+    """Progress bars only for a person watching: not with --quiet, not when stderr is no tty."""
+    return not quiet and sys.stderr.isatty()
+
+
+@contextmanager
+def progress_bar(description: str, total: int, quiet: bool) -> Iterator[Callable[[int], None]]:
+    """Yield ``advance(n)``; draws a rich bar on stderr unless quiet or not a tty."""
+    if not show_progress(quiet):
+        yield lambda n=1: None
+        return
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=err_console,
+        transient=True,
+    ) as progress:
+        task = progress.add_task(description, total=total)
+        yield lambda n=1: progress.advance(task, n)
+
+
+def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[object]]) -> Table:
+    """A rich table; numbers right-aligned."""
+    t = Table(title=title, title_justify="left")
+    for i, col in enumerate(columns):
+        numeric = bool(rows) and isinstance(rows[0][i], int | float)
+        t.add_column(col, justify="right" if numeric else "left")
+    for row in rows:
+        t.add_row(*(fmt(v) for v in row))
+    return t
+
+
+def fmt(value: object) -> str:
+    """Short human form of a cell: floats to 4 significant digits, large ints with separators."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        if value != value:  # NaN
+            return "-"
+        if value != 0 and (abs(value) >= 1e6 or abs(value) < 1e-3):
+            return f"{value:.3e}"
+        return f"{value:.4g}"
+    return str(value)

@@ -1,0 +1,74 @@
+"""Helpers for the frozen, keyword-only config dataclasses that every component owns.
+
+A config validates itself in ``__post_init__`` with :func:`check`, so a bad value is reported with
+the class and field that hold it, and why it cannot work.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+from unstall.errors import ConfigError, DataFileError
+
+T = TypeVar("T")
+
+
+def check(ok: bool, owner: object, field: str, why: str) -> None:
+    """Raise :class:`ConfigError` naming ``owner``'s class and ``field`` unless ``ok``."""
+    if not ok:
+        name = owner if isinstance(owner, str) else type(owner).__name__
+        raise ConfigError(name, field, why)
+
+
+def check_positive(owner: object, **values: float) -> None:
+    """Every keyword value must be > 0."""
+    for field, value in values.items():
+        check(value > 0, owner, field, f"must be > 0, got {value!r}")
+
+
+def check_non_negative(owner: object, **values: float) -> None:
+    """Every keyword value must be >= 0."""
+    for field, value in values.items():
+        check(value >= 0, owner, field, f"must be >= 0, got {value!r}")
+
+
+def from_mapping(cls: type[T], data: Mapping[str, Any], *, source: str) -> T:
+    """Build the dataclass ``cls`` from a mapping, rejecting unknown keys by name.
+
+    Only top-level fields are handled; nested configs are built by their owners.
+    """
+    if not dataclasses.is_dataclass(cls):
+        raise TypeError(f"{cls!r} is not a dataclass")
+    known = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise DataFileError(
+            source, f"unknown field(s) {unknown}; known: {sorted(known)}", field=unknown[0]
+        )
+    try:
+        return cls(**data)
+    except TypeError as exc:  # a missing required field
+        raise DataFileError(source, str(exc)) from exc
+
+
+def load_table_file(path: str | Path) -> dict[str, Any]:
+    """Read a TOML or JSON file into a dict, with an error naming the file when it is not valid."""
+    p = Path(path)
+    if not p.is_file():
+        raise DataFileError(str(p), "no such file")
+    text = p.read_text(encoding="utf-8")
+    try:
+        if p.suffix.lower() == ".toml":
+            return tomllib.loads(text)
+        data = json.loads(text)
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
+        line = getattr(exc, "lineno", None)
+        raise DataFileError(str(p), f"not valid {p.suffix[1:].upper()}: {exc}", line=line) from exc
+    if not isinstance(data, dict):
+        raise DataFileError(str(p), "top level must be an object/table")
+    return data
