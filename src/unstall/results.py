@@ -56,7 +56,7 @@ class JsonResult:
 
 
 def config_path_for(path: Path) -> Path:
-    """Where the config of the result written to ``path`` goes: ``out.json`` -> ``out.config.json``."""
+    """Where the config of the result at ``path`` goes: ``out.json`` -> ``out.config.json``."""
     stem = path.name[: -len(".json")] if path.name.endswith(".json") else path.name
     return path.with_name(stem + ".config.json")
 

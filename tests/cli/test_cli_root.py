@@ -1,0 +1,43 @@
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from typer.testing import CliRunner
+
+from unstall import __version__
+from unstall.cli.app import app
+
+runner = CliRunner()
+
+
+def test_help_lists_every_group_with_a_purpose() -> None:
+    result = runner.invoke(app, ["--help"])
+    assert result.exit_code == 0
+    for name in ("sim", "trace", "ps", "profile", "sparse", "recommend", "demo"):
+        assert name in result.output
+
+
+def test_version() -> None:
+    result = runner.invoke(app, ["--version"])
+    assert result.exit_code == 0
+    assert __version__ in result.output
+
+
+def test_unbuilt_parts_exit_2_with_a_message() -> None:
+    from unstall.cli.app import app as root
+
+    unbuilt = [c.name for c in root.registered_commands if "not built yet" in (c.help or "")]
+    for name in unbuilt:
+        assert name is not None
+        result = runner.invoke(root, [name, "anything", "--flag"])
+        assert result.exit_code == 2, name
+        assert "not built yet" in result.output
+
+
+def test_python_dash_m_runs_the_same_cli() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "unstall", "--version"], capture_output=True, text=True, check=False
+    )
+    assert proc.returncode == 0
+    assert __version__ in proc.stdout

@@ -1,0 +1,48 @@
+"""Fixtures shared by the whole suite: the public data folder and one local Ray session."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+# Zero-copy torch tensors through Ray's object store; must be set before Ray starts.
+os.environ.setdefault("RAY_ENABLE_ZERO_COPY_TORCH_TENSORS", "1")
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SHARED_DATA = (REPO_ROOT / ".." / "shared" / "data").resolve()
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    """../shared/data, or skip: it holds public data for tests and is not part of the repo."""
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"needs the public data in {SHARED_DATA}: not present on this machine")
+    return SHARED_DATA
+
+
+def shared_file(*parts: str) -> Path:
+    """A file under ../shared/data, or skip the test with the reason."""
+    path = SHARED_DATA.joinpath(*parts)
+    if not path.exists():
+        pytest.skip(f"needs {path}: not present on this machine")
+    return path
+
+
+@pytest.fixture(scope="session")
+def ray_session() -> Iterator[Any]:
+    """One local Ray instance for every test that needs it (starting Ray costs seconds)."""
+    ray = pytest.importorskip("ray")
+    if not ray.is_initialized():
+        ray.init(
+            num_cpus=4,
+            include_dashboard=False,
+            log_to_driver=False,
+            configure_logging=False,
+            _node_ip_address="127.0.0.1",
+        )
+    yield ray
+    ray.shutdown()
