@@ -1,0 +1,26 @@
+"""Matplotlib on the Agg backend: files only, never a window."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt
+
+
+def new_figure(width: float = 7.0, height: float = 4.0) -> tuple[Any, Any]:
+    fig, ax = plt.subplots(figsize=(width, height), dpi=110)
+    ax.grid(True, alpha=0.3)
+    return fig, ax
+
+
+def save(fig: Any, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path

@@ -1,0 +1,136 @@
+"""Plots and the HTML page of `unstall sim compare`: one file per figure, one page showing all."""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from unstall.report.plotting import new_figure, save
+from unstall.sim.metrics import SimResult
+
+HOUR = 3600.0
+
+
+def plot_jct_cdf(jobs_by_policy: Mapping[str, pd.DataFrame], path: Path) -> Path:
+    fig, ax = new_figure()
+    for policy, jobs in jobs_by_policy.items():
+        jct = np.sort(jobs.loc[jobs["finished"], "jct_s"].to_numpy()) / HOUR
+        if len(jct):
+            ax.plot(jct, np.arange(1, len(jct) + 1) / len(jct), label=policy)
+    ax.set_xscale("log")
+    ax.set_xlabel("job completion time (hours, log scale)")
+    ax.set_ylabel("fraction of jobs")
+    ax.set_title("JCT CDF")
+    ax.legend()
+    return save(fig, path)
+
+
+def plot_over_time(
+    timelines: Mapping[str, pd.DataFrame], column: str, ylabel: str, path: Path, total: float = 1.0
+) -> Path:
+    fig, ax = new_figure()
+    for policy, tl in timelines.items():
+        if len(tl):
+            ax.step(tl["time_s"] / HOUR, tl[column] / total, where="post", label=policy, lw=0.8)
+    ax.set_xlabel("time (hours)")
+    ax.set_ylabel(ylabel)
+    ax.legend()
+    return save(fig, path)
+
+
+def plot_bars(results: Sequence[SimResult], field: str, ylabel: str, path: Path) -> Path:
+    fig, ax = new_figure()
+    names = [r.policy for r in results]
+    values = [float(getattr(r, field)) for r in results]
+    bars = ax.bar(names, values, color="tab:blue")
+    ax.bar_label(bars, fmt="%.3g", fontsize=8)
+    ax.set_ylabel(ylabel)
+    return save(fig, path)
+
+
+def write_plots(
+    results: Sequence[SimResult],
+    jobs_by_policy: Mapping[str, pd.DataFrame],
+    timelines: Mapping[str, pd.DataFrame],
+    out: Path,
+) -> list[Path]:
+    total = float(results[0].total_gpus) if results else 1.0
+    return [
+        plot_jct_cdf(jobs_by_policy, out / "jct_cdf.png"),
+        plot_over_time(timelines, "queued", "jobs waiting", out / "queue_over_time.png"),
+        plot_over_time(
+            timelines, "busy_gpus", "GPU utilisation", out / "gpu_util_over_time.png", total
+        ),
+        plot_bars(
+            results,
+            "comm_overhead_frac",
+            "communication overhead (share of run time)",
+            out / "comm_overhead.png",
+        ),
+        plot_bars(results, "avg_jct_s", "average JCT (s)", out / "avg_jct.png"),
+    ]
+
+
+_COLUMNS = (
+    ("policy", "policy"),
+    ("jobs_finished", "finished"),
+    ("makespan_s", "makespan (h)"),
+    ("avg_jct_s", "avg JCT (h)"),
+    ("p99_jct_s", "p99 JCT (h)"),
+    ("avg_queue_s", "avg queue (h)"),
+    ("comm_overhead_frac", "comm overhead"),
+    ("gpu_util", "GPU util"),
+    ("preemptions", "preemptions"),
+    ("migrations", "migrations"),
+)
+
+
+def _cell(field: str, value: object) -> str:
+    if field.endswith("_s") and isinstance(value, int | float):
+        return f"{value / HOUR:.3f}"
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    return html.escape(str(value))
+
+
+def write_html(results: Sequence[SimResult], plots: Sequence[Path], out: Path, title: str) -> Path:
+    """A self-contained page (plots referenced by relative path) summarising the comparison."""
+    head = "".join(f"<th>{html.escape(label)}</th>" for _, label in _COLUMNS)
+    rows = "".join(
+        "<tr>" + "".join(f"<td>{_cell(f, getattr(r, f))}</td>" for f, _ in _COLUMNS) + "</tr>"
+        for r in results
+    )
+    figures = "".join(
+        f'<figure><img src="{html.escape(p.name)}" alt="{html.escape(p.stem)}">'
+        f"<figcaption>{html.escape(p.stem.replace('_', ' '))}</figcaption></figure>"
+        for p in plots
+    )
+    first = results[0] if results else None
+    meta = (
+        f"trace {html.escape(first.trace)}, cluster {html.escape(first.cluster)} "
+        f"({first.total_gpus} GPUs), congestion {html.escape(first.congestion)}, seed {first.seed}"
+        if first
+        else ""
+    )
+    page = f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
+<style>
+body {{ font-family: sans-serif; margin: 2em; }}
+table {{ border-collapse: collapse; }}
+td, th {{ border: 1px solid #ccc; padding: 4px 8px; text-align: right; }}
+td:first-child, th:first-child {{ text-align: left; }}
+figure {{ display: inline-block; margin: 1em; }}
+img {{ max-width: 640px; }}
+</style></head>
+<body><h1>{html.escape(title)}</h1><p>{meta}</p>
+<table><tr>{head}</tr>{rows}</table>
+{figures}
+</body></html>
+"""
+    path = out / "report.html"
+    path.write_text(page, encoding="utf-8")
+    return path

@@ -1,0 +1,182 @@
+"""The contract between a scheduling policy and whatever runs its decisions.
+
+A policy is a pure function of a frozen :class:`ClusterSnapshot` returning a :class:`Decision`:
+no clock, no I/O, no global random state (randomness comes in as an explicit ``random.Random``).
+The simulator is one backend that builds snapshots and carries decisions out; a live cluster can be
+another, so nothing here knows about simulated time beyond ``snapshot.now``.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+# (node index, number of GPUs on that node); a placement is a tuple of these, nodes ascending.
+NodeShare = tuple[int, int]
+Placement = tuple[NodeShare, ...]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JobView:
+    """What a policy may know of one job, fixed from the moment the job last changed state.
+
+    Running jobs' service grows with time; use :meth:`attained_gpu_s` with the snapshot's ``now``.
+    ``slowdown_*`` are the job's network sensitivity: iteration time spread over several nodes of
+    one rack (or over racks) divided by its consolidated iteration time, at full link speed.
+    """
+
+    job_id: str
+    index: int  # dense index used by the backend; stable for the job's life
+    num_gpus: int
+    submit_s: float
+    model: str
+    slowdown_node_spread: float
+    slowdown_rack_spread: float
+    attained_gpu_s_at_change: float
+    changed_s: float
+    running: bool
+    placement: Placement = ()
+    preemptions: int = 0
+    # Seconds of work left at the consolidated speed; only filled for policies that declare
+    # ``needs_oracle`` (SRTF is an oracle baseline), otherwise None.
+    remaining_s_oracle: float | None = None
+
+    def attained_gpu_s(self, now: float) -> float:
+        """GPU-seconds of service received up to ``now``."""
+        if self.running:
+            return self.attained_gpu_s_at_change + (now - self.changed_s) * self.num_gpus
+        return self.attained_gpu_s_at_change
+
+    def waiting_s(self, now: float) -> float:
+        """Seconds since the job last entered the queue (0 when running)."""
+        return 0.0 if self.running else now - self.changed_s
+
+    @property
+    def nodes(self) -> int:
+        return len(self.placement)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClusterLayout:
+    """The fixed shape of the cluster: racks of nodes of ``gpus_per_node`` GPUs."""
+
+    gpus_per_node: int
+    node_rack: tuple[int, ...]  # rack of each node
+    rack_nodes: tuple[tuple[int, ...], ...]  # nodes of each rack, ascending
+
+    @classmethod
+    def regular(cls, *, racks: int, nodes_per_rack: int, gpus_per_node: int) -> ClusterLayout:
+        node_rack = tuple(r for r in range(racks) for _ in range(nodes_per_rack))
+        return cls.from_node_rack(node_rack, gpus_per_node)
+
+    @classmethod
+    def from_node_rack(cls, node_rack: tuple[int, ...], gpus_per_node: int) -> ClusterLayout:
+        racks = max(node_rack) + 1 if node_rack else 0
+        rack_nodes = tuple(
+            tuple(n for n, r in enumerate(node_rack) if r == rack) for rack in range(racks)
+        )
+        return cls(gpus_per_node=gpus_per_node, node_rack=node_rack, rack_nodes=rack_nodes)
+
+    @property
+    def num_nodes(self) -> int:
+        return len(self.node_rack)
+
+    @property
+    def num_racks(self) -> int:
+        return len(self.rack_nodes)
+
+    @property
+    def total_gpus(self) -> int:
+        return self.gpus_per_node * len(self.node_rack)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ClusterSnapshot:
+    """The cluster as a policy sees it at one instant. Never mutated; built fresh per round."""
+
+    now: float
+    layout: ClusterLayout
+    free_by_node: tuple[int, ...]
+    free_by_rack: tuple[int, ...]
+    queued: tuple[JobView, ...]  # in arrival order (policies reorder as they see fit)
+    running: tuple[JobView, ...]
+    # Fraction of bandwidth that background traffic takes on node NICs and rack uplinks now.
+    congestion: float = 0.0
+    # Timers the policy set earlier that fired at this instant (keys as the policy gave them).
+    fired_timers: tuple[str, ...] = ()
+
+    @property
+    def free_gpus(self) -> int:
+        return sum(self.free_by_rack)
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    """Start (or restart) a queued job on exactly these GPUs."""
+
+    job_id: str
+    placement: Placement
+
+
+@dataclass(frozen=True, slots=True)
+class Preempt:
+    """Stop a running job and put it back in the queue (it pays the checkpoint/restore cost)."""
+
+    job_id: str
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Migrate:
+    """Move a running job to other GPUs (pays the checkpoint/restore cost, keeps its progress)."""
+
+    job_id: str
+    placement: Placement
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class SetTimer:
+    """Ask to be called again at ``at_s`` even if nothing else happens then."""
+
+    at_s: float
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """What a policy wants done now. The backend applies preemptions, then migrations, then starts.
+
+    Resources freed by preemptions and migrations in the same decision may be used by its starts.
+    """
+
+    starts: tuple[Start, ...] = ()
+    preemptions: tuple[Preempt, ...] = ()
+    migrations: tuple[Migrate, ...] = ()
+    timers: tuple[SetTimer, ...] = ()
+    # Named numbers the policy wants recorded over time (e.g. Dally's tuned delay timers).
+    telemetry: tuple[tuple[str, float], ...] = field(default=())
+
+    @property
+    def empty(self) -> bool:
+        return not (self.starts or self.preemptions or self.migrations or self.timers)
+
+
+NO_DECISION = Decision()
+
+
+@runtime_checkable
+class Policy(Protocol):
+    """A scheduling policy. ``decide`` must be a pure function of its inputs and own state.
+
+    A policy may keep state between calls built only from snapshots it was shown (never from the
+    future), e.g. Dally's auto-tuner; ``reset`` returns it to its initial state.
+    """
+
+    name: str
+    needs_oracle: bool
+
+    def decide(self, snapshot: ClusterSnapshot, rng: random.Random) -> Decision: ...
+
+    def reset(self) -> None: ...

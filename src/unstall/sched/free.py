@@ -1,0 +1,52 @@
+"""A policy's scratch copy of the free GPUs, so it can plan several starts in one round."""
+
+from __future__ import annotations
+
+from unstall.sched import placement as pl
+from unstall.sched.base import ClusterLayout, ClusterSnapshot, Placement
+
+
+class FreeGpus:
+    """Free GPUs per node and rack that a policy takes from as it decides (never the cluster's)."""
+
+    __slots__ = ("by_node", "by_rack", "layout", "total")
+
+    def __init__(self, snapshot: ClusterSnapshot) -> None:
+        self.layout: ClusterLayout = snapshot.layout
+        self.by_node = list(snapshot.free_by_node)
+        self.by_rack = list(snapshot.free_by_rack)
+        self.total = sum(self.by_rack)
+
+    def take(self, placement: Placement) -> None:
+        rack = self.layout.node_rack
+        for node, k in placement:
+            self.by_node[node] -= k
+            self.by_rack[rack[node]] -= k
+            self.total -= k
+
+    def give(self, placement: Placement) -> None:
+        rack = self.layout.node_rack
+        for node, k in placement:
+            self.by_node[node] += k
+            self.by_rack[rack[node]] += k
+            self.total += k
+
+    def at_level(self, level: pl.Locality, num_gpus: int) -> Placement | None:
+        if num_gpus > self.total:
+            return None
+        return pl.at_level(level, self.by_node, self.by_rack, self.layout, num_gpus)
+
+    def best(self, num_gpus: int) -> Placement | None:
+        """The most consolidated placement the free GPUs allow now (any level)."""
+        return self.at_level(pl.Locality.CLUSTER, num_gpus)
+
+    def consolidated(self, num_gpus: int) -> Placement | None:
+        """Only the job's best possible level with the fewest nodes, or None."""
+        if num_gpus > self.total:
+            return None
+        return pl.most_consolidated(self.by_node, self.by_rack, self.layout, num_gpus)
+
+    def first_fit(self, num_gpus: int) -> Placement | None:
+        if num_gpus > self.total:
+            return None
+        return pl.first_fit(self.by_node, num_gpus)

@@ -1,0 +1,138 @@
+"""Where a job's GPUs can go: pure helpers shared by the policies.
+
+Locality levels, from best to worst: one node, several nodes of one rack, several racks. Every
+helper returns a placement (``((node, gpus), ...)``, nodes ascending) or ``None`` when the free
+GPUs given cannot hold the job at that level. Choices are deterministic (ties by index).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Sequence
+
+from unstall.sched.base import ClusterLayout, Placement
+
+
+class Locality(enum.IntEnum):
+    """How spread a placement is; lower is better for communication."""
+
+    NODE = 0
+    RACK = 1
+    CLUSTER = 2
+
+
+def locality_of(placement: Placement, layout: ClusterLayout) -> Locality:
+    if len(placement) <= 1:
+        return Locality.NODE
+    racks = {layout.node_rack[node] for node, _ in placement}
+    return Locality.RACK if len(racks) == 1 else Locality.CLUSTER
+
+
+def best_locality_possible(num_gpus: int, layout: ClusterLayout) -> Locality:
+    """The best level an empty cluster could give this job (a 32-GPU job never fits one node)."""
+    if num_gpus <= layout.gpus_per_node:
+        return Locality.NODE
+    largest_rack = max(len(nodes) for nodes in layout.rack_nodes) * layout.gpus_per_node
+    return Locality.RACK if num_gpus <= largest_rack else Locality.CLUSTER
+
+
+def on_one_node(free_by_node: Sequence[int], num_gpus: int) -> Placement | None:
+    """Best fit on one node: the node with the fewest free GPUs that still holds the job."""
+    best_node, best_free = -1, 1 << 30
+    for node, free in enumerate(free_by_node):
+        if num_gpus <= free < best_free:
+            best_node, best_free = node, free
+            if free == num_gpus:
+                break
+    return ((best_node, num_gpus),) if best_node >= 0 else None
+
+
+def _take_largest_first(
+    nodes: Sequence[int], free_by_node: Sequence[int], num_gpus: int
+) -> Placement:
+    """Fill from the nodes with the most free GPUs, so the job spans as few nodes as possible."""
+    order = sorted((n for n in nodes if free_by_node[n] > 0), key=lambda n: (-free_by_node[n], n))
+    taken: list[tuple[int, int]] = []
+    need = num_gpus
+    for node in order:
+        k = min(need, free_by_node[node])
+        taken.append((node, k))
+        need -= k
+        if need == 0:
+            break
+    return tuple(sorted(taken))
+
+
+def in_one_rack(
+    free_by_node: Sequence[int],
+    free_by_rack: Sequence[int],
+    layout: ClusterLayout,
+    num_gpus: int,
+) -> Placement | None:
+    """Fewest nodes within a single rack; among equal spans, the rack with the least free room."""
+    best: Placement | None = None
+    best_key = (1 << 30, 1 << 30)
+    for rack, free in enumerate(free_by_rack):
+        if free < num_gpus:
+            continue
+        placement = _take_largest_first(layout.rack_nodes[rack], free_by_node, num_gpus)
+        key = (len(placement), free)
+        if key < best_key:
+            best, best_key = placement, key
+    return best
+
+
+def anywhere(free_by_node: Sequence[int], num_gpus: int) -> Placement | None:
+    """Fewest nodes anywhere in the cluster (largest free blocks first)."""
+    if sum(free_by_node) < num_gpus:
+        return None
+    return _take_largest_first(range(len(free_by_node)), free_by_node, num_gpus)
+
+
+def first_fit(free_by_node: Sequence[int], num_gpus: int) -> Placement | None:
+    """Any free GPUs, nodes in index order: what a locality-blind scheduler does."""
+    taken: list[tuple[int, int]] = []
+    need = num_gpus
+    for node, free in enumerate(free_by_node):
+        if free:
+            k = min(need, free)
+            taken.append((node, k))
+            need -= k
+            if need == 0:
+                return tuple(taken)
+    return None
+
+
+def at_level(
+    level: Locality,
+    free_by_node: Sequence[int],
+    free_by_rack: Sequence[int],
+    layout: ClusterLayout,
+    num_gpus: int,
+) -> Placement | None:
+    """The most consolidated placement no worse than ``level``, or None."""
+    if num_gpus <= layout.gpus_per_node:
+        found = on_one_node(free_by_node, num_gpus)
+        if found is not None or level == Locality.NODE:
+            return found
+    if level >= Locality.RACK:
+        found = in_one_rack(free_by_node, free_by_rack, layout, num_gpus)
+        if found is not None or level == Locality.RACK:
+            return found
+        return anywhere(free_by_node, num_gpus)
+    return None
+
+
+def most_consolidated(
+    free_by_node: Sequence[int],
+    free_by_rack: Sequence[int],
+    layout: ClusterLayout,
+    num_gpus: int,
+) -> Placement | None:
+    """Only the best level this job could ever get (strict consolidation), or None."""
+    level = best_locality_possible(num_gpus, layout)
+    placement = at_level(level, free_by_node, free_by_rack, layout, num_gpus)
+    if placement is None:
+        return None
+    min_nodes = -(-num_gpus // layout.gpus_per_node)
+    return placement if len(placement) == min_nodes else None

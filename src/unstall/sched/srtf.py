@@ -1,0 +1,60 @@
+"""Shortest remaining time first, preemptive. An oracle: it is told each job's remaining work,
+which no real scheduler knows, so its figures are a bound rather than a competitor."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from unstall.sched.base import ClusterSnapshot, Decision, JobView, Preempt, Start
+from unstall.sched.free import FreeGpus
+
+
+@dataclass
+class Srtf:
+    name: str = "srtf"
+    needs_oracle: bool = True
+    # Preempt a running job only for one whose remaining time is this much shorter: without a
+    # margin two jobs of nearly equal remaining time would swap back and forth, each swap paying
+    # the checkpoint/restore cost.
+    preempt_ratio: float = 0.5
+
+    def reset(self) -> None:
+        pass
+
+    def decide(self, snapshot: ClusterSnapshot, rng: random.Random) -> Decision:
+        if not snapshot.queued:
+            return Decision()
+
+        def remaining(job: JobView) -> float:
+            assert job.remaining_s_oracle is not None, "srtf runs only with oracle durations"
+            return job.remaining_s_oracle
+
+        free = FreeGpus(snapshot)
+        waiting = sorted(snapshot.queued, key=lambda j: (remaining(j), j.submit_s, j.index))
+        victims = sorted(snapshot.running, key=lambda j: (-remaining(j), j.index))
+        starts: list[Start] = []
+        preempts: list[Preempt] = []
+        for job in waiting:
+            if free.total < job.num_gpus:
+                # Preempt the longest-remaining running jobs, but only when enough of them are
+                # much longer than this job to make room (a placement anywhere then exists).
+                need = job.num_gpus - free.total
+                chosen = []
+                for victim in victims:
+                    if need <= 0 or remaining(victim) * self.preempt_ratio <= remaining(job):
+                        break
+                    chosen.append(victim)
+                    need -= victim.num_gpus
+                if need > 0:
+                    continue
+                for victim in chosen:
+                    victims.remove(victim)
+                    free.give(victim.placement)
+                    preempts.append(Preempt(victim.job_id, "longer remaining time"))
+            placement = free.best(job.num_gpus)
+            if placement is None:
+                continue
+            free.take(placement)
+            starts.append(Start(job.job_id, placement))
+        return Decision(starts=tuple(starts), preemptions=tuple(preempts))

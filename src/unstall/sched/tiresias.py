@@ -1,0 +1,104 @@
+"""Tiresias (Gu et al., NSDI'19): discretised two-dimensional least-attained-service.
+
+A job's priority is the queue its attained GPU-service (GPUs x time) puts it in; within a queue,
+arrival order. Jobs that waited much longer than they ran are promoted to the top queue
+(starvation guard). Jobs of skewed models (one or a few very large tensors) are started only on
+consolidated GPUs; others go wherever GPUs are free, as Tiresias's profiler-guided placement does.
+"""
+
+from __future__ import annotations
+
+import bisect
+import random
+from dataclasses import dataclass, field
+
+from unstall.config import check
+from unstall.sched.base import ClusterSnapshot, Decision, JobView, Preempt, Start
+from unstall.sched.free import FreeGpus
+
+# Models whose largest tensor holds most of the parameters; from the zoo's static facts
+# (vgg16's and alexnet's first fully connected layers, the LM's embedding and decoder).
+DEFAULT_SKEWED_MODELS = frozenset({"vgg11", "vgg13", "vgg16", "vgg19", "alexnet", "lstm_lm"})
+
+
+@dataclass
+class Tiresias:
+    name: str = "tiresias"
+    needs_oracle: bool = False
+    thresholds_gpu_s: tuple[float, ...] = (3600.0, 36000.0)
+    promote_factor: float = 8.0  # promote when waiting > factor x time run so far
+    skewed_models: frozenset[str] = field(default_factory=lambda: DEFAULT_SKEWED_MODELS)
+    tick_s: float = 300.0  # re-evaluate priorities this often while jobs wait
+
+    def __post_init__(self) -> None:
+        check(
+            list(self.thresholds_gpu_s) == sorted(self.thresholds_gpu_s),
+            self,
+            "thresholds_gpu_s",
+            "must be ascending",
+        )
+        check(self.promote_factor > 0, self, "promote_factor", "must be > 0")
+
+    def reset(self) -> None:
+        pass
+
+    def level(self, job: JobView, now: float) -> int:
+        attained = job.attained_gpu_s(now)
+        if not job.running and attained > 0:
+            ran_s = attained / job.num_gpus
+            if job.waiting_s(now) > self.promote_factor * ran_s:
+                return 0
+        return bisect.bisect_right(self.thresholds_gpu_s, attained)
+
+    def decide(self, snapshot: ClusterSnapshot, rng: random.Random) -> Decision:
+        if not snapshot.queued:
+            return Decision()
+        now = snapshot.now
+        free = FreeGpus(snapshot)
+        waiting = sorted(snapshot.queued, key=lambda j: (self.level(j, now), j.submit_s, j.index))
+        # Lowest priority first: the first to give way.
+        victims = sorted(
+            snapshot.running, key=lambda j: (-self.level(j, now), -j.submit_s, -j.index)
+        )
+        starts: list[Start] = []
+        preempts: list[Preempt] = []
+        for job in waiting:
+            level = self.level(job, now)
+            placement = self._place(free, job)
+            if placement is None:
+                chosen = self._make_room(free, job, level, victims, now)
+                placement = self._place(free, job) if chosen else None
+                if placement is None:
+                    for victim in chosen:  # room was not enough: nobody is preempted
+                        free.take(victim.placement)
+                    continue
+                for victim in chosen:
+                    victims.remove(victim)
+                    preempts.append(Preempt(victim.job_id, "lower attained-service priority"))
+            free.take(placement)
+            starts.append(Start(job.job_id, placement))
+        return Decision(starts=tuple(starts), preemptions=tuple(preempts))
+
+    def _place(self, free: FreeGpus, job: JobView) -> tuple[tuple[int, int], ...] | None:
+        if job.model in self.skewed_models:
+            return free.consolidated(job.num_gpus)
+        return free.best(job.num_gpus)
+
+    def _make_room(
+        self, free: FreeGpus, job: JobView, level: int, victims: list[JobView], now: float
+    ) -> list[JobView]:
+        """Free strictly lower-priority running jobs until the free count could hold ``job``."""
+        chosen: list[JobView] = []
+        now_free = free.total
+        for victim in victims:
+            if now_free >= job.num_gpus:
+                break
+            if self.level(victim, now) <= level:
+                break
+            chosen.append(victim)
+            now_free += victim.num_gpus
+        if now_free < job.num_gpus:
+            return []
+        for victim in chosen:
+            free.give(victim.placement)
+        return chosen

@@ -1,0 +1,322 @@
+"""The event loop: arrivals, completions, timers and congestion changes drive scheduling rounds.
+
+After all events of one instant are handled, the policy sees one snapshot and returns one
+decision; the engine checks and applies it, re-shares the network links that changed and
+re-plans the finish events of every job whose iteration time changed.
+"""
+
+from __future__ import annotations
+
+import random
+from array import array
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from unstall.sched.base import ClusterLayout, ClusterSnapshot, Decision, Placement, Policy
+from unstall.sim.congestion import CongestionSchedule
+from unstall.sim.events import EventKind, EventQueue
+from unstall.sim.network import NetworkState
+from unstall.sim.speed import SpeedModel
+from unstall.sim.state import ClusterState, JobState, SimInvariantError, SimJob
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineSettings:
+    """What the event loop needs beyond the cluster, the jobs and the policy."""
+
+    restore_s: float  # checkpoint + restore time paid by every preemption or migration
+    tick_s: float | None  # extra scheduling rounds while jobs wait (None: only on events)
+    seed: int
+
+
+@dataclass(slots=True)
+class Timeline:
+    """Step functions sampled after every round: value holds until the next time."""
+
+    time_s: array = field(default_factory=lambda: array("d"))
+    busy_gpus: array = field(default_factory=lambda: array("l"))
+    queued: array = field(default_factory=lambda: array("l"))
+    congestion: array = field(default_factory=lambda: array("d"))
+    telemetry: list[tuple[float, str, float]] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class EngineOutcome:
+    jobs: list[SimJob]
+    timeline: Timeline
+    events: int
+    rounds: int
+    preemptions: int
+    migrations: int
+
+
+class Engine:
+    def __init__(
+        self,
+        *,
+        layout: ClusterLayout,
+        speed: SpeedModel,
+        policy: Policy,
+        jobs: list[SimJob],
+        congestion: CongestionSchedule,
+        settings: EngineSettings,
+    ) -> None:
+        self.layout = layout
+        self.speed = speed
+        self.policy = policy
+        self.jobs = jobs
+        self.by_id = {job.job_id: job for job in jobs}
+        if len(self.by_id) != len(jobs):
+            raise SimInvariantError("job ids must be unique")
+        self.congestion = congestion
+        self.settings = settings
+        self.cluster = ClusterState(layout)
+        self.net = NetworkState(speed.capacity_gbps)
+        self.queue = EventQueue()
+        self.queued: dict[int, SimJob] = {}
+        self.running: dict[int, SimJob] = {}
+        self.timers: list[str] = []
+        self.timeline = Timeline()
+        self.rng = random.Random(settings.seed)
+        self.oracle = bool(getattr(policy, "needs_oracle", False))
+        self.rounds = 0
+        self.preemptions = 0
+        self.migrations = 0
+
+    # --- the loop --------------------------------------------------------------------------------
+
+    def run(self, on_finish: Callable[[int], None] | None = None) -> EngineOutcome:
+        q = self.queue
+        for job in self.jobs:
+            q.push(job.submit_s, EventKind.ARRIVAL, job.index)
+        for i, t in enumerate(self.congestion.times_s):
+            q.push(t, EventKind.CONGESTION, payload=i)
+        self.policy.reset()
+        events = 0
+        tick_pending = False
+        while q:
+            now = q.peek_time()
+            fired: list[str] = []
+            wake = False
+            while q and q.peek_time() == now:
+                _, kind, _, idx, payload = q.pop()
+                events += 1
+                if kind == EventKind.FINISH:
+                    job = self.jobs[idx]
+                    if job.version == payload and job.state == JobState.RUNNING:
+                        self._finish(job, now)
+                        wake = True
+                        if on_finish is not None:
+                            on_finish(1)
+                elif kind == EventKind.ARRIVAL:
+                    self._arrive(self.jobs[idx])
+                    wake = True
+                elif kind == EventKind.CONGESTION:
+                    self.net.set_congestion(self.congestion.fractions[payload])
+                elif kind == EventKind.TIMER:
+                    fired.append(self.timers[payload])
+                    wake = True
+                else:  # TICK
+                    tick_pending = False
+                    wake = True
+            self._reshare(now)
+            if wake:
+                self._round(now, tuple(fired))
+                self._reshare(now)
+            self._sample(now)
+            if self.settings.tick_s and self.queued and not tick_pending:
+                q.push(now + self.settings.tick_s, EventKind.TICK)
+                tick_pending = True
+        return EngineOutcome(
+            jobs=self.jobs,
+            timeline=self.timeline,
+            events=events,
+            rounds=self.rounds,
+            preemptions=self.preemptions,
+            migrations=self.migrations,
+        )
+
+    # --- one scheduling round --------------------------------------------------------------------
+
+    def _round(self, now: float, fired: tuple[str, ...]) -> None:
+        self.rounds += 1
+        oracle = self.oracle
+        queued = tuple(
+            (j.make_view(True) if oracle else j.view or j.make_view(False))
+            for j in self.queued.values()
+        )
+        running = tuple(
+            (j.make_view(True) if oracle else j.view or j.make_view(False))
+            for j in self.running.values()
+        )
+        snapshot = ClusterSnapshot(
+            now=now,
+            layout=self.layout,
+            free_by_node=tuple(self.cluster.free_by_node),
+            free_by_rack=tuple(self.cluster.free_by_rack),
+            queued=queued,
+            running=running,
+            congestion=self.net.congestion,
+            fired_timers=fired,
+        )
+        decision = self.policy.decide(snapshot, self.rng)
+        self._apply(decision, now)
+
+    def _apply(self, decision: Decision, now: float) -> None:
+        name = self.policy.name
+        for p in decision.preemptions:
+            job = self._lookup(p.job_id, JobState.RUNNING, f"{name} preempts")
+            self._preempt(job, now)
+        for m in decision.migrations:
+            job = self._lookup(m.job_id, JobState.RUNNING, f"{name} migrates")
+            self._migrate(job, m.placement, now)
+        for s in decision.starts:
+            job = self._lookup(s.job_id, JobState.QUEUED, f"{name} starts")
+            self._start(job, s.placement, now)
+        for timer in decision.timers:
+            if timer.at_s < now:
+                raise SimInvariantError(f"{name} set timer {timer.key!r} in the past")
+            self.timers.append(timer.key)
+            self.queue.push(timer.at_s, EventKind.TIMER, payload=len(self.timers) - 1)
+        for key, value in decision.telemetry:
+            self.timeline.telemetry.append((now, key, value))
+
+    def _lookup(self, job_id: str, state: JobState, what: str) -> SimJob:
+        job = self.by_id.get(job_id)
+        if job is None or job.state != state:
+            found = "unknown" if job is None else job.state.name.lower()
+            raise SimInvariantError(f"{what} job {job_id!r}, which is {found}")
+        return job
+
+    # --- state changes ---------------------------------------------------------------------------
+
+    def _arrive(self, job: SimJob) -> None:
+        if job.state != JobState.PENDING:
+            raise SimInvariantError(f"job {job.job_id} arrived twice")
+        job.state = JobState.QUEUED
+        job.queued_since_s = job.submit_s
+        job.changed_s = job.submit_s
+        job.view = None
+        self.queued[job.index] = job
+
+    def _start(self, job: SimJob, placement: Placement, now: float) -> None:
+        if now < job.submit_s:
+            raise SimInvariantError(f"job {job.job_id} started before it arrived")
+        self.cluster.allocate(job, placement)
+        del self.queued[job.index]
+        self.running[job.index] = job
+        job.state = JobState.RUNNING
+        job.placement = placement
+        if job.first_start_s < 0:
+            job.first_start_s = now
+        job.queued_total_s += now - job.queued_since_s
+        job.changed_s = now
+        job.last_update_s = now
+        # A job restarting after a preemption first restores its checkpoint.
+        job.paused_until_s = now + self.settings.restore_s if job.preemptions else now
+        job.view = None
+        self._place_on_links(job, placement, now)
+
+    def _place_on_links(self, job: SimJob, placement: Placement, now: float) -> None:
+        links = self.speed.links(placement)
+        if links:
+            # The finish event is planned once the links are re-shared (the rate is then known).
+            self.net.add(job.index, links)
+        else:
+            self._set_iter_s(job, self.speed.iter_s(job.model, job.num_gpus, placement, None), now)
+
+    def _stop(self, job: SimJob, now: float) -> None:
+        job.advance(now)
+        job.attained_gpu_s += (now - job.changed_s) * job.num_gpus
+        job.changed_s = now
+        job.version += 1  # invalidates the planned finish event
+        self.cluster.release(job.placement)
+        self.net.remove(job.index)
+        del self.running[job.index]
+        job.view = None
+
+    def _preempt(self, job: SimJob, now: float) -> None:
+        self._stop(job, now)
+        job.state = JobState.QUEUED
+        job.placement = ()
+        job.queued_since_s = now
+        job.preemptions += 1
+        self.preemptions += 1
+        self.queued[job.index] = job
+
+    def _migrate(self, job: SimJob, placement: Placement, now: float) -> None:
+        self._stop(job, now)
+        self.cluster.allocate(job, placement)
+        self.running[job.index] = job
+        job.placement = placement
+        job.migrations += 1
+        self.migrations += 1
+        job.last_update_s = now
+        job.paused_until_s = now + self.settings.restore_s
+        self._place_on_links(job, placement, now)
+
+    def _finish(self, job: SimJob, now: float) -> None:
+        self._stop(job, now)
+        job.done_iters = job.work_iters
+        job.state = JobState.DONE
+        job.finish_s = now
+
+    def _set_iter_s(self, job: SimJob, iter_s: float, now: float) -> None:
+        job.advance(now)
+        job.iter_s = iter_s
+        job.version += 1
+        self.queue.push(job.finish_time(now), EventKind.FINISH, job.index, job.version)
+
+    def _reshare(self, now: float) -> None:
+        for index, rate in self.net.recompute().items():
+            job = self.jobs[index]
+            if job.state == JobState.RUNNING:
+                iter_s = self.speed.iter_s(job.model, job.num_gpus, job.placement, rate)
+                self._set_iter_s(job, iter_s, now)
+
+    def _sample(self, now: float) -> None:
+        tl = self.timeline
+        if tl.time_s and tl.time_s[-1] == now:
+            tl.busy_gpus[-1] = self.cluster.used_gpus
+            tl.queued[-1] = len(self.queued)
+            tl.congestion[-1] = self.net.congestion
+            return
+        tl.time_s.append(now)
+        tl.busy_gpus.append(self.cluster.used_gpus)
+        tl.queued.append(len(self.queued))
+        tl.congestion.append(self.net.congestion)
+
+
+def build_jobs(
+    *,
+    job_ids: Sequence[str],
+    submit_s: Sequence[float],
+    num_gpus: Sequence[int],
+    duration_s: Sequence[float],
+    models: Sequence[str],
+    speed: SpeedModel,
+) -> list[SimJob]:
+    """Jobs with their consolidated iteration time and sensitivity, cached per (model, GPUs)."""
+    cache: dict[tuple[str, int], tuple[float, tuple[float, float]]] = {}
+    jobs: list[SimJob] = []
+    for i, (jid, sub, n, dur, model) in enumerate(
+        zip(job_ids, submit_s, num_gpus, duration_s, models, strict=True)
+    ):
+        key = (model, int(n))
+        facts = cache.get(key)
+        if facts is None:
+            facts = (speed.consolidated_iter_s(model, int(n)), speed.sensitivity(model, int(n)))
+            cache[key] = facts
+        jobs.append(
+            SimJob(
+                index=i,
+                job_id=str(jid),
+                submit_s=float(sub),
+                num_gpus=int(n),
+                duration_s=float(dur),
+                model=model,
+                cons_iter_s=facts[0],
+                sensitivity=facts[1],
+            )
+        )
+    return jobs

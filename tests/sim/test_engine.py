@@ -1,0 +1,158 @@
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+import pytest
+
+from fakes import FakeSpeed
+from unstall.sched.base import (
+    ClusterLayout,
+    ClusterSnapshot,
+    Decision,
+    Migrate,
+    Placement,
+    Preempt,
+    Start,
+)
+from unstall.sched.fifo import Fifo
+from unstall.sim.congestion import CongestionSchedule
+from unstall.sim.engine import Engine, EngineSettings, build_jobs
+from unstall.sim.state import JobState, SimInvariantError
+
+NO_CONGESTION = CongestionSchedule(times_s=(0.0,), fractions=(0.0,))
+
+
+def run(
+    layout: ClusterLayout,
+    jobs: list[tuple[str, float, int, float]],
+    policy: object,
+    *,
+    restore_s: float = 0.0,
+    congestion: CongestionSchedule = NO_CONGESTION,
+    speed: FakeSpeed | None = None,
+) -> dict[str, tuple[float, float]]:
+    """Run and return job_id -> (first start, finish)."""
+    speed = speed or FakeSpeed(layout)
+    sim_jobs = build_jobs(
+        job_ids=[j[0] for j in jobs],
+        submit_s=[j[1] for j in jobs],
+        num_gpus=[j[2] for j in jobs],
+        duration_s=[j[3] for j in jobs],
+        models=["m"] * len(jobs),
+        speed=speed,
+    )
+    engine = Engine(
+        layout=layout,
+        speed=speed,
+        policy=policy,  # type: ignore[arg-type]
+        jobs=sim_jobs,
+        congestion=congestion,
+        settings=EngineSettings(restore_s=restore_s, tick_s=None, seed=0),
+    )
+    out = engine.run()
+    assert all(j.state == JobState.DONE for j in out.jobs)
+    return {j.job_id: (j.first_start_s, j.finish_s) for j in out.jobs}
+
+
+@dataclass
+class Scripted:
+    """A policy that plays back decisions by round number, and records what it was shown."""
+
+    script: dict[int, Decision]
+    name: str = "scripted"
+    needs_oracle: bool = False
+    seen: list[ClusterSnapshot] = field(default_factory=list)
+
+    def reset(self) -> None:
+        self.seen.clear()
+
+    def decide(self, snapshot: ClusterSnapshot, rng: random.Random) -> Decision:
+        self.seen.append(snapshot)
+        return self.script.get(len(self.seen) - 1, Decision())
+
+
+ONE_GPU = ClusterLayout.regular(racks=1, nodes_per_rack=1, gpus_per_node=1)
+TWO_NODES = ClusterLayout.regular(racks=1, nodes_per_rack=2, gpus_per_node=2)
+
+
+def test_fifo_runs_jobs_back_to_back_on_one_gpu() -> None:
+    times = run(ONE_GPU, [("a", 0.0, 1, 10.0), ("b", 1.0, 1, 5.0)], Fifo())
+    assert times == {"a": (0.0, 10.0), "b": (10.0, 15.0)}
+
+
+def test_spread_job_runs_at_the_speed_of_its_link() -> None:
+    # A 2-GPU job forced onto two nodes: 1 s compute + 8 Gbit over an 8 Gbps NIC = 2 s/iter.
+    policy = Scripted({0: Decision(starts=(Start("a", ((0, 1), (1, 1))),))})
+    times = run(TWO_NODES, [("a", 0.0, 2, 10.0)], policy)
+    assert times["a"] == (0.0, pytest.approx(20.0))
+
+
+def test_contention_slows_both_jobs_and_finish_is_replanned_when_one_leaves() -> None:
+    # Both jobs cross both NICs: each gets 4 Gbps -> 3 s/iter. Job b has 2 iterations: done at 6.
+    # Job a then has 10 - 2 = 8 iterations left at 2 s/iter: finishes at 6 + 16 = 22.
+    both = Decision(starts=(Start("a", ((0, 1), (1, 1))), Start("b", ((0, 1), (1, 1)))))
+    times = run(TWO_NODES, [("a", 0.0, 2, 10.0), ("b", 0.0, 2, 2.0)], Scripted({0: both}))
+    assert times["b"] == (0.0, pytest.approx(6.0))
+    assert times["a"] == (0.0, pytest.approx(22.0))
+
+
+def test_background_congestion_takes_its_share_of_the_link() -> None:
+    # Half the NIC taken from t=0: 4 Gbps -> 3 s/iter; from t=30 none: 2 s/iter.
+    sched = CongestionSchedule(times_s=(0.0, 30.0), fractions=(0.5, 0.0))
+    policy = Scripted({0: Decision(starts=(Start("a", ((0, 1), (1, 1))),))})
+    times = run(TWO_NODES, [("a", 0.0, 2, 20.0)], policy, congestion=sched)
+    # 10 iterations by t=30, 10 left at 2 s each.
+    assert times["a"][1] == pytest.approx(50.0)
+
+
+def test_preemption_pays_restore_and_keeps_progress() -> None:
+    script = {
+        0: Decision(starts=(Start("a", ((0, 1),)),)),
+        1: Decision(preemptions=(Preempt("a"),), starts=(Start("b", ((0, 1),)),)),
+        2: Decision(starts=(Start("a", ((0, 1),)),)),
+    }
+    times = run(ONE_GPU, [("a", 0.0, 1, 10.0), ("b", 4.0, 1, 3.0)], Scripted(script), restore_s=2)
+    assert times["b"] == (4.0, 7.0)
+    # a ran 4 s, restarts at 7, restores for 2 s, then 6 s of work left.
+    assert times["a"] == (0.0, pytest.approx(15.0))
+
+
+def test_migration_onto_one_node_speeds_a_job_up() -> None:
+    script = {
+        0: Decision(starts=(Start("a", ((0, 1), (1, 1))),)),
+        1: Decision(migrations=(Migrate("a", ((1, 2),)),), starts=(Start("z", ((2, 1),)),)),
+    }
+    # The arrival of z at t=4 gives the policy its second round.
+    layout = ClusterLayout.regular(racks=1, nodes_per_rack=3, gpus_per_node=2)
+    times = run(layout, [("a", 0.0, 2, 10.0), ("z", 4.0, 1, 1.0)], Scripted(script))
+    # 2 iterations spread by t=4 (2 s each), 8 left at 1 s each.
+    assert times["a"][1] == pytest.approx(12.0)
+
+
+def test_policy_errors_are_caught() -> None:
+    bad_start = Scripted({0: Decision(starts=(Start("a", ((0, 2),)),))})
+    with pytest.raises(SimInvariantError, match="node 0 has 1 free"):
+        run(ONE_GPU, [("a", 0.0, 2, 1.0)], bad_start)
+    unknown = Scripted({0: Decision(preemptions=(Preempt("nope"),))})
+    with pytest.raises(SimInvariantError, match="'nope', which is unknown"):
+        run(ONE_GPU, [("a", 0.0, 1, 1.0)], unknown)
+    twice = Scripted({0: Decision(starts=(Start("a", ((0, 1),)), Start("a", ((0, 1),))))})
+    with pytest.raises(SimInvariantError):
+        run(TWO_NODES, [("a", 0.0, 1, 1.0)], twice)
+
+
+def test_snapshot_shows_attained_service_and_queue() -> None:
+    policy = Scripted(
+        {0: Decision(starts=(Start("a", ((0, 2),)),)), 1: Decision(starts=(Start("b", ((1, 2),)),))}
+    )
+    run(TWO_NODES, [("a", 0.0, 2, 10.0), ("b", 3.0, 2, 1.0)], policy)
+    # Round 1 happens at b's arrival (t=3): a ran 3 s on 2 GPUs.
+    snap = policy.seen[1]
+    assert snap.now == 3.0
+    (a,) = snap.running
+    assert a.attained_gpu_s(snap.now) == pytest.approx(6.0)
+    assert [j.job_id for j in snap.queued] == ["b"]
+    assert snap.free_by_node == (0, 2)
+    placement: Placement = a.placement
+    assert placement == ((0, 2),)
