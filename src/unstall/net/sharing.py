@@ -44,7 +44,7 @@ def _check_inputs(
 ) -> None:
     for link, cap in capacities.items():
         if not cap >= 0:
-            raise ConfigError("max_min_rates", "capacities", f"{link!r}: must be >= 0, got {cap!r}")
+            raise ConfigError("max_min_fair", "capacities", f"{link!r}: must be >= 0, got {cap!r}")
     for link, frac in background.items():
         if not 0.0 <= frac <= 1.0:
             raise ConfigError(
@@ -62,10 +62,10 @@ def _check_inputs(
                 )
     for flow, cap in caps.items():
         if not cap >= 0:
-            raise ConfigError("max_min_rates", "caps", f"{flow!r}: must be >= 0, got {cap!r}")
+            raise ConfigError("max_min_fair", "caps", f"{flow!r}: must be >= 0, got {cap!r}")
 
 
-def max_min_rates(
+def max_min_fair(
     capacities: Mapping[L, float],
     flows: Mapping[F, Mapping[L, float] | Iterable[L]],
     *,
@@ -147,3 +147,7 @@ def link_usage(
         for link, weight in _weights(links).items():
             used[link] = used.get(link, 0.0) + weight * rates[flow]
     return used
+
+
+# The name the perf model's docs use for the same function.
+max_min_rates = max_min_fair

@@ -301,7 +301,7 @@ class CommPlan:
     loads: tuple[LinkLoad, ...]
 
     def sharing_weights(self) -> dict[LinkId, float]:
-        """``{link: weight}``: this job as one flow of :func:`unstall.net.sharing.max_min_rates`."""
+        """``{link: weight}``: this job as one flow of :func:`unstall.net.sharing.max_min_fair`."""
         return {ld.link: ld.weight for ld in self.loads}
 
     @property
