@@ -1,0 +1,69 @@
+"""The trace formats unstall reads, by name, and ``read_trace`` that picks one (or is told)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from unstall.traces import helios, pai, philly_csv, philly_json, pollux, unstall_format
+from unstall.traces.reading import Reader, ReadOptions
+from unstall.traces.schema import Trace, TraceError
+from unstall.traces.validation import header_of
+
+READERS: dict[str, Reader] = {
+    reader.name: reader
+    for reader in (
+        unstall_format.READER,
+        philly_csv.READER,
+        philly_json.READER,
+        helios.READER,
+        pai.READER,
+        pollux.READER,
+    )
+}
+
+AUTO = "auto"
+# Files whose first line is not a CSV header, so sniffers get an empty one.
+_NOT_CSV = (".parquet", ".pq", ".json", ".jsonl")
+
+
+def detect_format(path: str | Path) -> str:
+    """The one format whose sniffer accepts ``path`` (by name, suffix and header line).
+
+    Raises :class:`TraceError` when no format or more than one fits, listing the candidates.
+    """
+    p = Path(path)
+    if not p.exists():
+        raise TraceError(str(p), "no such file")
+    header: list[str] = [] if p.is_dir() or p.suffix.lower() in _NOT_CSV else header_of(p)
+    matches = [name for name, reader in READERS.items() if reader.sniff(p, header)]
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        first = ",".join(header)[:120] if header else "(no CSV header)"
+        raise TraceError(
+            str(p),
+            f"cannot tell the trace format from the name or first line ({first}); "
+            f"pass the format, one of {sorted(READERS)}",
+            line=1 if header else None,
+        )
+    raise TraceError(
+        str(p), f"ambiguous trace format: looks like {matches}; pass the format explicitly"
+    )
+
+
+def read_trace(path: str | Path, fmt: str = AUTO, options: ReadOptions | None = None) -> Trace:
+    """Read and validate the trace at ``path`` in format ``fmt`` (or detect it).
+
+    Every reader raises :class:`TraceError` naming the file, line and field of the first
+    problem; rows it leaves out on purpose (unfinished jobs, CPU-only jobs) are counted in
+    :attr:`Trace.skipped`.
+    """
+    p = Path(path)
+    name = detect_format(p) if fmt == AUTO else fmt
+    if name not in READERS:
+        raise TraceError(
+            str(p), f"unknown trace format {name!r}; known: {sorted(READERS)}", field="format"
+        )
+    if not p.exists():
+        raise TraceError(str(p), "no such file")
+    return READERS[name].read(p, options or ReadOptions())

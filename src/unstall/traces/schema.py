@@ -1,0 +1,269 @@
+"""The unstall trace schema: one row per job, held in a :class:`Trace`.
+
+Columns (in this order):
+
+============  =========  ==========================================================
+column        dtype      meaning
+============  =========  ==========================================================
+job_id        string     unique id of the job (from the source, or its line number)
+submit_s      float64    submission time, seconds after the first submission (>= 0)
+num_gpus      int64      GPUs the job asks for (>= 1)
+duration_s    float64    run time, seconds, at the placement the job ran on (> 0)
+model         string     optional: a model name (the zoo's names for generated traces)
+iterations    Int64      optional: iterations of the job, when the source says
+user          string     optional: the submitting user
+vc            string     optional: virtual cluster / queue / tenant
+status        string     optional: ``completed``, ``killed``, ``failed`` or ``timeout``
+============  =========  ==========================================================
+
+Rows are sorted by ``submit_s`` then ``job_id``. Times are shifted so that the first submission
+is at 0; the shift is kept in :attr:`Trace.submit_offset_s` (Unix seconds for sources with
+wall-clock times, which are read as naive times on a UTC clock).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from unstall.errors import DataFileError
+from unstall.results import JsonResult
+
+
+class TraceError(DataFileError):
+    """A trace cannot be read or does not hold to the schema; names the file, line and field."""
+
+
+REQUIRED_COLUMNS: tuple[str, ...] = ("job_id", "submit_s", "num_gpus", "duration_s")
+OPTIONAL_COLUMNS: tuple[str, ...] = ("model", "iterations", "user", "vc", "status")
+COLUMNS: tuple[str, ...] = REQUIRED_COLUMNS + OPTIONAL_COLUMNS
+
+# The dtype each column is cast to; "string" (pandas' StringDtype) keeps missing values as NA on
+# pandas 2 and 3 alike, where astype(str) would turn them into the text "nan".
+DTYPES: dict[str, Any] = {
+    "job_id": "string",
+    "submit_s": "float64",
+    "num_gpus": "int64",
+    "duration_s": "float64",
+    "model": "string",
+    "iterations": "Int64",
+    "user": "string",
+    "vc": "string",
+    "status": "string",
+}
+
+# Every reader maps its source's job states onto these, so summaries compare across formats.
+STATUSES: tuple[str, ...] = ("completed", "killed", "failed", "timeout")
+
+
+@dataclass(frozen=True)
+class TraceArrays:
+    """The columns the simulator reads in its inner loop, as numpy arrays (row order = trace)."""
+
+    job_id: np.ndarray
+    submit_s: np.ndarray
+    num_gpus: np.ndarray
+    duration_s: np.ndarray
+    model: np.ndarray | None
+
+    def __len__(self) -> int:
+        return len(self.submit_s)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TraceSummary(JsonResult):
+    """What ``unstall trace show`` prints: size, span, GPU mix, durations, load, tenants."""
+
+    source: str
+    format: str
+    jobs: int
+    span_s: float
+    submit_offset_s: float
+    total_gpu_hours: float
+    multi_gpu_share: float
+    gpu_mix: dict[int, float]
+    gpu_counts: dict[int, int]
+    duration_s: dict[str, float]
+    top_vcs: dict[str, int]
+    status: dict[str, int]
+    models: dict[str, int]
+    skipped: dict[str, int]
+    notes: list[str]
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class Trace:
+    """A validated job trace in the unstall schema (see the module docstring).
+
+    Build one with :meth:`from_frame`, which casts, sorts and shifts times, or from a reader.
+    ``skipped`` counts the source rows a reader left out on purpose, by reason (for example jobs
+    that never finished), so that nothing is dropped silently.
+    """
+
+    jobs: pd.DataFrame
+    source: str = "<memory>"
+    format: str = "unstall"
+    submit_offset_s: float = 0.0
+    skipped: Mapping[str, int] = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def __len__(self) -> int:
+        return len(self.jobs)
+
+    @classmethod
+    def from_frame(
+        cls,
+        frame: pd.DataFrame,
+        *,
+        source: str = "<memory>",
+        format: str = "unstall",
+        submit_offset_s: float = 0.0,
+        skipped: Mapping[str, int] | None = None,
+        notes: Sequence[str] = (),
+    ) -> Trace:
+        """Cast ``frame`` to the schema, sort it and shift submissions to start at 0.
+
+        ``frame`` must have the required columns; optional ones may be absent (they become NA).
+        Times may be absolute: the first submission is subtracted and added to
+        ``submit_offset_s``.
+        """
+        unknown = [c for c in frame.columns if c not in DTYPES]
+        if unknown:
+            raise TraceError(source, f"unknown column {unknown[0]!r}", field=str(unknown[0]))
+        jobs = _cast(frame, source)
+        jobs = _sorted(jobs)
+        shift = float(jobs["submit_s"].iloc[0]) if len(jobs) else 0.0
+        if shift != 0.0:
+            jobs["submit_s"] = jobs["submit_s"] - shift
+        return cls(
+            jobs=jobs,
+            source=source,
+            format=format,
+            submit_offset_s=submit_offset_s + shift,
+            skipped=dict(skipped or {}),
+            notes=tuple(notes),
+        )
+
+    def validate(self) -> None:
+        """Check the schema: columns and dtypes, sizes, times, order and unique ids."""
+        jobs = self.jobs
+        if tuple(jobs.columns) != COLUMNS:
+            raise TraceError(
+                self.source, f"columns must be {list(COLUMNS)}, got {list(jobs.columns)}"
+            )
+        for col, dtype in DTYPES.items():
+            if str(jobs[col].dtype) != dtype:
+                raise TraceError(
+                    self.source, f"dtype must be {dtype}, got {jobs[col].dtype}", field=col
+                )
+        self._check_rows("job_id", jobs["job_id"].isna().to_numpy(), "missing job id")
+        submit = jobs["submit_s"].to_numpy()
+        self._check_rows("submit_s", ~np.isfinite(submit) | (submit < 0), "must be finite and >= 0")
+        self._check_rows("num_gpus", jobs["num_gpus"].to_numpy() < 1, "must be >= 1")
+        duration = jobs["duration_s"].to_numpy()
+        self._check_rows("duration_s", ~(np.isfinite(duration) & (duration > 0)), "must be > 0")
+        iters = jobs["iterations"]
+        self._check_rows("iterations", (iters.notna() & (iters < 1)).to_numpy(bool), "must be >= 1")
+        self._check_rows(
+            "submit_s", np.r_[False, np.diff(submit) < 0], "rows must be sorted by submit_s"
+        )
+        if len(jobs) and submit[0] != 0.0:
+            raise TraceError(self.source, "the first submission must be at 0", field="submit_s")
+        if not jobs["job_id"].is_unique:
+            self._check_rows("job_id", jobs["job_id"].duplicated().to_numpy(), "duplicate job id")
+        status = jobs["status"]
+        self._check_rows(
+            "status",
+            (status.notna() & ~status.isin(STATUSES)).to_numpy(bool),
+            f"must be one of {list(STATUSES)}",
+        )
+
+    def _check_rows(self, col: str, bad: np.ndarray, why: str) -> None:
+        if bad.any():
+            row = int(np.argmax(bad))
+            job = self.jobs["job_id"].iloc[row]
+            raise TraceError(
+                self.source,
+                f"row {row + 1} (job {job!r}): {col} {why}, got {self.jobs[col].iloc[row]!r}",
+                field=col,
+            )
+
+    def arrays(self) -> TraceArrays:
+        """The simulator's view: numpy arrays of ids, submit times, GPUs, durations, models."""
+        model = self.jobs["model"]
+        return TraceArrays(
+            job_id=self.jobs["job_id"].to_numpy(dtype=object),
+            submit_s=self.jobs["submit_s"].to_numpy(dtype=np.float64),
+            num_gpus=self.jobs["num_gpus"].to_numpy(dtype=np.int64),
+            duration_s=self.jobs["duration_s"].to_numpy(dtype=np.float64),
+            model=None if model.isna().all() else _objects(model),
+        )
+
+    def with_jobs(self, jobs: pd.DataFrame, *, notes: Sequence[str] | None = None) -> Trace:
+        """A copy holding ``jobs`` (already in the schema; validated again), notes as given."""
+        return replace(self, jobs=jobs, notes=self.notes if notes is None else tuple(notes))
+
+    def equals(self, other: Trace) -> bool:
+        """Same jobs, cell for cell (metadata is not compared)."""
+        return self.jobs.reset_index(drop=True).equals(other.jobs.reset_index(drop=True))
+
+    def summary(self, top: int = 10) -> TraceSummary:
+        """Jobs, span, GPU mix, duration quantiles, GPU-hours, top virtual clusters, statuses."""
+        from unstall.traces.summary import summarise
+
+        return summarise(self, top=top)
+
+
+def _cast(frame: pd.DataFrame, source: str) -> pd.DataFrame:
+    """The columns of the schema, in order and cast; missing optional columns become NA."""
+    missing = [c for c in REQUIRED_COLUMNS if c not in frame.columns]
+    if missing:
+        raise TraceError(source, f"missing column {missing[0]!r}", field=missing[0])
+    n = len(frame)
+    out: dict[str, pd.Series] = {}
+    for col, dtype in DTYPES.items():
+        if col in frame.columns:
+            values = frame[col].reset_index(drop=True)
+        else:
+            values = pd.Series(pd.NA, index=pd.RangeIndex(n), dtype=dtype)
+        try:
+            out[col] = values.astype(dtype)
+        except (TypeError, ValueError) as exc:
+            raise TraceError(source, f"cannot be read as {dtype}: {exc}", field=col) from exc
+    return pd.DataFrame(out)
+
+
+def _objects(values: pd.Series) -> np.ndarray:
+    """A string column as an object array with ``None`` where values are missing."""
+    out = values.to_numpy(dtype=object)
+    out[values.isna().to_numpy(bool)] = None
+    return out
+
+
+def _sorted(jobs: pd.DataFrame) -> pd.DataFrame:
+    """Rows by submit_s then job_id.
+
+    A numeric sort first; job ids are compared only within runs of equal submit times, which
+    are short, so a million jobs sort in milliseconds rather than through a two-key string sort.
+    """
+    submit = jobs["submit_s"].to_numpy()
+    order = np.argsort(submit, kind="stable")
+    in_order = submit[order]
+    tie = np.flatnonzero(in_order[1:] == in_order[:-1]) if len(order) > 1 else np.empty(0, int)
+    if len(tie):
+        ids = jobs["job_id"].to_numpy(dtype=object)
+        # Runs of equal times: [start, end) intervals of positions in ``order``.
+        starts = tie[np.r_[True, np.diff(tie) > 1]]
+        ends = tie[np.r_[np.diff(tie) > 1, True]] + 2
+        for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
+            order[a:b] = sorted(order[a:b].tolist(), key=lambda r: str(ids[r]))
+    if (order == np.arange(len(order))).all():
+        return jobs
+    return jobs.iloc[order].reset_index(drop=True)

@@ -1,0 +1,156 @@
+"""unstall's own trace files: the schema's columns as CSV or Parquet, read and written.
+
+CSV holds ``submit_s`` relative to the first submission (the offset is not kept). Parquet keeps
+the trace's metadata (offset, origin, skipped counts, notes) in the file's key-value metadata
+under ``unstall.trace``. Both are validated like every other format.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from unstall.traces.reading import Reader, ReadOptions
+from unstall.traces.schema import (
+    COLUMNS,
+    OPTIONAL_COLUMNS,
+    REQUIRED_COLUMNS,
+    STATUSES,
+    Trace,
+    TraceError,
+)
+from unstall.traces.validation import (
+    CsvLines,
+    NoLines,
+    Rows,
+    check_columns,
+    numbers,
+    read_csv,
+    statuses,
+    texts,
+    unique,
+)
+
+NAME = "unstall"
+METADATA_KEY = b"unstall.trace"
+SUFFIXES = (".csv", ".parquet", ".pq")
+TEXT_COLUMNS = ("job_id", "model", "user", "vc", "status")
+
+
+def sniff(path: Path, header: Sequence[str]) -> bool:
+    if path.suffix.lower() in (".parquet", ".pq"):
+        return True
+    return set(REQUIRED_COLUMNS) <= set(header)
+
+
+def read(path: Path, options: ReadOptions) -> Trace:
+    """Read an unstall trace file (CSV or Parquet, by suffix) and validate every row."""
+    if path.suffix.lower() in (".parquet", ".pq"):
+        frame, meta = _read_parquet(path)
+        rows = Rows(path, NoLines())
+    else:
+        frame, meta = read_csv(path, text_columns=TEXT_COLUMNS), {}
+        rows = Rows(path, CsvLines(path))
+    check_columns(path, frame.columns, REQUIRED_COLUMNS, OPTIONAL_COLUMNS)
+    file_rows = np.arange(len(frame))
+    ids = texts(rows, frame["job_id"], file_rows, "job_id", allow_missing=False)
+    unique(rows, ids, file_rows, "job_id")
+    jobs = pd.DataFrame(
+        {
+            "job_id": ids,
+            "submit_s": numbers(rows, frame["submit_s"], file_rows, "submit_s", minimum=0),
+            "num_gpus": numbers(
+                rows, frame["num_gpus"], file_rows, "num_gpus", integer=True, minimum=1
+            ).astype(np.int64),
+            "duration_s": numbers(
+                rows, frame["duration_s"], file_rows, "duration_s", minimum=0, strict_minimum=True
+            ),
+        }
+    )
+    if "iterations" in frame.columns:
+        iters = numbers(
+            rows,
+            frame["iterations"],
+            file_rows,
+            "iterations",
+            integer=True,
+            minimum=1,
+            allow_missing=True,
+        )
+        jobs["iterations"] = pd.Series(iters).astype("Int64")  # NaN -> NA
+    for col in ("model", "user", "vc"):
+        if col in frame.columns:
+            jobs[col] = texts(rows, frame[col], file_rows, col)
+    if "status" in frame.columns:
+        identity: dict[str, str | None] = {s: s for s in STATUSES}
+        jobs["status"] = statuses(rows, frame["status"], file_rows, "status", identity)
+    return Trace.from_frame(
+        jobs,
+        source=str(path),
+        format=NAME,
+        submit_offset_s=float(meta.get("submit_offset_s", 0.0)),
+        skipped=meta.get("skipped", {}),
+        notes=meta.get("notes", ()),
+    )
+
+
+def write_trace(trace: Trace, path: str | Path) -> Path:
+    """Write ``trace`` as CSV or Parquet (by ``path``'s suffix); returns the path written."""
+    out = Path(path)
+    suffix = out.suffix.lower()
+    if suffix not in SUFFIXES:
+        raise TraceError(str(out), f"cannot tell the file type: use one of {list(SUFFIXES)}")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    jobs = trace.jobs[list(COLUMNS)]
+    if suffix == ".csv":
+        out.write_text(trace_csv_text(trace), encoding="utf-8")
+        return out
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = pa.Table.from_pandas(jobs, preserve_index=False)
+    meta = {
+        "origin": trace.source,
+        "origin_format": trace.format,
+        "submit_offset_s": trace.submit_offset_s,
+        "skipped": dict(trace.skipped),
+        "notes": list(trace.notes),
+    }
+    existing = table.schema.metadata or {}
+    table = table.replace_schema_metadata({**existing, METADATA_KEY: json.dumps(meta).encode()})
+    pq.write_table(table, out)
+    return out
+
+
+def trace_csv_text(trace: Trace) -> str:
+    """The CSV form of ``trace``: a header line, then one line per job (floats written exactly)."""
+    return str(trace.jobs[list(COLUMNS)].to_csv(index=False, lineterminator="\n"))
+
+
+def _read_parquet(path: Path) -> tuple[pd.DataFrame, dict]:
+    if not path.is_file():
+        raise TraceError(str(path), "no such file")
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.read_table(path)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise TraceError(str(path), f"not a readable Parquet file: {exc}") from exc
+    raw = (table.schema.metadata or {}).get(METADATA_KEY)
+    meta = json.loads(raw) if raw else {}
+    frame = table.to_pandas()
+    return frame, meta
+
+
+READER = Reader(
+    name=NAME,
+    description="unstall trace (job_id,submit_s,num_gpus,duration_s,...) as CSV or Parquet",
+    suffixes=SUFFIXES,
+    sniff=sniff,
+    read=read,
+)
