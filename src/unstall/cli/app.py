@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from unstall import __version__
-from unstall.cli import demo, sim
+from unstall.cli import demo, sim, trace
 from unstall.cli.common import console
 from unstall.cli.unbuilt import add_unbuilt
 
@@ -22,7 +22,9 @@ app = typer.Typer(
 app.add_typer(
     sim.app, name="sim", help="Cluster simulator: zoo facts, perf model, calibration, schedulers."
 )
-add_unbuilt(app, "trace", "Read, summarise and convert cluster job traces.", "the simulator issue")
+app.add_typer(
+    trace.app, name="trace", help="Read, summarise, convert and generate cluster job traces."
+)
 add_unbuilt(
     app, "ps", "Elastic parameter server on Ray (train, bench, PSLD).", "the parameter-server issue"
 )

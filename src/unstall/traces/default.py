@@ -21,7 +21,7 @@ DEFAULT_TRACE_PATH = Path(__file__).resolve().parents[1] / "data" / DEFAULT_TRAC
 
 
 def default_trace_config() -> SyntheticTraceConfig:
-    """400 jobs over about six hours for the ``small`` cluster preset (tens of GPUs).
+    """400 jobs over about five hours for the ``small`` cluster preset (tens of GPUs).
 
     Philly's GPU mix, capped at 16 GPUs and with 30 % multi-GPU jobs (Philly has 7 %) so that
     placement and network contention matter; Philly's duration distribution scaled by 0.02 and
