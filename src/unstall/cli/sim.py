@@ -1,8 +1,19 @@
-"""`unstall sim ...`: the model zoo's facts, the perf model's calibration, and (later) the simulator."""
+"""`unstall sim ...`: zoo facts, perf-model calibration, and (later) the simulator."""
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Annotated
+
 import typer
+from rich import box
+from rich.table import Table
+
+from unstall.cli.common import JsonOpt, console, handle_errors, save_json, table
+
+if TYPE_CHECKING:
+    from unstall.workload.facts import ModelFacts
 
 app = typer.Typer(
     help="Cluster simulator: zoo facts, perf-model calibration, schedulers.",
@@ -10,6 +21,96 @@ app = typer.Typer(
 )
 
 # --- models (zoo facts) -------------------------------------------------------------------------
+
+MB = 1e6  # table figures are in decimal megabytes
+
+
+@app.command("models")
+@handle_errors
+def models(
+    image_size: Annotated[
+        int, typer.Option("--image-size", min=32, help="Image side in pixels (image models).")
+    ] = 224,
+    model: Annotated[
+        str | None,
+        typer.Option("--model", help="Show this model's parameter tensors instead of the table."),
+    ] = None,
+    json_path: JsonOpt = None,
+) -> None:
+    """Static facts of every zoo model: parameters, gradient bytes and tensors, layers, FLOPs."""
+    from unstall.workload import zoo  # imports torch: only when the command runs
+
+    result = zoo.facts_table(image_size, None if model is None else [model])
+    if model is None:
+        _print_models_table(result.models, image_size)
+    else:
+        _print_tensors(result.models[0])
+    save_json(json_path, result, {"image_size": image_size, "model": model})
+
+
+def _print_models_table(models: Sequence[ModelFacts], image_size: int) -> None:
+    """One row a model; numbers preformatted so that the table fits 80 columns."""
+    from unstall.workload import zoo
+
+    rows = []
+    for f in sorted(models, key=_natural_key):
+        rows.append(
+            [
+                f.name,
+                zoo.spec(f.name).family,
+                f"{f.params / 1e6:.2f}",
+                f"{f.gradient_bytes / MB:.1f}",
+                str(f.layers),
+                str(f.gradient_tensors),
+                f"{f.flops_per_sample / 1e9:#.3g}",
+                f"{f.largest_tensor_bytes / MB:.1f}",
+            ]
+        )
+    columns = ["model", "family", "params M", "grad MB", "layers", "tensors", "GFLOPs"]
+    columns.append("max MB")
+    title = (
+        f"Zoo models, default options, images {image_size}x{image_size} (GFLOPs: forward, "
+        "per sample; tensors: gradient tensors; MB: 10^6 bytes)"
+    )
+    console.print(_compact(table(title, columns, rows), text_columns=2))
+
+
+def _compact(out: Table, text_columns: int) -> Table:
+    """Borderless, unwrapped, numbers right-aligned: wide tables still fit 80 columns."""
+    out.box = box.SIMPLE_HEAD
+    out.pad_edge = False
+    out.collapse_padding = True
+    out.show_edge = False
+    for i, column in enumerate(out.columns):
+        column.no_wrap = True
+        column.justify = "left" if i < text_columns else "right"
+    return out
+
+
+def _natural_key(facts: ModelFacts) -> tuple[tuple[int, str], ...]:
+    """resnet, resnet18, resnet34, ..., resnet152: digits compare as numbers."""
+    parts = re.split(r"(\d+)", facts.name)
+    return tuple((int(p), "") if p.isdigit() else (-1, p) for p in parts)
+
+
+def _print_tensors(facts: ModelFacts) -> None:
+    """One model's parameter tensors in registration order, and its totals."""
+    rows = [
+        [str(i), t.name, "x".join(map(str, t.shape)), f"{t.numel:,}", f"{t.bytes:,}"]
+        for i, t in enumerate(facts.tensors)
+    ]
+    options = ", ".join(f"{k}={v}" for k, v in facts.options)
+    title = f"{facts.name} ({options}): parameter tensors in registration order"
+    out = table(title, ["#", "tensor", "shape", "elements", "bytes"], rows)
+    out = _compact(out, text_columns=3)
+    out.columns[0].justify = "right"
+    console.print(out)
+    console.print(
+        f"{facts.params:,} parameters in {facts.gradient_tensors} gradient tensors, "
+        f"{facts.gradient_bytes / MB:.2f} MB of gradients, {facts.layers} weight layers, "
+        f"{facts.flops_per_sample / 1e9:.4g} GFLOPs per sample (input {facts.input_shape})",
+        highlight=False,
+    )
 
 
 # --- calibrate (perf model against measured placements) -----------------------------------------
