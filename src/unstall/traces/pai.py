@@ -102,7 +102,7 @@ def read(path: Path, options: ReadOptions) -> Trace:
     skip_rows(keep, run == 0, "ran for 0 s", skipped)
     fractional = int((keep & (gpus != gpu_share)).sum())
     notes = (
-        [f"{fractional} jobs asked for a fraction of a GPU: rounded up to whole GPUs"]
+        [f"rounded up to whole GPUs: {fractional} jobs that asked for a fraction of one"]
         if fractional
         else []
     )

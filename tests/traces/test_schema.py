@@ -1,0 +1,105 @@
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from unstall.traces.schema import COLUMNS, Trace, TraceError
+
+
+def frame(**cols: object) -> pd.DataFrame:
+    base: dict[str, object] = {
+        "job_id": ["b", "a", "c"],
+        "submit_s": [100.0, 100.0, 50.0],
+        "num_gpus": [1, 2, 4],
+        "duration_s": [10.0, 20.0, 30.0],
+    }
+    base.update(cols)
+    return pd.DataFrame(base)
+
+
+def test_from_frame_sorts_by_time_then_id_and_shifts_to_zero() -> None:
+    trace = Trace.from_frame(frame(), source="mem", submit_offset_s=5.0)
+    assert list(trace.jobs["job_id"]) == ["c", "a", "b"]
+    assert list(trace.jobs["submit_s"]) == [0.0, 50.0, 50.0]
+    assert trace.submit_offset_s == 55.0
+    assert tuple(trace.jobs.columns) == COLUMNS
+    assert str(trace.jobs["job_id"].dtype) == "string"
+    assert str(trace.jobs["iterations"].dtype) == "Int64"
+    assert trace.jobs["model"].isna().all()
+
+
+def test_arrays_are_numpy_in_trace_order() -> None:
+    trace = Trace.from_frame(frame(model=["m1", None, "m3"]))
+    arr = trace.arrays()
+    assert arr.submit_s.dtype == np.float64 and arr.num_gpus.dtype == np.int64
+    assert list(arr.job_id) == ["c", "a", "b"]
+    assert list(arr.num_gpus) == [4, 2, 1]
+    assert arr.model is not None and list(arr.model) == ["m3", None, "m1"]
+    assert len(arr) == 3
+    assert Trace.from_frame(frame()).arrays().model is None
+
+
+@pytest.mark.parametrize(
+    ("column", "values", "message"),
+    [
+        ("num_gpus", [1, 0, 4], "num_gpus must be >= 1"),
+        ("duration_s", [10.0, -1.0, 3.0], "duration_s must be > 0"),
+        ("duration_s", [10.0, np.nan, 3.0], "duration_s must be > 0"),
+        ("job_id", ["a", "a", "c"], "duplicate job id"),
+        ("status", ["completed", "weird", None], "status must be one of"),
+    ],
+)
+def test_validate_names_the_field_and_job(column: str, values: list, message: str) -> None:
+    with pytest.raises(TraceError, match=message) as info:
+        Trace.from_frame(frame(**{column: values}), source="mem.csv")
+    assert info.value.field == column
+    assert info.value.path == "mem.csv"
+
+
+def test_unknown_and_missing_columns_are_rejected() -> None:
+    with pytest.raises(TraceError, match="unknown column 'colour'"):
+        Trace.from_frame(frame(colour=["r", "g", "b"]))
+    with pytest.raises(TraceError, match="missing column 'duration_s'"):
+        Trace.from_frame(frame().drop(columns="duration_s"))
+
+
+def test_summary_figures() -> None:
+    jobs = pd.DataFrame(
+        {
+            "job_id": [f"j{i}" for i in range(4)],
+            "submit_s": [0.0, 3600.0, 7200.0, 10800.0],
+            "num_gpus": [1, 1, 2, 8],
+            "duration_s": [3600.0, 7200.0, 1800.0, 900.0],
+            "vc": ["x", "y", "x", None],
+            "status": ["completed", "killed", "completed", "failed"],
+        }
+    )
+    s = Trace.from_frame(jobs, skipped={"not finished": 2}).summary(top=1)
+    assert s.jobs == 4
+    assert s.span_s == 10800.0
+    assert s.gpu_mix == {1: 0.5, 2: 0.25, 8: 0.25}
+    assert s.gpu_counts == {1: 2, 2: 1, 8: 1}
+    assert s.total_gpu_hours == pytest.approx((3600 + 7200 + 2 * 1800 + 8 * 900) / 3600)
+    assert s.duration_s["max"] == 7200.0
+    assert s.duration_s["p50"] == pytest.approx(np.median([3600, 7200, 1800, 900]))
+    assert s.multi_gpu_share == 0.5
+    assert s.top_vcs == {"x": 2}
+    assert s.status == {"completed": 2, "failed": 1, "killed": 1}
+    assert s.skipped == {"not finished": 2}
+    d = s.to_dict()
+    assert d["gpu_mix"] == {"1": 0.5, "2": 0.25, "8": 0.25}
+
+
+def test_empty_trace_summary() -> None:
+    trace = Trace.from_frame(frame().iloc[:0])
+    s = trace.summary()
+    assert (s.jobs, s.span_s, s.gpu_mix, s.duration_s) == (0, 0.0, {}, {})
+
+
+def test_with_jobs_revalidates() -> None:
+    trace = Trace.from_frame(frame())
+    bad = trace.jobs.copy()
+    bad.loc[0, "num_gpus"] = -3
+    with pytest.raises(TraceError, match="num_gpus"):
+        trace.with_jobs(bad)
