@@ -87,7 +87,7 @@ class ModelSpec:
         object.__setattr__(self, "defaults", MappingProxyType(defaults))
 
 
-# --- builders (module-level functions, so that specs pickle) -------------------------------------
+# --- builders: one function a family; fixed depths are partials of it -----------------------------
 
 
 def _resnet(o: ImageOptions, depth: int | None = None) -> nn.Module:
