@@ -32,6 +32,9 @@ INTRA = "intra"
 NIC = "nic"
 UPLINK = "uplink"
 LINK_KINDS = (INTRA, NIC, UPLINK)
+# A derived uplink adds one more switch on the path: about a microsecond in a datacenter switch.
+# (A hop over an uplink also crosses the NICs at both ends, whose latency the perf model adds.)
+SWITCH_HOP_LATENCY_US = 1.0
 
 
 def intra_link(node: int) -> LinkId:
@@ -181,7 +184,7 @@ class TopologyConfig:
             return self.uplink
         return LinkSpec(
             bandwidth_gbps=self.nodes_per_rack * self.nic.bandwidth_gbps / self.oversubscription,
-            latency_us=self.nic.latency_us,
+            latency_us=SWITCH_HOP_LATENCY_US,
         )
 
     def spec_of(self, link: LinkId) -> LinkSpec:

@@ -323,7 +323,8 @@ def _load(
     extra_latency_s: float = 0.0,
 ) -> LinkLoad:
     spec = topology.spec_of(link)
-    weight = bytes_ / unit
+    # A job with no gradient bytes still pays latency; a nominal weight keeps it a valid flow.
+    weight = bytes_ / unit if bytes_ > 0 else 1.0
     return LinkLoad(
         link=link,
         bytes=bytes_,
@@ -463,7 +464,10 @@ def plan_time(
                 bw = given
         if ld.network:
             bw *= keep
-        t = ld.latency_s + (ld.bytes / bw if bw > 0.0 else math.inf)
+        if ld.bytes == 0.0:
+            t = ld.latency_s
+        else:
+            t = ld.latency_s + (ld.bytes / bw if bw > 0.0 else math.inf)
         if t > comm:
             comm = t
             bottleneck = ld.link

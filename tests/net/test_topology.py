@@ -1,0 +1,142 @@
+"""Topology configs: presets, derived links, validation and the TOML/JSON reader."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from unstall.errors import ConfigError, DataFileError
+from unstall.net.topology import (
+    TOPOLOGY_PRESETS,
+    LinkSpec,
+    TopologyConfig,
+    intra_link,
+    load_topology,
+    nic_link,
+    philly,
+    small,
+    topology_preset,
+    uplink_link,
+)
+
+
+def test_presets_sizes() -> None:
+    assert small().n_gpus == 32
+    assert 100 < TOPOLOGY_PRESETS["medium"]().n_gpus <= 1024
+    p = philly()
+    # the Philly cluster had about 2,490 GPUs; the homogeneous approximation keeps the count
+    assert abs(p.n_gpus - 2490) < 20 and p.gpus_per_node == 8
+    for name, make in TOPOLOGY_PRESETS.items():
+        assert make().name == name
+
+
+def test_derived_links() -> None:
+    t = small()
+    # V100 defaults to NVLink2: 150 GB/s a direction per GPU
+    assert t.intra_spec.bandwidth_gbps == 1200.0
+    assert t.capacity(intra_link(0)) == pytest.approx(1200e9 / 8 * 4)
+    assert t.capacity(nic_link(3)) == pytest.approx(25e9 / 8)
+    # uplink: 4 NICs of 25 Gbps over 2:1 oversubscription = 50 Gbps
+    assert t.uplink_spec.bandwidth_gbps == pytest.approx(50.0)
+    assert t.rack_of(3) == 0 and t.rack_of(4) == 1
+    links = list(t.links())
+    assert len(links) == 2 * 8 + 2 and uplink_link(1) in links
+    assert t.capacities()[uplink_link(0)] == pytest.approx(50e9 / 8)
+
+
+def test_explicit_uplink_and_intra_override() -> None:
+    t = TopologyConfig(
+        nodes_per_rack=2,
+        gpus_per_node=8,
+        racks=2,
+        device="a100",
+        intra_link=LinkSpec(bandwidth_gbps=100.0),
+        uplink=LinkSpec(bandwidth_gbps=40.0, latency_us=2.0),
+    )
+    assert t.intra_spec.bandwidth_gbps == 100.0
+    assert t.uplink_spec == LinkSpec(bandwidth_gbps=40.0, latency_us=2.0)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field"),
+    [
+        ({"racks": 0}, "racks"),
+        ({"gpus_per_node": 2.5}, "gpus_per_node"),
+        ({"device": "tpu"}, "device"),
+        ({"intra_link_kind": "infinityfabric"}, "intra_link_kind"),
+        ({"oversubscription": 0.5}, "oversubscription"),
+        ({"uplink": LinkSpec(bandwidth_gbps=1.0), "oversubscription": 2.0}, "oversubscription"),
+    ],
+)
+def test_validation_names_the_field(kwargs: dict, field: str) -> None:  # type: ignore[type-arg]
+    base = {"nodes_per_rack": 2, "gpus_per_node": 4}
+    with pytest.raises(ConfigError) as info:
+        TopologyConfig(**{**base, **kwargs})
+    assert info.value.field == field and "TopologyConfig" in str(info.value)
+
+
+def test_linkspec_validation() -> None:
+    with pytest.raises(ConfigError, match="bandwidth_gbps"):
+        LinkSpec(bandwidth_gbps=0.0)
+    with pytest.raises(ConfigError, match="latency_us"):
+        LinkSpec(bandwidth_gbps=1.0, latency_us=-1.0)
+
+
+def test_unknown_preset() -> None:
+    with pytest.raises(ConfigError, match="known"):
+        topology_preset("huge")
+
+
+def test_load_toml_from_preset_with_overrides(tmp_path: Path) -> None:
+    path = tmp_path / "t.toml"
+    path.write_text(
+        'preset = "small"\nracks = 3\nnic = "100g"\n'
+        "[uplink]\nbandwidth_gbps = 200\nlatency_us = 2\n"
+    )
+    t = load_topology(path)
+    assert (t.racks, t.nodes_per_rack, t.gpus_per_node) == (3, 4, 4)
+    assert t.nic.bandwidth_gbps == 100.0
+    assert t.uplink_spec.bandwidth_gbps == 200.0 and t.oversubscription == 1.0
+
+
+def test_load_json(tmp_path: Path) -> None:
+    path = tmp_path / "t.json"
+    spec = {
+        "nodes_per_rack": 4,
+        "gpus_per_node": 8,
+        "device": "h100",
+        "intra_link_kind": "nvswitch",
+    }
+    path.write_text(json.dumps(spec))
+    t = load_topology(path)
+    assert t.device == "h100" and t.intra_spec.bandwidth_gbps == 2400.0
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ("nodes_per_rack = 4\ngpus_per_node = 4\nracks = -1\n", "racks"),
+        ('nodes_per_rack = 4\ngpus_per_node = 4\ncolour = "red"\n', "colour"),
+        ('nodes_per_rack = 4\ngpus_per_node = 4\nnic = "9000g"\n', "nic"),
+        ("nodes_per_rack = 4\ngpus_per_node = 4\n[nic]\nspeed = 3\n", "nic.speed"),
+        ("nodes_per_rack = 4\ngpus_per_node = 4\n[nic]\nlatency_us = 3\n", "nic.bandwidth_gbps"),
+        ('preset = "tiny"\n', "preset"),
+    ],
+)
+def test_load_errors_name_file_and_field(tmp_path: Path, body: str, field: str) -> None:
+    path = tmp_path / "bad.toml"
+    path.write_text(body)
+    with pytest.raises(DataFileError) as info:
+        load_topology(path)
+    assert info.value.field == field and str(path) in str(info.value)
+
+
+def test_load_missing_file_and_bad_syntax(tmp_path: Path) -> None:
+    with pytest.raises(DataFileError, match="no such file"):
+        load_topology(tmp_path / "nope.toml")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{nodes_per_rack: 4")
+    with pytest.raises(DataFileError, match="not valid JSON"):
+        load_topology(bad)

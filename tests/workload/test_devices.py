@@ -1,0 +1,77 @@
+"""Device, interconnect and NIC presets."""
+
+from __future__ import annotations
+
+import pytest
+
+from unstall.errors import ConfigError
+from unstall.workload.devices import (
+    DEVICE_PRESETS,
+    INTERCONNECT_PRESETS,
+    NIC_PRESETS,
+    DevicePreset,
+    compute_time_scale,
+    device,
+    interconnect,
+    nic,
+)
+
+
+def test_registries_hold_the_named_devices() -> None:
+    assert {"k80", "t4", "v100", "a10g", "a100", "h100"} <= set(DEVICE_PRESETS)
+    assert {"pcie3", "pcie4", "pcie5", "nvlink2", "nvlink3", "nvlink4", "nvswitch"} <= set(
+        INTERCONNECT_PRESETS
+    )
+    assert {"10g", "25g", "100g", "200g", "400g", "efa"} <= set(NIC_PRESETS)
+    for registry in (DEVICE_PRESETS, INTERCONNECT_PRESETS, NIC_PRESETS):
+        for key, preset in registry.items():
+            assert preset.name == key and preset.source
+
+
+def test_datasheet_figures() -> None:
+    assert device("V100").fp32_tflops == 15.7 and device("v100").fp16_tflops == 125.0
+    assert device("a100").memory_gb == 80.0
+    # newer GPUs are faster at both precisions
+    order = ["k80", "t4", "v100", "a100", "h100"]
+    fp16 = [device(d).fp16_tflops for d in order]
+    assert fp16 == sorted(fp16)
+    assert interconnect("pcie4").bandwidth_gbps == 2 * interconnect("pcie3").bandwidth_gbps
+    assert nic("efa").bandwidth_gbps == 400.0
+
+
+def test_compute_time_scale() -> None:
+    assert compute_time_scale("v100", "v100") == 1.0
+    k80_to_v100 = compute_time_scale("k80", "v100")
+    assert 0 < k80_to_v100 < 1  # the V100 is faster
+    assert compute_time_scale("v100", "k80") == pytest.approx(1 / k80_to_v100)
+    # mixed precision: the tensor cores of an A100 gain more over a K80
+    assert compute_time_scale("k80", "a100", "fp16") < compute_time_scale("k80", "a100", "fp32")
+
+
+def test_unknown_names_and_bad_presets() -> None:
+    with pytest.raises(ConfigError, match="known"):
+        device("tpu-v4")
+    with pytest.raises(ConfigError, match="precision"):
+        device("t4").achieved_tflops("int8")
+    with pytest.raises(ConfigError, match="fp32_efficiency"):
+        DevicePreset(
+            name="x",
+            fp32_tflops=1,
+            fp16_tflops=1,
+            memory_gb=1,
+            fp32_efficiency=1.5,
+            fp16_efficiency=0.5,
+            intra_link="pcie3",
+            source="-",
+        )
+    with pytest.raises(ConfigError, match="intra_link"):
+        DevicePreset(
+            name="x",
+            fp32_tflops=1,
+            fp16_tflops=1,
+            memory_gb=1,
+            fp32_efficiency=0.5,
+            fp16_efficiency=0.5,
+            intra_link="cable",
+            source="-",
+        )
