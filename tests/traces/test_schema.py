@@ -37,6 +37,8 @@ def test_arrays_are_numpy_in_trace_order() -> None:
     assert list(arr.num_gpus) == [4, 2, 1]
     assert arr.model is not None and list(arr.model) == ["m3", None, "m1"]
     assert len(arr) == 3
+    with pytest.raises(ValueError, match="read-only"):
+        arr.num_gpus[0] = 99
     assert Trace.from_frame(frame()).arrays().model is None
 
 

@@ -196,13 +196,17 @@ class Trace:
             )
 
     def arrays(self) -> TraceArrays:
-        """The simulator's view: numpy arrays of ids, submit times, GPUs, durations, models."""
+        """The simulator's view: numpy arrays of ids, submit times, GPUs, durations, models.
+
+        The numeric arrays are read-only views of the trace's columns (no copy), so a caller
+        cannot change the trace through them by accident.
+        """
         model = self.jobs["model"]
         return TraceArrays(
             job_id=self.jobs["job_id"].to_numpy(dtype=object),
-            submit_s=self.jobs["submit_s"].to_numpy(dtype=np.float64),
-            num_gpus=self.jobs["num_gpus"].to_numpy(dtype=np.int64),
-            duration_s=self.jobs["duration_s"].to_numpy(dtype=np.float64),
+            submit_s=_read_only(self.jobs["submit_s"].to_numpy(dtype=np.float64)),
+            num_gpus=_read_only(self.jobs["num_gpus"].to_numpy(dtype=np.int64)),
+            duration_s=_read_only(self.jobs["duration_s"].to_numpy(dtype=np.float64)),
             model=None if model.isna().all() else _objects(model),
         )
 
@@ -238,6 +242,12 @@ def _cast(frame: pd.DataFrame, source: str) -> pd.DataFrame:
         except (TypeError, ValueError) as exc:
             raise TraceError(source, f"cannot be read as {dtype}: {exc}", field=col) from exc
     return pd.DataFrame(out)
+
+
+def _read_only(values: np.ndarray) -> np.ndarray:
+    view = values.view()
+    view.flags.writeable = False
+    return view
 
 
 def _objects(values: pd.Series) -> np.ndarray:
