@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from unstall.cli.common import JsonOpt, console, fmt, handle_errors, save_json, table
+from unstall.cli.common import JsonOpt, console, handle_errors, save_json, table
 from unstall.traces import READERS, read_trace
 from unstall.traces.default import default_trace
 from unstall.traces.reading import ReadOptions
@@ -157,7 +157,7 @@ def print_summary(summary: TraceSummary) -> None:
         ("source", summary.source),
         ("format", summary.format),
         ("jobs", f"{summary.jobs:,}"),
-        ("span", f"{fmt(summary.span_s / 3600)} h ({fmt(summary.span_s / 86400)} days)"),
+        ("span", f"{summary.span_s / 3600:,.2f} h ({summary.span_s / 86400:,.2f} days)"),
         ("GPU-hours", f"{summary.total_gpu_hours:,.1f}"),
         ("multi-GPU jobs", f"{summary.multi_gpu_share:.1%}"),
     ]
