@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from fakes import FakeSpeed
+from sim_fakes import FakeSpeed
 from unstall.sched.base import (
     ClusterLayout,
     ClusterSnapshot,

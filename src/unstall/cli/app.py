@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from unstall import __version__
-from unstall.cli import demo, sim, trace
+from unstall.cli import demo, sim, sim_run, trace
 from unstall.cli.common import console
 from unstall.cli.unbuilt import add_unbuilt
 
@@ -19,6 +19,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
+sim_run.register(sim.app)
 app.add_typer(
     sim.app, name="sim", help="Cluster simulator: zoo facts, perf model, calibration, schedulers."
 )

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Annotated, Any, ParamSpec, TypeVar
 
 import typer
+from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -17,8 +18,9 @@ from rich.table import Table
 from unstall.errors import UnstallError
 from unstall.results import write_result
 
-console = Console()
-err_console = Console(stderr=True)
+# Output that is not a terminal (a log, a pipe, a test) has no width to respect: keep rows whole.
+console = Console(width=None if sys.stdout.isatty() else 160)
+err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
 
 JsonOpt = Annotated[
     Path | None,
@@ -86,11 +88,19 @@ def progress_bar(description: str, total: int, quiet: bool) -> Iterator[Callable
 
 
 def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[object]]) -> Table:
-    """A rich table; numbers right-aligned."""
-    t = Table(title=title, title_justify="left")
+    """A borderless rich table that does not wrap cells, so wide tables stay readable in 80
+    columns and in logs; numbers right-aligned and shortened by :func:`fmt`."""
+    t = Table(
+        title=title,
+        title_justify="left",
+        box=box.SIMPLE_HEAD,
+        pad_edge=False,
+        collapse_padding=True,
+        show_edge=False,
+    )
     for i, col in enumerate(columns):
         numeric = bool(rows) and isinstance(rows[0][i], int | float)
-        t.add_column(col, justify="right" if numeric else "left")
+        t.add_column(col, justify="right" if numeric else "left", no_wrap=True)
     for row in rows:
         t.add_row(*(fmt(v) for v in row))
     return t

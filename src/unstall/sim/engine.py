@@ -71,7 +71,7 @@ class Engine:
         self.congestion = congestion
         self.settings = settings
         self.cluster = ClusterState(layout)
-        self.net = NetworkState(speed.capacity_gbps)
+        self.net = NetworkState(speed.capacity)
         self.queue = EventQueue()
         self.queued: dict[int, SimJob] = {}
         self.running: dict[int, SimJob] = {}
@@ -218,10 +218,10 @@ class Engine:
         self._place_on_links(job, placement, now)
 
     def _place_on_links(self, job: SimJob, placement: Placement, now: float) -> None:
-        links = self.speed.links(placement)
-        if links:
+        flow = self.speed.flow(job.model, job.num_gpus, placement)
+        if flow is not None:
             # The finish event is planned once the links are re-shared (the rate is then known).
-            self.net.add(job.index, links)
+            self.net.add(job.index, flow)
         else:
             self._set_iter_s(job, self.speed.iter_s(job.model, job.num_gpus, placement, None), now)
 

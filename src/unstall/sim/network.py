@@ -12,23 +12,24 @@ from collections import deque
 from collections.abc import Callable
 
 from unstall.net.sharing import max_min_fair
-from unstall.sim.speed import LinkId
+from unstall.sim.speed import Flow, LinkId
 
 
 class NetworkState:
-    __slots__ = ("_capacity", "_flows_on", "_links_of", "_rates", "congestion", "dirty")
+    __slots__ = ("_capacity", "_flow", "_flows_on", "_links_of", "_rates", "congestion", "dirty")
 
-    def __init__(self, capacity_gbps: Callable[[LinkId], float]) -> None:
-        self._capacity = capacity_gbps
+    def __init__(self, capacity: Callable[[LinkId], float]) -> None:
+        self._capacity = capacity
+        self._flow: dict[int, Flow] = {}
         self._links_of: dict[int, tuple[LinkId, ...]] = {}
         self._flows_on: dict[LinkId, set[int]] = {}
         self._rates: dict[int, float] = {}
         self.congestion = 0.0
         self.dirty: set[LinkId] = set()
 
-    def add(self, job: int, links: tuple[LinkId, ...]) -> None:
-        if not links:
-            return
+    def add(self, job: int, flow: Flow) -> None:
+        links = tuple(flow.weights)
+        self._flow[job] = flow
         self._links_of[job] = links
         for link in links:
             self._flows_on.setdefault(link, set()).add(job)
@@ -36,6 +37,7 @@ class NetworkState:
 
     def remove(self, job: int) -> None:
         links = self._links_of.pop(job, ())
+        self._flow.pop(job, None)
         for link in links:
             flows = self._flows_on[link]
             flows.discard(job)
@@ -49,7 +51,7 @@ class NetworkState:
         self.dirty.update(self._flows_on)
 
     def rate(self, job: int) -> float | None:
-        """Bandwidth (Gbps) the job gets on its bottleneck link; None if it crosses no link."""
+        """The job's rate from the last sharing step; None if it crosses no shared link."""
         return self._rates.get(job)
 
     def recompute(self) -> dict[int, float]:
@@ -62,8 +64,9 @@ class NetworkState:
             return {}
         keep = 1.0 - self.congestion
         capacity = {link: self._capacity(link) * keep for link in component_links}
-        flows = {job: self._links_of[job] for job in component_flows}
-        new_rates = max_min_fair(capacity, flows)
+        flows = {job: self._flow[job].weights for job in component_flows}
+        caps = {job: self._flow[job].cap for job in component_flows}
+        new_rates = max_min_fair(capacity, flows, caps=caps)
         changed: dict[int, float] = {}
         for job, rate in new_rates.items():
             if self._rates.get(job) != rate:

@@ -6,7 +6,8 @@ and the real one (:class:`~unstall.sim.perf_speed.PerfSpeedModel`) wraps ``workl
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass
 from typing import Protocol
 
 from unstall.sched.base import Placement
@@ -14,26 +15,36 @@ from unstall.sched.base import Placement
 LinkId = Hashable
 
 
+@dataclass(frozen=True, slots=True)
+class Flow:
+    """A job's traffic on the shared network as one flow of the max-min sharing step.
+
+    ``weights``: bytes the job puts on each shared link per unit of its rate; ``cap``: the rate it
+    reaches alone on idle links. Rates are in whatever unit the speed model uses (bytes/s here).
+    """
+
+    weights: Mapping[LinkId, float]
+    cap: float
+
+
 class SpeedModel(Protocol):
     def consolidated_iter_s(self, model: str, num_gpus: int) -> float:
-        """Iteration time on the most consolidated placement, links at full speed."""
+        """Iteration time on the most consolidated placement, links idle."""
         ...
 
     def sensitivity(self, model: str, num_gpus: int) -> tuple[float, float]:
-        """(spread over nodes of one rack, spread over racks) / consolidated, >= 1."""
+        """(spread over nodes of one rack, spread over racks) / consolidated, each >= 1."""
         ...
 
-    def links(self, placement: Placement) -> tuple[LinkId, ...]:
-        """The shared network links the job's communication crosses (none on one node)."""
+    def flow(self, model: str, num_gpus: int, placement: Placement) -> Flow | None:
+        """The job's flow over shared network links, or None when it crosses none."""
         ...
 
-    def capacity_gbps(self, link: LinkId) -> float:
-        """Full bandwidth of a link, before background congestion."""
+    def capacity(self, link: LinkId) -> float:
+        """Full capacity of a shared link before background congestion (same unit as rates)."""
         ...
 
-    def iter_s(
-        self, model: str, num_gpus: int, placement: Placement, bottleneck_gbps: float | None
-    ) -> float:
-        """Iteration time on ``placement`` when the job gets ``bottleneck_gbps`` on its slowest
-        shared link (None: the placement crosses no shared link, or the links are uncontended)."""
+    def iter_s(self, model: str, num_gpus: int, placement: Placement, rate: float | None) -> float:
+        """Iteration time on ``placement`` when the sharing step gave the job ``rate`` (None: the
+        placement crosses no shared link)."""
         ...

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Hashable
 
 from unstall.sched.base import ClusterLayout, Placement
+from unstall.sim.speed import Flow
 
 
 class FakeSpeed:
@@ -31,23 +32,22 @@ class FakeSpeed:
         spread = 1.0 + self.comm_gbit / self.nic_gbps
         return (spread, 1.0 + self.comm_gbit / min(self.nic_gbps, self.uplink_gbps))
 
-    def links(self, placement: Placement) -> tuple[Hashable, ...]:
+    def flow(self, model: str, num_gpus: int, placement: Placement) -> Flow | None:
         min_nodes = -(-sum(k for _, k in placement) // self.layout.gpus_per_node)
         if len(placement) <= min_nodes:
-            return ()
-        nics = tuple(("nic", node) for node, _ in placement)
+            return None
+        links: list[Hashable] = [("nic", node) for node, _ in placement]
         racks = sorted({self.layout.node_rack[node] for node, _ in placement})
-        uplinks = tuple(("uplink", r) for r in racks) if len(racks) > 1 else ()
-        return nics + uplinks
+        if len(racks) > 1:
+            links += [("uplink", r) for r in racks]
+        cap = min(self.capacity(link) for link in links)
+        return Flow(weights=dict.fromkeys(links, 1.0), cap=cap)
 
-    def capacity_gbps(self, link: Hashable) -> float:
+    def capacity(self, link: Hashable) -> float:
         assert isinstance(link, tuple)
         return self.nic_gbps if link[0] == "nic" else self.uplink_gbps
 
-    def iter_s(
-        self, model: str, num_gpus: int, placement: Placement, bottleneck_gbps: float | None
-    ) -> float:
-        if not self.links(placement):
+    def iter_s(self, model: str, num_gpus: int, placement: Placement, rate: float | None) -> float:
+        if rate is None:
             return 1.0
-        assert bottleneck_gbps is not None
-        return 1.0 + self.comm_gbit / bottleneck_gbps
+        return 1.0 + self.comm_gbit / rate

@@ -1,0 +1,234 @@
+"""`unstall sim run`, `sim compare` and `sim policies`: the cluster simulator from the shell."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from unstall.cli.common import (
+    JsonOpt,
+    QuietOpt,
+    console,
+    handle_errors,
+    progress_bar,
+    save_json,
+    table,
+)
+from unstall.results import to_jsonable, write_result
+
+HOUR = 3600.0
+
+TraceOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--trace", help="Trace file (default: the embedded generated trace).", exists=False
+    ),
+]
+FormatOpt = Annotated[
+    str, typer.Option("--trace-format", help="Trace format (auto, philly-csv, pollux, ...).")
+]
+ClusterOpt = Annotated[
+    str, typer.Option("--cluster", help="Cluster preset (small, medium, philly) or TOML/JSON file.")
+]
+CongestionOpt = Annotated[
+    str,
+    typer.Option(
+        "--congestion", help="Background congestion: none, low, medium, high, or a CSV schedule."
+    ),
+]
+SeedOpt = Annotated[int, typer.Option("--seed", help="Seed for model assignment and congestion.")]
+RestoreOpt = Annotated[
+    float, typer.Option("--restore-s", help="Checkpoint+restore seconds per preemption/migration.")
+]
+MaxJobsOpt = Annotated[
+    int | None, typer.Option("--max-jobs", help="Simulate only the first N jobs of the trace.")
+]
+
+
+def _load_trace(trace: Path | None, fmt: str):  # type: ignore[no-untyped-def]
+    from unstall.traces import default_trace, read_trace
+
+    return default_trace() if trace is None else read_trace(trace, fmt)
+
+
+def _row(r) -> list[object]:  # type: ignore[no-untyped-def]
+    return [
+        r.policy,
+        r.jobs_finished,
+        r.makespan_s / HOUR,
+        r.avg_jct_s / HOUR,
+        r.p99_jct_s / HOUR,
+        r.avg_queue_s / HOUR,
+        r.comm_overhead_frac,
+        r.gpu_util,
+        r.preemptions,
+        r.migrations,
+        r.sim_wall_s,
+    ]
+
+
+COLUMNS = [
+    "policy",
+    "done",
+    "makespan h",
+    "avg JCT h",
+    "p99 JCT h",
+    "queue h",
+    "comm ovh",
+    "GPU util",
+    "preempt",
+    "migr",
+    "wall s",
+]
+
+
+def results_table(title: str, results: Sequence[object]) -> object:
+    return table(title, COLUMNS, [_row(r) for r in results])
+
+
+@handle_errors
+def run(
+    policy: Annotated[str, typer.Option("--policy", help="Scheduling policy (see sim policies).")],
+    trace: TraceOpt = None,
+    trace_format: FormatOpt = "auto",
+    cluster: ClusterOpt = "small",
+    congestion: CongestionOpt = "none",
+    seed: SeedOpt = 0,
+    restore_s: RestoreOpt = 60.0,
+    max_jobs: MaxJobsOpt = None,
+    jobs_out: Annotated[
+        Path | None, typer.Option("--jobs-out", help="Write per-job records (.csv or .parquet).")
+    ] = None,
+    json_path: JsonOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Simulate one policy on a trace and print its metrics."""
+    from unstall.sim.run import SimConfig, run_simulation
+
+    config = SimConfig(
+        policy=policy,
+        cluster=cluster,
+        congestion=congestion,
+        seed=seed,
+        restore_s=restore_s,
+        max_jobs=max_jobs,
+    )
+    loaded = _load_trace(trace, trace_format)
+    total = min(len(loaded), max_jobs or len(loaded))
+    with progress_bar(f"simulating {policy}", total, quiet) as advance:
+        outcome = run_simulation(loaded, config, on_finish=advance)
+    r = outcome.result
+    console.print(results_table(f"{r.trace} on {r.cluster} ({r.total_gpus} GPUs)", [r]))
+    console.print(
+        f"{r.events:,} events in {r.sim_wall_s:.2f} s ({r.events_per_s:,.0f} events/s)",
+        highlight=False,
+    )
+    if jobs_out is not None:
+        _write_table(outcome.jobs, jobs_out)
+    save_json(json_path, r, {"sim": config, "trace": str(trace or "embedded default")})
+
+
+def _write_table(frame: object, path: Path) -> None:
+    import pandas as pd
+
+    assert isinstance(frame, pd.DataFrame)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.suffix == ".parquet":
+        frame.to_parquet(path, index=False)
+    else:
+        frame.to_csv(path, index=False)
+    console.print(f"wrote {path}", highlight=False)
+
+
+@handle_errors
+def compare(
+    policies: Annotated[
+        str, typer.Option("--policies", help="Comma-separated policies (default: all).")
+    ] = "",
+    trace: TraceOpt = None,
+    trace_format: FormatOpt = "auto",
+    cluster: ClusterOpt = "small",
+    congestion: CongestionOpt = "none",
+    seed: SeedOpt = 0,
+    restore_s: RestoreOpt = 60.0,
+    max_jobs: MaxJobsOpt = None,
+    out: Annotated[
+        Path, typer.Option("--out", help="Folder for summary.json, per-job data, plots, report.")
+    ] = Path("out/sim-compare"),
+    quiet: QuietOpt = False,
+) -> None:
+    """Simulate several policies on the same trace; write a table, plots and an HTML report."""
+    from unstall.report.sim_report import write_html, write_plots
+    from unstall.sched.registry import POLICIES
+    from unstall.sim.run import SimConfig, run_simulation
+
+    names = [p.strip() for p in policies.split(",") if p.strip()] or list(POLICIES)
+    configs = [
+        SimConfig(
+            policy=name,
+            cluster=cluster,
+            congestion=congestion,
+            seed=seed,
+            restore_s=restore_s,
+            max_jobs=max_jobs,
+        )
+        for name in names
+    ]
+    loaded = _load_trace(trace, trace_format)
+    total = min(len(loaded), max_jobs or len(loaded)) * len(configs)
+    runs = []
+    with progress_bar(f"simulating {len(configs)} policies", total, quiet) as advance:
+        for config in configs:
+            runs.append(run_simulation(loaded, config, on_finish=advance))
+    results = [r.result for r in runs]
+    out.mkdir(parents=True, exist_ok=True)
+    first = results[0]
+    console.print(
+        results_table(
+            f"{first.trace} on {first.cluster} ({first.total_gpus} GPUs), "
+            f"congestion {first.congestion}",
+            results,
+        )
+    )
+    jobs = {r.result.policy: r.jobs for r in runs}
+    timelines = {r.result.policy: r.timeline for r in runs}
+    for name, frame in jobs.items():
+        frame.to_parquet(out / f"jobs_{name}.parquet", index=False)
+    summary = out / "summary.json"
+    write_result(
+        summary, _ResultList(results), {"runs": configs, "trace": str(trace or "embedded")}
+    )
+    plots = write_plots(results, jobs, timelines, out)
+    report = write_html(results, plots, out, "unstall sim compare")
+    console.print(
+        f"wrote {summary}, per-job data, {len(plots)} plots and {report}", highlight=False
+    )
+
+
+class _ResultList:
+    """``summary.json`` is a list of SimResult objects."""
+
+    def __init__(self, results: Sequence[object]) -> None:
+        self.results = results
+
+    def to_json(self) -> str:
+        return json.dumps(to_jsonable(list(self.results)), indent=2)
+
+
+def policies() -> None:
+    """List the scheduling policies."""
+    from unstall.sched.registry import DESCRIPTIONS
+
+    console.print(
+        table("scheduling policies", ["policy", "what it does"], list(DESCRIPTIONS.items()))
+    )
+
+
+def register(app: typer.Typer) -> None:
+    app.command("run")(run)
+    app.command("compare")(compare)
+    app.command("policies")(policies)

@@ -1,0 +1,142 @@
+"""The simulator's speed model backed by ``workload.perf`` over a ``net.topology``.
+
+Each trace model name resolves to a :class:`JobPerfSpec` (zoo facts, or a measured JobProfile);
+communication plans are cached per (model, placement shape) so that the engine's hot path is a
+dictionary lookup and a few float operations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from unstall.errors import ConfigError
+from unstall.net.topology import INTRA, TopologyConfig
+from unstall.sched.base import Placement
+from unstall.sim.speed import Flow, LinkId
+from unstall.workload import perf
+from unstall.workload.perf import CommPlan, JobPerfSpec
+
+# Pollux's workloads name applications, not models: the zoo model (and options) standing in for
+# each, after the Pollux paper's Table 1 (ResNet-50 on ImageNet, ResNet-18 on CIFAR-10, ...).
+APPLICATION_MODELS: dict[str, tuple[str, dict[str, object]]] = {
+    "imagenet": ("resnet50", {}),
+    "cifar10": ("resnet18", {"image_size": 32, "num_classes": 10}),
+    "yolov3": ("resnet50", {"image_size": 416}),
+    "bert": (
+        "transformer",
+        {"d_model": 768, "layers": 12, "heads": 12, "ff": 3072, "vocab": 30522, "seq_len": 128},
+    ),
+    "deepspeech2": (
+        "lstm_lm",
+        {"embed_dim": 800, "hidden": 800, "num_layers": 5, "vocab": 29, "tie_weights": False},
+    ),
+    "ncf": ("ncf", {}),
+}
+
+
+def spec_for(model: str, device: str) -> JobPerfSpec:
+    """The perf spec of a trace's model name: a zoo model, or a Pollux application."""
+    from unstall.workload import zoo
+
+    if model in APPLICATION_MODELS:
+        name, options = APPLICATION_MODELS[model]
+        return JobPerfSpec.from_facts(zoo.facts(name, **options), device_name=device, name=model)
+    if model in zoo.MODEL_REGISTRY:
+        return JobPerfSpec.from_facts(zoo.facts(model), device_name=device, name=model)
+    known = sorted([*zoo.names(), *APPLICATION_MODELS])
+    raise ConfigError("trace", "model", f"unknown model {model!r}; known: {known}")
+
+
+def _shape(placement: Placement, topology: TopologyConfig) -> perf.Placement:
+    nodes = tuple(node for node, _ in placement)
+    return perf.Placement(
+        tuple(k for _, k in placement),
+        nodes=nodes,
+        racks=tuple(topology.rack_of(n) for n in nodes),
+    )
+
+
+class PerfSpeedModel:
+    """Iteration times from the perf model; shared links are NICs and rack uplinks."""
+
+    def __init__(
+        self, topology: TopologyConfig, specs: Mapping[str, JobPerfSpec] | None = None
+    ) -> None:
+        self.topology = topology
+        self._specs: dict[str, JobPerfSpec] = dict(specs or {})
+        self._plans: dict[tuple[str, Placement], CommPlan] = {}
+        self._flows: dict[tuple[str, Placement], Flow | None] = {}
+
+    def spec(self, model: str) -> JobPerfSpec:
+        found = self._specs.get(model)
+        if found is None:
+            found = spec_for(model, self.topology.device)
+            self._specs[model] = found
+        return found
+
+    def plan(self, model: str, placement: Placement) -> CommPlan:
+        key = (model, placement)
+        found = self._plans.get(key)
+        if found is None:
+            found = perf.comm_plan(
+                self.spec(model), _shape(placement, self.topology), self.topology
+            )
+            self._plans[key] = found
+        return found
+
+    def consolidated(self, num_gpus: int) -> Placement:
+        shape = perf.consolidated_placement(num_gpus, self.topology)
+        return tuple(zip(shape.nodes, shape.gpus_per_node, strict=True))
+
+    def consolidated_iter_s(self, model: str, num_gpus: int) -> float:
+        return perf.plan_time(self.plan(model, self.consolidated(num_gpus))).total_s
+
+    def spread(self, num_gpus: int, *, across_racks: bool) -> Placement:
+        """A typical spread placement: twice the minimum number of nodes (at least two), in one
+        rack or split over two racks."""
+        gpn = self.topology.gpus_per_node
+        nodes = min(num_gpus, max(2, 2 * -(-num_gpus // gpn)))
+        base, extra = divmod(num_gpus, nodes)
+        counts = [base + (1 if i < extra else 0) for i in range(nodes)]
+        per_rack = self.topology.nodes_per_rack
+        if across_racks and self.topology.racks > 1:
+            half = (nodes + 1) // 2
+            ids = [i for i in range(half)] + [per_rack + i for i in range(nodes - half)]
+        else:
+            ids = list(range(nodes))
+        if max(ids) >= self.topology.n_nodes:
+            ids = list(range(nodes))
+        return tuple(zip(ids, counts, strict=True))
+
+    def sensitivity(self, model: str, num_gpus: int) -> tuple[float, float]:
+        if num_gpus <= 1 or self.topology.n_nodes < 2:
+            return (1.0, 1.0)
+        best = self.consolidated_iter_s(model, num_gpus)
+        node = perf.plan_time(self.plan(model, self.spread(num_gpus, across_racks=False)))
+        rack = perf.plan_time(self.plan(model, self.spread(num_gpus, across_racks=True)))
+        return (max(1.0, node.total_s / best), max(1.0, rack.total_s / best))
+
+    def flow(self, model: str, num_gpus: int, placement: Placement) -> Flow | None:
+        key = (model, placement)
+        if key in self._flows:
+            return self._flows[key]
+        plan = self.plan(model, placement)
+        network = [ld for ld in plan.loads if ld.network]
+        found = None
+        if network:
+            found = Flow(
+                weights={ld.link: ld.weight for ld in network},
+                cap=min(ld.max_bandwidth / ld.weight for ld in network),
+            )
+        self._flows[key] = found
+        return found
+
+    def capacity(self, link: LinkId) -> float:
+        assert isinstance(link, tuple) and link[0] != INTRA
+        return self.topology.capacity(link)
+
+    def iter_s(self, model: str, num_gpus: int, placement: Placement, rate: float | None) -> float:
+        plan = self.plan(model, placement)
+        if rate is None:
+            return perf.plan_time(plan).total_s
+        return perf.plan_time(plan, plan.bandwidth_at_rate(rate)).total_s

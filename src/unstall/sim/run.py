@@ -1,0 +1,144 @@
+"""One simulated run, end to end: config -> cluster, speed model, policy, jobs -> results."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from unstall.config import check, check_non_negative
+from unstall.net.topology import TOPOLOGY_PRESETS, TopologyConfig, load_topology, topology_preset
+from unstall.sched.base import ClusterLayout, Policy
+from unstall.sched.registry import POLICIES, make_policy
+from unstall.sim.congestion import LEVELS, CongestionSchedule, load_schedule, preset
+from unstall.sim.engine import Engine, EngineSettings, build_jobs
+from unstall.sim.metrics import SimResult, job_table, summarise, timeline_table
+from unstall.sim.perf_speed import PerfSpeedModel
+from unstall.traces import Trace, assign_models
+
+
+@dataclass(frozen=True, kw_only=True)
+class SimConfig:
+    """Everything that decides a run besides the trace itself."""
+
+    policy: str = "fifo"
+    cluster: str = "small"  # a preset name or a TOML/JSON topology file
+    congestion: str = "none"  # a level or a CSV schedule file (time_s,fraction)
+    seed: int = 0
+    restore_s: float = 60.0  # checkpoint + restore paid by each preemption and migration
+    tick_s: float | None = None  # None: the policy's own re-scheduling period, if it has one
+    # Share of each zoo model among jobs whose trace names none (Philly has no model column).
+    model_mix: tuple[tuple[str, float], ...] | None = None
+    max_jobs: int | None = None  # simulate only the first N jobs of the trace
+
+    def __post_init__(self) -> None:
+        check(self.policy in POLICIES, self, "policy", f"unknown; known: {sorted(POLICIES)}")
+        check(
+            self.cluster in TOPOLOGY_PRESETS or Path(self.cluster).suffix in (".toml", ".json"),
+            self,
+            "cluster",
+            f"{self.cluster!r} is neither a preset {sorted(TOPOLOGY_PRESETS)} nor a .toml/.json",
+        )
+        check(
+            self.congestion in LEVELS or self.congestion.endswith(".csv"),
+            self,
+            "congestion",
+            f"{self.congestion!r} is neither a level {sorted(LEVELS)} nor a .csv schedule",
+        )
+        check_non_negative(self, restore_s=self.restore_s, seed=self.seed)
+        check(self.tick_s is None or self.tick_s > 0, self, "tick_s", "must be > 0")
+        check(self.max_jobs is None or self.max_jobs > 0, self, "max_jobs", "must be > 0")
+
+    def topology(self) -> TopologyConfig:
+        if self.cluster in TOPOLOGY_PRESETS:
+            return topology_preset(self.cluster)
+        return load_topology(self.cluster)
+
+    def congestion_schedule(self, horizon_s: float) -> CongestionSchedule:
+        if self.congestion in LEVELS:
+            return preset(self.congestion, horizon_s, self.seed)
+        return load_schedule(Path(self.congestion))
+
+
+@dataclass(frozen=True)
+class SimRun:
+    """A run's summary, its per-job table and its timeline (step functions over time)."""
+
+    result: SimResult
+    jobs: pd.DataFrame
+    timeline: pd.DataFrame
+
+
+def layout_of(topology: TopologyConfig) -> ClusterLayout:
+    return ClusterLayout.regular(
+        racks=topology.racks,
+        nodes_per_rack=topology.nodes_per_rack,
+        gpus_per_node=topology.gpus_per_node,
+    )
+
+
+def prepare_trace(trace: Trace, config: SimConfig) -> Trace:
+    """The jobs to simulate: the first ``max_jobs``, every job with a model."""
+    if config.max_jobs is not None and config.max_jobs < len(trace):
+        trace = trace.with_jobs(trace.jobs.iloc[: config.max_jobs].reset_index(drop=True))
+    if trace.jobs["model"].isna().any():
+        mix = dict(config.model_mix) if config.model_mix else None
+        trace = assign_models(trace, mix, seed=config.seed)
+    return trace
+
+
+def run_simulation(
+    trace: Trace,
+    config: SimConfig,
+    *,
+    policy: Policy | None = None,
+    speed: PerfSpeedModel | None = None,
+    on_finish: Callable[[int], None] | None = None,
+) -> SimRun:
+    """Simulate ``trace`` under ``config``; ``policy`` overrides ``config.policy`` (ablations)."""
+    topology = config.topology()
+    speed = speed or PerfSpeedModel(topology)
+    policy = policy or make_policy(config.policy)
+    trace = prepare_trace(trace, config)
+    arrays = trace.arrays()
+    fits = arrays.num_gpus <= topology.n_gpus
+    models = arrays.model if arrays.model is not None else None
+    assert models is not None
+    jobs = build_jobs(
+        job_ids=arrays.job_id[fits],
+        submit_s=arrays.submit_s[fits],
+        num_gpus=arrays.num_gpus[fits],
+        duration_s=arrays.duration_s[fits],
+        models=models[fits],
+        speed=speed,
+    )
+    horizon = float(arrays.submit_s.max() + arrays.duration_s.max()) if len(arrays) else 0.0
+    tick = config.tick_s if config.tick_s is not None else getattr(policy, "tick_s", None)
+    engine = Engine(
+        layout=layout_of(topology),
+        speed=speed,
+        policy=policy,
+        jobs=jobs,
+        congestion=config.congestion_schedule(horizon),
+        settings=EngineSettings(restore_s=config.restore_s, tick_s=tick, seed=config.seed),
+    )
+    started = time.perf_counter()
+    outcome = engine.run(on_finish)
+    wall = time.perf_counter() - started
+    result = summarise(
+        outcome,
+        policy=policy.name,
+        cluster=topology.name,
+        trace=Path(trace.source).name,
+        congestion=config.congestion,
+        seed=config.seed,
+        total_gpus=topology.n_gpus,
+        jobs_rejected=int((~fits).sum()),
+        wall_s=wall,
+    )
+    return SimRun(
+        result=result, jobs=job_table(outcome.jobs), timeline=timeline_table(outcome.timeline)
+    )
