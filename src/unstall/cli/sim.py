@@ -114,3 +114,100 @@ def _print_tensors(facts: ModelFacts) -> None:
 
 
 # --- calibrate (perf model against measured placements) -----------------------------------------
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from unstall.workload.calibrate import CalibrationResult
+
+
+@app.command("calibrate")
+@handle_errors
+def calibrate(
+    placements: Annotated[
+        str | None,
+        typer.Option(
+            "--placements",
+            help="Folder of APP/placements.csv files (Pollux format). "
+            "Default: ../shared/data/pollux/placements beside the repository, when present.",
+        ),
+    ] = None,
+    folds: Annotated[int, typer.Option("--folds", min=2, help="Folds of held-out placements.")] = 5,
+    seed: Annotated[int, typer.Option("--seed", help="Seed that assigns placements to folds.")] = 0,
+    plot: Annotated[
+        str | None,
+        typer.Option("--plot", help="Write a predicted-vs-measured scatter plot (PNG) here."),
+    ] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
+    json_path: JsonOpt = None,
+) -> None:
+    """Fit the perf model to measured step times per application; report its error."""
+    from pathlib import Path
+
+    from unstall.cli.common import progress_bar
+    from unstall.workload import calibrate as cal
+
+    root = Path(placements) if placements is not None else _default_placements()
+    tables = cal.read_placements_dir(root)
+    config = cal.CalibrationConfig(folds=folds, seed=seed)
+    with progress_bar("calibrating", len(tables), quiet) as advance:
+        result, points = cal.run_calibration(tables, config, on_app=lambda _: advance(1))
+    _print_calibration(result)
+    if plot is not None:
+        from unstall.report.calibration_plot import plot_calibration
+
+        console.print(f"wrote {plot_calibration(points, Path(plot))}", highlight=False)
+    save_json(json_path, result, {"placements": str(root), **config.__dict__})
+
+
+def _default_placements() -> Path:
+    from pathlib import Path
+
+    from unstall.errors import DataFileError
+
+    root = Path(__file__).resolve().parents[3] / ".." / "shared" / "data" / "pollux" / "placements"
+    if not root.is_dir():
+        raise DataFileError(
+            "--placements", f"not given, and the default {root.resolve()} is not present"
+        )
+    return root.resolve()
+
+
+def _print_calibration(result: CalibrationResult) -> None:
+    """Per application: held-out error figures, the linear baseline's, and the fitted links."""
+    pct = lambda v: f"{100 * v:.1f}%"  # noqa: E731
+    rows = [
+        [
+            a.app,
+            str(a.points),
+            pct(a.in_sample.median),
+            pct(a.held_out.median),
+            pct(a.held_out.p90),
+            pct(a.held_out.max),
+            pct(a.baseline_held_out.median),
+            f"{a.params.overlap:.2f}",
+            "-" if a.params.nic_gbps is None else f"{a.params.nic_gbps:.1f}",
+        ]
+        for a in result.apps
+    ]
+    rows.append(
+        [
+            "overall",
+            str(result.points),
+            pct(result.in_sample_median_rel_error),
+            pct(result.median_rel_error),
+            pct(result.p90_rel_error),
+            pct(result.max_rel_error),
+            pct(result.baseline_median_rel_error),
+            "",
+            "",
+        ]
+    )
+    columns = ["app", "points", "in-sample", "median", "p90", "max", "linear", "overlap"]
+    columns.append("NIC Gbps")
+    title = (
+        f"Perf model vs measured step time, relative error on held-out placements "
+        f"({result.folds} folds); in-sample and linear-regression medians beside"
+    )
+    console.print(_compact(table(title, columns, rows), text_columns=1))
+    console.print(result.worst_explained, highlight=False)
