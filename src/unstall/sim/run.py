@@ -107,12 +107,13 @@ def run_simulation(
     fits = arrays.num_gpus <= topology.n_gpus
     models = arrays.model if arrays.model is not None else None
     assert models is not None
+    # Python lists: the engine reads these values one at a time, where numpy scalars are slow.
     jobs = build_jobs(
-        job_ids=arrays.job_id[fits],
-        submit_s=arrays.submit_s[fits],
-        num_gpus=arrays.num_gpus[fits],
-        duration_s=arrays.duration_s[fits],
-        models=models[fits],
+        job_ids=arrays.job_id[fits].tolist(),
+        submit_s=arrays.submit_s[fits].tolist(),
+        num_gpus=arrays.num_gpus[fits].tolist(),
+        duration_s=arrays.duration_s[fits].tolist(),
+        models=models[fits].tolist(),
         speed=speed,
     )
     horizon = float(arrays.submit_s.max() + arrays.duration_s.max()) if len(arrays) else 0.0

@@ -1,0 +1,145 @@
+"""Each baseline's decision on small hand-made clusters where the right answer is known."""
+
+from __future__ import annotations
+
+import random
+
+from unstall.sched.base import ClusterLayout, ClusterSnapshot, JobView, Placement
+from unstall.sched.fifo import Consolidate, Fifo, FirstFit
+from unstall.sched.gandiva import Gandiva
+from unstall.sched.registry import POLICIES, make_policy
+from unstall.sched.srtf import Srtf
+from unstall.sched.tiresias import Tiresias
+
+LAYOUT = ClusterLayout.regular(racks=1, nodes_per_rack=2, gpus_per_node=4)
+RNG = random.Random(0)
+
+
+def job(
+    jid: str,
+    gpus: int,
+    *,
+    submit: float = 0.0,
+    placement: Placement = (),
+    attained: float = 0.0,
+    changed: float = 0.0,
+    remaining: float | None = None,
+    model: str = "resnet50",
+) -> JobView:
+    return JobView(
+        job_id=jid,
+        index=int(jid[1:]) if jid[1:].isdigit() else 0,
+        num_gpus=gpus,
+        submit_s=submit,
+        model=model,
+        slowdown_node_spread=1.5,
+        slowdown_rack_spread=2.0,
+        attained_gpu_s_at_change=attained,
+        changed_s=changed,
+        running=bool(placement),
+        placement=placement,
+        remaining_s_oracle=remaining,
+    )
+
+
+def snapshot(
+    free: tuple[int, ...], queued: list[JobView], running: list[JobView], now: float = 100.0
+) -> ClusterSnapshot:
+    racks = [sum(free[n] for n in nodes) for nodes in LAYOUT.rack_nodes]
+    return ClusterSnapshot(
+        now=now,
+        layout=LAYOUT,
+        free_by_node=free,
+        free_by_rack=tuple(racks),
+        queued=tuple(queued),
+        running=tuple(running),
+    )
+
+
+def started(decision: object) -> dict[str, Placement]:
+    return {s.job_id: s.placement for s in decision.starts}  # type: ignore[attr-defined]
+
+
+def test_registry_builds_every_policy_by_name() -> None:
+    for name in POLICIES:
+        assert make_policy(name).name == name
+
+
+def test_fifo_blocks_behind_a_head_that_does_not_fit() -> None:
+    d = Fifo().decide(snapshot((2, 2), [job("a", 8), job("b", 1)], []), RNG)
+    assert d.starts == ()
+
+
+def test_fifo_spreads_when_it_must_and_prefers_one_node() -> None:
+    d = Fifo().decide(snapshot((2, 3), [job("a", 3), job("b", 2)], []), RNG)
+    assert started(d) == {"a": ((1, 3),), "b": ((0, 2),)}
+    d = Fifo().decide(snapshot((2, 2), [job("a", 3)], []), RNG)
+    assert started(d) == {"a": ((0, 2), (1, 1))}
+
+
+def test_first_fit_ignores_locality() -> None:
+    d = FirstFit().decide(snapshot((1, 4), [job("a", 2)], []), RNG)
+    assert started(d) == {"a": ((0, 1), (1, 1))}
+
+
+def test_consolidate_waits_for_one_node_and_backfills() -> None:
+    d = Consolidate().decide(snapshot((2, 2), [job("a", 3), job("b", 2)], []), RNG)
+    assert started(d) == {"b": ((0, 2),)}
+
+
+def test_srtf_preempts_a_much_longer_job_but_not_a_similar_one() -> None:
+    long = job("r1", 8, placement=((0, 4), (1, 4)), remaining=10_000.0)
+    d = Srtf().decide(snapshot((0, 0), [job("q1", 2, remaining=100.0)], [long]), RNG)
+    assert [p.job_id for p in d.preemptions] == ["r1"]
+    assert "q1" in started(d)
+    similar = job("r1", 8, placement=((0, 4), (1, 4)), remaining=150.0)
+    d = Srtf().decide(snapshot((0, 0), [job("q1", 2, remaining=100.0)], [similar]), RNG)
+    assert d.preemptions == () and d.starts == ()
+
+
+def test_tiresias_preempts_a_lower_priority_job_only() -> None:
+    # r1 has run 2 h on 4 GPUs: well past the first threshold (1 GPU-hour). q1 has had nothing.
+    r1 = job("r1", 4, placement=((0, 4),), attained=0.0, changed=-7200.0, submit=-7200.0)
+    full = ((1, 4),)
+    r2 = job("r2", 4, placement=full, attained=0.0, changed=50.0, submit=50.0)
+    d = Tiresias().decide(snapshot((0, 0), [job("q1", 4, submit=90.0)], [r1, r2]), RNG)
+    assert [p.job_id for p in d.preemptions] == ["r1"]
+    assert started(d) == {"q1": ((0, 4),)}
+    # Against a job of the same level nothing happens.
+    d = Tiresias().decide(snapshot((0, 4), [job("q1", 8, submit=90.0)], [r2]), RNG)
+    assert d.preemptions == () and d.starts == ()
+
+
+def test_tiresias_promotes_a_starving_job() -> None:
+    policy = Tiresias()
+    # Ran 1000 s on 8 GPUs (8000 GPU-s: level 1), then waited 10,000 s > 8 x 1000 s.
+    starving = job("q1", 8, attained=8000.0, changed=0.0)
+    assert policy.level(starving, now=10_000.0) == 0
+    assert policy.level(starving, now=5_000.0) == 1
+
+
+def test_tiresias_consolidates_only_skewed_models() -> None:
+    q = [job("q1", 4, model="vgg16"), job("q2", 4, model="resnet50")]
+    d = Tiresias().decide(snapshot((2, 3), q, []), RNG)
+    assert "q1" not in started(d)
+    assert started(d)["q2"] == ((0, 1), (1, 3))
+
+
+def test_gandiva_migrates_small_jobs_to_make_a_node_whole() -> None:
+    layout_free = (2, 2)  # node 0 holds r1 (2 GPUs), node 1 holds r2 and r3 (1 GPU each)
+    r1 = job("r1", 2, placement=((0, 2),))
+    r2 = job("r2", 1, placement=((1, 1),))
+    r3 = job("r3", 1, placement=((1, 1),))
+    d = Gandiva().decide(snapshot(layout_free, [job("q1", 4)], [r1, r2, r3]), RNG)
+    moved = {m.job_id: m.placement for m in d.migrations}
+    # Node 0 (the lowest-numbered of the emptiest) is cleared: r1 moves into node 1's free room.
+    assert moved == {"r1": ((1, 2),)}
+    assert started(d) == {"q1": ((0, 4),)}
+
+
+def test_gandiva_reconsolidates_a_spread_job_when_a_node_frees() -> None:
+    spread = job("r1", 4, placement=((0, 2), (1, 2)))
+    d = Gandiva().decide(snapshot((2, 2), [], [spread]), RNG)
+    # With its own GPUs given back, node 0 (or 1) is whole again: move it there.
+    assert [m.job_id for m in d.migrations] == ["r1"]
+    assert len(d.migrations[0].placement) == 1

@@ -1,0 +1,98 @@
+"""Properties every run must have, for every policy, on random traces (hypothesis)."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from sim_fakes import FakeSpeed
+from unstall.net.topology import small
+from unstall.sched.base import ClusterLayout
+from unstall.sched.registry import POLICIES, make_policy
+from unstall.sim.congestion import preset
+from unstall.sim.engine import Engine, EngineSettings, build_jobs
+from unstall.sim.perf_speed import PerfSpeedModel
+from unstall.sim.run import SimConfig, run_simulation
+from unstall.sim.state import JobState
+from unstall.traces import Trace
+
+LAYOUT = ClusterLayout.regular(racks=2, nodes_per_rack=2, gpus_per_node=4)
+MODELS = ["resnet50", "vgg16", "lstm_lm", "mlp"]
+
+jobs_strategy = st.lists(
+    st.tuples(
+        st.floats(0, 500, allow_nan=False),
+        st.sampled_from([1, 1, 2, 3, 4, 6, 8, 16]),
+        st.floats(1, 300, allow_nan=False),
+        st.sampled_from(MODELS),
+    ),
+    min_size=1,
+    max_size=25,
+)
+
+
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rows=jobs_strategy, congested=st.booleans())
+def test_every_job_finishes_once_after_it_arrives_and_runs_no_faster_than_alone(
+    policy: str, rows: list[tuple[float, int, float, str]], congested: bool
+) -> None:
+    rows = sorted(rows)
+    speed = FakeSpeed(LAYOUT)
+    jobs = build_jobs(
+        job_ids=[f"j{i}" for i in range(len(rows))],
+        submit_s=[r[0] for r in rows],
+        num_gpus=[r[1] for r in rows],
+        duration_s=[r[2] for r in rows],
+        models=[r[3] for r in rows],
+        speed=speed,
+    )
+    engine = Engine(
+        layout=LAYOUT,
+        speed=speed,
+        policy=make_policy(policy),
+        jobs=jobs,
+        congestion=preset("high" if congested else "none", 2000.0, seed=1, period_s=60.0),
+        settings=EngineSettings(restore_s=5.0, tick_s=30.0, seed=0),
+    )
+    # The engine checks capacity and state on every change and raises if either breaks.
+    out = engine.run()
+    for job in out.jobs:
+        assert job.state == JobState.DONE
+        assert job.first_start_s >= job.submit_s
+        # A job never runs faster than alone on its consolidated placement.
+        assert job.finish_s - job.first_start_s >= job.duration_s * (1 - 1e-9)
+    busy = list(out.timeline.busy_gpus)
+    assert max(busy) <= LAYOUT.total_gpus
+    assert busy[-1] == 0
+
+
+def _trace(rows: list[tuple[float, int, float, str]]) -> Trace:
+    frame = pd.DataFrame(
+        {
+            "job_id": [f"j{i}" for i in range(len(rows))],
+            "submit_s": [r[0] for r in rows],
+            "num_gpus": [r[1] for r in rows],
+            "duration_s": [r[2] for r in rows],
+            "model": [r[3] for r in rows],
+        }
+    )
+    return Trace.from_frame(frame)
+
+
+@settings(max_examples=10, deadline=None)
+@given(rows=jobs_strategy, policy=st.sampled_from(sorted(POLICIES)))
+def test_with_the_perf_model_jcts_are_never_shorter_than_durations(
+    rows: list[tuple[float, int, float, str]], policy: str
+) -> None:
+    trace = _trace(sorted(rows))
+    speed = PerfSpeedModel(small())
+    run = run_simulation(trace, SimConfig(policy=policy, congestion="medium"), speed=speed)
+    assert run.result.jobs_finished == len(rows)
+    done = run.jobs
+    assert (done["jct_s"] >= done["duration_s"] * (1 - 1e-9)).all()
+    assert (done["first_start_s"] >= done["submit_s"]).all()
+    assert run.result.comm_overhead_s >= 0
+    assert 0 < run.result.gpu_util <= 1 + 1e-9

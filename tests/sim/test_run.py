@@ -1,0 +1,115 @@
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from unstall.cli.app import app
+from unstall.errors import ConfigError
+from unstall.sim.run import SimConfig, run_simulation
+from unstall.traces import Trace, default_trace
+
+REQUIRED = {
+    "policy",
+    "jobs",
+    "jobs_finished",
+    "makespan_s",
+    "avg_jct_s",
+    "p50_jct_s",
+    "p95_jct_s",
+    "p99_jct_s",
+    "avg_queue_s",
+    "comm_overhead_s",
+    "gpu_util",
+    "preemptions",
+    "migrations",
+    "sim_wall_s",
+}
+
+
+def test_embedded_trace_finishes_under_every_baseline_and_is_reproducible() -> None:
+    trace = default_trace()
+    first = run_simulation(trace, SimConfig(policy="tiresias", congestion="medium", seed=3))
+    again = run_simulation(trace, SimConfig(policy="tiresias", congestion="medium", seed=3))
+    assert first.result.jobs_finished == len(trace)
+    assert set(first.result.to_dict()) >= REQUIRED
+    # Everything but the wall-clock figures is deterministic.
+    a = {k: v for k, v in first.result.to_dict().items() if "wall" not in k and "per_s" not in k}
+    b = {k: v for k, v in again.result.to_dict().items() if "wall" not in k and "per_s" not in k}
+    assert a == b
+
+
+def test_congestion_never_helps_and_consolidation_beats_first_fit_on_overhead() -> None:
+    trace = default_trace()
+    calm = run_simulation(trace, SimConfig(policy="fifo", congestion="none")).result
+    busy = run_simulation(trace, SimConfig(policy="fifo", congestion="high")).result
+    assert busy.comm_overhead_s > calm.comm_overhead_s
+    assert busy.avg_jct_s > calm.avg_jct_s
+    ff = run_simulation(trace, SimConfig(policy="first-fit", congestion="high")).result
+    cons = run_simulation(trace, SimConfig(policy="consolidate", congestion="high")).result
+    assert cons.comm_overhead_frac < ff.comm_overhead_frac
+
+
+def test_jobs_larger_than_the_cluster_are_counted_not_simulated() -> None:
+    frame = pd.DataFrame(
+        {
+            "job_id": ["a", "b"],
+            "submit_s": [0.0, 1.0],
+            "num_gpus": [1, 64],
+            "duration_s": [10.0, 5.0],
+        }
+    )
+    run = run_simulation(Trace.from_frame(frame), SimConfig(policy="fifo", cluster="small"))
+    assert run.result.jobs == 2
+    assert run.result.jobs_finished == 1
+    assert run.result.jobs_rejected == 1
+
+
+def test_config_errors_name_the_field() -> None:
+    with pytest.raises(ConfigError, match=r"SimConfig\.policy"):
+        SimConfig(policy="nope")
+    with pytest.raises(ConfigError, match=r"SimConfig\.cluster"):
+        SimConfig(cluster="huge")
+    with pytest.raises(ConfigError, match=r"SimConfig\.congestion"):
+        SimConfig(congestion="extreme")
+    with pytest.raises(ConfigError, match=r"SimConfig\.restore_s"):
+        SimConfig(restore_s=-1)
+
+
+def test_cli_run_and_compare_write_results(tmp_path: Path) -> None:
+    runner = CliRunner()
+    out = tmp_path / "run.json"
+    res = runner.invoke(
+        app, ["sim", "run", "--policy", "gandiva", "--max-jobs", "60", "--json", str(out)]
+    )
+    assert res.exit_code == 0, res.output
+    data = json.loads(out.read_text())
+    assert data["policy"] == "gandiva" and data["jobs_finished"] == 60
+    config = json.loads((tmp_path / "run.config.json").read_text())
+    assert config["config"]["sim"]["max_jobs"] == 60
+    folder = tmp_path / "cmp"
+    res = runner.invoke(
+        app,
+        [
+            "sim",
+            "compare",
+            "--policies",
+            "fifo,consolidate",
+            "--max-jobs",
+            "40",
+            "--out",
+            str(folder),
+        ],
+    )
+    assert res.exit_code == 0, res.output
+    summary = json.loads((folder / "summary.json").read_text())
+    assert [r["policy"] for r in summary] == ["fifo", "consolidate"]
+    for name in ("jct_cdf.png", "queue_over_time.png", "gpu_util_over_time.png", "report.html"):
+        assert (folder / name).stat().st_size > 0
+    assert "consolidate" in (folder / "report.html").read_text()
+    bad = runner.invoke(app, ["sim", "run", "--policy", "nope"])
+    assert bad.exit_code == 1
+    assert "SimConfig.policy" in bad.output
