@@ -554,14 +554,21 @@ def explain_worst(worst: WorstPoint, points: pd.DataFrame, by_nodes: Mapping[int
     )
     app_points = points[points["app"] == worst.app]
     others = app_points[app_points["placement"] != worst.placement]
+    if worst.placement == "1":
+        text += (
+            "'1' is the only placement without communication: held out, the compute term must be "
+            "read from multi-GPU placements, where compute and exposed communication add up, and "
+            "the fit gives compute what belongs to communication. "
+        )
+    elif sign == "under":
+        text += _inversion_sentence(app_points[app_points["local_bsz"] == worst.local_bsz], worst)
+    else:
+        text += "Its neighbours in placement and batch were faster: measurement noise. "
     if not others.empty and worst.local_bsz > others["local_bsz"].max():
         text += (
-            f"Only this placement was measured at a local batch above "
-            f"{int(others['local_bsz'].max())}; with it held out, the compute term is extrapolated "
-            "beyond every batch the fit has seen. "
+            f"No other placement was measured at a local batch above "
+            f"{int(others['local_bsz'].max())}, so the compute term is also extrapolated. "
         )
-    else:
-        text += _inversion_sentence(app_points[app_points["local_bsz"] == worst.local_bsz], worst)
     return text + _hardest_nodes_sentence(points, by_nodes)
 
 
