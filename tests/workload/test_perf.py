@@ -298,3 +298,14 @@ def test_consolidated_placement_is_fastest_for_its_gpu_count(
     best = consolidated_placement(p.n_gpus, topo)
     assert _not_faster(iteration_time(s, p, topo).total_s, iteration_time(s, best, topo).total_s)
     assert slowdown(s, p, topo) >= 1 - 1e-12
+
+
+def test_from_zoo_reads_the_models_facts() -> None:
+    from unstall.workload import zoo
+
+    facts = zoo.facts("mlp")
+    s = JobPerfSpec.from_zoo("mlp", device_name="t4", local_batch=16)
+    assert s.name == "mlp" and s.device == "t4"
+    assert s.gradient_bytes == facts.gradient_bytes
+    assert s.gradient_tensors == facts.gradient_tensors
+    assert s.compute_s == pytest.approx(3 * facts.flops_per_sample * 16 / (8.1e12 * 0.45))
