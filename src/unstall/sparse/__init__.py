@@ -1,0 +1,1 @@
+"""Sparse training: structured-dropout LSTM that skips the dropped units; CNN sparsity analysis."""

@@ -1,0 +1,394 @@
+"""LSTM and linear kernels with dropout, as hand-written autograd Functions.
+
+A layer is one Python loop over time (a fused cuDNN/oneDNN kernel cannot skip units). Every mode
+runs the same loop and the same cell code; they differ only in how a masked product
+``(v * mask) @ W^T`` is computed, which is the job of a *projection*:
+
+- :class:`DenseProjection` (no mask, ``standard``, ``locked``): multiplies by the elementwise mask
+  and does full-size products. The input connection of a layer does not depend on the recurrence,
+  so its forward product, input gradient and weight gradient are each one big GEMM over all steps.
+- :class:`CompactProjection` (``structured``): at step t the batch shares the kept set K_t, so
+  ``v[:, K_t] @ W^T[K_t]`` is all there is to compute. W^T (N x 4H) is kept row-major, so the kept
+  rows are one contiguous ``index_select`` into a reused buffer (a memory copy, K_t x 4H), then the
+  forward GEMM, the input-gradient GEMM and the weight-gradient GEMM all have K_t instead of N on
+  their shared dimension. The weight gradient of the kept rows is added into place with
+  ``index_add_``; dropped rows get nothing, which is their true gradient.
+
+Gate order and parameter shapes follow ``torch.nn.LSTM`` (i, f, g, o), so weights copy across.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Protocol, TypeAlias
+
+import torch
+from torch import Tensor
+
+from unstall.sparse.masks import DenseMask, LayerMasks, Mask, StructuredMask, WindowMask
+
+
+class Projection(Protocol):
+    """One masked connection ``v -> mask(v) @ W^T`` (W is out x N), with its own backward."""
+
+    def project_all(self, v: Tensor, out: Tensor) -> None:
+        """``out[t] += mask_t(v[t]) @ W^T`` for every step; v is (T, B, N), out (T, B, out)."""
+        ...
+
+    def project_step(self, t: int, v: Tensor, out: Tensor) -> None:
+        """``out += mask_t(v) @ W^T`` for one step; v is (B, N), out (B, out)."""
+        ...
+
+    def backward_step(self, t: int, d_out: Tensor) -> Tensor:
+        """Gradient with respect to v at step t (B, N); records what the weight gradient needs."""
+        ...
+
+    def backward_all(self, d_out: Tensor, need_input: bool) -> Tensor | None:
+        """Gradient with respect to v for every step (T, B, N), or None when not needed."""
+        ...
+
+    def grad_weight(self, d_out: Tensor) -> Tensor:
+        """Gradient with respect to W (out x N), once the backward steps are done."""
+        ...
+
+    def begin_backward(self) -> None:
+        """Forget what an earlier backward pass accumulated (a graph can be run backward twice)."""
+        ...
+
+
+class DenseProjection:
+    """Elementwise mask (or none) and full-size products; the baseline the structured mode beats."""
+
+    def __init__(self, weight: Tensor, mask: DenseMask | None, steps: int) -> None:
+        self.weight = weight
+        self.mask = mask
+        self.steps = steps
+        self.masked: Tensor | None = None  # (T, B, N): mask(v), the left factor of dW
+
+    def project_all(self, v: Tensor, out: Tensor) -> None:
+        vm = v if self.mask is None else v * self.mask.values
+        self.masked = vm
+        t, b, n = vm.shape
+        out.view(t * b, -1).addmm_(vm.reshape(t * b, n), self.weight.t())
+
+    def project_step(self, t: int, v: Tensor, out: Tensor) -> None:
+        if self.masked is None:
+            self.masked = v.new_empty(self.steps, *v.shape)
+        vm = self.masked[t]
+        if self.mask is None:
+            vm.copy_(v)
+        else:
+            torch.mul(v, self.mask.at(t), out=vm)
+        out.addmm_(vm, self.weight.t())
+
+    def backward_step(self, t: int, d_out: Tensor) -> Tensor:
+        dv = torch.mm(d_out, self.weight)
+        return dv if self.mask is None else dv.mul_(self.mask.at(t))
+
+    def backward_all(self, d_out: Tensor, need_input: bool) -> Tensor | None:
+        if not need_input:
+            return None
+        t, b, o = d_out.shape
+        dv = torch.mm(d_out.reshape(t * b, o), self.weight).view(t, b, -1)
+        return dv if self.mask is None else dv.mul_(self.mask.values)
+
+    def grad_weight(self, d_out: Tensor) -> Tensor:
+        assert self.masked is not None, "grad_weight before a forward pass"
+        t, b, o = d_out.shape
+        return torch.mm(d_out.reshape(t * b, o).t(), self.masked.reshape(t * b, -1))
+
+    def begin_backward(self) -> None:
+        pass
+
+
+class CompactProjection:
+    """Structured mask: only the kept units' columns of v and rows of W^T enter the products."""
+
+    def __init__(self, weight: Tensor, mask: StructuredMask) -> None:
+        self.weight_t = weight.t().contiguous()  # (N, out): kept units are whole rows
+        self.mask = mask
+        self.slab = torch.empty_like(self.weight_t)  # reused buffer for the kept rows
+        self.kept_v: list[Tensor | None] = [None] * len(mask.keep)  # v[:, K_t] * scale
+        self.grad_weight_t: Tensor | None = None
+
+    def _kept_rows(self, t: int) -> Tensor:
+        keep = self.mask.keep[t]
+        return torch.index_select(self.weight_t, 0, keep, out=self.slab[: keep.numel()])
+
+    def project_all(self, v: Tensor, out: Tensor) -> None:
+        for t in range(v.shape[0]):
+            self.project_step(t, v[t], out[t])
+
+    def project_step(self, t: int, v: Tensor, out: Tensor) -> None:
+        vk = v.index_select(1, self.mask.keep[t]).mul_(self.mask.scale)
+        self.kept_v[t] = vk
+        out.addmm_(vk, self._kept_rows(t))
+
+    def backward_step(self, t: int, d_out: Tensor) -> Tensor:
+        dv = self._backward_kept(t, d_out, need_input=True)
+        assert dv is not None
+        return dv
+
+    def _backward_kept(self, t: int, d_out: Tensor, need_input: bool) -> Tensor | None:
+        keep, vk = self.mask.keep[t], self.kept_v[t]
+        assert vk is not None, "backward before a forward pass"
+        if self.grad_weight_t is None:
+            self.grad_weight_t = torch.zeros_like(self.weight_t)
+        # Weight gradient of the kept rows only: (K_t x B) @ (B x out), added into place.
+        self.grad_weight_t.index_add_(0, keep, torch.mm(vk.t(), d_out))
+        if not need_input:
+            return None
+        rows = self._kept_rows(t)
+        dv = d_out.new_zeros(d_out.shape[0], self.mask.size)
+        dv.index_copy_(1, keep, torch.mm(d_out, rows.t()).mul_(self.mask.scale))
+        return dv
+
+    def backward_all(self, d_out: Tensor, need_input: bool) -> Tensor | None:
+        grads = [self._backward_kept(t, d_out[t], need_input) for t in range(d_out.shape[0])]
+        if not need_input:
+            return None
+        return torch.stack([g for g in grads if g is not None])
+
+    def grad_weight(self, d_out: Tensor) -> Tensor:
+        if self.grad_weight_t is None:
+            self.grad_weight_t = torch.zeros_like(self.weight_t)
+        return self.grad_weight_t.t()
+
+    def begin_backward(self) -> None:
+        self.grad_weight_t = None
+
+
+class WindowProjection:
+    """Window mask: W^T is laid out in the sequence's permutation order once per forward pass, so
+    the kept rows of every step are one contiguous slice and no step gathers or scatters weights.
+
+    Rows are stored for positions 0 .. N + kept - 2 of the doubled permutation, so a window that
+    wraps around the end is still one slice; the gradient of the doubled rows is folded back.
+    """
+
+    def __init__(self, weight: Tensor, mask: WindowMask) -> None:
+        self.mask = mask
+        size, kept = mask.size, mask.kept
+        self.order = torch.cat([mask.perm, mask.perm])[: size + kept - 1]
+        # (out, N + kept - 1): a window is a column slice, which BLAS reads in place through its
+        # leading dimension. The gradient is kept row-major (N + kept - 1, out), where a window is
+        # a block of whole rows that a GEMM can accumulate into directly.
+        self.weight_p = weight.index_select(1, self.order)
+        self.kept_v: list[Tensor | None] = [None] * len(mask.offsets)
+        self.grad_weight_p: Tensor | None = None
+
+    def _rows(self, t: int) -> slice:
+        start = self.mask.offsets[t]
+        return slice(start, start + self.mask.kept)
+
+    def project_all(self, v: Tensor, out: Tensor) -> None:
+        for t in range(v.shape[0]):
+            self.project_step(t, v[t], out[t])
+
+    def project_step(self, t: int, v: Tensor, out: Tensor) -> None:
+        rows = self._rows(t)
+        vk = v.index_select(1, self.order[rows]).mul_(self.mask.scale)
+        self.kept_v[t] = vk
+        out.addmm_(vk, self.weight_p[:, rows].t())
+
+    def backward_step(self, t: int, d_out: Tensor) -> Tensor:
+        dv = self._backward_kept(t, d_out, need_input=True)
+        assert dv is not None
+        return dv
+
+    def _backward_kept(self, t: int, d_out: Tensor, need_input: bool) -> Tensor | None:
+        rows, vk = self._rows(t), self.kept_v[t]
+        assert vk is not None, "backward before a forward pass"
+        if self.grad_weight_p is None:
+            self.grad_weight_p = self.weight_p.new_zeros(self.weight_p.shape[::-1])
+        self.grad_weight_p[rows].addmm_(vk.t(), d_out)  # contiguous rows: no scatter
+        if not need_input:
+            return None
+        dv = d_out.new_zeros(d_out.shape[0], self.mask.size)
+        dvk = torch.mm(d_out, self.weight_p[:, rows]).mul_(self.mask.scale)
+        return dv.index_copy_(1, self.order[rows], dvk)
+
+    def backward_all(self, d_out: Tensor, need_input: bool) -> Tensor | None:
+        grads = [self._backward_kept(t, d_out[t], need_input) for t in range(d_out.shape[0])]
+        if not need_input:
+            return None
+        return torch.stack([g for g in grads if g is not None])
+
+    def grad_weight(self, d_out: Tensor) -> Tensor:
+        grad_t = self.weight_p.new_zeros(self.mask.size, self.weight_p.shape[0])
+        if self.grad_weight_p is not None:
+            grad_t.index_add_(0, self.order, self.grad_weight_p)  # folds the doubled rows back
+        return grad_t.t()
+
+    def begin_backward(self) -> None:
+        self.grad_weight_p = None
+
+
+ProjectionFactory: TypeAlias = Callable[[Tensor, Any, int], Projection]
+
+# Which projection computes a masked product, by the kind of mask (None means no dropout).
+PROJECTIONS: dict[type, ProjectionFactory] = {
+    type(None): lambda w, m, steps: DenseProjection(w, None, steps),
+    DenseMask: lambda w, m, steps: DenseProjection(w, m, steps),
+    StructuredMask: lambda w, m, steps: CompactProjection(w, m),
+    WindowMask: lambda w, m, steps: WindowProjection(w, m),
+}
+
+
+def make_projection(weight: Tensor, mask: Mask, steps: int) -> Projection:
+    """The projection that fits the mask's kind: compact for structured masks, dense otherwise."""
+    return PROJECTIONS[type(mask)](weight, mask, steps)
+
+
+def _cell_forward(
+    acts: Tensor, c_prev: Tensor, c_next: Tensor, tanh_c: Tensor, h_out: Tensor
+) -> None:
+    """Gate pre-activations in ``acts`` (B x 4H) become activations in place; then c and h."""
+    hid = c_prev.shape[1]
+    acts[:, : 2 * hid].sigmoid_()
+    acts[:, 2 * hid : 3 * hid].tanh_()
+    acts[:, 3 * hid :].sigmoid_()
+    i, f, g, o = acts.chunk(4, 1)
+    torch.mul(f, c_prev, out=c_next).addcmul_(i, g)
+    torch.tanh(c_next, out=tanh_c)
+    torch.mul(o, tanh_c, out=h_out)
+
+
+def _cell_backward(
+    dh: Tensor, dc: Tensor, acts: Tensor, c_prev: Tensor, tanh_c: Tensor, d_gates: Tensor
+) -> Tensor:
+    """Write the gate pre-activation gradients into ``d_gates``; return the gradient of c_prev.
+
+    Few, wide operations on purpose: at these sizes each elementwise call costs about as much as
+    its arithmetic, so the activation derivatives are formed once over all four gates.
+    """
+    hid = c_prev.shape[1]
+    i, f, g, o = acts.chunk(4, 1)
+    di, df, dg, do = d_gates.chunk(4, 1)
+    dc = dc.addcmul(dh, torch.mul(tanh_c, tanh_c).neg_().add_(1.0).mul_(o))
+    torch.mul(dc, g, out=di)
+    torch.mul(dc, c_prev, out=df)
+    torch.mul(dc, i, out=dg)
+    torch.mul(dh, tanh_c, out=do)
+    # sigmoid' = s - s^2 (gates i, f, o); tanh' = 1 - g^2 (gate g)
+    square = torch.mul(acts, acts)
+    deriv = torch.sub(acts, square)
+    deriv[:, 2 * hid : 3 * hid].copy_(square[:, 2 * hid : 3 * hid]).neg_().add_(1.0)
+    d_gates.mul_(deriv)
+    return dc.mul_(f)
+
+
+class LSTMLayerFn(torch.autograd.Function):
+    """One LSTM layer over a (T, B, I) sequence with the given masks; returns (out, h_T, c_T)."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any,
+        x: Tensor,
+        h0: Tensor,
+        c0: Tensor,
+        w_ih: Tensor,
+        w_hh: Tensor,
+        bias: Tensor,
+        masks: LayerMasks,
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        steps, batch, _ = x.shape
+        hid = h0.shape[1]
+        inp = make_projection(w_ih, masks.input, steps)
+        rec = make_projection(w_hh, masks.recurrent, steps)
+        acts = bias.expand(steps, batch, 4 * hid).contiguous()
+        inp.project_all(x, acts)
+        cs = x.new_empty(steps + 1, batch, hid)
+        cs[0] = c0
+        tanh_c = x.new_empty(steps, batch, hid)
+        out = x.new_empty(steps, batch, hid)
+        h = h0
+        for t in range(steps):
+            rec.project_step(t, h, acts[t])
+            _cell_forward(acts[t], cs[t], cs[t + 1], tanh_c[t], out[t])
+            h = out[t]
+        ctx.projections = (inp, rec)
+        ctx.save_for_backward(acts, cs, tanh_c)
+        return out, out[steps - 1].clone(), cs[steps].clone()
+
+    @staticmethod
+    def backward(  # type: ignore[override]
+        ctx: Any, d_out: Tensor, d_hn: Tensor, d_cn: Tensor
+    ) -> tuple[Tensor | None, ...]:
+        acts, cs, tanh_c = ctx.saved_tensors
+        inp, rec = ctx.projections
+        inp.begin_backward()
+        rec.begin_backward()
+        steps = acts.shape[0]
+        d_gates = torch.empty_like(acts)
+        dh, dc = d_hn, d_cn.clone()
+        for t in reversed(range(steps)):
+            dc = _cell_backward(d_out[t] + dh, dc, acts[t], cs[t], tanh_c[t], d_gates[t])
+            dh = rec.backward_step(t, d_gates[t])
+        need = ctx.needs_input_grad
+        dx = inp.backward_all(d_gates, need_input=need[0])
+        dw_ih = inp.grad_weight(d_gates) if need[3] else None
+        dw_hh = rec.grad_weight(d_gates) if need[4] else None
+        db = d_gates.sum((0, 1)) if need[5] else None
+        return dx, dh, dc, dw_ih, dw_hh, db, None
+
+
+class MaskedLinearFn(torch.autograd.Function):
+    """``(mask(x) @ W^T + b)`` over a (T, B, N) sequence with a structured mask, compactly."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any, x: Tensor, weight: Tensor, bias: Tensor, mask: StructuredMask | WindowMask
+    ) -> Tensor:
+        steps, batch, _ = x.shape
+        out = bias.expand(steps, batch, weight.shape[0]).contiguous()
+        proj = make_projection(weight, mask, steps)
+        proj.project_all(x, out)
+        ctx.projection = proj
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, d_out: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
+        proj = ctx.projection
+        proj.begin_backward()
+        need = ctx.needs_input_grad
+        d_out = d_out.contiguous()
+        dx = proj.backward_all(d_out, need_input=need[0])
+        dw = proj.grad_weight(d_out) if need[1] else None
+        db = d_out.sum((0, 1)) if need[2] else None
+        return dx, dw, db, None
+
+
+def masked_linear(x: Tensor, weight: Tensor, bias: Tensor, mask: Mask) -> Tensor:
+    """A linear layer on a (T, B, N) sequence after dropout with ``mask`` (any mode)."""
+    if isinstance(mask, StructuredMask | WindowMask):
+        return MaskedLinearFn.apply(x, weight, bias, mask)  # type: ignore[no-any-return]
+    if isinstance(mask, DenseMask):
+        x = x * mask.values
+    return torch.nn.functional.linear(x, weight, bias)
+
+
+def reference_lstm_layer(
+    x: Tensor,
+    h0: Tensor,
+    c0: Tensor,
+    weights: tuple[Tensor, Tensor, Tensor, Tensor],
+    input_mask: Tensor | None,
+    recurrent_mask: Tensor | None,
+) -> tuple[Tensor, Tensor, Tensor]:
+    """The dense masked reference: plain autograd ops, full-size products, (T, B, N) masks.
+
+    ``weights`` is (w_ih, w_hh, b_ih, b_hh) as in nn.LSTM. The fast kernels must match it.
+    """
+    w_ih, w_hh, b_ih, b_hh = weights
+    h, c = h0, c0
+    outs = []
+    for t in range(x.shape[0]):
+        xt = x[t] if input_mask is None else x[t] * input_mask[t]
+        ht = h if recurrent_mask is None else h * recurrent_mask[t]
+        gates = xt @ w_ih.t() + b_ih + ht @ w_hh.t() + b_hh
+        i, f, g, o = gates.chunk(4, 1)
+        c = torch.sigmoid(f) * c + torch.sigmoid(i) * torch.tanh(g)
+        h = torch.sigmoid(o) * torch.tanh(c)
+        outs.append(h)
+    return torch.stack(outs), h, c

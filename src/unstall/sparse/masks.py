@@ -1,0 +1,188 @@
+"""Dropout masks of the three modes, sampled ahead of a sequence.
+
+Masks do not depend on the data, so a whole sequence's masks are drawn before the first step. That
+lets a caller inject them (tests replay the same masks through a dense reference) or read back the
+ones a forward pass used, and lets the structured kernels know every kept-unit set in advance.
+
+- ``standard``: elementwise, a fresh Bernoulli draw for every (step, sample, unit), as nn.Dropout.
+- ``locked``: variational (Gal & Ghahramani, AWD-LSTM): one draw per (sample, unit), reused at
+  every step.
+- ``structured``: one draw per (step, unit), shared by the whole batch, fresh at every step. The
+  dropped units are whole columns of the activations, so the matrix products can leave them out.
+- ``structured-window``: structured, with each step's kept set a random window of a random
+  permutation drawn once per sequence (see :class:`WindowMask`): the same per-step and per-unit
+  statistics, and the kept weight rows are contiguous, so nothing is gathered per step.
+
+Dense masks hold the already-scaled values (0 or 1/(1-p)); structured masks hold the sorted indices
+of the kept units per step and the scale.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Literal, TypeAlias
+
+import torch
+from torch import Tensor
+
+from unstall.config import check
+
+DropoutMode: TypeAlias = Literal["standard", "locked", "structured", "structured-window"]
+
+
+@dataclass(frozen=True)
+class DenseMask:
+    """Elementwise mask, already scaled: shape (T, B, N) per step, or (1, B, N) reused every step."""
+
+    values: Tensor
+
+    def at(self, step: int) -> Tensor:
+        """The (B, N) mask of one step."""
+        return self.values[step if self.values.shape[0] > 1 else 0]
+
+    def dense(self, steps: int, batch: int) -> Tensor:
+        """The (T, B, N) mask as a tensor, for the dense reference."""
+        return self.values.expand(steps, batch, self.values.shape[2])
+
+
+@dataclass(frozen=True)
+class StructuredMask:
+    """Per step, the sorted indices of the kept units (shared by the batch), and the 1/(1-p) scale."""
+
+    keep: tuple[Tensor, ...]
+    size: int
+    scale: float
+
+    def dense(self, steps: int, batch: int) -> Tensor:
+        """The equivalent (T, B, N) elementwise mask, for the dense reference."""
+        check(len(self.keep) == steps, self, "keep", f"has {len(self.keep)} steps, need {steps}")
+        out = torch.zeros(steps, self.size, dtype=torch.float64)
+        for t, idx in enumerate(self.keep):
+            out[t, idx.cpu()] = self.scale
+        return out.unsqueeze(1).expand(steps, batch, self.size)
+
+    def to(self, device: torch.device) -> StructuredMask:
+        """The same mask with its index tensors on ``device``."""
+        return StructuredMask(
+            keep=tuple(k.to(device) for k in self.keep), size=self.size, scale=self.scale
+        )
+
+
+@dataclass(frozen=True)
+class WindowMask:
+    """Structured, with the kept set of step t a window of a per-sequence random permutation.
+
+    ``keep(t) = perm[o_t], perm[o_t + 1], ..., perm[o_t + kept - 1]`` (indices modulo N). For one
+    step this is a uniformly random set of ``kept`` units, and each unit is kept at each step
+    independently with probability kept/N, as with :class:`StructuredMask`; what differs is that
+    units next to each other in ``perm`` tend to be dropped together within the sequence. The
+    payoff: with W^T laid out in ``perm`` order once per sequence, every step's kept rows are one
+    contiguous slice, so no per-step gather or scatter of the weights is needed.
+    """
+
+    perm: Tensor
+    offsets: tuple[int, ...]
+    kept: int
+    scale: float
+
+    @property
+    def size(self) -> int:
+        return int(self.perm.numel())
+
+    def keep(self, step: int) -> Tensor:
+        """Indices of the units kept at ``step`` (in window order, not sorted)."""
+        start = self.offsets[step]
+        return torch.cat([self.perm, self.perm])[start : start + self.kept]
+
+    def dense(self, steps: int, batch: int) -> Tensor:
+        """The equivalent (T, B, N) elementwise mask, for the dense reference."""
+        out = torch.zeros(steps, self.size, dtype=torch.float64)
+        for t in range(steps):
+            out[t, self.keep(t).cpu()] = self.scale
+        return out.unsqueeze(1).expand(steps, batch, self.size)
+
+    def to(self, device: torch.device) -> WindowMask:
+        """The same mask with its permutation on ``device``."""
+        return WindowMask(
+            perm=self.perm.to(device), offsets=self.offsets, kept=self.kept, scale=self.scale
+        )
+
+
+Mask: TypeAlias = DenseMask | StructuredMask | WindowMask | None
+
+
+@dataclass(frozen=True)
+class LayerMasks:
+    """The masks of one LSTM layer for one sequence: on its input x_t and on h_{t-1} into the gates."""
+
+    input: Mask
+    recurrent: Mask
+
+
+MaskSampler: TypeAlias = Callable[
+    [int, int, int, float, torch.Generator], DenseMask | StructuredMask | WindowMask
+]
+
+
+def _standard(steps: int, batch: int, size: int, p: float, gen: torch.Generator) -> DenseMask:
+    kept = torch.rand(steps, batch, size, generator=gen, device=gen.device) >= p
+    return DenseMask(kept.to(torch.get_default_dtype()) / (1.0 - p))
+
+
+def _locked(steps: int, batch: int, size: int, p: float, gen: torch.Generator) -> DenseMask:
+    kept = torch.rand(1, batch, size, generator=gen, device=gen.device) >= p
+    return DenseMask(kept.to(torch.get_default_dtype()) / (1.0 - p))
+
+
+def _structured(steps: int, batch: int, size: int, p: float, gen: torch.Generator) -> StructuredMask:
+    kept = torch.rand(steps, size, generator=gen, device=gen.device) >= p
+    keep = tuple(row.nonzero().squeeze(1) for row in kept)
+    return StructuredMask(keep=keep, size=size, scale=1.0 / (1.0 - p))
+
+
+def _window(steps: int, batch: int, size: int, p: float, gen: torch.Generator) -> WindowMask:
+    kept = max(1, round((1.0 - p) * size))  # the drop rate is 1 - kept/size, p rounded to units
+    perm = torch.randperm(size, generator=gen, device=gen.device)
+    offsets = torch.randint(size, (steps,), generator=gen, device=gen.device)
+    return WindowMask(
+        perm=perm, offsets=tuple(int(o) for o in offsets), kept=kept, scale=size / kept
+    )
+
+
+MASK_SAMPLERS: dict[str, MaskSampler] = {
+    "standard": _standard,
+    "locked": _locked,
+    "structured": _structured,
+    "structured-window": _window,
+}
+
+
+def check_dropout(owner: object, field: str, p: float) -> None:
+    """A dropout probability must lie in [0, 1): at 1 nothing is kept and the scale is infinite."""
+    check(0.0 <= p < 1.0, owner, field, f"must be in [0, 1), got {p!r}")
+
+
+def check_mode(owner: object, field: str, mode: str) -> None:
+    """``mode`` must name a sampler in :data:`MASK_SAMPLERS`."""
+    check(mode in MASK_SAMPLERS, owner, field, f"unknown mode {mode!r}; known: {list(MASK_SAMPLERS)}")
+
+
+def sample_mask(
+    mode: str, steps: int, batch: int, size: int, p: float, generator: torch.Generator
+) -> Mask:
+    """Draw the mask of one connection for ``steps`` steps; ``None`` when nothing is dropped."""
+    check_mode("sample_mask", "mode", mode)
+    check_dropout("sample_mask", "p", p)
+    if p == 0.0:
+        return None
+    return MASK_SAMPLERS[mode](steps, batch, size, p, generator)
+
+
+def mask_to(mask: Mask, device: torch.device, dtype: torch.dtype) -> Mask:
+    """Move a mask to the device (and, for dense masks, the dtype) of the tensors it multiplies."""
+    if isinstance(mask, DenseMask):
+        return DenseMask(mask.values.to(device=device, dtype=dtype))
+    if isinstance(mask, StructuredMask | WindowMask):
+        return mask.to(device)
+    return None
