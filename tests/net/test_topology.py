@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import pytest
 
 from unstall.errors import ConfigError, DataFileError
 from unstall.net.topology import (
+    CALIBRATED_NETWORK_EFFICIENCY,
     TOPOLOGY_PRESETS,
     LinkSpec,
     TopologyConfig,
@@ -33,7 +35,7 @@ def test_presets_sizes() -> None:
 
 
 def test_derived_links() -> None:
-    t = small()
+    t = dataclasses.replace(small(), network_efficiency=1.0)
     # V100 defaults to NVLink2: 150 GB/s a direction per GPU
     assert t.intra_spec.bandwidth_gbps == 1200.0
     assert t.capacity(intra_link(0)) == pytest.approx(1200e9 / 8 * 4)
@@ -44,6 +46,17 @@ def test_derived_links() -> None:
     links = list(t.links())
     assert len(links) == 2 * 8 + 2 and uplink_link(1) in links
     assert t.capacities()[uplink_link(0)] == pytest.approx(50e9 / 8)
+
+
+def test_network_efficiency_scales_nics_and_uplinks_only() -> None:
+    full = dataclasses.replace(small(), network_efficiency=1.0)
+    assert small().network_efficiency == CALIBRATED_NETWORK_EFFICIENCY
+    t = dataclasses.replace(small(), network_efficiency=0.5)
+    assert t.capacity(nic_link(0)) == pytest.approx(full.capacity(nic_link(0)) / 2)
+    assert t.capacity(uplink_link(1)) == pytest.approx(full.capacity(uplink_link(1)) / 2)
+    assert t.capacity(intra_link(0)) == full.capacity(intra_link(0))
+    with pytest.raises(ConfigError, match="network_efficiency"):
+        dataclasses.replace(small(), network_efficiency=0.0)
 
 
 def test_explicit_uplink_and_intra_override() -> None:

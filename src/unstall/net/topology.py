@@ -76,6 +76,18 @@ class LinkSpec:
         return cls(bandwidth_gbps=preset.bandwidth_gbps, latency_us=preset.latency_us)
 
 
+def _scaled(spec: LinkSpec, efficiency: float) -> LinkSpec:
+    if efficiency == 1.0:
+        return spec
+    return LinkSpec(bandwidth_gbps=spec.bandwidth_gbps * efficiency, latency_us=spec.latency_us)
+
+
+# Achieved / nominal network bandwidth of gradient all-reduce, from `unstall sim calibrate` on
+# Pollux's placements (benchmarks/BENCHMARKS.md): the fitted NIC figure is 5.0-5.8 Gbps for the
+# four applications with known gradient sizes, on AWS g4dn.12xlarge nodes with 50 Gbps NICs.
+CALIBRATED_NETWORK_EFFICIENCY = 0.11
+
+
 def _default_nic() -> LinkSpec:
     return LinkSpec.from_preset(NIC_PRESETS["100g"])
 
@@ -99,6 +111,10 @@ class TopologyConfig:
     nic: LinkSpec = field(default_factory=_default_nic)
     uplink: LinkSpec | None = None
     oversubscription: float = 1.0
+    # Fraction of NIC and uplink line rate that gradient communication achieves in practice
+    # (transport stack, collective implementation). 1.0 is line rate; the presets use
+    # CALIBRATED_NETWORK_EFFICIENCY, fitted to Pollux's measured step times.
+    network_efficiency: float = 1.0
 
     def __post_init__(self) -> None:
         for name in ("racks", "nodes_per_rack", "gpus_per_node"):
@@ -147,6 +163,13 @@ class TopologyConfig:
             f"must be >= 1 (1 = non-blocking), got {self.oversubscription!r}",
         )
         check(
+            isinstance(self.network_efficiency, int | float)
+            and 0.0 < self.network_efficiency <= 1.0,
+            self,
+            "network_efficiency",
+            f"must be in (0, 1], got {self.network_efficiency!r}",
+        )
+        check(
             self.uplink is None or self.oversubscription == 1.0,
             self,
             "oversubscription",
@@ -187,15 +210,23 @@ class TopologyConfig:
             latency_us=SWITCH_HOP_LATENCY_US,
         )
 
+    @cached_property
+    def _effective_nic(self) -> LinkSpec:
+        return _scaled(self.nic, self.network_efficiency)
+
+    @cached_property
+    def _effective_uplink(self) -> LinkSpec:
+        return _scaled(self.uplink_spec, self.network_efficiency)
+
     def spec_of(self, link: LinkId) -> LinkSpec:
         """The spec of one hop over ``link``: what a single flow can get when alone."""
         kind = link[0]
         if kind == INTRA:
             return self.intra_spec
         if kind == NIC:
-            return self.nic
+            return self._effective_nic
         if kind == UPLINK:
-            return self.uplink_spec
+            return self._effective_uplink
         raise ConfigError("LinkId", "kind", f"unknown link kind {kind!r}; known: {LINK_KINDS}")
 
     def capacity(self, link: LinkId) -> float:
@@ -227,7 +258,10 @@ class TopologyConfig:
 
 
 def small() -> TopologyConfig:
-    """32 GPUs: 2 racks x 4 nodes x 4 V100 (NVLink2), 25 GbE NICs, uplinks 2:1 oversubscribed."""
+    """32 GPUs: 2 racks x 4 nodes x 4 V100 (NVLink2), 25 GbE NICs, uplinks 2:1 oversubscribed.
+
+    Like every preset, the network achieves the calibrated share of its line rate.
+    """
     return TopologyConfig(
         name="small",
         racks=2,
@@ -236,6 +270,7 @@ def small() -> TopologyConfig:
         device="v100",
         nic=LinkSpec.from_preset(NIC_PRESETS["25g"]),
         oversubscription=2.0,
+        network_efficiency=CALIBRATED_NETWORK_EFFICIENCY,
     )
 
 
@@ -249,6 +284,7 @@ def medium() -> TopologyConfig:
         device="v100",
         nic=LinkSpec.from_preset(NIC_PRESETS["100g"]),
         oversubscription=2.0,
+        network_efficiency=CALIBRATED_NETWORK_EFFICIENCY,
     )
 
 
@@ -273,6 +309,7 @@ def philly() -> TopologyConfig:
         intra_link_kind="pcie3",
         nic=LinkSpec.from_preset(NIC_PRESETS["100g"]),
         oversubscription=2.0,
+        network_efficiency=CALIBRATED_NETWORK_EFFICIENCY,
     )
 
 

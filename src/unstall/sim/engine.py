@@ -12,7 +12,14 @@ from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from unstall.sched.base import ClusterLayout, ClusterSnapshot, Decision, Placement, Policy
+from unstall.sched.base import (
+    ClusterLayout,
+    ClusterSnapshot,
+    Decision,
+    JobView,
+    Placement,
+    Policy,
+)
 from unstall.sim.congestion import CongestionSchedule
 from unstall.sim.events import EventKind, EventQueue
 from unstall.sim.network import NetworkState
@@ -75,6 +82,8 @@ class Engine:
         self.queue = EventQueue()
         self.queued: dict[int, SimJob] = {}
         self.running: dict[int, SimJob] = {}
+        self.queued_views: dict[int, JobView] = {}
+        self.running_views: dict[int, JobView] = {}
         self.timers: list[str] = []
         self.timeline = Timeline()
         self.rng = random.Random(settings.seed)
@@ -119,10 +128,11 @@ class Engine:
                 else:  # TICK
                     tick_pending = False
                     wake = True
-            self._reshare(now)
+            # Shares are re-computed once per instant, after the round: the policy does not see
+            # rates, and flows that leave and join at the same instant then cost one sharing step.
             if wake:
                 self._round(now, tuple(fired))
-                self._reshare(now)
+            self._reshare(now)
             self._sample(now)
             if self.settings.tick_s and self.queued and not tick_pending:
                 q.push(now + self.settings.tick_s, EventKind.TICK)
@@ -140,15 +150,12 @@ class Engine:
 
     def _round(self, now: float, fired: tuple[str, ...]) -> None:
         self.rounds += 1
-        oracle = self.oracle
-        queued = tuple(
-            (j.make_view(True) if oracle else j.view or j.make_view(False))
-            for j in self.queued.values()
-        )
-        running = tuple(
-            (j.make_view(True) if oracle else j.view or j.make_view(False))
-            for j in self.running.values()
-        )
+        if self.oracle:  # an oracle's views carry remaining work, which changes all the time
+            queued = tuple(j.make_view(True) for j in self.queued.values())
+            running = tuple(j.make_view(True) for j in self.running.values())
+        else:  # views change only when their job does: kept up to date by the state changes
+            queued = tuple(self.queued_views.values())
+            running = tuple(self.running_views.values())
         snapshot = ClusterSnapshot(
             now=now,
             layout=self.layout,
@@ -196,8 +203,8 @@ class Engine:
         job.state = JobState.QUEUED
         job.queued_since_s = job.submit_s
         job.changed_s = job.submit_s
-        job.view = None
         self.queued[job.index] = job
+        self.queued_views[job.index] = job.make_view(False)
 
     def _start(self, job: SimJob, placement: Placement, now: float) -> None:
         if now < job.submit_s:
@@ -214,7 +221,8 @@ class Engine:
         job.last_update_s = now
         # A job restarting after a preemption first restores its checkpoint.
         job.paused_until_s = now + self.settings.restore_s if job.preemptions else now
-        job.view = None
+        del self.queued_views[job.index]
+        self.running_views[job.index] = job.make_view(False)
         self._place_on_links(job, placement, now)
 
     def _place_on_links(self, job: SimJob, placement: Placement, now: float) -> None:
@@ -233,7 +241,7 @@ class Engine:
         self.cluster.release(job.placement)
         self.net.remove(job.index)
         del self.running[job.index]
-        job.view = None
+        del self.running_views[job.index]
 
     def _preempt(self, job: SimJob, now: float) -> None:
         self._stop(job, now)
@@ -243,6 +251,7 @@ class Engine:
         job.preemptions += 1
         self.preemptions += 1
         self.queued[job.index] = job
+        self.queued_views[job.index] = job.make_view(False)
 
     def _migrate(self, job: SimJob, placement: Placement, now: float) -> None:
         self._stop(job, now)
@@ -253,6 +262,7 @@ class Engine:
         self.migrations += 1
         job.last_update_s = now
         job.paused_until_s = now + self.settings.restore_s
+        self.running_views[job.index] = job.make_view(False)
         self._place_on_links(job, placement, now)
 
     def _finish(self, job: SimJob, now: float) -> None:

@@ -7,6 +7,7 @@ dictionary lookup and a few float operations.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 
 from unstall.errors import ConfigError
@@ -34,17 +35,31 @@ APPLICATION_MODELS: dict[str, tuple[str, dict[str, object]]] = {
 }
 
 
+# Per-iteration time that does not shrink with FLOPs (kernel launches, optimizer step, Python):
+# the smallest fixed compute time `unstall sim calibrate` fits on Pollux's data (NCF on a T4).
+# Without it a FLOP-based estimate puts tiny models at microseconds per iteration, which would
+# make their network sensitivity absurdly large.
+FRAMEWORK_OVERHEAD_S = 0.007
+
+
 def spec_for(model: str, device: str) -> JobPerfSpec:
     """The perf spec of a trace's model name: a zoo model, or a Pollux application."""
     from unstall.workload import zoo
 
     if model in APPLICATION_MODELS:
         name, options = APPLICATION_MODELS[model]
-        return JobPerfSpec.from_facts(zoo.facts(name, **options), device_name=device, name=model)
-    if model in zoo.MODEL_REGISTRY:
-        return JobPerfSpec.from_facts(zoo.facts(model), device_name=device, name=model)
-    known = sorted([*zoo.names(), *APPLICATION_MODELS])
-    raise ConfigError("trace", "model", f"unknown model {model!r}; known: {known}")
+        facts = zoo.facts(name, **options)
+    elif model in zoo.MODEL_REGISTRY:
+        facts = zoo.facts(model)
+    else:
+        known = sorted([*zoo.names(), *APPLICATION_MODELS])
+        raise ConfigError("trace", "model", f"unknown model {model!r}; known: {known}")
+    spec = JobPerfSpec.from_facts(facts, device_name=device, name=model)
+    return dataclasses.replace(
+        spec,
+        compute_s=spec.compute_s + FRAMEWORK_OVERHEAD_S,
+        fixed_compute_s=FRAMEWORK_OVERHEAD_S,
+    )
 
 
 def _shape(placement: Placement, topology: TopologyConfig) -> perf.Placement:

@@ -51,7 +51,6 @@ class SimJob:
         "state",
         "submit_s",
         "version",
-        "view",
         "work_iters",
     )
 
@@ -93,7 +92,6 @@ class SimJob:
         self.preemptions = 0
         self.migrations = 0
         self.comm_overhead_s = 0.0
-        self.view: JobView | None = None
 
     def advance(self, now: float) -> None:
         """Account the progress made since the last update at the current iteration time."""
@@ -119,7 +117,7 @@ class SimJob:
 
     def make_view(self, oracle: bool) -> JobView:
         running = self.state == JobState.RUNNING
-        self.view = JobView(
+        return JobView(
             job_id=self.job_id,
             index=self.index,
             num_gpus=self.num_gpus,
@@ -134,7 +132,6 @@ class SimJob:
             preemptions=self.preemptions,
             remaining_s_oracle=self.remaining_cons_s() if oracle else None,
         )
-        return self.view
 
 
 class ClusterState:
