@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from unstall import __version__
-from unstall.cli import demo, sim, sim_run, trace
+from unstall.cli import demo, sim, sim_run, sparse, trace
 from unstall.cli.common import console
 from unstall.cli.unbuilt import add_unbuilt
 
@@ -32,8 +32,8 @@ add_unbuilt(
 add_unbuilt(
     app, "profile", "Stall profiler: compute, data, interconnect, network.", "the profiler issue"
 )
-add_unbuilt(
-    app, "sparse", "Sparse training: structured-dropout LSTM, CNN sparsity.", "the sparse issues"
+app.add_typer(
+    sparse.app, name="sparse", help="Sparse training: structured-dropout LSTM, CNN sparsity."
 )
 add_unbuilt(
     app,

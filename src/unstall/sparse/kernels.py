@@ -282,7 +282,7 @@ class LSTMLayerFn(torch.autograd.Function):
     """One LSTM layer over a (T, B, I) sequence with the given masks; returns (out, h_T, c_T)."""
 
     @staticmethod
-    def forward(  # type: ignore[override]
+    def forward(
         ctx: Any,
         x: Tensor,
         h0: Tensor,
@@ -312,9 +312,7 @@ class LSTMLayerFn(torch.autograd.Function):
         return out, out[steps - 1].clone(), cs[steps].clone()
 
     @staticmethod
-    def backward(  # type: ignore[override]
-        ctx: Any, d_out: Tensor, d_hn: Tensor, d_cn: Tensor
-    ) -> tuple[Tensor | None, ...]:
+    def backward(ctx: Any, d_out: Tensor, d_hn: Tensor, d_cn: Tensor) -> tuple[Tensor | None, ...]:
         acts, cs, tanh_c = ctx.saved_tensors
         inp, rec = ctx.projections
         inp.begin_backward()
@@ -337,7 +335,7 @@ class MaskedLinearFn(torch.autograd.Function):
     """``(mask(x) @ W^T + b)`` over a (T, B, N) sequence with a structured mask, compactly."""
 
     @staticmethod
-    def forward(  # type: ignore[override]
+    def forward(
         ctx: Any, x: Tensor, weight: Tensor, bias: Tensor, mask: StructuredMask | WindowMask
     ) -> Tensor:
         steps, batch, _ = x.shape
@@ -348,7 +346,7 @@ class MaskedLinearFn(torch.autograd.Function):
         return out
 
     @staticmethod
-    def backward(ctx: Any, d_out: Tensor) -> tuple[Tensor | None, ...]:  # type: ignore[override]
+    def backward(ctx: Any, d_out: Tensor) -> tuple[Tensor | None, ...]:
         proj = ctx.projection
         proj.begin_backward()
         need = ctx.needs_input_grad
@@ -362,7 +360,8 @@ class MaskedLinearFn(torch.autograd.Function):
 def masked_linear(x: Tensor, weight: Tensor, bias: Tensor, mask: Mask) -> Tensor:
     """A linear layer on a (T, B, N) sequence after dropout with ``mask`` (any mode)."""
     if isinstance(mask, StructuredMask | WindowMask):
-        return MaskedLinearFn.apply(x, weight, bias, mask)  # type: ignore[no-any-return]
+        out: Tensor = MaskedLinearFn.apply(x, weight, bias, mask)
+        return out
     if isinstance(mask, DenseMask):
         x = x * mask.values
     return torch.nn.functional.linear(x, weight, bias)

@@ -134,9 +134,7 @@ class StructuredDropoutLSTM(nn.Module):
         cfg, gen = self.config, self.generator
         return tuple(
             LayerMasks(
-                input=sample_mask(
-                    cfg.mode, steps, batch, self._width(layer), cfg.dropout, gen
-                ),
+                input=sample_mask(cfg.mode, steps, batch, self._width(layer), cfg.dropout, gen),
                 recurrent=sample_mask(
                     cfg.mode, steps, batch, self.hidden_size, cfg.recurrent_dropout, gen
                 ),
@@ -193,7 +191,12 @@ class StructuredDropoutLSTM(nn.Module):
             return zeros, zeros
         h0, c0 = (s.unsqueeze(1) if unbatched else s for s in hx)
         for label, s in (("h0", h0), ("c0", c0)):
-            check(tuple(s.shape) == shape, self, "hx", f"{label} has shape {tuple(s.shape)}, need {shape}")
+            check(
+                tuple(s.shape) == shape,
+                self,
+                "hx",
+                f"{label} has shape {tuple(s.shape)}, need {shape}",
+            )
         return h0, c0
 
     def _masks_for(
@@ -203,7 +206,12 @@ class StructuredDropoutLSTM(nn.Module):
             return tuple(LayerMasks(input=None, recurrent=None) for _ in range(self.num_layers))
         if masks is None:
             masks = self.sample_masks(steps, batch)
-        check(len(masks) == self.num_layers, self, "masks", f"need {self.num_layers}, got {len(masks)}")
+        check(
+            len(masks) == self.num_layers,
+            self,
+            "masks",
+            f"need {self.num_layers}, got {len(masks)}",
+        )
         self.last_masks = tuple(masks)
         return tuple(
             LayerMasks(

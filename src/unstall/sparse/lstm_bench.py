@@ -47,9 +47,13 @@ class LSTMBenchConfig:
 
     def __post_init__(self) -> None:
         check_positive(
-            self, hidden=self.hidden, batch=self.batch, seq_len=self.seq_len,
-            num_layers=self.num_layers, repeats=self.repeats,
-        )  # fmt: skip
+            self,
+            hidden=self.hidden,
+            batch=self.batch,
+            seq_len=self.seq_len,
+            num_layers=self.num_layers,
+            repeats=self.repeats,
+        )
         check_non_negative(self, warmup=self.warmup)
         check_dropout(self, "p", self.p)
         check(self.input_size is None or self.input_size > 0, self, "input_size", "must be > 0")
@@ -95,9 +99,13 @@ def _build(config: LSTMBenchConfig, device: torch.device) -> dict[str, nn.Module
     for i, mode in enumerate(config.modes):
         gen = torch.Generator().manual_seed(config.seed + i)
         models[mode] = StructuredDropoutLSTM(
-            config.width, config.hidden, config.num_layers, dropout=config.p, mode=mode,
+            config.width,
+            config.hidden,
+            config.num_layers,
+            dropout=config.p,
+            mode=mode,
             generator=gen,
-        ).to(device)  # fmt: skip
+        ).to(device)
     if config.with_nn_lstm:
         ref = nn.LSTM(config.width, config.hidden, config.num_layers).to(device)
         first = next(iter(models.values()))

@@ -33,7 +33,7 @@ DropoutMode: TypeAlias = Literal["standard", "locked", "structured", "structured
 
 @dataclass(frozen=True)
 class DenseMask:
-    """Elementwise mask, already scaled: shape (T, B, N) per step, or (1, B, N) reused every step."""
+    """Elementwise mask, already scaled: (T, B, N), one per step, or (1, B, N) for every step."""
 
     values: Tensor
 
@@ -48,7 +48,7 @@ class DenseMask:
 
 @dataclass(frozen=True)
 class StructuredMask:
-    """Per step, the sorted indices of the kept units (shared by the batch), and the 1/(1-p) scale."""
+    """Per step, the sorted indices of the kept units (shared by the batch); the 1/(1-p) scale."""
 
     keep: tuple[Tensor, ...]
     size: int
@@ -114,7 +114,7 @@ Mask: TypeAlias = DenseMask | StructuredMask | WindowMask | None
 
 @dataclass(frozen=True)
 class LayerMasks:
-    """The masks of one LSTM layer for one sequence: on its input x_t and on h_{t-1} into the gates."""
+    """One layer's masks for a sequence: on its input x_t, and on h_{t-1} as it enters the gates."""
 
     input: Mask
     recurrent: Mask
@@ -135,7 +135,9 @@ def _locked(steps: int, batch: int, size: int, p: float, gen: torch.Generator) -
     return DenseMask(kept.to(torch.get_default_dtype()) / (1.0 - p))
 
 
-def _structured(steps: int, batch: int, size: int, p: float, gen: torch.Generator) -> StructuredMask:
+def _structured(
+    steps: int, batch: int, size: int, p: float, gen: torch.Generator
+) -> StructuredMask:
     kept = torch.rand(steps, size, generator=gen, device=gen.device) >= p
     keep = tuple(row.nonzero().squeeze(1) for row in kept)
     return StructuredMask(keep=keep, size=size, scale=1.0 / (1.0 - p))
@@ -165,7 +167,9 @@ def check_dropout(owner: object, field: str, p: float) -> None:
 
 def check_mode(owner: object, field: str, mode: str) -> None:
     """``mode`` must name a sampler in :data:`MASK_SAMPLERS`."""
-    check(mode in MASK_SAMPLERS, owner, field, f"unknown mode {mode!r}; known: {list(MASK_SAMPLERS)}")
+    check(
+        mode in MASK_SAMPLERS, owner, field, f"unknown mode {mode!r}; known: {list(MASK_SAMPLERS)}"
+    )
 
 
 def sample_mask(

@@ -1,0 +1,135 @@
+"""Whole-PTB language-model training, standard vs structured dropout at the same p and epochs.
+
+Reports the training time of every epoch and the validation/test perplexity of each mode, the
+per-epoch speedup of each structured mode over ``standard``, and the validation perplexity gap.
+Goals (BENCHMARKS.md): >= 1.23x per epoch, validation perplexity within 3% of standard.
+
+    python benchmarks/lstm_ptb.py --modes standard,structured --epochs 1 --json out.json
+    # or one process per mode (e.g. in parallel), then:
+    python benchmarks/lstm_ptb.py --compare std.json structured.json --json out.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from unstall.results import to_jsonable
+from unstall.sparse.lm import LMConfig, batches_per_epoch, load_ptb, train_lm
+
+SPEEDUP_GOAL = 1.23
+PPL_GOAL = 0.03
+
+
+class ProgressLog:
+    """Prints a line every 25 batches: the run takes long and is followed in a log file."""
+
+    def __init__(self, mode: str, total: int) -> None:
+        self.mode, self.total, self.seen = mode, total, 0
+        self.start = time.perf_counter()
+
+    def __call__(self, n: int) -> None:
+        self.seen += n
+        if self.seen % 25 == 0 or self.seen == self.total:
+            rate = self.seen / (time.perf_counter() - self.start)
+            print(f"[{self.mode}] batch {self.seen}/{self.total}  {rate:.3f} batch/s", flush=True)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    corpus = load_ptb()
+    runs: dict[str, Any] = {}
+    for mode in args.modes.split(","):
+        config = LMConfig(
+            mode=mode,
+            p=args.p,
+            hidden=args.hidden,
+            layers=args.layers,
+            batch=args.batch,
+            epochs=args.epochs,
+            max_batches=args.max_batches,
+            threads=args.threads,
+            seed=args.seed,
+        )
+        total = batches_per_epoch(corpus, config) * config.epochs
+        result = train_lm(config, corpus, ProgressLog(mode, total))
+        runs[mode] = {"config": to_jsonable(config), "result": result.to_dict()}
+        for e in result.epochs:
+            print(
+                f"[{mode}] epoch {e.epoch}: train {e.train_s:.1f} s, train ppl {e.train_ppl:.2f}, "
+                f"valid ppl {e.valid_ppl:.2f}",
+                flush=True,
+            )
+        print(f"[{mode}] test ppl {result.test_ppl:.2f}", flush=True)
+    return runs
+
+
+def compare(runs: dict[str, Any]) -> dict[str, Any]:
+    """Speedup per epoch and validation-perplexity gap of every mode against ``standard``."""
+    if "standard" not in runs:
+        return {"runs": runs}
+    base = runs["standard"]["result"]
+    base_s = sum(e["train_s"] for e in base["epochs"]) / len(base["epochs"])
+    base_ppl = base["epochs"][-1]["valid_ppl"]
+    summary: dict[str, Any] = {}
+    for mode, run_ in runs.items():
+        res = run_["result"]
+        mean_s = sum(e["train_s"] for e in res["epochs"]) / len(res["epochs"])
+        ppl = res["epochs"][-1]["valid_ppl"]
+        summary[mode] = {
+            "train_s_per_epoch": mean_s,
+            "speedup_per_epoch_vs_standard": base_s / mean_s,
+            "final_valid_ppl": ppl,
+            "valid_ppl_rel_diff_vs_standard": ppl / base_ppl - 1.0,
+            "test_ppl": res["test_ppl"],
+            "meets_speed_goal": base_s / mean_s >= SPEEDUP_GOAL,
+            "meets_ppl_goal": ppl / base_ppl - 1.0 <= PPL_GOAL,
+        }
+    return {"runs": runs, "summary": summary}
+
+
+def print_table(report: dict[str, Any]) -> None:
+    print(
+        f"{'mode':<18} {'s/epoch':>9} {'speedup':>8} {'valid ppl':>10} {'gap':>7} {'test ppl':>9}"
+    )
+    for mode, s in report.get("summary", {}).items():
+        print(
+            f"{mode:<18} {s['train_s_per_epoch']:>9.1f} {s['speedup_per_epoch_vs_standard']:>7.3f}x"
+            f" {s['final_valid_ppl']:>10.2f} {100 * s['valid_ppl_rel_diff_vs_standard']:>6.2f}%"
+            f" {s['test_ppl']:>9.2f}"
+        )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--modes", default="standard,structured")
+    parser.add_argument("--p", type=float, default=0.5)
+    parser.add_argument("--hidden", type=int, default=650)
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--epochs", type=int, default=1)
+    parser.add_argument("--max-batches", type=int, default=None, help="truncate every epoch")
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--compare", nargs="+", type=Path, help="merge earlier --json outputs")
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args(argv)
+    if args.compare:
+        runs: dict[str, Any] = {}
+        for path in args.compare:
+            runs.update(json.loads(path.read_text())["runs"])
+    else:
+        runs = run(args)
+    report = compare(runs)
+    print_table(report)
+    if args.json is not None:
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
+        print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

