@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from unstall import __version__
-from unstall.cli import demo, sim, sim_run, sparse, trace
+from unstall.cli import demo, recommend, sim, sim_run, sparse, trace
 from unstall.cli.common import console
 from unstall.cli.unbuilt import add_unbuilt
 
@@ -35,11 +35,8 @@ add_unbuilt(
 app.add_typer(
     sparse.app, name="sparse", help="Sparse training: structured-dropout LSTM, CNN sparsity."
 )
-add_unbuilt(
-    app,
-    "recommend",
-    "Cheapest cloud GPU configuration that meets a time budget.",
-    "the cost-advisor issue",
+app.command("recommend", short_help="Cheapest cloud GPU configuration that meets a time budget.")(
+    recommend.recommend
 )
 app.command("demo", help="Show each built part at work on the embedded default data.")(demo.demo)
 

@@ -1,0 +1,218 @@
+"""`unstall recommend`: the cheapest cloud GPU configuration that trains a job within a budget."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from unstall.cli.common import (
+    EXIT_FAILED,
+    JsonOpt,
+    QuietOpt,
+    console,
+    err_console,
+    handle_errors,
+    progress_bar,
+    save_json,
+    table,
+)
+from unstall.errors import ConfigError
+
+if TYPE_CHECKING:
+    from unstall.cost.catalog import Catalog
+    from unstall.cost.predict import JobModel
+    from unstall.cost.recommend import Candidate, Recommendation
+
+COLUMNS = [
+    "#",
+    "configuration",
+    "GPUs",
+    "$/h",
+    "hours",
+    "cost $",
+    "comm stall",
+    "source",
+    "budget",
+    "front",
+]
+
+
+def _job(profile: Path | None, model: str | None, precision: str, catalog: Catalog) -> JobModel:
+    from unstall.cost.predict import job_from_model, job_from_profile
+    from unstall.workload.profiles import JobProfile
+
+    if (profile is None) == (model is None):
+        raise ConfigError("recommend", "--profile/--model", "give exactly one of them")
+    if profile is not None:
+        return job_from_profile(JobProfile.from_json(profile), precision=precision)
+    assert model is not None
+    return job_from_model(model, catalog.devices, precision=precision)
+
+
+def _row(rank: int, c: Candidate) -> list[object]:
+    stall = f"{c.comm_stall_share:.0%} {c.slowest_link}" if c.exposed_comm_s > 0 else "-"
+    return [
+        str(rank),
+        c.label,
+        str(c.gpus),
+        f"{c.usd_per_hour:,.2f}",
+        f"{c.predicted_hours:,.2f}",
+        f"{c.predicted_cost_usd:,.0f}",
+        stall,
+        c.source,
+        "ok" if c.within_budget else "over",
+        "*" if c.on_pareto_front else "",
+    ]
+
+
+def _print(rec: Recommendation, top: int) -> None:
+    shown = rec.candidates[:top]
+    console.print(
+        f"[bold]{rec.job}[/]: {rec.job_origin}; {rec.samples:,} samples x {rec.epochs:g} "
+        f"epochs; budget {rec.budget_hours:g} h",
+        highlight=False,
+    )
+    title = (
+        f"{len(shown)} of {len(rec.candidates)} configurations: within the budget by cost, "
+        "then over it by time"
+    )
+    out = table(title, COLUMNS, [_row(i + 1, c) for i, c in enumerate(shown)])
+    for i in (0, 2, 3, 4, 5):
+        out.columns[i].justify = "right"
+    console.print(out)
+    dates = ", ".join(rec.catalog_dates)
+    console.print(
+        f"catalog {rec.catalog} (prices of {dates}, on-demand); network at "
+        f"{rec.network_efficiency:.0%} of line rate; comm stall: share of an iteration spent "
+        "in communication not hidden behind compute, and the slowest link; front: on the "
+        "time/cost Pareto front",
+        highlight=False,
+    )
+    _print_verdict(rec)
+
+
+def _print_verdict(rec: Recommendation) -> None:
+    if rec.recommended is not None:
+        best = rec.recommended
+        console.print(
+            f"[bold green]recommended:[/] {best.label} ({best.gpus} {best.gpu.upper()}): "
+            f"{best.predicted_hours:,.2f} h, ${best.predicted_cost_usd:,.0f} "
+            f"({best.source}); fastest: {rec.fastest.label}, "
+            f"{rec.fastest.predicted_hours:,.2f} h for ${rec.fastest.predicted_cost_usd:,.0f}",
+            highlight=False,
+        )
+        return
+    fastest = rec.fastest
+    err_console.print(
+        f"[bold red]no configuration meets the {rec.budget_hours:g} h budget:[/] the fastest, "
+        f"{fastest.label}, needs {fastest.predicted_hours:,.2f} h "
+        f"({rec.fastest_over_budget:.2f} x the budget) for ${fastest.predicted_cost_usd:,.0f}",
+        highlight=False,
+    )
+
+
+@handle_errors
+def recommend(
+    samples: Annotated[int, typer.Option("--samples", min=1, help="Training samples per epoch.")],
+    epochs: Annotated[float, typer.Option("--epochs", min=0.0, help="Epochs to train.")],
+    budget_hours: Annotated[
+        float, typer.Option("--budget-hours", help="Time budget for the whole training, hours.")
+    ],
+    profile: Annotated[
+        Path | None,
+        typer.Option(
+            "--profile", help="A JobProfile JSON (from `unstall profile`).", dir_okay=False
+        ),
+    ] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            "--model", help="A zoo model (see `unstall sim models`) estimated from FLOPs."
+        ),
+    ] = None,
+    catalog_path: Annotated[
+        Path | None,
+        typer.Option(
+            "--catalog", help="Instance catalog CSV (default: the AWS one shipped).", dir_okay=False
+        ),
+    ] = None,
+    family: Annotated[
+        list[str] | None,
+        typer.Option("--family", help="Only these instance families (repeat: --family p3 ...)."),
+    ] = None,
+    max_instances: Annotated[
+        int, typer.Option("--max-instances", min=1, help="Try 1..N instances of each type.")
+    ] = 16,
+    global_batch: Annotated[
+        int | None,
+        typer.Option(
+            "--global-batch",
+            min=1,
+            help="Keep this global batch on every configuration (default: keep the job's "
+            "per-GPU batch, so the global batch grows with the GPUs).",
+        ),
+    ] = None,
+    precision: Annotated[
+        str, typer.Option("--precision", help="fp32, or fp16 (mixed precision, tensor cores).")
+    ] = "fp32",
+    network_efficiency: Annotated[
+        float | None,
+        typer.Option(
+            "--network-efficiency",
+            help="Share of the network line rate gradients achieve (default: the share "
+            "calibrated on Pollux's measurements).",
+        ),
+    ] = None,
+    top: Annotated[int, typer.Option("--top", min=1, help="Rows of the table to show.")] = 15,
+    plot: Annotated[
+        Path | None,
+        typer.Option(
+            "--plot", help="Write the time/cost plot with its Pareto front (PNG).", dir_okay=False
+        ),
+    ] = None,
+    json_path: JsonOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Rank cloud GPU configurations (instance type x 1..N) by predicted time and cost; recommend
+    the cheapest one within the budget. Exit 1 when none meets it."""
+    from unstall.cost.catalog import load_catalog
+    from unstall.cost.predict import TrainingConfig
+    from unstall.cost.recommend import RecommendConfig
+    from unstall.cost.recommend import recommend as run_recommend
+    from unstall.net.topology import CALIBRATED_NETWORK_EFFICIENCY
+
+    training = TrainingConfig(
+        samples=samples,
+        epochs=epochs,
+        global_batch=global_batch,
+        network_efficiency=(
+            CALIBRATED_NETWORK_EFFICIENCY if network_efficiency is None else network_efficiency
+        ),
+    )
+    config = RecommendConfig(
+        training=training,
+        budget_hours=budget_hours,
+        max_instances=max_instances,
+        families=tuple(family or ()),
+    )
+    catalog = load_catalog(catalog_path)
+    job = _job(profile, model, precision, catalog)
+    selected = [i for i in catalog if config.selects(i)]
+    with progress_bar("predicting", len(selected), quiet) as advance:
+        rec = run_recommend(job, catalog, config, on_instance=lambda _: advance(1))
+    _print(rec, top)
+    if plot is not None:
+        from unstall.report.cost_plot import plot_recommendation
+
+        console.print(f"wrote {plot_recommendation(rec, plot)}", highlight=False)
+    inputs = {
+        "profile": profile,
+        "model": model,
+        "catalog": catalog.source,
+        "precision": precision,
+    }
+    save_json(json_path, rec, {**inputs, "recommend": config})
+    if not rec.feasible:
+        raise typer.Exit(EXIT_FAILED)
