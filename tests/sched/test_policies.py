@@ -38,7 +38,9 @@ def job(
         changed_s=changed,
         running=bool(placement),
         placement=placement,
-        remaining_s_oracle=remaining,
+        oracle_remaining_s=remaining,
+        oracle_rate=1.0,
+        oracle_resume_s=changed,
     )
 
 

@@ -1,10 +1,127 @@
-"""`unstall demo`: each built part at work on the embedded default data, in a few minutes."""
+"""`unstall demo`: each built part at work on the embedded default data, in a few minutes.
+
+Every section calls the same functions as the real commands, on small inputs, and says which
+command to run for the full-size version. Plots and JSON land in ``--out`` (default out/demo).
+"""
 
 from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated
+
+import typer
 
 from unstall.cli.common import QuietOpt, console
 
 
-def demo(quiet: QuietOpt = False) -> None:
+def _zoo(out: Path, quiet: bool) -> None:
+    from unstall.cli.sim import models
+
+    models(image_size=224, model=None, json_path=out / "zoo.json")
+    console.print("full table and per-tensor view: `unstall sim models [--model resnet50]`")
+
+
+def _perf(out: Path, quiet: bool) -> None:
+    from unstall.cli.common import table
+    from unstall.net.topology import small
+    from unstall.sim.perf_speed import spec_for
+    from unstall.workload.perf import Placement, iteration_time
+
+    topo = small()
+    rows = []
+    for model in ("resnet50", "vgg16", "lstm_lm"):
+        spec = spec_for(model, topo.device)
+        for label, placement, congestion in (
+            ("4 (one node)", Placement.parse("4"), 0.0),
+            ("22 (two nodes)", Placement.parse("22"), 0.0),
+            ("1111 (four nodes)", Placement.parse("1111"), 0.0),
+            ("22, 50% congestion", Placement.parse("22"), 0.5),
+        ):
+            t = iteration_time(spec, placement, topo, congestion=congestion)
+            rows.append([model, label, t.total_s * 1e3, t.comm_s * 1e3, str(t.bottleneck)])
+    console.print(
+        table(
+            f"perf model: 4 GPUs of the '{topo.name}' cluster ({topo.device}, "
+            f"{topo.nic.bandwidth_gbps:g} Gbps NICs at {topo.network_efficiency:.0%} efficiency)",
+            ["model", "placement", "iteration ms", "comm ms", "bottleneck"],
+            rows,
+        )
+    )
+    console.print("fit to measured data: `unstall sim calibrate --placements DIR`")
+
+
+def _trace(out: Path, quiet: bool) -> None:
+    from unstall.cli.trace import print_summary
+    from unstall.traces import default_trace
+
+    print_summary(default_trace().summary(top=5))
+
+
+def _sim(out: Path, quiet: bool) -> None:
+    from unstall.cli.sim_run import compare
+
+    compare(
+        policies="",
+        trace=None,
+        trace_format="auto",
+        cluster="small",
+        congestion="medium",
+        seed=0,
+        restore_s=60.0,
+        max_jobs=None,
+        out=out / "sim",
+        quiet=quiet,
+    )
+    console.print("on a real trace: `unstall sim compare --trace philly_jobs.csv --cluster philly`")
+
+
+def _sparse_lstm(out: Path, quiet: bool) -> None:
+    from unstall.cli.sparse import lstm_bench
+
+    lstm_bench(
+        hidden=512,
+        batch=32,
+        p=0.5,
+        seq_len=20,
+        layers=1,
+        repeats=3,
+        modes="standard,structured",
+        nn_lstm=False,
+        device="cpu",
+        threads=None,
+        json_path=out / "lstm_bench.json",
+        quiet=quiet,
+    )
+    console.print(
+        "full size: `unstall sparse lstm-bench --hidden 1024 --batch 64 --p 0.5`; "
+        "training on Penn Treebank: `unstall sparse lstm-train --mode structured --p 0.5`"
+    )
+
+
+# (title, runner): the parts that are built, in the order a new user meets them.
+SECTIONS: list[tuple[str, Callable[[Path, bool], None]]] = [
+    ("model zoo: static facts computed from the torch modules", _zoo),
+    ("perf model: iteration time on a placement, with congestion", _perf),
+    ("traces: the embedded default trace", _trace),
+    ("cluster simulator: every scheduler on the embedded trace, medium congestion", _sim),
+    ("sparse training: structured dropout that really skips the dropped units", _sparse_lstm),
+]
+
+
+def demo(
+    out: Annotated[
+        Path, typer.Option("--out", help="Folder for the plots and JSON the demo writes.")
+    ] = Path("out/demo"),
+    quiet: QuietOpt = False,
+) -> None:
     """Show each built part at work on the embedded default data."""
-    console.rule("unstall demo")
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    for title, section in SECTIONS:
+        console.rule(title)
+        t0 = time.perf_counter()
+        section(out, quiet)
+        console.print(f"[dim]({time.perf_counter() - t0:.1f} s)[/]")
+    console.rule(f"done in {time.perf_counter() - started:.0f} s; plots and JSON in {out}/")

@@ -38,15 +38,27 @@ class JobView:
     running: bool
     placement: Placement = ()
     preemptions: int = 0
-    # Seconds of work left at the consolidated speed; only filled for policies that declare
-    # ``needs_oracle`` (SRTF is an oracle baseline), otherwise None.
-    remaining_s_oracle: float | None = None
+    # Only for policies that declare ``needs_oracle`` (SRTF is an oracle baseline): the seconds
+    # of work left at the consolidated speed at ``changed_s``, and how many of those seconds each
+    # second of running removes (1 on the consolidated placement, less when slowed down) from
+    # ``resume_s`` on (a restarted job first restores its checkpoint). None for fair policies.
+    oracle_remaining_s: float | None = None
+    oracle_rate: float = 0.0
+    oracle_resume_s: float = 0.0
 
     def attained_gpu_s(self, now: float) -> float:
         """GPU-seconds of service received up to ``now``."""
         if self.running:
             return self.attained_gpu_s_at_change + (now - self.changed_s) * self.num_gpus
         return self.attained_gpu_s_at_change
+
+    def remaining_oracle_s(self, now: float) -> float:
+        """Seconds of work left at ``now`` at the consolidated speed (oracle policies only)."""
+        if self.oracle_remaining_s is None:
+            raise ValueError(f"job {self.job_id}: no oracle figures (policy lacks needs_oracle)")
+        if not self.running or now <= self.oracle_resume_s:
+            return self.oracle_remaining_s
+        return max(0.0, self.oracle_remaining_s - (now - self.oracle_resume_s) * self.oracle_rate)
 
     def waiting_s(self, now: float) -> float:
         """Seconds since the job last entered the queue (0 when running)."""

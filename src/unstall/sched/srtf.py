@@ -26,9 +26,10 @@ class Srtf:
         if not snapshot.queued:
             return Decision()
 
+        now = snapshot.now
+
         def remaining(job: JobView) -> float:
-            assert job.remaining_s_oracle is not None, "srtf runs only with oracle durations"
-            return job.remaining_s_oracle
+            return job.remaining_oracle_s(now)
 
         free = FreeGpus(snapshot)
         waiting = sorted(snapshot.queued, key=lambda j: (remaining(j), j.submit_s, j.index))

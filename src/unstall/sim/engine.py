@@ -150,12 +150,9 @@ class Engine:
 
     def _round(self, now: float, fired: tuple[str, ...]) -> None:
         self.rounds += 1
-        if self.oracle:  # an oracle's views carry remaining work, which changes all the time
-            queued = tuple(j.make_view(True) for j in self.queued.values())
-            running = tuple(j.make_view(True) for j in self.running.values())
-        else:  # views change only when their job does: kept up to date by the state changes
-            queued = tuple(self.queued_views.values())
-            running = tuple(self.running_views.values())
+        # Views change only when their job does; the state changes keep them up to date.
+        queued = tuple(self.queued_views.values())
+        running = tuple(self.running_views.values())
         snapshot = ClusterSnapshot(
             now=now,
             layout=self.layout,
@@ -204,7 +201,7 @@ class Engine:
         job.queued_since_s = job.submit_s
         job.changed_s = job.submit_s
         self.queued[job.index] = job
-        self.queued_views[job.index] = job.make_view(False)
+        self.queued_views[job.index] = job.make_view(self.oracle)
 
     def _start(self, job: SimJob, placement: Placement, now: float) -> None:
         if now < job.submit_s:
@@ -222,7 +219,7 @@ class Engine:
         # A job restarting after a preemption first restores its checkpoint.
         job.paused_until_s = now + self.settings.restore_s if job.preemptions else now
         del self.queued_views[job.index]
-        self.running_views[job.index] = job.make_view(False)
+        self.running_views[job.index] = job.make_view(self.oracle)
         self._place_on_links(job, placement, now)
 
     def _place_on_links(self, job: SimJob, placement: Placement, now: float) -> None:
@@ -251,7 +248,7 @@ class Engine:
         job.preemptions += 1
         self.preemptions += 1
         self.queued[job.index] = job
-        self.queued_views[job.index] = job.make_view(False)
+        self.queued_views[job.index] = job.make_view(self.oracle)
 
     def _migrate(self, job: SimJob, placement: Placement, now: float) -> None:
         self._stop(job, now)
@@ -262,7 +259,7 @@ class Engine:
         self.migrations += 1
         job.last_update_s = now
         job.paused_until_s = now + self.settings.restore_s
-        self.running_views[job.index] = job.make_view(False)
+        self.running_views[job.index] = job.make_view(self.oracle)
         self._place_on_links(job, placement, now)
 
     def _finish(self, job: SimJob, now: float) -> None:
@@ -275,6 +272,8 @@ class Engine:
         job.advance(now)
         job.iter_s = iter_s
         job.version += 1
+        if self.oracle:  # an oracle's view carries the rate at which work runs down
+            self.running_views[job.index] = job.make_view(True)
         self.queue.push(job.finish_time(now), EventKind.FINISH, job.index, job.version)
 
     def _reshare(self, now: float) -> None:

@@ -116,7 +116,9 @@ class SimJob:
         return (left if left > 0.0 else 0.0) * self.cons_iter_s
 
     def make_view(self, oracle: bool) -> JobView:
+        """The job as policies see it; call after ``advance`` so progress is up to date."""
         running = self.state == JobState.RUNNING
+        resume = max(self.last_update_s, self.paused_until_s)
         return JobView(
             job_id=self.job_id,
             index=self.index,
@@ -130,7 +132,9 @@ class SimJob:
             running=running,
             placement=self.placement if running else (),
             preemptions=self.preemptions,
-            remaining_s_oracle=self.remaining_cons_s() if oracle else None,
+            oracle_remaining_s=self.remaining_cons_s() if oracle else None,
+            oracle_rate=self.cons_iter_s / self.iter_s if oracle else 0.0,
+            oracle_resume_s=resume if oracle else 0.0,
         )
 
 
