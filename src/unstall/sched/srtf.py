@@ -33,7 +33,9 @@ class Srtf:
 
         free = FreeGpus(snapshot)
         waiting = sorted(snapshot.queued, key=lambda j: (remaining(j), j.submit_s, j.index))
-        victims = sorted(snapshot.running, key=lambda j: (-remaining(j), j.index))
+        # Longest remaining first; sorted only when some job does not fit (rare on a busy
+        # cluster's typical round, where one arrival meets free GPUs).
+        victims: list[JobView] | None = None
         starts: list[Start] = []
         preempts: list[Preempt] = []
         for job in waiting:
@@ -41,6 +43,8 @@ class Srtf:
                 # Preempt the longest-remaining running jobs, but only when enough of them are
                 # much longer than this job to make room (a placement anywhere then exists).
                 need = job.num_gpus - free.total
+                if victims is None:
+                    victims = sorted(snapshot.running, key=lambda j: (-remaining(j), j.index))
                 chosen = []
                 for victim in victims:
                     if need <= 0 or remaining(victim) * self.preempt_ratio <= remaining(job):
