@@ -55,17 +55,35 @@ class NetworkState:
         return self._rates.get(job)
 
     def recompute(self) -> dict[int, float]:
-        """Re-share the links touched since the last call; returns the flows whose rate changed."""
+        """Re-share the links touched since the last call; returns the flows whose rate changed.
+
+        Only *coupling* links enter the sharing step: links whose flows, each at its cap, would
+        ask for more than the link has. Any other link can never bind more than the flow's own
+        cap does, so it is folded into the caps (``rate <= usable / weight``); this is exact and
+        keeps components small, because most NICs carry a single spread job.
+        """
         if not self.dirty:
             return {}
-        component_links, component_flows = self._component(self.dirty)
+        keep = 1.0 - self.congestion
+        coupling = self._coupling_links(keep)
+        component_links, component_flows = self._component(self.dirty, coupling)
         self.dirty = set()
         if not component_flows:
             return {}
-        keep = 1.0 - self.congestion
         capacity = {link: self._capacity(link) * keep for link in component_links}
-        flows = {job: self._flow[job].weights for job in component_flows}
-        caps = {job: self._flow[job].cap for job in component_flows}
+        flows: dict[int, dict[LinkId, float]] = {}
+        caps: dict[int, float] = {}
+        for job in component_flows:
+            flow = self._flow[job]
+            cap = flow.cap
+            mine: dict[LinkId, float] = {}
+            for link, weight in flow.weights.items():
+                if link in component_links:
+                    mine[link] = weight
+                else:
+                    cap = min(cap, self._capacity(link) * keep / weight)
+            flows[job] = mine
+            caps[job] = cap
         new_rates = max_min_fair(capacity, flows, caps=caps)
         changed: dict[int, float] = {}
         for job, rate in new_rates.items():
@@ -74,20 +92,67 @@ class NetworkState:
                 self._rates[job] = rate
         return changed
 
-    def _component(self, start: set[LinkId]) -> tuple[set[LinkId], set[int]]:
-        """All links and flows connected to ``start`` through shared flows."""
+    def _coupling_links(self, keep: float) -> _Coupling:
+        return _Coupling(self, keep)
+
+    def _is_coupling(self, link: LinkId, keep: float) -> bool:
+        flows = self._flows_on.get(link)
+        if not flows or len(flows) < 2:
+            return False
+        demand = 0.0
+        for job in flows:
+            flow = self._flow[job]
+            demand += flow.weights[link] * flow.cap
+        return demand > self._capacity(link) * keep
+
+    def _component(self, start: set[LinkId], coupling: _Coupling) -> tuple[set[LinkId], set[int]]:
+        """Every flow on a ``start`` link, and everything connected to those flows through
+        coupling links (the only links through which one flow's rate can move another's)."""
         links: set[LinkId] = set()
         flows: set[int] = set()
-        todo = deque(link for link in start if link in self._flows_on)
-        links.update(todo)
+        todo: deque[LinkId] = deque()
+        for link in start:
+            if link not in self._flows_on:
+                continue
+            if coupling(link):
+                links.add(link)
+                todo.append(link)
+            else:  # a non-coupling link still re-plans its own flows (their caps may change)
+                for job in self._flows_on[link]:
+                    if job not in flows:
+                        flows.add(job)
+                        todo.extend(self._new_coupling(job, links, coupling))
         while todo:
             link = todo.popleft()
             for job in self._flows_on[link]:
-                if job in flows:
-                    continue
-                flows.add(job)
-                for other in self._links_of[job]:
-                    if other not in links:
-                        links.add(other)
-                        todo.append(other)
+                if job not in flows:
+                    flows.add(job)
+                    todo.extend(self._new_coupling(job, links, coupling))
         return links, flows
+
+    def _new_coupling(self, job: int, links: set[LinkId], coupling: _Coupling) -> list[LinkId]:
+        """The job's coupling links not seen yet (added to ``links``)."""
+        found = []
+        for link in self._links_of[job]:
+            if link not in links and coupling(link):
+                links.add(link)
+                found.append(link)
+        return found
+
+
+class _Coupling:
+    """Memoised 'is this link coupling?' for one recompute."""
+
+    __slots__ = ("_keep", "_memo", "_net")
+
+    def __init__(self, net: NetworkState, keep: float) -> None:
+        self._net = net
+        self._keep = keep
+        self._memo: dict[LinkId, bool] = {}
+
+    def __call__(self, link: LinkId) -> bool:
+        found = self._memo.get(link)
+        if found is None:
+            found = self._net._is_coupling(link, self._keep)
+            self._memo[link] = found
+        return found

@@ -1,0 +1,59 @@
+"""The simulator's incremental link sharing equals a from-scratch max-min fair share."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from unstall.net.sharing import max_min_fair
+from unstall.sim.network import NetworkState
+from unstall.sim.speed import Flow
+
+LINKS = [("nic", i) for i in range(6)] + [("uplink", 0), ("uplink", 1)]
+CAPACITY = {link: (10.0 if link[0] == "nic" else 15.0) for link in LINKS}
+
+flow_strategy = st.tuples(
+    st.lists(st.sampled_from(LINKS), min_size=1, max_size=4, unique=True),
+    st.floats(1.0, 20.0),
+    st.sampled_from([1.0, 1.0, 2.0]),
+)
+ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("add"), flow_strategy),
+        st.tuples(st.just("remove"), st.integers(0, 30)),
+        st.tuples(st.just("congest"), st.sampled_from([0.0, 0.3, 0.7])),
+    ),
+    min_size=1,
+    max_size=30,
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(ops=ops)
+def test_incremental_rates_equal_a_full_recompute(ops: list[tuple[str, object]]) -> None:
+    net = NetworkState(CAPACITY.__getitem__)
+    flows: dict[int, Flow] = {}
+    next_id = 0
+    for kind, arg in ops:
+        if kind == "add":
+            links, cap, weight = arg  # type: ignore[misc]
+            flow = Flow(weights=dict.fromkeys(links, weight), cap=cap)
+            flows[next_id] = flow
+            net.add(next_id, flow)
+            next_id += 1
+        elif kind == "remove" and flows:
+            job = sorted(flows)[int(arg) % len(flows)]  # type: ignore[call-overload]
+            del flows[job]
+            net.remove(job)
+        elif kind == "congest":
+            net.set_congestion(float(arg))  # type: ignore[arg-type]
+        net.recompute()
+        keep = 1.0 - net.congestion
+        expected = max_min_fair(
+            {link: c * keep for link, c in CAPACITY.items()},
+            {job: f.weights for job, f in flows.items()},
+            caps={job: f.cap for job, f in flows.items()},
+        )
+        for job in flows:
+            assert net.rate(job) == pytest.approx(expected[job], rel=1e-9), job
