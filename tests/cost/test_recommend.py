@@ -221,10 +221,16 @@ def test_the_recommendation_marks_the_front() -> None:
     rec = recommend(JobModel(spec=make_spec(100e6)), default_catalog(), config(24.0))
     on_front = [c for c in rec.candidates if c.on_pareto_front]
     assert sorted(on_front, key=lambda c: c.predicted_hours) == list(rec.pareto_front)
-    assert rec.recommended in rec.pareto_front or any(
-        c.predicted_cost_usd <= rec.recommended.predicted_cost_usd  # type: ignore[union-attr]
-        for c in rec.pareto_front
-    )
+    assert rec.recommended is not None and rec.recommended.on_pareto_front
+
+
+@settings(max_examples=100, deadline=None)
+@given(points=points_lists, budget=st.integers(1, 50))
+def test_the_recommendation_is_always_on_the_front(points: list[Prediction], budget: int) -> None:
+    ranked = rank(points, float(budget))
+    if ranked[0].within_budget:
+        assert ranked[0].on_pareto_front
+        assert not any(dominates(p, ranked[0]) for p in points)
 
 
 # --- config -------------------------------------------------------------------------------------

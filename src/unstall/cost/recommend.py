@@ -111,6 +111,22 @@ def dominates(a: Prediction, b: Prediction) -> bool:
     return no_worse and better
 
 
+def _cost_key(p: Prediction) -> tuple[float, float, float, str, int]:
+    # Costs equal to the cent go to the faster configuration; the exact cost, then the name,
+    # break the remaining ties, so that the recommendation is always on the Pareto front.
+    return (
+        round(p.predicted_cost_usd, 2),
+        p.predicted_hours,
+        p.predicted_cost_usd,
+        p.instance,
+        p.count,
+    )
+
+
+def _time_key(p: Prediction) -> tuple[float, float, str, int]:
+    return (p.predicted_hours, p.predicted_cost_usd, p.instance, p.count)
+
+
 def pareto_front(points: Sequence[Prediction]) -> list[Prediction]:
     """The non-dominated configurations, fastest first (one of each set of equal points).
 
@@ -119,19 +135,11 @@ def pareto_front(points: Sequence[Prediction]) -> list[Prediction]:
     """
     front: list[Prediction] = []
     cheapest_so_far = math.inf
-    for p in sorted(points, key=lambda p: (p.predicted_hours, p.predicted_cost_usd)):
+    for p in sorted(points, key=_time_key):
         if p.predicted_cost_usd < cheapest_so_far:
             front.append(p)
             cheapest_so_far = p.predicted_cost_usd
     return front
-
-
-def _cost_key(p: Prediction) -> tuple[float, float, str, int]:
-    return (round(p.predicted_cost_usd, 2), p.predicted_hours, p.instance, p.count)
-
-
-def _time_key(p: Prediction) -> tuple[float, float, str, int]:
-    return (p.predicted_hours, p.predicted_cost_usd, p.instance, p.count)
 
 
 def rank(predictions: Sequence[Prediction], budget_hours: float) -> list[Candidate]:
