@@ -195,3 +195,24 @@ def _busy_general(
         grouped = live.reshape(groups, n_row_groups, skip_rows, -1).any(dim=2)
         out[:, :, cb] = grouped.sum(dim=2)
     return out
+
+
+def effectual_macs(masks: GemmMasks, m: int, n: int, k: int, groups: int) -> int:
+    """Multiply-accumulates with both operands non-zero and a needed output: the work of an
+    ideal machine that skips every zero at element granularity with perfect load balance."""
+
+    def ones(rows: int, cols: int) -> torch.Tensor:
+        return torch.ones(groups, rows, cols)
+
+    a = masks.a.float() if masks.a is not None else None
+    b = masks.b.float() if masks.b is not None else None
+    if masks.need is None:
+        col_a = a.sum(dim=1) if a is not None else torch.full((groups, k), float(m))
+        row_b = b.sum(dim=2) if b is not None else torch.full((groups, k), float(n))
+        return int((col_a.double() * row_b.double()).sum().item())
+    need = masks.need.float()
+    if b is None:
+        row_a = a.sum(dim=2) if a is not None else torch.full((groups, m), float(k))
+        return int((row_a.double() * need.sum(dim=2).double()).sum().item())
+    products = torch.bmm(a if a is not None else ones(m, k), b)  # (g, m, n) counts
+    return int((products.double() * need.double()).sum().item())

@@ -1,0 +1,97 @@
+"""Train a CNN for a while, record its forward/backward sparsity, predict a zero-skipping array's
+speed-ups: the ``unstall sparse analyze`` run.
+
+>>> from unstall.sparse.cnn_sparsity import CNNSparsityConfig, analyze_cnn
+>>> from unstall.sparse.analyzer import AnalyzerConfig
+>>> result = analyze_cnn(CNNSparsityConfig(analyzer=AnalyzerConfig(model="alexnet")))
+>>> result.backprop_speedup_vs_dense, result.speedup_vs_input_only  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from unstall.results import JsonResult
+from unstall.sparse.accelerator import (
+    AcceleratorConfig,
+    CycleCounter,
+    LayerSpeed,
+    ModelSpeed,
+    model_speed,
+)
+from unstall.sparse.analyzer import (
+    AnalyzerConfig,
+    LayerSparsity,
+    TrainingSummary,
+    profile_training,
+)
+
+# The published figures this model is compared with: Sarma et al., "Exploiting Activation based
+# Gradient Output Sparsity to Accelerate Backpropagation in CNNs" (arXiv:2109.07710, 2021),
+# five CNNs on ImageNet on their micro-architecture.
+PUBLISHED_BACKPROP_SPEEDUP_VS_DENSE = (1.69, 5.43)
+PUBLISHED_SPEEDUP_VS_SPARSITY_AGNOSTIC = (1.68, 3.30)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CNNSparsityConfig:
+    """What to train and record, and the array to predict for."""
+
+    analyzer: AnalyzerConfig = field(default_factory=AnalyzerConfig)
+    accelerator: AcceleratorConfig = field(default_factory=AcceleratorConfig)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LayerRecord(JsonResult):
+    """One layer: its measured sparsity and its predicted cycles and speed-ups."""
+
+    sparsity: LayerSparsity
+    speed: LayerSpeed
+
+
+@dataclass(frozen=True, kw_only=True)
+class CNNSparsityResult(JsonResult):
+    """Per-layer records and the model's predicted speed-ups (full sparsity over dense and over
+    input sparsity only, for back-propagation)."""
+
+    model: str
+    image_size: int
+    batch_size: int
+    data: str
+    array: str
+    skip_rows: int
+    bn_gradient: str
+    backprop_speedup_vs_dense: float
+    speedup_vs_input_only: float
+    summary: ModelSpeed
+    training: TrainingSummary
+    layers: tuple[LayerRecord, ...]
+
+
+def analyze_cnn(
+    config: CNNSparsityConfig, progress: Callable[[int], None] | None = None
+) -> CNNSparsityResult:
+    """Run the analyser with the speed model listening to every recorded layer."""
+    counter = CycleCounter(config.accelerator)
+    profile = profile_training(config.analyzer, on_layer=counter.observe, progress=progress)
+    records = tuple(
+        LayerRecord(sparsity=layer, speed=counter.layer_speed(layer.name))
+        for layer in profile.layers
+    )
+    summary = model_speed([r.speed for r in records])
+    acc = config.accelerator
+    return CNNSparsityResult(
+        model=profile.model,
+        image_size=profile.image_size,
+        batch_size=profile.batch_size,
+        data=profile.data,
+        array=acc.array.label,
+        skip_rows=acc.group_rows,
+        bn_gradient=acc.bn_gradient,
+        backprop_speedup_vs_dense=summary.backprop_speedup_vs_dense,
+        speedup_vs_input_only=summary.speedup_vs_input_only,
+        summary=summary,
+        training=profile.training,
+        layers=records,
+    )
