@@ -1,0 +1,69 @@
+"""`unstall sparse lstm-bench` and `lstm-train` at tiny sizes: tables, JSON, clear errors."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from unstall.cli.app import app
+
+runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def restore_torch_threads():  # type: ignore[no-untyped-def]
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)  # the commands set --threads for the whole process
+
+
+def test_lstm_bench_writes_step_times_per_mode(tmp_path: Path) -> None:
+    out = tmp_path / "bench.json"
+    args = ["sparse", "lstm-bench", "--hidden", "16", "--batch", "4", "--p", "0.5",
+            "--seq-len", "3", "--repeats", "2", "--threads", "1", "--json", str(out)]  # fmt: skip
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "structured" in result.output and "nn.LSTM" in result.output
+    data = json.loads(out.read_text())
+    assert set(data["step_s"]) == {
+        "standard",
+        "locked",
+        "structured",
+        "structured-window",
+        "nn.LSTM",
+    }
+    assert all(v > 0 for v in data["step_s"].values())
+    expected = data["step_s"]["standard"] / data["step_s"]["structured"]
+    assert data["speedup_structured_vs_standard"] == pytest.approx(expected)
+    assert all(len(v) == 2 for v in data["samples_s"].values())
+    config = json.loads(out.with_name("bench.config.json").read_text())
+    assert config["config"]["hidden"] == 16
+
+
+def test_lstm_train_on_penn_treebank_tiny(tmp_path: Path) -> None:
+    out = tmp_path / "train.json"
+    args = ["sparse", "lstm-train", "--mode", "structured", "--p", "0.3", "--hidden", "8",
+            "--layers", "1", "--batch", "16", "--max-batches", "2", "--max-eval-batches", "2",
+            "--threads", "1", "--json", str(out)]  # fmt: skip
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "test perplexity" in result.output and "truncated run" in result.output
+    data = json.loads(out.read_text())
+    assert data["vocab"] == 10_000 and data["train_tokens"] == 929_589
+    (epoch,) = data["epochs"]
+    assert 1 < epoch["valid_ppl"] < 1e6 and math.isfinite(data["test_ppl"])
+    assert epoch["train_s"] > 0
+
+
+def test_bad_mode_or_p_is_one_red_line() -> None:
+    result = runner.invoke(app, ["sparse", "lstm-bench", "--hidden", "8", "--modes", "dense"])
+    assert result.exit_code == 1
+    assert "unknown mode 'dense'" in result.output
+    result = runner.invoke(app, ["sparse", "lstm-train", "--p", "1.0"])
+    assert result.exit_code == 1
+    assert "LMConfig.p" in result.output

