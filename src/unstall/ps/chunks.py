@@ -1,0 +1,161 @@
+"""What a model's parameters are cut into, and who owns each piece.
+
+A *tensor* is one trainable parameter of the model, numbered in creation (registration) order: its
+``key``. A *chunk* is a contiguous slice ``[start, stop)`` of one tensor's flattened elements; a
+whole tensor is the chunk ``[0, numel)``. An :class:`Assignment` is the routing table of one
+iteration: the chunks and the server that owns each. Strategies return one; a controller may
+return another with the same chunks and different owners at an iteration boundary.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+from torch import nn
+
+from unstall.config import check
+
+FLOAT32_BYTES = 4
+
+
+@dataclass(frozen=True, kw_only=True)
+class TensorInfo:
+    """One parameter tensor: creation-order ``key``, qualified name, elements, bytes per element."""
+
+    key: int
+    name: str
+    numel: int
+    itemsize: int = FLOAT32_BYTES
+
+    def __post_init__(self) -> None:
+        check(self.key >= 0, self, "key", f"must be >= 0, got {self.key}")
+        check(self.numel >= 1, self, "numel", f"must be >= 1, got {self.numel}")
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * self.itemsize
+
+
+@dataclass(frozen=True, kw_only=True)
+class Chunk:
+    """Elements ``[start, stop)`` of tensor ``tensor`` (its key); ``id`` is its index in the
+    assignment's chunk list."""
+
+    id: int
+    tensor: int
+    start: int
+    stop: int
+    itemsize: int = FLOAT32_BYTES
+
+    def __post_init__(self) -> None:
+        check(0 <= self.start < self.stop, self, "stop", f"need 0 <= start < stop, got {self}")
+
+    @property
+    def numel(self) -> int:
+        return self.stop - self.start
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * self.itemsize
+
+
+@dataclass(frozen=True, kw_only=True)
+class Assignment:
+    """Chunks (covering every tensor exactly once) and the server index that owns each chunk."""
+
+    chunks: tuple[Chunk, ...]
+    owner: Mapping[int, int]  # chunk id -> server
+    servers: int
+    strategy: str = ""
+    notes: Mapping[str, object] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "owner", MappingProxyType(dict(self.owner)))
+        ids = [c.id for c in self.chunks]
+        check(ids == list(range(len(ids))), self, "chunks", "ids must be 0..n-1 in order")
+        check(set(self.owner) == set(ids), self, "owner", "must map every chunk id exactly once")
+        bad = [s for s in self.owner.values() if not 0 <= s < self.servers]
+        check(not bad, self, "owner", f"server indices must be in [0, {self.servers}), got {bad}")
+
+    def server_bytes(self) -> list[int]:
+        """Parameter bytes each server owns."""
+        load = [0] * self.servers
+        for c in self.chunks:
+            load[self.owner[c.id]] += c.nbytes
+        return load
+
+    def chunks_of(self, server: int) -> list[Chunk]:
+        return [c for c in self.chunks if self.owner[c.id] == server]
+
+    def with_owner(self, owner: Mapping[int, int], servers: int | None = None) -> Assignment:
+        """The same chunks, owned as ``owner`` says (what a controller hands back)."""
+        return Assignment(
+            chunks=self.chunks,
+            owner=owner,
+            servers=self.servers if servers is None else servers,
+            strategy=self.strategy,
+        )
+
+
+def tensor_infos(model: nn.Module) -> list[TensorInfo]:
+    """The trainable parameters of ``model`` in creation order (shared tensors once)."""
+    return [
+        TensorInfo(key=i, name=name, numel=p.numel(), itemsize=p.element_size())
+        for i, (name, p) in enumerate(
+            (n, p) for n, p in model.named_parameters() if p.requires_grad
+        )
+    ]
+
+
+def check_cover(tensors: Sequence[TensorInfo], chunks: Iterable[Chunk]) -> None:
+    """Raise unless ``chunks`` tile every tensor exactly, without gaps or overlaps."""
+    by_tensor: dict[int, list[Chunk]] = {}
+    for c in chunks:
+        by_tensor.setdefault(c.tensor, []).append(c)
+    for t in tensors:
+        pieces = sorted(by_tensor.pop(t.key, []), key=lambda c: c.start)
+        pos = 0
+        for c in pieces:
+            check(c.start == pos, "Assignment", "chunks", f"tensor {t.key}: gap/overlap at {pos}")
+            pos = c.stop
+        check(pos == t.numel, "Assignment", "chunks", f"tensor {t.key}: covered to {pos}")
+    check(not by_tensor, "Assignment", "chunks", f"chunks of unknown tensors {sorted(by_tensor)}")
+
+
+def even_bounds(numel: int, parts: int) -> list[tuple[int, int]]:
+    """``[start, stop)`` of ``parts`` nearly equal contiguous slices of ``numel`` elements (the
+    first ``numel % parts`` slices one element longer); empty slices are left out."""
+    base, extra = divmod(numel, parts)
+    bounds, pos = [], 0
+    for i in range(parts):
+        size = base + (1 if i < extra else 0)
+        if size:
+            bounds.append((pos, pos + size))
+        pos += size
+    return bounds
+
+
+class ChunkList:
+    """Builds a chunk list with consecutive ids, and the owner map beside it."""
+
+    def __init__(self) -> None:
+        self.chunks: list[Chunk] = []
+        self.owner: dict[int, int] = {}
+
+    def add(self, tensor: TensorInfo, start: int, stop: int, server: int) -> None:
+        cid = len(self.chunks)
+        self.chunks.append(
+            Chunk(id=cid, tensor=tensor.key, start=start, stop=stop, itemsize=tensor.itemsize)
+        )
+        self.owner[cid] = server
+
+    def assignment(self, servers: int, strategy: str, **notes: object) -> Assignment:
+        return Assignment(
+            chunks=tuple(self.chunks),
+            owner=self.owner,
+            servers=servers,
+            strategy=strategy,
+            notes=notes,
+        )

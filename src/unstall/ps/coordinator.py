@@ -1,0 +1,357 @@
+"""The driver-side coordinator: starts Ray, owns the server actors and the routing table, runs
+synchronous iterations, and is the place where a controller acts at iteration boundaries.
+
+Hooks for a load balancer (PSLD): between two calls of :meth:`PSCluster.step` a controller may
+:meth:`~PSCluster.reassign` chunks (their parameters and momentum move server to server as
+ObjectRefs, never through the driver), :meth:`~PSCluster.add_server`,
+:meth:`~PSCluster.remove_server` (once it owns nothing) and :meth:`~PSCluster.set_spec`. Every
+step returns the telemetry it needs (per worker, per server transfer times).
+
+An actor that dies stops the run with :class:`PSActorDiedError` naming it; a step that does not
+finish in time raises :class:`PSTimeoutError` naming what it waits on. Nothing hangs.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import ray
+from ray.exceptions import GetTimeoutError, RayActorError
+
+from unstall.errors import UnstallError
+from unstall.ps.chunks import Chunk
+from unstall.ps.data import Dataset
+from unstall.ps.links import ServerSpec
+from unstall.ps.optim import SGDConfig
+from unstall.ps.replica import ModelJob
+from unstall.ps.server import PSServer, ServerIteration
+from unstall.ps.worker import PSWorker, WorkerIteration
+
+PING_TIMEOUT_S = 10.0
+
+
+class PSActorDiedError(UnstallError):
+    """A worker or server actor died; the message names it."""
+
+
+class PSTimeoutError(UnstallError):
+    """A step did not finish in time; the message names what it was waiting on."""
+
+
+def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> bool:
+    """Connect to Ray: ``address`` (or ``RAY_ADDRESS``) for an existing cluster, else a local
+    instance on the loopback interface. True when this call started it (to shut down after)."""
+    # Torch tensors through the object store without a copy; read when Ray starts.
+    os.environ.setdefault("RAY_ENABLE_ZERO_COPY_TORCH_TENSORS", "1")
+    if ray.is_initialized():
+        return False
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    common: dict[str, Any] = {"log_to_driver": False, "configure_logging": False}
+    if address:
+        ray.init(address=address, **common)
+    else:
+        ray.init(
+            num_cpus=num_cpus or os.cpu_count() or 1,
+            include_dashboard=False,
+            _node_ip_address="127.0.0.1",
+            **common,
+        )
+    return True
+
+
+class ActorPool:
+    """Worker and server actors kept across runs: starting an actor starts a process (and a
+    worker imports torch), seconds each, so a benchmark grid or a test module reuses them.
+    Actors found dead are replaced; ``close`` kills them all."""
+
+    def __init__(self) -> None:
+        self.workers: list[Any] = []
+        self.idle_servers: list[Any] = []
+
+    def take_workers(self, count: int) -> list[Any]:
+        """``count`` live worker actors, spread over the cluster's nodes."""
+        self.workers = [w for w in self.workers if _alive(w)]
+        cpus = float(ray.cluster_resources().get("CPU", 1.0))
+        while len(self.workers) < count:
+            self.workers.append(
+                PSWorker.options(  # type: ignore[attr-defined]
+                    num_cpus=min(1.0, cpus / count), scheduling_strategy="SPREAD"
+                ).remote()
+            )
+        return self.workers[:count]
+
+    def take_server(self) -> Any:
+        """An idle server actor (reset by its next owner before use)."""
+        if self.idle_servers:
+            return self.idle_servers.pop()
+        return PSServer.options(scheduling_strategy="SPREAD").remote(  # type: ignore[attr-defined]
+            -1, 1, ServerSpec(), SGDConfig()
+        )
+
+    def give_back_server(self, server: Any) -> None:
+        if _alive(server):
+            self.idle_servers.append(server)
+
+    def close(self) -> None:
+        for actor in [*self.workers, *self.idle_servers]:
+            ray.kill(actor)
+        self.workers, self.idle_servers = [], []
+
+
+@contextmanager
+def actor_pool() -> Iterator[ActorPool]:
+    pool = ActorPool()
+    try:
+        yield pool
+    finally:
+        pool.close()
+
+
+def _alive(actor: Any) -> bool:
+    try:
+        ray.get(actor.ping.remote(), timeout=PING_TIMEOUT_S)
+    except RayActorError:
+        return False
+    except GetTimeoutError:
+        return True  # busy, not dead
+    return True
+
+
+@dataclass(frozen=True, kw_only=True)
+class Migration:
+    """What one reassignment moved, and the pause it caused."""
+
+    chunks: int
+    bytes: int
+    seconds: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class IterationTelemetry:
+    """One synchronous iteration: wall time, mean loss, every worker's and server's view."""
+
+    iteration: int
+    iter_s: float
+    loss: float
+    workers: tuple[WorkerIteration, ...]
+    servers: tuple[ServerIteration, ...]
+    boundary_s: float = 0.0  # controller / scenario work before this iteration
+
+
+class PSCluster:
+    """Servers, the routing table and the iteration barrier of one run."""
+
+    def __init__(
+        self,
+        job: ModelJob,
+        sgd: SGDConfig,
+        pool: ActorPool,
+        *,
+        dataset: Dataset | None = None,
+        timeout_s: float = 300.0,
+    ) -> None:
+        self.job = job
+        self.sgd = sgd
+        self.pool = pool
+        self.workers = pool.take_workers(job.workers)
+        self.timeout_s = timeout_s
+        self.servers: dict[int, Any] = {}
+        self.specs: dict[int, ServerSpec] = {}
+        self.chunks: tuple[Chunk, ...] = ()
+        self.owner: dict[int, int] = {}  # chunk id -> server id
+        self.iteration = -1
+        self._next_server = 0
+        self._labels: dict[str, Any] = {f"worker {r}": w for r, w in enumerate(self.workers)}
+        data_ref = ray.put(dataset) if dataset is not None else None
+        self._gather(
+            {f"worker {r}": w.setup.remote(r, job, data_ref) for r, w in enumerate(self.workers)}
+        )
+
+    # --- set-up and the controller's hooks -----------------------------------------------------
+
+    def start(
+        self,
+        chunks: Sequence[Chunk],
+        owner: Sequence[int],
+        specs: Sequence[ServerSpec],
+        initial: Sequence[np.ndarray],
+    ) -> None:
+        """Start one server per spec (ids 0..n-1), give each the chunks ``owner`` (indexed by
+        chunk id) assigns it, with ``initial`` parameters and zero momentum."""
+        self.chunks = tuple(chunks)
+        for spec in specs:
+            self.add_server(spec)
+        self.owner = {c.id: owner[c.id] for c in self.chunks}
+        loads = {}
+        for sid, server in self.servers.items():
+            state = {
+                c.id: (initial[c.tensor][c.start : c.stop], np.zeros(c.numel, np.float32))
+                for c in self.chunks
+                if self.owner[c.id] == sid
+            }
+            loads[f"server {sid}"] = server.load_chunks.remote(ray.put(state))
+        self._gather(loads)
+        self._send_routes()
+
+    def add_server(self, spec: ServerSpec) -> int:
+        """Start a server that owns nothing yet; its id (ids are never reused)."""
+        sid = self._next_server
+        self._next_server += 1
+        server = self.pool.take_server()
+        self._labels[f"server {sid}"] = server
+        self._gather({f"server {sid}": server.reset.remote(sid, len(self.workers), spec, self.sgd)})
+        self.servers[sid] = server
+        self.specs[sid] = spec
+        return sid
+
+    def remove_server(self, sid: int) -> None:
+        """Stop server ``sid``; it must own no chunk (reassign them first)."""
+        owned = [cid for cid, s in self.owner.items() if s == sid]
+        if owned:
+            raise UnstallError(f"server {sid} still owns {len(owned)} chunk(s): reassign first")
+        self.pool.give_back_server(self.servers.pop(sid))
+        del self.specs[sid]
+        del self._labels[f"server {sid}"]
+
+    def set_spec(self, sid: int, spec: ServerSpec) -> None:
+        """Change server ``sid``'s emulated link and compute (from the next transfer on)."""
+        if self.specs.get(sid) != spec:
+            self._gather({f"server {sid}": self.servers[sid].configure.remote(spec=spec)})
+            self.specs[sid] = spec
+
+    def reassign(self, owner: Mapping[int, int]) -> Migration:
+        """Route chunks as ``owner`` (chunk id -> server id) says from the next iteration on;
+        chunks that change hands carry their parameters and momentum server to server."""
+        started = time.perf_counter()
+        unknown = sorted(set(owner.values()) - set(self.servers))
+        if unknown or set(owner) != set(self.owner):
+            raise UnstallError(f"bad reassignment: unknown servers {unknown} or chunk ids")
+        moves: dict[tuple[int, int], list[int]] = {}
+        for cid, dst in owner.items():
+            if self.owner[cid] != dst:
+                moves.setdefault((self.owner[cid], dst), []).append(cid)
+        loads = {}
+        for (src, dst), cids in moves.items():
+            state_ref = self.servers[src].export_chunks.remote(cids)
+            loads[f"server {dst}"] = self.servers[dst].load_chunks.remote(state_ref)
+        self._gather(loads)
+        drops = {
+            f"server {src}": self.servers[src].drop_chunks.remote(cids)
+            for (src, _), cids in moves.items()
+        }
+        self._gather(drops)
+        self.owner = dict(owner)
+        self._send_routes()
+        moved = [cid for cids in moves.values() for cid in cids]
+        return Migration(
+            chunks=len(moved),
+            bytes=sum(self.chunks[c].nbytes for c in moved),
+            seconds=time.perf_counter() - started,
+        )
+
+    def owned_bytes(self) -> dict[int, int]:
+        out = dict.fromkeys(self.servers, 0)
+        for c in self.chunks:
+            out[self.owner[c.id]] += c.nbytes
+        return out
+
+    def _send_routes(self) -> None:
+        routes = {
+            sid: (handle, tuple(c for c in self.chunks if self.owner[c.id] == sid))
+            for sid, handle in self.servers.items()
+        }
+        self._gather(
+            {f"worker {r}": w.set_routes.remote(routes) for r, w in enumerate(self.workers)}
+        )
+
+    # --- running -------------------------------------------------------------------------------
+
+    def step(self, iteration: int) -> IterationTelemetry:
+        """One synchronous iteration: every worker pulls, computes, pushes; every server steps."""
+        self.iteration = iteration
+        started = time.perf_counter()
+        done = self._gather(
+            {f"worker {r}": w.step.remote(iteration) for r, w in enumerate(self.workers)}
+        )
+        applied = self._gather(
+            {f"server {sid}": s.wait_applied.remote(iteration) for sid, s in self.servers.items()}
+        )
+        workers = tuple(done[f"worker {r}"] for r in range(len(self.workers)))
+        return IterationTelemetry(
+            iteration=iteration,
+            iter_s=time.perf_counter() - started,
+            loss=float(np.mean([w.loss for w in workers])),
+            workers=workers,
+            servers=tuple(applied[f"server {sid}"] for sid in sorted(self.servers)),
+        )
+
+    def params(self) -> list[np.ndarray]:
+        """The current parameters, tensor by tensor, gathered from the servers."""
+        got = self._gather({f"server {sid}": s.params.remote() for sid, s in self.servers.items()})
+        sizes: dict[int, int] = {}
+        for c in self.chunks:
+            sizes[c.tensor] = max(sizes.get(c.tensor, 0), c.stop)
+        out = [np.empty(sizes[t], np.float32) for t in sorted(sizes)]
+        for c in self.chunks:
+            out[c.tensor][c.start : c.stop] = got[f"server {self.owner[c.id]}"][c.id]
+        return out
+
+    def close(self) -> None:
+        """Give the servers back to the pool (the workers stay in it)."""
+        for server in self.servers.values():
+            self.pool.give_back_server(server)
+        self.servers = {}
+
+    # --- waiting without hanging ---------------------------------------------------------------
+
+    def _gather(self, refs: Mapping[str, Any]) -> dict[str, Any]:
+        """Every ref's value by label; raises naming a dead actor or what is still pending."""
+        pending = {ref: label for label, ref in refs.items()}
+        out: dict[str, Any] = {}
+        deadline = time.monotonic() + self.timeout_s
+        while pending:
+            left = deadline - time.monotonic()
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=max(0.0, left))
+            if not ready:
+                self._raise_dead(f"timed out after {self.timeout_s:g} s")
+                waiting = ", ".join(sorted(pending.values()))
+                raise PSTimeoutError(
+                    f"iteration {self.iteration}: no reply in {self.timeout_s:g} s from {waiting}"
+                )
+            for ref in ready:
+                label = pending.pop(ref)
+                try:
+                    out[label] = ray.get(ref)
+                except Exception as exc:  # an actor died, or a method raised
+                    self._raise_dead(_first_line(exc))
+                    raise UnstallError(
+                        f"{label} failed in iteration {self.iteration}: {_first_line(exc)}"
+                    ) from exc
+        return out
+
+    def _raise_dead(self, cause: str) -> None:
+        """Ping every actor; raise :class:`PSActorDiedError` naming those that do not answer."""
+        pings = {label: actor.ping.remote() for label, actor in self._labels.items()}
+        dead = []
+        for label, ref in pings.items():
+            try:
+                ray.get(ref, timeout=PING_TIMEOUT_S)
+            except RayActorError:
+                dead.append(label)
+            except GetTimeoutError:
+                continue  # alive but busy
+        if dead:
+            raise PSActorDiedError(
+                f"{' and '.join(dead)} died during iteration {self.iteration} ({cause})"
+            )
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"

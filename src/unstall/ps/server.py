@@ -1,0 +1,182 @@
+"""The parameter-server actor: owns chunks (parameters and momentum), emulates its link and
+compute, and applies SGD once every worker's push of an iteration has arrived.
+
+An async actor: pushes and pulls from several workers are in flight at once, each waiting for
+its turn on the emulated link (:class:`~unstall.ps.links.LinkQueue`) with ``asyncio.sleep``, so
+the queueing is real while the delays are computed. Arrays arrive zero-copy from the object
+store (read-only); the server keeps its own writable copies of the chunks it owns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import ray
+
+from unstall.ps.links import LinkQueue, ServerSpec
+from unstall.ps.optim import SGDConfig, sgd_momentum_step
+
+ChunkState = tuple[np.ndarray, np.ndarray]  # (parameters, momentum), flat float32
+
+
+@dataclass
+class ServerIteration:
+    """What one server did in one iteration (emulated seconds, real bytes)."""
+
+    server: int
+    owned_bytes: int = 0
+    chunks: int = 0
+    bytes_in: int = 0
+    bytes_out: int = 0
+    ingress_busy_s: float = 0.0
+    egress_busy_s: float = 0.0
+    apply_s: float = 0.0
+
+    @property
+    def busy_s(self) -> float:
+        """Seconds the server's link or compute was occupied (both directions and the step)."""
+        return self.ingress_busy_s + self.egress_busy_s + self.apply_s
+
+
+class ServerCore:
+    """The server without Ray: chunk state, link queues, pending pushes, per-iteration stats."""
+
+    def __init__(self, server_id: int, workers: int, spec: ServerSpec, sgd: SGDConfig) -> None:
+        self.server_id = server_id
+        self.workers = workers
+        self.spec = spec
+        self.sgd = sgd
+        self.state: dict[int, ChunkState] = {}
+        self.ingress = LinkQueue()
+        self.egress = LinkQueue()
+        self.pending: dict[int, dict[int, dict[int, np.ndarray]]] = {}
+        self.stats: dict[int, ServerIteration] = {}
+
+    def owned_bytes(self) -> int:
+        return sum(p.nbytes for p, _ in self.state.values())
+
+    def stat(self, iteration: int) -> ServerIteration:
+        if iteration not in self.stats:
+            self.stats[iteration] = ServerIteration(
+                server=self.server_id, owned_bytes=self.owned_bytes(), chunks=len(self.state)
+            )
+        return self.stats[iteration]
+
+    def load(self, chunks: dict[int, ChunkState]) -> None:
+        for cid, (param, momentum) in chunks.items():
+            self.state[cid] = (np.array(param, np.float32), np.array(momentum, np.float32))
+
+    def add_push(self, iteration: int, rank: int, grads: dict[int, np.ndarray]) -> bool:
+        """Record ``rank``'s push; True when every worker's push for ``iteration`` is in."""
+        arrived = self.pending.setdefault(iteration, {})
+        arrived[rank] = grads
+        return len(arrived) == self.workers
+
+    def apply(self, iteration: int) -> None:
+        """The SGD step of ``iteration``: gradients summed in worker-rank order."""
+        arrived = self.pending.pop(iteration)
+        ranks = sorted(arrived)
+        for cid, (param, momentum) in self.state.items():
+            sgd_momentum_step(param, momentum, [arrived[r][cid] for r in ranks], self.sgd)
+
+
+@ray.remote(num_cpus=0)
+class PSServer:
+    """Ray actor around :class:`ServerCore` (see the module docstring)."""
+
+    def __init__(self, server_id: int, workers: int, spec: ServerSpec, sgd: SGDConfig) -> None:
+        self._reset(server_id, workers, spec, sgd)
+
+    def _reset(self, server_id: int, workers: int, spec: ServerSpec, sgd: SGDConfig) -> None:
+        self.core = ServerCore(server_id, workers, spec, sgd)
+        self.applied = -1
+        self.changed = asyncio.Condition()
+        self.tasks: set[asyncio.Task[None]] = set()
+
+    async def reset(self, server_id: int, workers: int, spec: ServerSpec, sgd: SGDConfig) -> None:
+        """Forget everything and serve a new run as ``server_id`` (pooled actors are reused:
+        starting a process costs seconds)."""
+        self._reset(server_id, workers, spec, sgd)
+
+    async def ping(self) -> int:
+        return self.core.server_id
+
+    async def configure(self, spec: ServerSpec | None = None, workers: int | None = None) -> None:
+        if spec is not None:
+            self.core.spec = spec
+        if workers is not None:
+            self.core.workers = workers
+
+    async def load_chunks(self, chunks: dict[int, ChunkState]) -> int:
+        """Take ownership of ``chunks`` (an ObjectRef argument is resolved here, zero-copy)."""
+        self.core.load(chunks)
+        return len(chunks)
+
+    async def export_chunks(self, cids: list[int]) -> dict[int, ChunkState]:
+        return {cid: self.core.state[cid] for cid in cids}
+
+    async def drop_chunks(self, cids: list[int]) -> None:
+        for cid in cids:
+            del self.core.state[cid]
+
+    async def params(self) -> dict[int, np.ndarray]:
+        """Current parameters of every owned chunk, without emulated delay (for checks)."""
+        return {cid: p for cid, (p, _) in self.core.state.items()}
+
+    async def _link_wait(self, queue: LinkQueue, nbytes: int) -> float:
+        spec = self.core.spec
+        now = time.perf_counter()
+        hold = spec.transfer_s(nbytes)
+        delivered = queue.reserve(now, hold, spec.latency_s)
+        if delivered > now:
+            await asyncio.sleep(delivered - now)
+        return hold
+
+    async def pull(self, iteration: int) -> dict[int, np.ndarray]:
+        """The owned parameters, delivered after the emulated egress transfer.
+
+        No step can run while a pull of the same iteration waits (a step needs every worker's
+        push, which follows its pull), so the arrays are returned as they are, not copied.
+        """
+        values = {cid: p for cid, (p, _) in self.core.state.items()}
+        nbytes = sum(v.nbytes for v in values.values())
+        stat = self.core.stat(iteration)
+        stat.bytes_out += nbytes
+        stat.egress_busy_s += await self._link_wait(self.core.egress, nbytes)
+        return values
+
+    async def push(self, iteration: int, rank: int, grads: dict[int, np.ndarray]) -> None:
+        """Accept ``rank``'s gradients after the emulated ingress transfer; the last push of
+        an iteration starts its step."""
+        nbytes = sum(g.nbytes for g in grads.values())
+        stat = self.core.stat(iteration)
+        stat.bytes_in += nbytes
+        stat.ingress_busy_s += await self._link_wait(self.core.ingress, nbytes)
+        if self.core.add_push(iteration, rank, grads):
+            task = asyncio.get_running_loop().create_task(self._apply(iteration))
+            self.tasks.add(task)
+            task.add_done_callback(self.tasks.discard)
+
+    async def _apply(self, iteration: int) -> None:
+        started = time.perf_counter()
+        stat = self.core.stat(iteration)
+        self.core.apply(iteration)
+        emulated = self.core.spec.apply_s(stat.owned_bytes * self.core.workers)
+        stat.apply_s = emulated
+        left = emulated - (time.perf_counter() - started)
+        if left > 0:
+            await asyncio.sleep(left)
+        async with self.changed:
+            self.applied = iteration
+            self.changed.notify_all()
+
+    async def wait_applied(self, iteration: int) -> ServerIteration:
+        """Wait until ``iteration``'s step is done (at once if nothing is owned); its stats."""
+        if not self.core.state:
+            self.applied = max(self.applied, iteration)
+        async with self.changed:
+            await self.changed.wait_for(lambda: self.applied >= iteration)
+        return self.core.stats.pop(iteration, ServerIteration(server=self.core.server_id))
