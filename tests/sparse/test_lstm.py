@@ -3,6 +3,8 @@ with dropout (values and gradients, float64 gradcheck), mask statistics, real sk
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 import torch
 from torch import Tensor, nn
@@ -15,6 +17,15 @@ from unstall.sparse.masks import DenseMask, LayerMasks, StructuredMask, WindowMa
 
 MODES = ["standard", "locked", "structured", "structured-window"]
 F64 = torch.float64
+
+
+@pytest.fixture(autouse=True)
+def one_torch_thread() -> Iterator[None]:
+    """Tiny tensors: one torch thread is faster, and immune to a busy machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 def gen(seed: int = 0) -> torch.Generator:
