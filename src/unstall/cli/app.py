@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from unstall import __version__
-from unstall.cli import demo, recommend, sim, sim_run, sparse, trace
+from unstall.cli import demo, ps, recommend, sim, sim_run, sparse, trace
 from unstall.cli.common import console
 from unstall.cli.unbuilt import add_unbuilt
 
@@ -26,8 +26,8 @@ app.add_typer(
 app.add_typer(
     trace.app, name="trace", help="Read, summarise, convert and generate cluster job traces."
 )
-add_unbuilt(
-    app, "ps", "Elastic parameter server on Ray (train, bench, PSLD).", "the parameter-server issue"
+app.add_typer(
+    ps.app, name="ps", help="Parameter server on Ray: train, bench the assignment strategies."
 )
 add_unbuilt(
     app, "profile", "Stall profiler: compute, data, interconnect, network.", "the profiler issue"
