@@ -70,18 +70,21 @@ class ActorPool:
     worker imports torch), seconds each, so a benchmark grid or a test module reuses them.
     Actors found dead are replaced; ``close`` kills them all."""
 
-    def __init__(self) -> None:
+    def __init__(self, worker_cpus: float | None = None) -> None:
+        self.worker_cpus = worker_cpus  # None: one CPU each, less when the cluster has fewer
         self.workers: list[Any] = []
         self.idle_servers: list[Any] = []
 
     def take_workers(self, count: int) -> list[Any]:
         """``count`` live worker actors, spread over the cluster's nodes."""
         self.workers = [w for w in self.workers if _alive(w)]
-        cpus = float(ray.cluster_resources().get("CPU", 1.0))
+        cpus = self.worker_cpus
+        if cpus is None:
+            cpus = min(1.0, float(ray.cluster_resources().get("CPU", 1.0)) / count)
         while len(self.workers) < count:
             self.workers.append(
                 PSWorker.options(  # type: ignore[attr-defined]
-                    num_cpus=min(1.0, cpus / count), scheduling_strategy="SPREAD"
+                    num_cpus=cpus, scheduling_strategy="SPREAD"
                 ).remote()
             )
         return self.workers[:count]

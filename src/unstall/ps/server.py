@@ -145,7 +145,8 @@ class PSServer:
         nbytes = sum(v.nbytes for v in values.values())
         stat = self.core.stat(iteration)
         stat.bytes_out += nbytes
-        stat.egress_busy_s += await self._link_wait(self.core.egress, nbytes)
+        hold = await self._link_wait(self.core.egress, nbytes)
+        stat.egress_busy_s += hold  # after the await: concurrent pulls add to it meanwhile
         return values
 
     async def push(self, iteration: int, rank: int, grads: dict[int, np.ndarray]) -> None:
@@ -154,7 +155,8 @@ class PSServer:
         nbytes = sum(g.nbytes for g in grads.values())
         stat = self.core.stat(iteration)
         stat.bytes_in += nbytes
-        stat.ingress_busy_s += await self._link_wait(self.core.ingress, nbytes)
+        hold = await self._link_wait(self.core.ingress, nbytes)
+        stat.ingress_busy_s += hold
         if self.core.add_push(iteration, rank, grads):
             task = asyncio.get_running_loop().create_task(self._apply(iteration))
             self.tasks.add(task)

@@ -1,0 +1,86 @@
+"""The shared SGD step, the server's push bookkeeping (no Ray), and the global batches."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from unstall.ps.data import DataSpec, global_indices, worker_batch
+from unstall.ps.links import ServerSpec
+from unstall.ps.optim import SGDConfig, sgd_momentum_step
+from unstall.ps.server import ServerCore
+
+rng = np.random.default_rng(0)
+
+
+def test_step_is_torch_sgd_with_momentum_on_the_mean_gradient() -> None:
+    config = SGDConfig(lr=0.1, momentum=0.9)
+    param = rng.standard_normal(1000).astype(np.float32)
+    ref = torch.nn.Parameter(torch.from_numpy(param.copy()))
+    opt = torch.optim.SGD([ref], lr=0.1, momentum=0.9)
+    buf = np.zeros_like(param)
+    for _ in range(4):
+        grads = [rng.standard_normal(1000).astype(np.float32) for _ in range(3)]
+        sgd_momentum_step(param, buf, grads, config)
+        ref.grad = torch.from_numpy((grads[0] + grads[1] + grads[2]) / np.float32(3))
+        opt.step()
+    np.testing.assert_allclose(param, ref.detach().numpy(), rtol=1e-6, atol=1e-7)
+
+
+def test_step_on_slices_equals_step_on_the_whole_bit_for_bit() -> None:
+    config = SGDConfig()
+    whole = rng.standard_normal(101).astype(np.float32)
+    parts = whole.copy()
+    buf_whole, buf_parts = np.zeros(101, np.float32), np.zeros(101, np.float32)
+    for _ in range(3):
+        grads = [rng.standard_normal(101).astype(np.float32) for _ in range(2)]
+        sgd_momentum_step(whole, buf_whole, grads, config)
+        for a, b in ((0, 40), (40, 41), (41, 101)):
+            sgd_momentum_step(parts[a:b], buf_parts[a:b], [g[a:b] for g in grads], config)
+    assert np.array_equal(whole, parts) and np.array_equal(buf_whole, buf_parts)
+
+
+def test_server_core_steps_once_every_push_is_in_summing_in_rank_order() -> None:
+    core = ServerCore(0, workers=3, spec=ServerSpec(), sgd=SGDConfig(lr=1.0, momentum=0.0))
+    core.load({7: (np.zeros(1, np.float32), np.zeros(1, np.float32))})
+    g = {
+        0: np.array([1e8], np.float32),
+        1: np.array([1.0], np.float32),
+        2: np.array([-1e8], np.float32),
+    }
+    assert not core.add_push(0, 2, {7: g[2]})  # arrival order 2, 0, 1 would sum to 1
+    assert not core.add_push(0, 0, {7: g[0]})
+    assert core.add_push(0, 1, {7: g[1]})
+    core.apply(0)
+    # rank order in float32: (1e8 + 1) + -1e8 = 0, as 1 is lost beside 1e8
+    assert core.state[7][0].tolist() == [0.0]
+    assert core.pending == {}
+
+
+def test_global_batches_take_every_sample_once_per_epoch() -> None:
+    n, batch = 10, 4
+    stream = np.concatenate([global_indices(n, 3, i, batch) for i in range(5)])  # 2 epochs
+    assert sorted(stream[:10]) == list(range(10)) and sorted(stream[10:20]) == list(range(10))
+    assert not np.array_equal(stream[:10], stream[10:20])  # reshuffled each epoch
+    assert np.array_equal(global_indices(n, 3, 2, batch), global_indices(n, 3, 2, batch))
+
+
+def test_worker_shards_are_the_global_batch_in_rank_order() -> None:
+    features = np.arange(40, dtype=np.float32).reshape(20, 2)
+    labels = np.arange(20, dtype=np.int64)
+    spec = DataSpec(source="digits", batch_size=3, seed=1)
+    shards = [
+        worker_batch(spec, "mlp", {}, iteration=4, rank=r, workers=2, dataset=(features, labels))
+        for r in range(2)
+    ]
+    together = torch.cat([y for _, y in shards]).numpy()
+    assert np.array_equal(together, global_indices(20, 1, 4, 6))
+
+
+def test_synthetic_batches_depend_on_iteration_and_rank_only() -> None:
+    spec = DataSpec(batch_size=2, seed=5)
+    opts = {"in_features": 8, "width": 4, "depth": 2}
+    a = worker_batch(spec, "mlp", opts, iteration=1, rank=0, workers=2, dataset=None)
+    b = worker_batch(spec, "mlp", opts, iteration=1, rank=0, workers=2, dataset=None)
+    c = worker_batch(spec, "mlp", opts, iteration=1, rank=1, workers=2, dataset=None)
+    assert torch.equal(a[0], b[0]) and not torch.equal(a[0], c[0])

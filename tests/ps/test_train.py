@@ -1,0 +1,141 @@
+"""Training on Ray: the reference invariant for every strategy, reassignment and scale in/out at
+iteration boundaries, the emulated link's timing, a falling loss on real data, dead actors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import ray
+
+from ps_helpers import tiny_config
+from unstall.ps.assign import STRATEGIES
+from unstall.ps.coordinator import IterationTelemetry, PSActorDiedError, PSCluster
+from unstall.ps.links import ServerSpec
+from unstall.ps.optim import SGDConfig
+from unstall.ps.train import run_training
+
+pytestmark = pytest.mark.usefixtures("ray_session")
+
+
+def test_every_strategy_matches_single_process_sgd(ps_pool: Any, fast_scenario: str) -> None:
+    results = {
+        name: run_training(
+            tiny_config(fast_scenario, strategy=name, check_reference=True), pool=ps_pool
+        )
+        for name in STRATEGIES
+    }
+    for name, r in results.items():
+        assert r.params_match_reference is True, name
+        assert r.reference_max_rel_err is not None and r.reference_max_rel_err <= 1e-6, name
+        assert r.iterations == 3 and len(r.telemetry) == 3
+    # Same data and arithmetic whatever the placement: identical losses.
+    losses = {(r.loss_first, r.loss_last) for r in results.values()}
+    assert len(losses) == 1
+    # The strategies did place differently.
+    assert len({tuple(r.server_bytes.values()) for r in results.values()}) >= 3
+
+
+def test_big_tensor_sliced_by_mxnet_still_matches(ps_pool: Any) -> None:
+    # 1,050,624 elements in the first layer: mxnet slices it over the 4 servers.
+    r = run_training(
+        tiny_config(
+            "imbalance",
+            model=None,
+            model_options={},
+            strategy="mxnet",
+            iterations=2,
+            batch_size=4,
+            check_reference=True,
+        ),
+        pool=ps_pool,
+    )
+    assert r.chunks > 6
+    assert r.params_match_reference is True
+    sizes = sorted(r.server_bytes.values())
+    assert sizes[-1] < 1.5 * sizes[0]  # sliced evenly, not one server holding 94%
+
+
+class Shuffler:
+    """A controller that exercises every hook: reassign, add a server, drain and remove one."""
+
+    def __init__(self) -> None:
+        self.migrations: list[Any] = []
+
+    def __call__(self, cluster: PSCluster, telemetry: IterationTelemetry) -> None:
+        ids = sorted(cluster.servers)
+        if telemetry.iteration == 0:  # rotate every chunk to the next server
+            owner = {cid: ids[(ids.index(s) + 1) % len(ids)] for cid, s in cluster.owner.items()}
+            self.migrations.append(cluster.reassign(owner))
+        elif telemetry.iteration == 1:  # scale out: a new server takes the chunks of server 0
+            new = cluster.add_server(ServerSpec(bandwidth_mb_s=500.0))
+            owner = {cid: new if s == ids[0] else s for cid, s in cluster.owner.items()}
+            self.migrations.append(cluster.reassign(owner))
+            cluster.remove_server(ids[0])  # scale in: it owns nothing now
+
+
+def test_reassign_and_scale_in_out_keep_the_invariant(ps_pool: Any, fast_scenario: str) -> None:
+    hook = Shuffler()
+    r = run_training(
+        tiny_config(fast_scenario, strategy="round-robin", iterations=4, check_reference=True),
+        pool=ps_pool,
+        hook=hook,
+    )
+    assert r.params_match_reference is True
+    assert hook.migrations[0].chunks == 6 and hook.migrations[0].bytes > 0
+    assert set(r.server_bytes) == {"1", "2", "3"}  # server 0 removed, server 3 added
+    assert {s.server for s in r.telemetry[-1].servers} == {1, 2, 3}
+    assert r.telemetry[1].boundary_s >= hook.migrations[0].seconds
+
+
+def test_link_emulation_is_computed_and_queues(ps_pool: Any, tmp_path: Any) -> None:
+    path = tmp_path / "slow.json"
+    path.write_text('{"servers": 2, "base": {"bandwidth_mb_s": 2.0, "latency_ms": 1.0}}')
+    r = run_training(tiny_config(str(path), strategy="tf-greedy"), pool=ps_pool)
+    for step in r.telemetry:
+        for s in step.servers:
+            # busy time is computed from bytes, not measured: exact
+            assert s.bytes_in == 2 * s.owned_bytes == s.bytes_out
+            assert s.ingress_busy_s == pytest.approx(s.bytes_in / 2e6, rel=1e-12)
+        # transfers on a link serialize: the later worker waits for the earlier one
+        for sid in (0, 1):
+            pushes = sorted(t.push_s for w in step.workers for t in w.transfers if t.server == sid)
+            owned = next(s.owned_bytes for s in step.servers if s.server == sid)
+            assert pushes[-1] >= 2 * owned / 2e6
+        assert step.iter_s >= r.predicted_iter_s * 0.99  # the model's time is a lower bound
+    assert r.predicted_iter_s > 0.01  # the links, not the engine, set the pace
+
+
+def test_loss_falls_on_digits(ps_pool: Any, fast_scenario: str) -> None:
+    r = run_training(
+        tiny_config(
+            fast_scenario,
+            data="digits",
+            iterations=25,
+            batch_size=32,
+            model_options={"width": 64, "depth": 2},
+            strategy="oracle",
+            sgd=SGDConfig(lr=0.1),
+        ),
+        pool=ps_pool,
+    )
+    assert r.model_options["in_features"] == 64
+    assert r.loss_first > 2.0 and r.loss_last < 0.6 * r.loss_first
+
+
+@pytest.mark.parametrize("victim", ["server 1", "worker 1"])
+def test_a_dead_actor_stops_the_run_naming_it(
+    ps_pool: Any, fast_scenario: str, victim: str
+) -> None:
+    def kill(cluster: PSCluster, telemetry: IterationTelemetry) -> None:
+        if telemetry.iteration == 0:
+            kind, index = victim.split()
+            actor = cluster.servers[int(index)] if kind == "server" else cluster.workers[int(index)]
+            ray.kill(actor)
+
+    with pytest.raises(PSActorDiedError, match=f"{victim} died during iteration 1"):
+        run_training(tiny_config(fast_scenario, iterations=3), pool=ps_pool, hook=kill)
+    # the pool replaces the dead worker: the next run works
+    r = run_training(tiny_config(fast_scenario, iterations=2), pool=ps_pool)
+    assert np.isfinite(r.loss_last)

@@ -1,0 +1,24 @@
+"""Shared by the parameter-server tests (tests/ps, tests/cli): a tiny model's run config."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+TINY_MODEL = {"in_features": 32, "width": 48, "depth": 3, "num_classes": 10}
+
+
+def tiny_config(scenario: str, **changes: Any) -> Any:
+    """A 3-iteration run of a 4 K-parameter MLP on 2 workers (about a second on fast links)."""
+    from unstall.ps.train import PSConfig
+
+    base = PSConfig(
+        model="mlp",
+        model_options=TINY_MODEL,
+        workers=2,
+        scenario=scenario,
+        iterations=3,
+        batch_size=8,
+        timeout_s=60.0,
+    )
+    return dataclasses.replace(base, **changes)
