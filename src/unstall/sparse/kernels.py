@@ -12,7 +12,12 @@ runs the same loop and the same cell code; they differ only in how a masked prod
   rows are one contiguous ``index_select`` into a reused buffer (a memory copy, K_t x 4H), then the
   forward GEMM, the input-gradient GEMM and the weight-gradient GEMM all have K_t instead of N on
   their shared dimension. The weight gradient of the kept rows is added into place with
-  ``index_add_``; dropped rows get nothing, which is their true gradient.
+  ``index_add_``; dropped rows get nothing, which is their true gradient. The price is the
+  gather (forward, and again in backward rather than holding T slabs) and the scatter, memory
+  traffic that does not shrink with the batch: it eats much of the gain at small batches.
+- :class:`WindowProjection` (``structured-window``): W is laid out once per sequence in the
+  order of the sequence's permutation, and each step's kept units are a window of it, so every
+  product reads a contiguous slice in place: no per-step gather or scatter at all.
 
 Gate order and parameter shapes follow ``torch.nn.LSTM`` (i, f, g, o), so weights copy across.
 """
