@@ -22,3 +22,10 @@ def tiny_config(scenario: str, **changes: Any) -> Any:
         timeout_s=60.0,
     )
     return dataclasses.replace(base, **changes)
+
+
+FAST_SCENARIO = {
+    "servers": 3,
+    "base": {"bandwidth_mb_s": 500.0, "latency_ms": 0.1},
+    "phases": [{"start": 0.0, "servers": [{"server": 2, "bandwidth_mb_s": 100.0}]}],
+}

@@ -9,27 +9,21 @@ from typing import Any
 
 import pytest
 
+from ps_helpers import FAST_SCENARIO
+
 
 @pytest.fixture(scope="module")
 def ps_pool(ray_session: Any) -> Iterator[Any]:
-    from unstall.ps.coordinator import ActorPool
+    from unstall.ps.coordinator import session_pool
 
-    pool = ActorPool(worker_cpus=0.25)  # leave CPUs for other Ray users of the session
-    yield pool
-    pool.close()
+    # The session's pool, which the CLI's commands use too: worker processes (each imports
+    # torch, seconds) start once for the whole test session.
+    yield session_pool()
 
 
 @pytest.fixture(scope="session")
 def fast_scenario(tmp_path_factory: pytest.TempPathFactory) -> str:
     """Three servers on fast links, server 2 slower: emulation on, but quick."""
     path = tmp_path_factory.mktemp("ps") / "fast.json"
-    path.write_text(
-        json.dumps(
-            {
-                "servers": 3,
-                "base": {"bandwidth_mb_s": 500.0, "latency_ms": 0.1},
-                "phases": [{"start": 0.0, "servers": [{"server": 2, "bandwidth_mb_s": 100.0}]}],
-            }
-        )
-    )
+    path.write_text(json.dumps(FAST_SCENARIO))
     return str(path)

@@ -81,16 +81,19 @@ def parse_model_options(items: list[str] | None) -> dict[str, object]:
 
 @contextmanager
 def ray_running(address: str | None, workers: int) -> Iterator[None]:
-    """Ray for one command: connect or start (on loopback), and stop it after if started here."""
+    """Ray for one command: connect or start (on loopback), and stop it after if started here.
+    Runs take their actors from the session's pool, so a Ray that outlives the command (a test
+    session) keeps them for the next one."""
     import ray
 
-    from unstall.ps.coordinator import ensure_ray
+    from unstall.ps.coordinator import close_session_pool, ensure_ray
 
     started = ensure_ray(address, num_cpus=max(workers + 1, 2))
     try:
         yield
     finally:
         if started:
+            close_session_pool()
             ray.shutdown()
 
 
@@ -134,6 +137,7 @@ def train(
 ) -> None:
     """Train a zoo model with synchronous SGD on Ray servers and workers; print throughput,
     per-server load and loss. Exit 1 when --check-reference finds a mismatch."""
+    from unstall.ps.coordinator import session_pool
     from unstall.ps.train import run_training
 
     config = PSConfig(
@@ -157,7 +161,7 @@ def train(
         ray_running(address, workers),
         progress_bar(f"{strategy} on {scenario}", iterations, quiet) as advance,
     ):
-        result = run_training(config, advance=advance)
+        result = run_training(config, pool=session_pool(), advance=advance)
     print_run(result)
     if plot is not None:
         from unstall.report.ps_plot import plot_run
@@ -223,6 +227,7 @@ def bench(
 ) -> None:
     """Run every strategy in every scenario; print throughput and the ratio to oracle."""
     from unstall.ps.bench import grid_strategies, run_grid
+    from unstall.ps.coordinator import session_pool
 
     names = [s.strip() for s in strategies.split(",") if s.strip()]
     cases = [s.strip() for s in scenarios.split(",") if s.strip()]
@@ -238,7 +243,7 @@ def bench(
     )
     total = len(grid_strategies(names)) * len(cases)
     with ray_running(address, workers), progress_bar("ps bench", total, quiet) as advance:
-        result = run_grid(names, cases, base, advance=advance)
+        result = run_grid(names, cases, base, pool=session_pool(), advance=advance)
     rows = [
         [
             r.scenario,

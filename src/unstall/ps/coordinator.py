@@ -107,6 +107,27 @@ class ActorPool:
         self.workers, self.idle_servers = [], []
 
 
+# One pool per Ray session for callers that run many short jobs (the CLI's commands, the test
+# suite): keyed by the session's job id, since a new ``ray.init`` means the old actors are gone.
+_session_pools: dict[str, ActorPool] = {}
+
+
+def session_pool() -> ActorPool:
+    """The pool of the current Ray session; its actors live until :func:`close_session_pool`
+    or until Ray shuts down."""
+    job = ray.get_runtime_context().get_job_id()
+    if job not in _session_pools:
+        _session_pools.clear()
+        _session_pools[job] = ActorPool()
+    return _session_pools[job]
+
+
+def close_session_pool() -> None:
+    for pool in _session_pools.values():
+        pool.close()
+    _session_pools.clear()
+
+
 @contextmanager
 def actor_pool() -> Iterator[ActorPool]:
     pool = ActorPool()
