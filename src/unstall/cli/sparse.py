@@ -140,3 +140,65 @@ def lstm_bench(
     )
     console.print(make_table(title, ["mode", "step s (best)", "median s", "vs standard"], rows))
     save_json(json_path, result, config)
+
+
+# --- CNN forward/backward sparsity: analyze (tables in cli/sparse_tables.py) ---------------------
+
+
+@app.command("analyze")
+@handle_errors
+def analyze(
+    model: Annotated[str, typer.Option("--model", help="Zoo CNN, e.g. resnet18.")] = "resnet18",
+    image_size: Annotated[int, typer.Option("--image-size", help="Image side, px.")] = 64,
+    steps: Annotated[int, typer.Option("--steps", help="Recorded training steps.")] = 1,
+    warmup_steps: Annotated[
+        int, typer.Option("--warmup-steps", help="SGD steps before recording.")
+    ] = 0,
+    batch_size: Annotated[int, typer.Option("--batch-size", help="Images per step.")] = 8,
+    array: Annotated[str, typer.Option("--array", help="Systolic array ROWSxCOLS.")] = "32x32",
+    dataflow: Annotated[str, typer.Option("--dataflow", help="os, ws or is.")] = "os",
+    skip_rows: Annotated[
+        int | None,
+        typer.Option("--skip-rows", help="Array rows that skip together (default: all)."),
+    ] = None,
+    compare_skip_rows: Annotated[
+        str, typer.Option("--compare-skip-rows", help="Also predict these, e.g. '1,8'.")
+    ] = "",
+    bn_gradient: Annotated[
+        str, typer.Option("--bn-gradient", help="folded (ReLU-masked) or exact (autograd's).")
+    ] = "folded",
+    data: Annotated[
+        str | None, typer.Option("--data", help="Image folder root/<class>/*; default synthetic.")
+    ] = None,
+    lr: Annotated[float, typer.Option("--lr", help="SGD learning rate.")] = 0.01,
+    seed: Annotated[int, typer.Option("--seed", help="Seed of the run.")] = 0,
+    threads: ThreadsOpt = None,
+    plot: Annotated[
+        str | None, typer.Option("--plot", help="Density plot PNG (default: beside --json).")
+    ] = None,
+    json_path: JsonOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Train a zoo CNN, record per-layer input/output-gradient sparsity, and predict the
+    speed-ups of a zero-skipping systolic array (SCALE-Sim dense cycles)."""
+    from unstall.cli import sparse_tables as views
+    from unstall.report.sparsity_plot import plot_densities
+    from unstall.sparse.cnn_sparsity import analyze_cnn
+
+    config = views.analyze_config(
+        model=model, image_size=image_size, steps=steps, warmup_steps=warmup_steps,
+        batch_size=batch_size, array=array, dataflow=dataflow, skip_rows=skip_rows,
+        compare_skip_rows=compare_skip_rows, bn_gradient=bn_gradient, data=data, lr=lr, seed=seed,
+    )  # fmt: skip
+    if threads is not None:
+        views.set_threads(threads)
+    with progress_bar(f"{model} steps", warmup_steps + steps, quiet) as advance:
+        result = analyze_cnn(config, advance)
+    for view in views.all_tables(result):
+        console.print(view)
+    for line in views.headline(result):
+        console.print(line, highlight=False)
+    png = views.plot_path(plot, json_path)
+    if png is not None:
+        console.print(f"wrote {plot_densities(result, png)}", highlight=False)
+    save_json(json_path, result, config)

@@ -32,12 +32,8 @@ from typing import Literal
 
 from unstall.config import check
 from unstall.results import JsonResult
-from unstall.sparse.analyzer import (
-    GemmShape,
-    LayerTensors,
-    im2col_mask,
-    output_rows_mask,
-)
+from unstall.sparse.analyzer import LayerTensors
+from unstall.sparse.gemms import GemmShape, im2col_mask, output_rows_mask
 from unstall.sparse.scalesim_adapter import ArrayConfig, fold_cycles, fold_plan
 from unstall.sparse.skipping import GemmMasks, busy_steps, effectual_macs
 

@@ -24,148 +24,29 @@ means, so the conv's own output gradient is dense. Both are recorded. The speed 
 into the conv, frozen statistics, or normalisation-free nets), where ``dL/dY = (gamma/sigma) dZ``
 has the same zeros. ``bn_gradient = "exact"`` uses autograd's dense ``dL/dY`` instead.
 
-**GEMM shapes** (per convolution group ``g``; ``P = N * Ho * Wo`` output pixels of the batch):
+**GEMM shapes**: see :mod:`unstall.sparse.gemms` (im2col; the input gradient in col2im form).
+The first layer computes no input gradient (the images need none).
 
-=================  ===============  ==================  ====================
-GEMM               M (rows of A)    K (reduction)       N (columns of B)
-=================  ===============  ==================  ====================
-forward            P                Cin/g * kh * kw     Cout/g
-input gradient     P                Cout/g              Cin/g * kh * kw
-weight gradient    Cout/g           P                   Cin/g * kh * kw
-=================  ===============  ==================  ====================
-
-The input gradient is taken in its col2im form (``dcols = dY @ W^T``, then scatter-add into
-``dX``), which does the same multiply-accumulates as the forward pass; a Linear layer is the case
-``kh = kw = Ho = Wo = 1`` (with ``N`` the rows of its input). The first layer computes no input
-gradient (the images need none).
+:func:`record_step` runs one forward/backward pass of any model with the hooks attached;
+:func:`profile_training` trains a zoo CNN (``warmup_steps``, then ``steps`` recorded ones).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
+import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from unstall.config import check
-from unstall.errors import ConfigError
 from unstall.results import JsonResult
 from unstall.sparse.cnn_data import FolderImages, ImageSource, PatternConfig, PatternImages
+from unstall.sparse.gemms import LayerGemms, LayerGeometry, LayerKind, gemm_shapes, geometry_of
 from unstall.workload import zoo
-
-LayerKind = Literal["conv", "linear"]
-
-
-@dataclass(frozen=True, kw_only=True)
-class GemmShape(JsonResult):
-    """``C[m, n] = A[m, k] @ B[k, n]``, repeated for each of ``groups`` convolution groups."""
-
-    m: int
-    n: int
-    k: int
-    groups: int = 1
-
-    @property
-    def macs(self) -> int:
-        return self.groups * self.m * self.n * self.k
-
-
-@dataclass(frozen=True, kw_only=True)
-class LayerGemms(JsonResult):
-    """The three GEMMs of a layer's training step; ``input_grad`` is None for the first layer."""
-
-    forward: GemmShape
-    input_grad: GemmShape | None
-    weight_grad: GemmShape
-
-
-@dataclass(frozen=True, kw_only=True)
-class LayerGeometry:
-    """What im2col needs to know about a layer (a Linear is a 1x1 convolution on 1x1 images)."""
-
-    kind: LayerKind
-    in_channels: int
-    out_channels: int
-    kernel: tuple[int, int] = (1, 1)
-    stride: tuple[int, int] = (1, 1)
-    padding: tuple[int, int] = (0, 0)
-    dilation: tuple[int, int] = (1, 1)
-    groups: int = 1
-
-
-def geometry_of(module: nn.Module) -> LayerGeometry:
-    """The geometry of a ``Conv2d`` or ``Linear``."""
-    if isinstance(module, nn.Conv2d):
-        pad = module.padding
-        check(isinstance(pad, tuple), "analyzer", "padding", "string paddings are not supported")
-        return LayerGeometry(
-            kind="conv",
-            in_channels=module.in_channels,
-            out_channels=module.out_channels,
-            kernel=_pair(module.kernel_size),
-            stride=_pair(module.stride),
-            padding=_pair(pad),
-            dilation=_pair(module.dilation),
-            groups=module.groups,
-        )
-    if isinstance(module, nn.Linear):
-        return LayerGeometry(
-            kind="linear", in_channels=module.in_features, out_channels=module.out_features
-        )
-    raise ConfigError("analyzer", "layer", f"not a Conv2d or Linear: {type(module).__name__}")
-
-
-def _pair(v: object) -> tuple[int, int]:
-    t = tuple(v) if isinstance(v, tuple | list) else (v, v)
-    return (int(t[0]), int(t[1]))
-
-
-def gemm_shapes(
-    geom: LayerGeometry, output_shape: tuple[int, ...], *, input_grad: bool
-) -> LayerGemms:
-    """The im2col GEMMs of a layer whose output has ``output_shape`` (see the module docstring)."""
-    g = geom.groups
-    window = geom.in_channels // g * geom.kernel[0] * geom.kernel[1]
-    pixels = math.prod(output_shape) // geom.out_channels  # N * Ho * Wo (or the Linear's rows)
-    cout = geom.out_channels // g
-    return LayerGemms(
-        forward=GemmShape(m=pixels, n=cout, k=window, groups=g),
-        input_grad=GemmShape(m=pixels, n=window, k=cout, groups=g) if input_grad else None,
-        weight_grad=GemmShape(m=cout, n=window, k=pixels, groups=g),
-    )
-
-
-def im2col_mask(mask: torch.Tensor, geom: LayerGeometry) -> torch.Tensor:
-    """The boolean im2col matrix of an input mask, by convolution group: ``(g, M, Cin/g*kh*kw)``.
-
-    Padding positions come out False (they hold no data and need no gradient).
-    """
-    g = geom.groups
-    if geom.kind == "linear":
-        rows = mask.reshape(-1, geom.in_channels)
-        return rows.reshape(rows.shape[0], g, -1).transpose(0, 1).contiguous()
-    cols = F.unfold(
-        mask.to(torch.uint8 if mask.dtype == torch.bool else mask.dtype).float(),
-        geom.kernel,
-        dilation=geom.dilation,
-        padding=geom.padding,
-        stride=geom.stride,
-    )  # (N, Cin*kh*kw, L), channel-major so each group's block is contiguous
-    cols = cols.transpose(1, 2).reshape(-1, g, cols.shape[1] // g) > 0
-    return cols.transpose(0, 1).contiguous()
-
-
-def output_rows_mask(mask: torch.Tensor, geom: LayerGeometry) -> torch.Tensor:
-    """An output-shaped mask as GEMM rows by group: ``(g, N*Ho*Wo, Cout/g)``."""
-    g = geom.groups
-    rows = mask.movedim(1, -1).reshape(-1, geom.out_channels) if mask.dim() > 2 else mask
-    return rows.reshape(rows.shape[0], g, -1).transpose(0, 1).contiguous()
-
 
 # --- what the hooks record ------------------------------------------------------------------------
 
@@ -339,6 +220,106 @@ class _StepRecorder:
         z.register_hook(grab)
 
 
+def layer_names(model: nn.Module) -> dict[nn.Module, str]:
+    """The model's Conv2d and Linear layers by their qualified names, in registration order."""
+    return {m: n for n, m in model.named_modules() if isinstance(m, nn.Conv2d | nn.Linear)}
+
+
+def record_step(
+    model: nn.Module,
+    images: torch.Tensor,
+    labels: torch.Tensor,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+) -> tuple[torch.Tensor, torch.Tensor, list[LayerTensors]]:
+    """One forward and backward pass with the hooks on: ``(loss, logits, layer masks)`` in the
+    order the layers ran. Parameter gradients are left in place for an optimizer step.
+
+    Activations must be out-of-place (``inplace=False``): the hooks need a ReLU's input and
+    output as separate tensors (see :func:`build_model`).
+    """
+    recorder = _StepRecorder(model, layer_names(model))
+    recorder.attach()
+    try:
+        logits = model(images)
+        loss = loss_fn(logits, labels)
+        loss.backward()
+    finally:
+        recorder.detach()
+    return loss, logits, list(recorder.pending.values())
+
+
+@dataclass(frozen=True, kw_only=True)
+class LayerSparsity(JsonResult):
+    """Densities of one layer, averaged over the recorded steps (None: not applicable)."""
+
+    index: int
+    name: str
+    kind: LayerKind
+    activation: str  # path from the output to its activation, e.g. "bn+relu"; "none"
+    input_density: float
+    grad_density: float  # dL/dY as autograd gives it
+    relu_grad_density: float | None  # dL/dZ at the activation's input
+    mask_zero_fraction: float | None  # share of outputs whose gradient the forward mask zeroes
+    known_zero_share: float | None  # share of dL/dZ's zeros that the forward mask predicts
+    input_dead_fraction: float | None  # share of inputs whose gradient is known to be unused
+    gemms: LayerGemms
+
+
+class SparsityCounter:
+    """Non-zero counts of one layer over recorded steps, turned into a :class:`LayerSparsity`."""
+
+    def __init__(self) -> None:
+        self.sums: dict[str, list[float]] = {}
+        self.last: LayerTensors | None = None
+
+    def _add(self, key: str, part: torch.Tensor, whole: torch.Tensor | None = None) -> None:
+        total = float(whole.sum().item()) if whole is not None else float(part.numel())
+        acc = self.sums.setdefault(key, [0.0, 0.0])
+        acc[0] += float(part.sum().item())
+        acc[1] += total
+
+    def _ratio(self, key: str) -> float | None:
+        acc = self.sums.get(key)
+        return acc[0] / acc[1] if acc is not None and acc[1] > 0 else None
+
+    def observe(self, t: LayerTensors) -> None:
+        assert t.dy_nz is not None, "backward pass not recorded"
+        self.last = t
+        self._add("input", t.x_nz)
+        self._add("grad", t.dy_nz)
+        if t.x_alive is not None:
+            self._add("input_dead", ~t.x_alive)
+        if t.dz_nz is not None and t.known_dead is not None:
+            self._add("relu_grad", t.dz_nz)
+            self._add("mask_zero", t.known_dead)
+            self._add("known_share", t.known_dead & ~t.dz_nz, ~t.dz_nz)
+
+    def result(self, index: int) -> LayerSparsity:
+        t = self.last
+        assert t is not None, "no step observed"
+        return LayerSparsity(
+            index=index,
+            name=t.name,
+            kind=t.geometry.kind,
+            activation=t.activation,
+            input_density=self._ratio("input") or 0.0,
+            grad_density=self._ratio("grad") or 0.0,
+            relu_grad_density=self._ratio("relu_grad"),
+            mask_zero_fraction=self._ratio("mask_zero"),
+            known_zero_share=self._ratio("known_share"),
+            input_dead_fraction=self._ratio("input_dead"),
+            gemms=t.gemms,
+        )
+
+
+def summarize(records: Sequence[LayerTensors]) -> list[LayerSparsity]:
+    """Per-layer densities of the records of one or more steps, in first-seen order."""
+    counters: dict[str, SparsityCounter] = {}
+    for record in records:
+        counters.setdefault(record.name, SparsityCounter()).observe(record)
+    return [c.result(i) for i, c in enumerate(counters.values())]
+
+
 # --- the training run ----------------------------------------------------------------------------
 
 
@@ -380,23 +361,6 @@ class AnalyzerConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
-class LayerSparsity(JsonResult):
-    """Densities of one layer, averaged over the recorded steps (None: not applicable)."""
-
-    index: int
-    name: str
-    kind: LayerKind
-    activation: str  # path from the output to its activation, e.g. "bn+relu"; "none"
-    input_density: float
-    grad_density: float  # dL/dY as autograd gives it
-    relu_grad_density: float | None  # dL/dZ at the activation's input
-    mask_zero_fraction: float | None  # share of outputs whose gradient the forward mask zeroes
-    known_zero_share: float | None  # share of dL/dZ's zeros that the forward mask predicts
-    input_dead_fraction: float | None  # share of inputs whose gradient is known to be unused
-    gemms: LayerGemms
-
-
-@dataclass(frozen=True, kw_only=True)
 class TrainingSummary(JsonResult):
     """Evidence that the network trained: loss at the start and end of the warm-up."""
 
@@ -420,42 +384,6 @@ class SparsityProfile(JsonResult):
     training: TrainingSummary
 
 
-class _Counts:
-    """Running non-zero counts of one layer over the recorded steps."""
-
-    def __init__(self) -> None:
-        self.sums: dict[str, float] = {}
-
-    def add(self, key: str, part: torch.Tensor, whole: torch.Tensor | None = None) -> None:
-        self.sums[key + ".n"] = self.sums.get(key + ".n", 0.0) + float(part.sum().item())
-        total = float(whole.sum().item()) if whole is not None else float(part.numel())
-        self.sums[key + ".d"] = self.sums.get(key + ".d", 0.0) + total
-
-    def ratio(self, key: str) -> float | None:
-        if key + ".d" not in self.sums:
-            return None
-        den = self.sums[key + ".d"]
-        return self.sums[key + ".n"] / den if den > 0 else None
-
-    def observe(self, t: LayerTensors) -> None:
-        assert t.dy_nz is not None
-        self.add("input", t.x_nz)
-        self.add("grad", t.dy_nz)
-        if t.x_alive is not None:
-            self.add("input_dead", ~t.x_alive)
-        if t.dz_nz is not None and t.known_dead is not None:
-            self.add("relu_grad", t.dz_nz)
-            self.add("mask_zero", t.known_dead)
-            self.add("known_share", t.known_dead & ~t.dz_nz, ~t.dz_nz)
-
-
-def _source(config: AnalyzerConfig, seed: int) -> ImageSource:
-    if config.data is not None:
-        return FolderImages(config.data, config.image_size)
-    pattern = PatternConfig(num_classes=config.num_classes, image_size=config.image_size)
-    return PatternImages(pattern, seed)
-
-
 def build_model(config: AnalyzerConfig, num_classes: int) -> nn.Module:
     """The zoo model with its activations made out-of-place (same maths; the hooks need the
     activation's input and output as separate tensors)."""
@@ -464,6 +392,13 @@ def build_model(config: AnalyzerConfig, num_classes: int) -> nn.Module:
         if type(module) in ACTIVATION_DEAD:
             module.inplace = False  # type: ignore[assignment]
     return model
+
+
+def _source(config: AnalyzerConfig, seed: int) -> ImageSource:
+    if config.data is not None:
+        return FolderImages(config.data, config.image_size)
+    pattern = PatternConfig(num_classes=config.num_classes, image_size=config.image_size)
+    return PatternImages(pattern, seed)
 
 
 def profile_training(
@@ -475,16 +410,14 @@ def profile_training(
     """Train ``config.model`` for ``warmup_steps`` + ``steps`` SGD steps; record the last
     ``steps``. ``on_layer`` sees every layer's masks of every recorded step (the speed model
     uses them); ``progress(1)`` is called after each step."""
-    init_seed, data_seed, dropout_seed = (int(s) for s in _seeds(config.seed))
-    source = _source(config, data_seed)
-    data_gen = torch.Generator().manual_seed(data_seed)
+    init_seed, data_seed, dropout_seed = np.random.SeedSequence(config.seed).generate_state(3)
+    source = _source(config, int(data_seed))
+    data_gen = torch.Generator().manual_seed(int(data_seed))
+    loss_fn = zoo.loss_fn(config.model)
     with torch.random.fork_rng(devices=[]):  # model init and dropout, without touching the caller
-        torch.manual_seed(init_seed)
+        torch.manual_seed(int(init_seed))
         model = build_model(config, source.num_classes)
-        torch.manual_seed(dropout_seed)
-        names: dict[nn.Module, str] = {
-            m: n for n, m in model.named_modules() if isinstance(m, nn.Conv2d | nn.Linear)
-        }
+        torch.manual_seed(int(dropout_seed))
         model.train()
         optimizer = torch.optim.SGD(
             model.parameters(),
@@ -492,30 +425,26 @@ def profile_training(
             momentum=config.momentum,
             weight_decay=config.weight_decay,
         )
-        loss_fn = zoo.loss_fn(config.model)
         warmup = [
-            _train_step(model, optimizer, loss_fn, source, config, data_gen, progress)[0]
+            _plain_step(model, optimizer, loss_fn, source, data_gen, config, progress)
             for _ in range(config.warmup_steps)
         ]
-        counts = {name: _Counts() for name in names.values()}
-        recorder = _StepRecorder(model, names)
-        recorder.attach()
+        counters: dict[str, SparsityCounter] = {}
         losses, correct = [], 0
-        try:
-            for _ in range(config.steps):
-                recorder.start_step()
-                loss, hits = _train_step(
-                    model, optimizer, loss_fn, source, config, data_gen, progress
-                )
-                losses.append(loss)
-                correct += hits
-                for record in recorder.pending.values():
-                    counts[record.name].observe(record)
-                    if on_layer is not None:
-                        on_layer(record)
-        finally:
-            recorder.detach()
-        layers = _layer_rows(names, counts, recorder)
+        for _ in range(config.steps):
+            images, labels = source.batch(config.batch_size, data_gen)
+            optimizer.zero_grad(set_to_none=True)
+            loss, logits, records = record_step(model, images, labels, loss_fn)
+            _sgd_step(model, optimizer, config)
+            losses.append(float(loss.item()))
+            correct += int((logits.argmax(dim=1) == labels).sum().item())
+            for record in records:
+                counters.setdefault(record.name, SparsityCounter()).observe(record)
+                if on_layer is not None:
+                    on_layer(record)
+            if progress is not None:
+                progress(1)
+    layers = tuple(c.result(i) for i, c in enumerate(counters.values()))
     training = _training_summary(warmup, losses, correct, config, source.num_classes)
     data = str(config.data) if config.data is not None else "synthetic patterns"
     return SparsityProfile(
@@ -528,60 +457,30 @@ def profile_training(
     )
 
 
-def _seeds(seed: int) -> list[int]:
-    import numpy as np
-
-    return [int(s) for s in np.random.SeedSequence(seed).generate_state(3)]
-
-
-def _train_step(
+def _plain_step(
     model: nn.Module,
     optimizer: torch.optim.Optimizer,
-    loss_fn: nn.Module,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
     source: ImageSource,
-    config: AnalyzerConfig,
     generator: torch.Generator,
+    config: AnalyzerConfig,
     progress: Callable[[int], None] | None,
-) -> tuple[float, int]:
-    """One SGD step; returns the loss and the number of correct predictions."""
+) -> float:
+    """One unrecorded SGD step; returns its loss."""
     images, labels = source.batch(config.batch_size, generator)
     optimizer.zero_grad(set_to_none=True)
-    logits = model(images)
-    loss = loss_fn(logits, labels)
+    loss = loss_fn(model(images), labels)
     loss.backward()
+    _sgd_step(model, optimizer, config)
+    if progress is not None:
+        progress(1)
+    return float(loss.item())
+
+
+def _sgd_step(model: nn.Module, optimizer: torch.optim.Optimizer, config: AnalyzerConfig) -> None:
     if config.clip_grad_norm is not None:
         nn.utils.clip_grad_norm_(model.parameters(), config.clip_grad_norm)
     optimizer.step()
-    if progress is not None:
-        progress(1)
-    return float(loss.item()), int((logits.argmax(dim=1) == labels).sum().item())
-
-
-def _layer_rows(
-    names: dict[nn.Module, str], counts: dict[str, _Counts], recorder: _StepRecorder
-) -> tuple[LayerSparsity, ...]:
-    rows = []
-    for index, name in enumerate(names.values()):
-        record = recorder.pending.get(name)
-        c = counts[name]
-        if record is None:  # a layer the forward pass never reached
-            continue
-        rows.append(
-            LayerSparsity(
-                index=index,
-                name=name,
-                kind=record.geometry.kind,
-                activation=record.activation,
-                input_density=c.ratio("input") or 0.0,
-                grad_density=c.ratio("grad") or 0.0,
-                relu_grad_density=c.ratio("relu_grad"),
-                mask_zero_fraction=c.ratio("mask_zero"),
-                known_zero_share=c.ratio("known_share"),
-                input_dead_fraction=c.ratio("input_dead"),
-                gemms=record.gemms,
-            )
-        )
-    return tuple(rows)
 
 
 def _training_summary(

@@ -39,19 +39,23 @@ class ImageSource(Protocol):
 
 @dataclass(frozen=True, kw_only=True)
 class PatternConfig:
-    """Synthetic classes: a smooth pattern per class, shifted, contrast-scaled and noisy."""
+    """Synthetic classes: a smooth pattern per class, shifted, contrast-scaled, overlaid with a
+    weaker pattern of another class, and noisy (hard enough that a CNN is still learning after a
+    few hundred steps, easy enough that it learns)."""
 
     num_classes: int = 10
     image_size: int = 64
     pattern_cells: int = 4  # each class pattern is a random cells x cells RGB image, upsampled
-    noise: float = 0.6  # std of the per-pixel Gaussian noise (the pattern has unit scale)
-    max_shift: float = 0.125  # random shift, as a fraction of the image side
+    noise: float = 1.0  # std of the per-pixel Gaussian noise (the pattern has unit scale)
+    distractor: float = 0.6  # weight of a random other class's pattern added to each image
+    max_shift: float = 0.25  # random shift, as a fraction of the image side
 
     def __post_init__(self) -> None:
         check(self.num_classes >= 2, self, "num_classes", "must be >= 2")
         check(self.image_size >= 8, self, "image_size", "must be >= 8")
         check(self.pattern_cells >= 1, self, "pattern_cells", "must be >= 1")
         check(self.noise >= 0, self, "noise", "must be >= 0")
+        check(self.distractor >= 0, self, "distractor", "must be >= 0")
         check(0 <= self.max_shift < 1, self, "max_shift", "must be in [0, 1)")
 
 
@@ -78,15 +82,20 @@ class PatternImages:
         labels = torch.randint(0, c.num_classes, (batch_size,), generator=generator)
         limit = int(c.max_shift * c.image_size)
         shifts = torch.randint(-limit, limit + 1, (batch_size, 2), generator=generator)
-        images = torch.stack(
-            [
-                torch.roll(self.patterns[int(y)], (int(dy), int(dx)), dims=(1, 2))
-                for y, (dy, dx) in zip(labels, shifts, strict=True)
-            ]
-        )
+        images = _roll_each(self.patterns[labels], shifts)
         contrast = 0.5 + torch.rand(batch_size, 1, 1, 1, generator=generator)
+        others = torch.randint(0, c.num_classes, (batch_size,), generator=generator)
         noise = c.noise * torch.randn(images.shape, generator=generator)
-        return images * contrast + noise, labels
+        return images * contrast + c.distractor * self.patterns[others] + noise, labels
+
+
+def _roll_each(images: torch.Tensor, shifts: torch.Tensor) -> torch.Tensor:
+    """Roll each image ``(B, C, H, W)`` by its own ``(dy, dx)`` (circular, like ``torch.roll``)."""
+    b, c, h, w = images.shape
+    rows = (torch.arange(h)[None, :] - shifts[:, :1]) % h  # (B, H)
+    cols = (torch.arange(w)[None, :] - shifts[:, 1:]) % w  # (B, W)
+    images = images.gather(2, rows[:, None, :, None].expand(b, c, h, w))
+    return images.gather(3, cols[:, None, None, :].expand(b, c, h, w))
 
 
 class FolderImages:

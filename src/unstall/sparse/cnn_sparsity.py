@@ -23,6 +23,7 @@ from unstall.sparse.accelerator import (
 from unstall.sparse.analyzer import (
     AnalyzerConfig,
     LayerSparsity,
+    LayerTensors,
     TrainingSummary,
     profile_training,
 )
@@ -40,6 +41,21 @@ class CNNSparsityConfig:
 
     analyzer: AnalyzerConfig = field(default_factory=AnalyzerConfig)
     accelerator: AcceleratorConfig = field(default_factory=AcceleratorConfig)
+    # Other arrays or skip granularities to predict from the same recorded steps (model totals).
+    compare: tuple[AcceleratorConfig, ...] = ()
+
+
+def accelerator_label(acc: AcceleratorConfig) -> str:
+    """``"32x32 os, skip_rows=32, bn=folded"``."""
+    return f"{acc.array.label}, skip_rows={acc.group_rows}, bn={acc.bn_gradient}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Comparison(JsonResult):
+    """The model's speed-ups on another array or skip granularity."""
+
+    accelerator: str
+    summary: ModelSpeed
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -65,6 +81,7 @@ class CNNSparsityResult(JsonResult):
     backprop_speedup_vs_dense: float
     speedup_vs_input_only: float
     summary: ModelSpeed
+    comparisons: tuple[Comparison, ...]
     training: TrainingSummary
     layers: tuple[LayerRecord, ...]
 
@@ -74,7 +91,13 @@ def analyze_cnn(
 ) -> CNNSparsityResult:
     """Run the analyser with the speed model listening to every recorded layer."""
     counter = CycleCounter(config.accelerator)
-    profile = profile_training(config.analyzer, on_layer=counter.observe, progress=progress)
+    others = [CycleCounter(acc) for acc in config.compare]
+
+    def observe(record: LayerTensors) -> None:
+        for c in (counter, *others):
+            c.observe(record)
+
+    profile = profile_training(config.analyzer, on_layer=observe, progress=progress)
     records = tuple(
         LayerRecord(sparsity=layer, speed=counter.layer_speed(layer.name))
         for layer in profile.layers
@@ -92,6 +115,13 @@ def analyze_cnn(
         backprop_speedup_vs_dense=summary.backprop_speedup_vs_dense,
         speedup_vs_input_only=summary.speedup_vs_input_only,
         summary=summary,
+        comparisons=tuple(
+            Comparison(
+                accelerator=accelerator_label(c.config),
+                summary=model_speed([c.layer_speed(layer.name) for layer in profile.layers]),
+            )
+            for c in others
+        ),
         training=profile.training,
         layers=records,
     )

@@ -1,0 +1,188 @@
+"""``unstall sparse analyze``'s config from its options, and its tables: per layer, per model,
+and the comparisons."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import cast
+
+from rich.table import Table
+
+from unstall.cli.common import table
+from unstall.errors import ConfigError
+from unstall.sparse.accelerator import AcceleratorConfig, BnGradient
+from unstall.sparse.analyzer import AnalyzerConfig
+from unstall.sparse.cnn_sparsity import (
+    PUBLISHED_BACKPROP_SPEEDUP_VS_DENSE,
+    PUBLISHED_SPEEDUP_VS_SPARSITY_AGNOSTIC,
+    CNNSparsityConfig,
+    CNNSparsityResult,
+)
+from unstall.sparse.scalesim_adapter import ArrayConfig, Dataflow
+
+
+def _num(value: float | None) -> float:
+    return float("nan") if value is None else value
+
+
+def layer_table(result: CNNSparsityResult) -> Table:
+    """One row a layer: densities, forward GEMM shape, speed-ups."""
+    rows = []
+    for record in result.layers:
+        s, v = record.sparsity, record.speed
+        fwd = s.gemms.forward
+        shape = f"{fwd.m}x{fwd.k}x{fwd.n}" + (f" g{fwd.groups}" if fwd.groups > 1 else "")
+        rows.append(
+            [
+                s.name,
+                s.activation,
+                s.input_density,
+                s.grad_density,
+                _num(s.relu_grad_density),
+                _num(s.known_zero_share),
+                shape,
+                v.forward_speedup,
+                _num(v.input_grad_speedup),
+                v.weight_grad_speedup,
+                v.backprop_speedup_vs_dense,
+                v.speedup_vs_input_only,
+            ]
+        )
+    columns = [
+        "layer",
+        "activation",
+        "in dens",
+        "dY dens",
+        "dZ dens",
+        "known 0s",
+        "fwd MxKxN",
+        "fwd x",
+        "dX x",
+        "dW x",
+        "bprop x",
+        "vs in-only",
+    ]
+    title = (
+        f"{result.model}: densities and predicted speed-ups per layer "
+        f"({result.array} array, skip_rows={result.skip_rows}, bn={result.bn_gradient})"
+    )
+    return table(title, columns, rows)
+
+
+def model_table(result: CNNSparsityResult) -> Table:
+    """Cycles per step of each GEMM kind in each mode, and the speed-ups."""
+    s = result.summary
+    rows = []
+    for gemm, cycles in s.cycles.items():
+        dense, input_only, full = cycles["dense"], cycles["input_only"], cycles["full"]
+        rows.append([gemm, dense, input_only, full, dense / full if full else float("nan")])
+    bp = {
+        m: s.cycles["input_grad"][m] + s.cycles["weight_grad"][m]
+        for m in ("dense", "input_only", "full")
+    }
+    rows.append(
+        ["back-propagation", bp["dense"], bp["input_only"], bp["full"], s.backprop_speedup_vs_dense]
+    )
+    columns = ["GEMM", "dense cycles", "input-only cycles", "full cycles", "speed-up"]
+    return table(f"{result.model}: cycles per training step", columns, rows)
+
+
+def headline(result: CNNSparsityResult) -> list[str]:
+    """The lines that answer the question, with the published ranges beside them."""
+    s = result.summary
+    lo, hi = PUBLISHED_BACKPROP_SPEEDUP_VS_DENSE
+    lo2, hi2 = PUBLISHED_SPEEDUP_VS_SPARSITY_AGNOSTIC
+    t = result.training
+    start = "-" if t.warmup_loss_start is None else f"{t.warmup_loss_start:.3f}"
+    end = "-" if t.warmup_loss_end is None else f"{t.warmup_loss_end:.3f}"
+    return [
+        f"back-propagation speed-up over dense: {s.backprop_speedup_vs_dense:.3f}x "
+        f"(published, ImageNet: {lo}x-{hi}x)",
+        f"back-propagation speed-up over input sparsity only: {s.speedup_vs_input_only:.3f}x "
+        f"(published over sparsity-agnostic: {lo2}x-{hi2}x)",
+        f"ideal (element-level) skipping: {s.ideal_backprop_speedup_vs_dense:.3f}x over dense, "
+        f"{s.ideal_speedup_vs_input_only:.3f}x over input-only",
+        f"whole step: {s.step_speedup_vs_dense:.3f}x over dense; forward {s.forward_speedup:.3f}x",
+        f"training: {t.warmup_steps} warm-up steps, loss {start} -> {end} "
+        f"(chance {t.chance_loss:.3f}); recorded batch accuracy {t.recorded_accuracy:.2f}",
+    ]
+
+
+def comparison_table(result: CNNSparsityResult) -> Table | None:
+    """The same recorded steps on the other arrays or skip granularities, if any."""
+    if not result.comparisons:
+        return None
+    rows = [
+        [
+            c.accelerator,
+            c.summary.forward_speedup,
+            c.summary.backprop_speedup_vs_dense,
+            c.summary.speedup_vs_input_only,
+        ]
+        for c in result.comparisons
+    ]
+    columns = ["accelerator", "fwd x", "bprop x dense", "bprop x in-only"]
+    return table(f"{result.model}: other arrays, same recorded steps", columns, rows)
+
+
+def all_tables(result: CNNSparsityResult) -> list[Table]:
+    """Per layer, per model, and the comparisons when there are any."""
+    extra = comparison_table(result)
+    return [layer_table(result), model_table(result), *([extra] if extra is not None else [])]
+
+
+def analyze_config(
+    *,
+    model: str,
+    image_size: int,
+    steps: int,
+    warmup_steps: int,
+    batch_size: int,
+    array: str,
+    dataflow: str,
+    skip_rows: int | None,
+    compare_skip_rows: str,
+    bn_gradient: str,
+    data: str | None,
+    lr: float,
+    seed: int,
+) -> CNNSparsityConfig:
+    """The run's config from the command line (each part validates its own fields)."""
+    grid = ArrayConfig.parse(array, cast(Dataflow, dataflow))
+    bn = cast(BnGradient, bn_gradient)
+    try:
+        others = tuple(int(p) for p in compare_skip_rows.split(",") if p.strip())
+    except ValueError as exc:
+        raise ConfigError("analyze", "compare_skip_rows", "must be integers, e.g. 1,8") from exc
+    return CNNSparsityConfig(
+        analyzer=AnalyzerConfig(
+            model=model,
+            image_size=image_size,
+            batch_size=batch_size,
+            steps=steps,
+            warmup_steps=warmup_steps,
+            data=Path(data) if data is not None else None,
+            lr=lr,
+            seed=seed,
+        ),
+        accelerator=AcceleratorConfig(array=grid, skip_rows=skip_rows, bn_gradient=bn),
+        compare=tuple(AcceleratorConfig(array=grid, skip_rows=n, bn_gradient=bn) for n in others),
+    )
+
+
+def plot_path(plot: str | None, json_path: Path | None) -> Path | None:
+    """``--plot``, or ``OUT.densities.png`` beside ``--json OUT.json``, or no plot."""
+    if plot is not None:
+        return Path(plot)
+    if json_path is not None:
+        return json_path.with_name(json_path.stem + ".densities.png")
+    return None
+
+
+def set_threads(n: int) -> None:
+    """torch's CPU threads (on a busy machine one thread is often the fastest)."""
+    import torch
+
+    if n < 1:
+        raise ConfigError("analyze", "threads", f"must be >= 1, got {n}")
+    torch.set_num_threads(n)

@@ -1,0 +1,230 @@
+"""The CNN sparsity analyser: densities on hand-made nets, ReLU-mask subsets, im2col GEMM shapes,
+the data sources and the training run."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from unstall.errors import ConfigError, DataFileError
+from unstall.sparse.analyzer import (
+    AnalyzerConfig,
+    build_model,
+    profile_training,
+    record_step,
+    summarize,
+)
+from unstall.sparse.cnn_data import FolderImages, PatternConfig, PatternImages
+from unstall.sparse.gemms import GemmShape, gemm_shapes, geometry_of, im2col_mask
+
+
+@pytest.fixture(autouse=True)
+def one_thread() -> Iterator[None]:
+    """Small tensors: one torch thread is faster than two fighting over a busy machine."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _sum_loss(out: torch.Tensor, _: torch.Tensor) -> torch.Tensor:
+    return out.sum()
+
+
+def _tiny_relu_net() -> nn.Sequential:
+    """1 -> 2 channels with weights +1 and -1, ReLU, then 2 -> 1 channel summing both."""
+    net = nn.Sequential(nn.Conv2d(1, 2, 1, bias=False), nn.ReLU(), nn.Conv2d(2, 1, 1, bias=False))
+    with torch.no_grad():
+        net[0].weight.copy_(torch.tensor([1.0, -1.0]).reshape(2, 1, 1, 1))
+        net[2].weight.fill_(1.0)
+    return net
+
+
+def test_densities_match_hand_computed_values() -> None:
+    x = torch.tensor([[1.0, -2.0], [3.0, 0.0]]).reshape(1, 1, 2, 2)
+    _, _, records = record_step(_tiny_relu_net(), x, torch.zeros(1), _sum_loss)
+    first, second = summarize(records)
+    # conv1 sees x: one zero of four. Its outputs are x and -x; the ReLU keeps 1, 3 and 2: the
+    # gradient reaching the ReLU input is 1 there and 0 at the other 5 of 8 positions.
+    assert first.name == "0" and second.name == "2"
+    assert first.input_density == pytest.approx(3 / 4)
+    assert first.activation == "relu"
+    assert first.grad_density == pytest.approx(3 / 8)  # no BN: dL/dY is the ReLU-masked one
+    assert first.relu_grad_density == pytest.approx(3 / 8)
+    assert first.mask_zero_fraction == pytest.approx(5 / 8)
+    assert first.known_zero_share == pytest.approx(1.0)  # every zero is known from the mask
+    assert first.input_dead_fraction is None  # the image is no ReLU output
+    assert first.gemms.input_grad is None  # nothing asks for the image's gradient
+    # conv2 sees the ReLU output (3 non-zero of 8); its output gradient is all ones.
+    assert second.input_density == pytest.approx(3 / 8)
+    assert second.input_dead_fraction == pytest.approx(5 / 8)
+    assert second.grad_density == pytest.approx(1.0)
+    assert second.activation == "none" and second.relu_grad_density is None
+
+
+def test_batchnorm_makes_the_raw_gradient_dense_but_not_the_relu_one() -> None:
+    torch.manual_seed(0)
+    net = nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.Conv2d(8, 4, 3)
+    )
+    x = torch.randn(4, 3, 8, 8)
+    _, _, records = record_step(net, x, torch.zeros(4), _sum_loss)
+    conv = summarize(records)[0]
+    assert conv.activation == "bn+relu"
+    assert conv.grad_density > 0.99  # BN's backward subtracts batch means
+    assert conv.relu_grad_density is not None and conv.relu_grad_density < 0.7
+    assert 0.3 < (conv.mask_zero_fraction or 0) < 0.7
+
+
+def test_mask_predicted_zeros_are_a_subset_of_the_actual_zeros() -> None:
+    config = AnalyzerConfig(model="resnet18", image_size=32, batch_size=2)
+    torch.manual_seed(1)
+    model = build_model(config, num_classes=10)
+    images, labels = PatternImages(PatternConfig(image_size=32), seed=3).batch(
+        2, torch.Generator().manual_seed(0)
+    )
+    _, _, records = record_step(model, images, labels, nn.CrossEntropyLoss())
+    masked = [r for r in records if r.known_dead is not None]
+    assert len(masked) >= 17  # every conv of ResNet-18 reaches a ReLU
+    paths = {r.activation for r in records}
+    assert {"bn+relu", "bn+add+relu", "none"} <= paths  # stem/conv1, conv2/shortcut, fc
+    for r in masked:
+        assert r.dz_nz is not None
+        assert not (r.known_dead & r.dz_nz).any(), r.name  # known zero => actually zero
+    for layer in summarize(records):
+        for value in (layer.input_density, layer.grad_density, layer.relu_grad_density):
+            assert value is None or 0.0 <= value <= 1.0
+
+
+def test_dead_inputs_through_max_pool_and_dropout_are_zero_inputs() -> None:
+    net = nn.Sequential(
+        nn.Conv2d(2, 4, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Dropout(0.5),
+        nn.Linear(4 * 4 * 4, 3),
+    )
+    torch.manual_seed(2)
+    _, _, records = record_step(net, torch.randn(3, 2, 8, 8), torch.zeros(3), _sum_loss)
+    linear = records[-1]
+    assert linear.x_alive is not None  # ReLU -> max-pool -> flatten -> dropout keeps the rule
+    assert torch.equal(linear.x_alive, linear.x_nz)
+
+
+def test_gemm_shapes_match_hand_computed_im2col_sizes() -> None:
+    conv = nn.Conv2d(3, 8, 3, stride=2, padding=1)
+    # a 9x9 input: Ho = Wo = (9 + 2 - 3) // 2 + 1 = 5; P = 2 images * 25 pixels
+    shapes = gemm_shapes(geometry_of(conv), (2, 8, 5, 5), input_grad=True)
+    assert shapes.forward == GemmShape(m=50, n=8, k=27)
+    assert shapes.input_grad == GemmShape(m=50, n=27, k=8)
+    assert shapes.weight_grad == GemmShape(m=8, n=27, k=50)
+    grouped = gemm_shapes(geometry_of(nn.Conv2d(4, 8, 3, groups=2)), (1, 8, 2, 2), input_grad=True)
+    assert grouped.forward == GemmShape(m=4, n=4, k=18, groups=2)
+    assert grouped.forward.macs == 2 * 4 * 4 * 18
+    linear = gemm_shapes(geometry_of(nn.Linear(5, 7)), (3, 7), input_grad=False)
+    assert linear.forward == GemmShape(m=3, n=7, k=5)
+    assert linear.input_grad is None
+    assert linear.weight_grad == GemmShape(m=7, n=5, k=3)
+
+
+def test_im2col_mask_is_the_unfolded_input() -> None:
+    torch.manual_seed(3)
+    x = torch.relu(torch.randn(2, 4, 6, 6))
+    conv = nn.Conv2d(4, 6, 3, stride=2, padding=1, groups=2)
+    cols = im2col_mask(x != 0, geometry_of(conv))
+    unfolded = F.unfold(x, 3, padding=1, stride=2).transpose(1, 2).reshape(-1, 36)
+    assert cols.shape == (2, 2 * 9, 18)
+    assert torch.equal(cols[0], unfolded[:, :18] != 0)
+    assert torch.equal(cols[1], unfolded[:, 18:] != 0)
+    # the forward GEMM of the grouped conv reproduces the layer's output
+    w = conv.weight.detach().reshape(2, 3, 18)
+    out = torch.cat([unfolded[:, :18] @ w[0].T, unfolded[:, 18:] @ w[1].T], dim=1)
+    expected = F.conv2d(x, conv.weight, None, 2, 1, groups=2).permute(0, 2, 3, 1).reshape(-1, 6)
+    assert torch.allclose(out, expected, atol=1e-5)
+
+
+def test_pattern_images_are_learnable() -> None:
+    source = PatternImages(PatternConfig(num_classes=4, image_size=16), seed=0)
+    gen = torch.Generator().manual_seed(0)
+    model = nn.Linear(3 * 16 * 16, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    losses = []
+    for _ in range(60):
+        images, labels = source.batch(32, gen)
+        loss = F.cross_entropy(model(images.flatten(1)), labels)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert sum(losses[-10:]) / 10 < 0.6 * sum(losses[:10]) / 10
+
+
+def test_folder_images_read_class_folders(tmp_path: Path) -> None:
+    from PIL import Image
+
+    for label, colour in (("cat", (200, 10, 10)), ("dog", (10, 10, 200))):
+        (tmp_path / label).mkdir()
+        for i in range(2):
+            Image.new("RGB", (40, 30), colour).save(tmp_path / label / f"{i}.png")
+    (tmp_path / "dog" / "notes.txt").write_text("not an image")
+    source = FolderImages(tmp_path, image_size=32)
+    assert source.classes == ["cat", "dog"] and source.num_classes == 2
+    images, labels = source.batch(5, torch.Generator().manual_seed(0))
+    assert images.shape == (5, 3, 32, 32) and labels.shape == (5,)
+    red_minus_blue = images[:, 0].mean(dim=(1, 2)) - images[:, 2].mean(dim=(1, 2))
+    assert torch.equal(red_minus_blue > 0, labels == 0)
+
+
+def test_folder_errors_name_the_path(tmp_path: Path) -> None:
+    with pytest.raises(DataFileError, match="no such folder"):
+        FolderImages(tmp_path / "missing", 32)
+    (tmp_path / "only").mkdir()
+    with pytest.raises(DataFileError, match="at least 2 class folders"):
+        FolderImages(tmp_path, 32)
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "broken.png").write_bytes(b"not a png")
+    with pytest.raises(DataFileError, match=r"broken\.png"):
+        FolderImages(tmp_path, 32)
+
+
+def test_config_rejects_bad_fields() -> None:
+    with pytest.raises(ConfigError, match="model"):
+        AnalyzerConfig(model="lstm_lm")
+    with pytest.raises(ConfigError, match="steps"):
+        AnalyzerConfig(steps=0)
+    with pytest.raises(ConfigError, match="image_size"):
+        AnalyzerConfig(image_size=16)
+
+
+def test_profile_training_records_every_layer_after_warmup() -> None:
+    config = AnalyzerConfig(
+        model="resnet18", image_size=32, batch_size=2, warmup_steps=1, steps=1, seed=5
+    )
+    ticks: list[int] = []
+    seen: list[str] = []
+    profile = profile_training(
+        config, on_layer=lambda r: seen.append(r.name), progress=ticks.append
+    )
+    assert len(ticks) == 2  # one warm-up step, one recorded
+    assert len(profile.layers) == 21 == len(seen)  # 20 convs and the classifier
+    assert profile.training.warmup_steps == 1
+    assert profile.training.warmup_loss_start is not None
+    stem = profile.layers[0]
+    assert stem.name == "stem.0" and stem.input_density == pytest.approx(1.0)
+    assert all(0.0 <= layer.input_density <= 1.0 for layer in profile.layers)
+    again = profile_training(config)  # seeded: the same run gives the same figures
+    assert again.layers == profile.layers
+
+
+@pytest.mark.slow
+def test_warmup_lowers_the_loss() -> None:
+    config = AnalyzerConfig(model="resnet18", image_size=32, batch_size=16, warmup_steps=60)
+    training = profile_training(config).training
+    assert training.warmup_loss_end is not None and training.warmup_loss_start is not None
+    assert training.warmup_loss_end < 0.8 * training.warmup_loss_start
