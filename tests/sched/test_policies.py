@@ -145,3 +145,29 @@ def test_gandiva_reconsolidates_a_spread_job_when_a_node_frees() -> None:
     # With its own GPUs given back, node 0 (or 1) is whole again: move it there.
     assert [m.job_id for m in d.migrations] == ["r1"]
     assert len(d.migrations[0].placement) == 1
+
+
+def test_gandiva_leaves_the_free_count_intact_when_defragmenting_fails() -> None:
+    # Node 0 has 4 free GPUs and two tenants: r4 (1 GPU) could move to node 1, r5 (3 GPUs) fits
+    # nowhere else, so node 0 cannot be cleared for an 8-GPU job. The job then starts spread,
+    # and must not be given more GPUs of a node than are free.
+    layout = ClusterLayout.regular(racks=1, nodes_per_rack=3, gpus_per_node=8)
+    free = (4, 2, 2)
+    running = (
+        job("r4", 1, placement=((0, 1),)),
+        job("r5", 3, placement=((0, 3),)),
+        job("r1", 6, placement=((1, 6),)),
+        job("r2", 6, placement=((2, 6),)),
+    )
+    snap = ClusterSnapshot(
+        now=100.0,
+        layout=layout,
+        free_by_node=free,
+        free_by_rack=(sum(free),),
+        queued=(job("q1", 8),),
+        running=running,
+    )
+    d = Gandiva().decide(snap, RNG)
+    assert d.migrations == ()
+    (start,) = d.starts
+    assert all(k <= free[node] for node, k in start.placement), start

@@ -67,13 +67,14 @@ class Gandiva:
             key=lambda r: r.num_gpus,
         )
         planned: list[tuple[JobView, Placement]] = []
-        room = free.by_node[target]
+        target_free = free.by_node[target]
+        room = target_free
         for tenant in tenants:
             if room >= job.num_gpus or len(planned) >= budget:
                 break
             free.by_node[target] = 0  # the target is not a destination for its own tenants
             dest = pl.on_one_node(free.by_node, tenant.num_gpus)
-            free.by_node[target] = room
+            free.by_node[target] = target_free
             if dest is None:
                 continue
             free.take(dest)

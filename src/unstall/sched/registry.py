@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 from unstall.errors import ConfigError
 from unstall.sched.base import Policy
+from unstall.sched.dally import Dally
 from unstall.sched.fifo import Consolidate, Fifo, FirstFit
 from unstall.sched.gandiva import Gandiva
 from unstall.sched.srtf import Srtf
@@ -18,6 +19,7 @@ POLICIES: dict[str, Callable[[], Policy]] = {
     "srtf": Srtf,
     "tiresias": Tiresias,
     "gandiva": Gandiva,
+    "dally": Dally,
 }
 
 # One line each, for `unstall sim policies` and the README.
@@ -28,6 +30,7 @@ DESCRIPTIONS: dict[str, str] = {
     "srtf": "preemptive shortest remaining time first; an oracle (knows durations): a bound",
     "tiresias": "discretised 2D-LAS with starvation promotion; consolidates skewed models only",
     "gandiva": "consolidation-first packing, migration to defragment and re-consolidate",
+    "dally": "network-sensitive: delay timers per locality level, preemption, auto-tuned timers",
 }
 
 

@@ -1,0 +1,64 @@
+"""Dally's knobs, validated; the ablation switches turn single mechanisms off."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from unstall.config import check, check_non_negative, check_positive
+
+ORDERS = ("fifo", "las")
+
+
+@dataclass(frozen=True, kw_only=True)
+class DallyConfig:
+    # Base order of the queue: arrival (fifo) or least attained service (las, Tiresias-like).
+    order: str = "las"
+    las_thresholds_gpu_s: tuple[float, ...] = (3600.0, 36000.0)
+    # The three mechanisms (off = ablation).
+    delay: bool = True
+    preemption: bool = True
+    autotune: bool = True
+    # Delay timers: a job holds out for a better locality level for up to
+    # ``wait_per_slowdown_s x (slowdown at the level it would accept - 1)`` seconds.
+    wait_per_slowdown_s: float = 1800.0
+    max_wait_s: float = 6 * 3600.0
+    # A job whose spread slowdown is below this is insensitive: it never waits.
+    insensitive_below: float = 1.05
+    # What the policy assumes a preemption or migration costs (seconds of lost progress); the
+    # simulator's --restore-s should match.
+    restore_s: float = 60.0
+    # Act only when the predicted gain is this many times the predicted cost (hysteresis).
+    gain_margin: float = 2.0
+    max_preemptions_per_round: int = 4
+    max_migrations_per_round: int = 4
+    # Before any job has finished, the expected run time of a job (the auto-tuner replaces it with
+    # the median of finished jobs' run times).
+    prior_runtime_s: float = 3600.0
+    # Auto-tuner: re-tune after this many starts; step factor; bounds of the tuned base.
+    tune_every: int = 20
+    tune_step: float = 1.5
+    tune_min_s: float = 30.0
+    tune_max_s: float = 6 * 3600.0
+    tick_s: float = 300.0
+
+    def __post_init__(self) -> None:
+        check(self.order in ORDERS, self, "order", f"must be one of {ORDERS}")
+        check_positive(
+            self,
+            max_wait_s=self.max_wait_s,
+            gain_margin=self.gain_margin,
+            prior_runtime_s=self.prior_runtime_s,
+            tune_every=self.tune_every,
+            tune_min_s=self.tune_min_s,
+            tick_s=self.tick_s,
+        )
+        check_non_negative(
+            self,
+            wait_per_slowdown_s=self.wait_per_slowdown_s,
+            restore_s=self.restore_s,
+            max_preemptions_per_round=self.max_preemptions_per_round,
+            max_migrations_per_round=self.max_migrations_per_round,
+        )
+        check(self.insensitive_below >= 1.0, self, "insensitive_below", "must be >= 1")
+        check(self.tune_step > 1.0, self, "tune_step", "must be > 1")
+        check(self.tune_max_s >= self.tune_min_s, self, "tune_max_s", "must be >= tune_min_s")

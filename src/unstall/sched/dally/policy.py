@@ -1,0 +1,229 @@
+"""The Dally policy: queue order, then per job: best level if free, else network-sensitive
+preemption if it pays, else the delay timer decides between waiting and a worse level; finally
+spread jobs are re-consolidated when blocks free up. The tuned timer base is reported as
+telemetry (``dally.base_s``) so its course over time is part of the result."""
+
+from __future__ import annotations
+
+import bisect
+import random
+from dataclasses import dataclass, field
+
+from unstall.sched.base import (
+    ClusterSnapshot,
+    Decision,
+    JobView,
+    Migrate,
+    Preempt,
+    SetTimer,
+    Start,
+)
+from unstall.sched.dally.autotune import DelayTuner
+from unstall.sched.dally.config import DallyConfig
+from unstall.sched.dally.delay import accept_after_s
+from unstall.sched.dally.preemption import cheapest_node_room, reconsolidation
+from unstall.sched.dally.sensitivity import is_sensitive, slowdown_at
+from unstall.sched.free import FreeGpus
+from unstall.sched.placement import Locality, best_locality_possible
+
+
+@dataclass
+class _Held:
+    """A job the delay mechanism is holding back: since when, and what it turned down."""
+
+    since_s: float
+    turned_down: float  # slowdown of the worst level it refused
+
+
+@dataclass
+class _Round:
+    starts: list[Start] = field(default_factory=list)
+    preempts: list[Preempt] = field(default_factory=list)
+    migrations: list[Migrate] = field(default_factory=list)
+    timers: list[SetTimer] = field(default_factory=list)
+    taken: set[str] = field(default_factory=set)  # running jobs preempted or moved this round
+
+
+class Dally:
+    name = "dally"
+    needs_oracle = False
+
+    def __init__(self, config: DallyConfig | None = None, name: str = "dally") -> None:
+        self.config = config or DallyConfig()
+        self.name = name
+        self.tick_s = self.config.tick_s
+        self.reset()
+
+    def reset(self) -> None:
+        c = self.config
+        self.tuner = DelayTuner(
+            base_s=c.wait_per_slowdown_s,
+            enabled=c.autotune,
+            tune_every=c.tune_every,
+            step=c.tune_step,
+            min_s=c.tune_min_s,
+            max_s=c.tune_max_s,
+            prior_runtime_s=c.prior_runtime_s,
+        )
+        self._held: dict[str, _Held] = {}
+        self._timers_set: set[tuple[str, float]] = set()
+        self._last_running: dict[str, JobView] = {}
+
+    # --- helpers -------------------------------------------------------------------------------
+
+    def _priority(self, job: JobView, now: float) -> tuple[int, float, int]:
+        if self.config.order == "fifo":
+            return (0, job.submit_s, job.index)
+        level = bisect.bisect_right(self.config.las_thresholds_gpu_s, job.attained_gpu_s(now))
+        return (level, job.submit_s, job.index)
+
+    def _expected_remaining(self, job: JobView, now: float) -> float:
+        return self.tuner.expected_remaining_s(job.attained_gpu_s(now) / job.num_gpus)
+
+    def _observe_finishes(self, snapshot: ClusterSnapshot) -> None:
+        """Jobs that were running last round and are neither running nor queued now finished."""
+        now_running = {j.job_id: j for j in snapshot.running}
+        queued = {j.job_id for j in snapshot.queued}
+        for job_id, view in self._last_running.items():
+            if job_id not in now_running and job_id not in queued:
+                self.tuner.observe_finish(view.attained_gpu_s(snapshot.now) / view.num_gpus)
+        self._last_running = now_running
+
+    # --- the decision --------------------------------------------------------------------------
+
+    def decide(self, snapshot: ClusterSnapshot, rng: random.Random) -> Decision:
+        self._observe_finishes(snapshot)
+        now = snapshot.now
+        free = FreeGpus(snapshot)
+        plan = _Round()
+        for job in sorted(snapshot.queued, key=lambda j: self._priority(j, now)):
+            if free.total == 0 and not self.config.preemption:
+                break
+            self._place(job, snapshot, free, plan)
+        if self.config.preemption:
+            self._reconsolidate(snapshot, free, plan)
+        live = {j.job_id for j in snapshot.queued}
+        self._held = {k: v for k, v in self._held.items() if k in live}
+        self._timers_set = {t for t in self._timers_set if t[0] in live}
+        return Decision(
+            starts=tuple(plan.starts),
+            preemptions=tuple(plan.preempts),
+            migrations=tuple(plan.migrations),
+            timers=tuple(plan.timers),
+            telemetry=(("dally.base_s", self.tuner.base_s),),
+        )
+
+    def _place(self, job: JobView, snapshot: ClusterSnapshot, free: FreeGpus, plan: _Round) -> None:
+        c = self.config
+        now = snapshot.now
+        best = best_locality_possible(job.num_gpus, free.layout)
+        placement = free.at_level(best, job.num_gpus)
+        if placement is None and c.preemption and best == Locality.NODE:
+            placement = self._preempt_for(job, snapshot, free, plan)
+        if placement is not None:
+            self._start(job, placement, best, best, free, plan, now)
+            return
+        level = next(
+            (lv for lv in Locality if lv > best and free.at_level(lv, job.num_gpus) is not None),
+            None,
+        )
+        if level is None:
+            return  # no room at any level: wait for GPUs
+        after = 0.0
+        if c.delay:
+            after = accept_after_s(
+                job,
+                level,
+                best,
+                base_s=self.tuner.base_s,
+                max_wait_s=c.max_wait_s,
+                insensitive_below=c.insensitive_below,
+            )
+        if job.waiting_s(now) >= after:
+            chosen = free.at_level(level, job.num_gpus)
+            assert chosen is not None
+            self._start(job, chosen, level, best, free, plan, now)
+            return
+        held = self._held.setdefault(job.job_id, _Held(since_s=now, turned_down=1.0))
+        held.turned_down = max(held.turned_down, slowdown_at(job, level, best))
+        wake = job.changed_s + after
+        if (job.job_id, wake) not in self._timers_set:
+            self._timers_set.add((job.job_id, wake))
+            plan.timers.append(SetTimer(at_s=wake, key=f"dally:{job.job_id}"))
+
+    def _start(
+        self,
+        job: JobView,
+        placement: tuple[tuple[int, int], ...],
+        level: Locality,
+        best: Locality,
+        free: FreeGpus,
+        plan: _Round,
+        now: float,
+    ) -> None:
+        free.take(placement)
+        plan.starts.append(Start(job.job_id, placement))
+        held = self._held.pop(job.job_id, None)
+        suffered = slowdown_at(job, level, best)
+        if held is None and suffered < self.config.insensitive_below:
+            return  # neither held nor hurt: nothing for the tuner to learn
+        self.tuner.observe_start(
+            gpus=job.num_gpus,
+            held_s=0.0 if held is None else now - held.since_s,
+            avoided=held.turned_down if held is not None and level == best else 1.0,
+            suffered=suffered,
+            expected_s=self._expected_remaining(job, now),
+        )
+
+    def _preempt_for(
+        self, job: JobView, snapshot: ClusterSnapshot, free: FreeGpus, plan: _Round
+    ) -> tuple[tuple[int, int], ...] | None:
+        c = self.config
+        if len(plan.preempts) + len(plan.migrations) >= c.max_preemptions_per_round:
+            return None
+        if not is_sensitive(job, c.insensitive_below):
+            return None
+        now = snapshot.now
+        mine = self._priority(job, now)
+        sensitivity = job.slowdown_node_spread
+
+        def may_move(victim: JobView) -> bool:
+            if victim.job_id in plan.taken:
+                return False
+            return max(victim.slowdown_node_spread, 1.0) < sensitivity
+
+        def may_preempt(victim: JobView) -> bool:
+            return self._priority(victim, now)[0] > mine[0]
+
+        room = cheapest_node_room(job, free, snapshot.running, may_move, may_preempt, c.restore_s)
+        if room is None:
+            return None
+        gain = job.num_gpus * (sensitivity - 1.0) * self._expected_remaining(job, now)
+        if gain <= c.gain_margin * room.cost_gpu_s:
+            return None
+        for victim, dest in room.moves:
+            free.give(victim.placement)
+            free.take(dest)
+            plan.taken.add(victim.job_id)
+            plan.migrations.append(Migrate(victim.job_id, dest, f"room for {job.job_id}"))
+        for victim in room.preempts:
+            free.give(victim.placement)
+            plan.taken.add(victim.job_id)
+            plan.preempts.append(Preempt(victim.job_id, f"consolidated node for {job.job_id}"))
+        return ((room.node, job.num_gpus),)
+
+    def _reconsolidate(self, snapshot: ClusterSnapshot, free: FreeGpus, plan: _Round) -> None:
+        c = self.config
+        now = snapshot.now
+        for job in snapshot.running:
+            if len(plan.migrations) >= c.max_migrations_per_round or free.total == 0:
+                return
+            if job.job_id in plan.taken or len(job.placement) <= 1:
+                continue
+            target = reconsolidation(
+                job, free, self._expected_remaining(job, now), c.restore_s, c.gain_margin
+            )
+            if target is not None:
+                free.take(target)
+                plan.taken.add(job.job_id)
+                plan.migrations.append(Migrate(job.job_id, target, "re-consolidate"))

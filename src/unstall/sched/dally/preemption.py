@@ -1,0 +1,123 @@
+"""Network-sensitive preemption and re-consolidation, each only when its predicted gain beats
+its predicted cost by a margin.
+
+- Preemption: a waiting sensitive job whose best level (one node) is not free may take a node
+  from running jobs that are less sensitive than it. Those that fit on another node are
+  migrated there (they keep running, and their locality); the rest are preempted back to the
+  queue, but only if they also have lower priority. Gain: the slowdown the job avoids over its
+  expected remaining run time; cost: the victims' checkpoint/restore time.
+- Re-consolidation: a running job placed worse than its best level moves to a consolidated block
+  when one is free. Gain: the time its expected remainder saves at consolidated speed; cost: its
+  own restore time.
+All figures are GPU-seconds, so a 1-GPU victim weighs less than an 8-GPU one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from unstall.sched.base import JobView, Placement
+from unstall.sched.dally.sensitivity import slowdown_at
+from unstall.sched.free import FreeGpus
+from unstall.sched.placement import best_locality_possible, locality_of, on_one_node
+
+
+@dataclass(frozen=True)
+class RoomPlan:
+    """Free ``node`` for a job: move some tenants to other nodes, preempt others."""
+
+    node: int
+    moves: tuple[tuple[JobView, Placement], ...]
+    preempts: tuple[JobView, ...]
+    cost_gpu_s: float
+
+
+def _destination(free: FreeGpus, victim: JobView, avoid: int) -> Placement | None:
+    """A single node other than ``avoid`` with room for all of ``victim``'s GPUs (best fit)."""
+    held = free.by_node[avoid]
+    free.by_node[avoid] = 0
+    try:
+        return on_one_node(free.by_node, victim.num_gpus)
+    finally:
+        free.by_node[avoid] = held
+
+
+def _plan_node(
+    node: int,
+    job: JobView,
+    tenants: list[JobView],
+    free: FreeGpus,
+    may_preempt: Callable[[JobView], bool],
+    restore_s: float,
+) -> RoomPlan | None:
+    """Clear room on ``node``: smallest tenants first, each moved if a node has room for it
+    (it keeps its locality), else preempted if it may be; None if the room cannot be made."""
+    room = free.by_node[node]
+    moves: list[tuple[JobView, Placement]] = []
+    preempts: list[JobView] = []
+    for victim in sorted(tenants, key=lambda v: (v.num_gpus, v.index)):
+        if room >= job.num_gpus:
+            break
+        dest = _destination(free, victim, node)
+        if dest is not None:
+            free.take(dest)  # reserved while planning; given back below
+            moves.append((victim, dest))
+        elif may_preempt(victim):
+            preempts.append(victim)
+        else:
+            continue
+        room += victim.num_gpus
+    for _, dest in moves:
+        free.give(dest)
+    if room < job.num_gpus:
+        return None
+    gpus = sum(v.num_gpus for v, _ in moves) + sum(v.num_gpus for v in preempts)
+    return RoomPlan(node, tuple(moves), tuple(preempts), gpus * restore_s)
+
+
+def cheapest_node_room(
+    job: JobView,
+    free: FreeGpus,
+    running: Sequence[JobView],
+    may_move: Callable[[JobView], bool],
+    may_preempt: Callable[[JobView], bool],
+    restore_s: float,
+) -> RoomPlan | None:
+    """The node that is cheapest (in victims' restore GPU-seconds) to clear for ``job``."""
+    tenants: dict[int, list[JobView]] = {}
+    for r in running:
+        if len(r.placement) == 1 and may_move(r):
+            tenants.setdefault(r.placement[0][0], []).append(r)
+    best: RoomPlan | None = None
+    for node, victims in tenants.items():
+        if free.by_node[node] + sum(v.num_gpus for v in victims) < job.num_gpus:
+            continue
+        plan = _plan_node(node, job, victims, free, may_preempt, restore_s)
+        if plan is not None and (best is None or plan.cost_gpu_s < best.cost_gpu_s):
+            best = plan
+    return best
+
+
+def reconsolidation(
+    job: JobView,
+    free: FreeGpus,
+    expected_remaining_s: float,
+    restore_s: float,
+    margin: float,
+) -> Placement | None:
+    """A consolidated placement to move ``job`` to, if one is free and the move pays."""
+    layout = free.layout
+    best = best_locality_possible(job.num_gpus, layout)
+    now_level = locality_of(job.placement, layout)
+    if now_level <= best:
+        return None
+    slowdown = slowdown_at(job, now_level, best)
+    saved_s = expected_remaining_s * (1.0 - 1.0 / slowdown)
+    if saved_s <= margin * restore_s:
+        return None
+    free.give(job.placement)
+    target = free.at_level(best, job.num_gpus)
+    if target is None:
+        free.take(job.placement)
+    return target
