@@ -11,6 +11,9 @@ ideal element-level bound is always reported.
         --steps 2 --threads 1 --json bench-results/sparsity_cnn.json
 
 Writes the JSON after every model, so a long run can be followed and keeps what it finished.
+Models can run in separate processes and be put together afterwards:
+
+    python benchmarks/sparsity_cnn.py --combine a.json b.json --json all.json
 """
 
 from __future__ import annotations
@@ -96,6 +99,21 @@ def print_table(rows: list[dict[str, Any]]) -> None:
     )
 
 
+def combine(paths: list[Path], out: Path | None) -> int:
+    """Put the models of several runs into one JSON and print their table."""
+    merged: dict[str, Any] = {"args": [], "models": {}, "summary": []}
+    for path in paths:
+        part = json.loads(path.read_text())
+        merged["args"].append(part["args"])
+        merged["models"].update(part["models"])
+        merged["summary"] += part["summary"]
+    print_table(merged["summary"])
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(merged, indent=1) + "\n")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--models", default=MODELS)
@@ -111,7 +129,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", type=Path, default=None)
+    p.add_argument("--combine", type=Path, nargs="+", default=None, help="JSONs of earlier runs")
     args = p.parse_args(argv)
+    if args.combine:
+        return combine(args.combine, args.json)
     torch.set_num_threads(args.threads)
     array = ArrayConfig.parse(args.array, args.dataflow)
     compare = tuple(

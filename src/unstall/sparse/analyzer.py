@@ -270,7 +270,8 @@ class SparsityCounter:
 
     def __init__(self) -> None:
         self.sums: dict[str, list[float]] = {}
-        self.last: LayerTensors | None = None
+        # what the result names, not the masks (they are large: one step's are let go)
+        self.about: tuple[str, LayerKind, str, LayerGemms] | None = None
 
     def _add(self, key: str, part: torch.Tensor, whole: torch.Tensor | None = None) -> None:
         total = float(whole.sum().item()) if whole is not None else float(part.numel())
@@ -284,7 +285,7 @@ class SparsityCounter:
 
     def observe(self, t: LayerTensors) -> None:
         assert t.dy_nz is not None, "backward pass not recorded"
-        self.last = t
+        self.about = (t.name, t.geometry.kind, t.activation, t.gemms)
         self._add("input", t.x_nz)
         self._add("grad", t.dy_nz)
         if t.x_alive is not None:
@@ -295,20 +296,20 @@ class SparsityCounter:
             self._add("known_share", t.known_dead & ~t.dz_nz, ~t.dz_nz)
 
     def result(self, index: int) -> LayerSparsity:
-        t = self.last
-        assert t is not None, "no step observed"
+        assert self.about is not None, "no step observed"
+        name, kind, activation, gemms = self.about
         return LayerSparsity(
             index=index,
-            name=t.name,
-            kind=t.geometry.kind,
-            activation=t.activation,
+            name=name,
+            kind=kind,
+            activation=activation,
             input_density=self._ratio("input") or 0.0,
             grad_density=self._ratio("grad") or 0.0,
             relu_grad_density=self._ratio("relu_grad"),
             mask_zero_fraction=self._ratio("mask_zero"),
             known_zero_share=self._ratio("known_share"),
             input_dead_fraction=self._ratio("input_dead"),
-            gemms=t.gemms,
+            gemms=gemms,
         )
 
 
@@ -429,21 +430,9 @@ def profile_training(
             _plain_step(model, optimizer, loss_fn, source, data_gen, config, progress)
             for _ in range(config.warmup_steps)
         ]
-        counters: dict[str, SparsityCounter] = {}
-        losses, correct = [], 0
-        for _ in range(config.steps):
-            images, labels = source.batch(config.batch_size, data_gen)
-            optimizer.zero_grad(set_to_none=True)
-            loss, logits, records = record_step(model, images, labels, loss_fn)
-            _sgd_step(model, optimizer, config)
-            losses.append(float(loss.item()))
-            correct += int((logits.argmax(dim=1) == labels).sum().item())
-            for record in records:
-                counters.setdefault(record.name, SparsityCounter()).observe(record)
-                if on_layer is not None:
-                    on_layer(record)
-            if progress is not None:
-                progress(1)
+        counters, losses, correct = _recorded_steps(
+            model, optimizer, loss_fn, source, data_gen, config, on_layer, progress
+        )
     layers = tuple(c.result(i) for i, c in enumerate(counters.values()))
     training = _training_summary(warmup, losses, correct, config, source.num_classes)
     data = str(config.data) if config.data is not None else "synthetic patterns"
@@ -455,6 +444,36 @@ def profile_training(
         layers=layers,
         training=training,
     )
+
+
+def _recorded_steps(
+    model: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    source: ImageSource,
+    generator: torch.Generator,
+    config: AnalyzerConfig,
+    on_layer: Callable[[LayerTensors], None] | None,
+    progress: Callable[[int], None] | None,
+) -> tuple[dict[str, SparsityCounter], list[float], int]:
+    """The recorded SGD steps: per-layer counters, losses, correct predictions."""
+    counters: dict[str, SparsityCounter] = {}
+    losses, correct = [], 0
+    for _ in range(config.steps):
+        images, labels = source.batch(config.batch_size, generator)
+        optimizer.zero_grad(set_to_none=True)
+        loss, logits, records = record_step(model, images, labels, loss_fn)
+        _sgd_step(model, optimizer, config)
+        losses.append(float(loss.item()))
+        correct += int((logits.argmax(dim=1) == labels).sum().item())
+        for record in records:
+            counters.setdefault(record.name, SparsityCounter()).observe(record)
+            if on_layer is not None:
+                on_layer(record)
+        del records  # the masks of a big model are hundreds of MB: free them before the next
+        if progress is not None:
+            progress(1)
+    return counters, losses, correct
 
 
 def _plain_step(

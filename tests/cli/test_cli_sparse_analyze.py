@@ -1,0 +1,67 @@
+"""`unstall sparse analyze`: tables, JSON with the required keys, density plot, errors."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from unstall.cli.app import app
+
+runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def restore_threads() -> Iterator[None]:
+    before = torch.get_num_threads()
+    yield
+    torch.set_num_threads(before)
+
+
+def test_analyze_writes_tables_json_and_plot(tmp_path: Path) -> None:
+    out = tmp_path / "r18.json"
+    args = ["sparse", "analyze", "--model", "resnet18", "--image-size", "32"]
+    args += ["--batch-size", "2", "--steps", "1", "--warmup-steps", "1", "--array", "8x8"]
+    args += ["--compare-skip-rows", "1", "--threads", "1", "--json", str(out), "--quiet"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "densities and predicted speed-ups per layer" in result.output
+    assert "cycles per training step" in result.output
+    assert "back-propagation speed-up over dense" in result.output
+    assert "skip_rows=1" in result.output  # the comparison table
+    data = json.loads(out.read_text())
+    assert data["backprop_speedup_vs_dense"] >= 1.0
+    assert data["speedup_vs_input_only"] >= 1.0
+    assert data["array"] == "8x8 os" and data["skip_rows"] == 8
+    layers = data["layers"]
+    assert len(layers) == 21 and layers[0]["sparsity"]["name"] == "stem.0"
+    first = layers[1]
+    for key in ("input_density", "grad_density", "relu_grad_density", "known_zero_share"):
+        assert 0.0 <= first["sparsity"][key] <= 1.0
+    assert set(first["sparsity"]["gemms"]) == {"forward", "input_grad", "weight_grad"}
+    assert {"forward_speedup", "backprop_speedup_vs_dense", "speedup_vs_input_only"} <= set(
+        first["speed"]
+    )
+    assert data["comparisons"][0]["accelerator"] == "8x8 os, skip_rows=1, bn=folded"
+    assert (tmp_path / "r18.densities.png").stat().st_size > 10_000
+    config = json.loads((tmp_path / "r18.config.json").read_text())
+    assert config["config"]["analyzer"]["model"] == "resnet18"
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--array", "8by8"], "ROWSxCOLS"),
+        (["--model", "lstm_lm"], "not an image CNN"),
+        (["--skip-rows", "3"], "skip_rows"),
+        (["--bn-gradient", "maybe"], "bn_gradient"),
+    ],
+)
+def test_analyze_bad_options_fail_with_one_line(extra: list[str], message: str) -> None:
+    result = runner.invoke(app, ["sparse", "analyze", "--image-size", "32", *extra])
+    assert result.exit_code == 1
+    assert message in result.output
