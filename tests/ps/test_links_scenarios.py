@@ -29,11 +29,11 @@ def test_spec_times_are_computed_from_the_numbers() -> None:
     assert unlimited().transfer_s(10**9) == 0.0 and unlimited().apply_s(10**9) == 0.0
 
 
-def test_server_cost_per_byte_counts_w_plus_one_transfers_and_the_step() -> None:
+def test_server_cost_per_byte_counts_w_transfers_each_way_and_the_step() -> None:
     spec = ServerSpec(bandwidth_mb_s=10, latency_ms=1, apply_mb_s=100, slowdown=2)
     cost = server_cost(spec, workers=3)
     assert cost.fixed_s == pytest.approx(0.002)
-    assert cost.per_byte_s == pytest.approx(4 / (10 * MB) + 3 * 2 / (100 * MB))
+    assert cost.per_byte_s == pytest.approx(6 / (10 * MB) + 3 * 2 / (100 * MB))
 
 
 @pytest.mark.parametrize("field", ["bandwidth_mb_s", "apply_mb_s"])

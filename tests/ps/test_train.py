@@ -96,13 +96,25 @@ def test_link_emulation_is_computed_and_queues(ps_pool: Any, tmp_path: Any) -> N
     for step in r.telemetry:
         for s in step.servers:
             # busy time is computed from bytes, not measured: exact
-            assert s.bytes_in == 2 * s.owned_bytes == s.bytes_out
+            first_pull = 2 * s.owned_bytes if step.iteration == 0 else 0
+            assert s.bytes_in == 2 * s.owned_bytes and s.bytes_out == 2 * s.owned_bytes + first_pull
             assert s.ingress_busy_s == pytest.approx(s.bytes_in / 2e6, rel=1e-12)
-        # transfers on a link serialize: the later worker waits for the earlier one
+            assert s.egress_busy_s == pytest.approx(s.bytes_out / 2e6, rel=1e-12)
+        # transfers on a link serialize: the later worker waits for the earlier one, each way
         for sid in (0, 1):
-            pushes = sorted(t.push_s for w in step.workers for t in w.transfers if t.server == sid)
             owned = next(s.owned_bytes for s in step.servers if s.server == sid)
-            assert pushes[-1] >= 2 * owned / 2e6
+            trips = sorted(
+                t.push_pull_s for w in step.workers for t in w.transfers if t.server == sid
+            )
+            assert trips[0] >= 2 * owned / 2e6  # both pushes in, then its reply
+            assert trips[-1] >= 4 * owned / 2e6  # both pushes, both replies
+            link = [
+                t.ingress_s + t.egress_s
+                for w in step.workers
+                for t in w.transfers
+                if t.server == sid
+            ]
+            assert max(link) >= 2 * owned / 2e6 * 0.999
         assert step.iter_s >= r.predicted_iter_s * 0.99  # the model's time is a lower bound
     assert r.predicted_iter_s > 0.01  # the links, not the engine, set the pace
 

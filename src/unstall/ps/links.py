@@ -4,7 +4,7 @@ A server has a link with a bandwidth and a latency, one queue per direction (a N
 duplex): pushes queue on its ingress, pulls on its egress. A transfer of ``b`` bytes starts when
 the link is free, occupies it for ``b / bandwidth`` seconds, and arrives ``latency`` later (the
 propagation delay does not hold the link). Transfers on one link serialize, so W workers pushing
-to one server finish after ``W * b / bandwidth + latency``.
+to one server at once are all in after ``W * b / bandwidth + latency``.
 
 The server's compute (summing the W gradients and the SGD step) costs
 ``W * b * slowdown / apply_rate`` seconds; ``slowdown`` > 1 emulates interference from other
@@ -95,13 +95,12 @@ class ServerCost:
 def server_cost(spec: ServerSpec, workers: int) -> ServerCost:
     """What ``spec`` costs per iteration with ``workers`` workers.
 
-    The W pulls serialize on the egress; each worker pushes as soon as it has computed, so the
-    pushes follow the pulls one transfer behind: the last push arrives ``(W + 1)`` transfers
-    after the first pull started (compute is small beside a transfer). Then the step, and a
-    latency each way.
+    The workers start an iteration together (it follows a barrier) and push at once, so their W
+    pushes serialize on the ingress; the step runs when the last is in; then the W replies
+    serialize on the egress. A latency each way.
     """
     return ServerCost(
         fixed_s=2 * spec.latency_s,
-        per_byte_s=(workers + 1) * spec.seconds_per_byte
+        per_byte_s=2 * workers * spec.seconds_per_byte
         + workers * spec.slowdown / (spec.apply_mb_s * MB),
     )

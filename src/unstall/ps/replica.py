@@ -6,6 +6,7 @@ the same float32 operations on the same inputs and agree bit for bit.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -72,7 +73,16 @@ class ModelReplica:
         self.loss_fn = zoo.loss_fn(job.model)
 
     def load(self, chunk: Chunk, values: np.ndarray) -> None:
-        np.copyto(self.flat[chunk.tensor][chunk.start : chunk.stop], values)
+        """Set the chunk's elements. A chunk that is a whole tensor becomes the parameter's
+        storage as it is (zero-copy: a read-only view of the object store, which forward and
+        backward only read); a slice is copied into the replica's own storage."""
+        param = self.params[chunk.tensor]
+        if chunk.start == 0 and chunk.stop == param.numel():
+            with warnings.catch_warnings():  # read-only on purpose: nothing writes parameters
+                warnings.simplefilter("ignore", UserWarning)
+                param.data = torch.from_numpy(values).view(param.shape)
+        else:
+            np.copyto(self.flat[chunk.tensor][chunk.start : chunk.stop], values)
 
     def load_all(self, values: list[np.ndarray]) -> None:
         for dst, src in zip(self.flat, values, strict=True):

@@ -1,7 +1,11 @@
 """The parameter-server actor: owns chunks (parameters and momentum), emulates its link and
 compute, and applies SGD once every worker's push of an iteration has arrived.
 
-An async actor: pushes and pulls from several workers are in flight at once, each waiting for
+Each iteration a worker calls :meth:`PSServer.push_pull` once (as ps-lite's and BytePS's
+push-pull do): its gradients go in, and the parameters after the step come back, so one round
+trip moves the bytes both ways (a worker pulls separately only at the start of a run).
+
+An async actor: push-pulls from several workers are in flight at once, each waiting for
 its turn on the emulated link (:class:`~unstall.ps.links.LinkQueue`) with ``asyncio.sleep``, so
 the queueing is real while the delays are computed. Arrays arrive zero-copy from the object
 store (read-only); the server keeps its own writable copies of the chunks it owns.
@@ -20,6 +24,16 @@ from unstall.ps.links import LinkQueue, ServerSpec
 from unstall.ps.optim import SGDConfig, sgd_momentum_step
 
 ChunkState = tuple[np.ndarray, np.ndarray]  # (parameters, momentum), flat float32
+
+
+@dataclass(frozen=True)
+class PushPullTiming:
+    """One push-pull as the server saw it: on its ingress link (queueing, transfer, latency),
+    waiting for the other workers' pushes and the step, on its egress link."""
+
+    ingress_s: float
+    wait_s: float
+    egress_s: float
 
 
 @dataclass
@@ -54,6 +68,7 @@ class ServerCore:
         self.egress = LinkQueue()
         self.pending: dict[int, dict[int, dict[int, np.ndarray]]] = {}
         self.stats: dict[int, ServerIteration] = {}
+        self.scratch: dict[int, np.ndarray] = {}  # per chunk, reused by every step
 
     def owned_bytes(self) -> int:
         return sum(p.nbytes for p, _ in self.state.values())
@@ -80,7 +95,10 @@ class ServerCore:
         arrived = self.pending.pop(iteration)
         ranks = sorted(arrived)
         for cid, (param, momentum) in self.state.items():
-            sgd_momentum_step(param, momentum, [arrived[r][cid] for r in ranks], self.sgd)
+            if cid not in self.scratch:
+                self.scratch[cid] = np.empty_like(param)
+            grads = [arrived[r][cid] for r in ranks]
+            sgd_momentum_step(param, momentum, grads, self.sgd, self.scratch[cid])
 
 
 @ray.remote(num_cpus=0)
@@ -94,7 +112,6 @@ class PSServer:
         self.core = ServerCore(server_id, workers, spec, sgd)
         self.applied = -1
         self.changed = asyncio.Condition()
-        self.tasks: set[asyncio.Task[None]] = set()
 
     async def reset(self, server_id: int, workers: int, spec: ServerSpec, sgd: SGDConfig) -> None:
         """Forget everything and serve a new run as ``server_id`` (pooled actors are reused:
@@ -121,6 +138,7 @@ class PSServer:
     async def drop_chunks(self, cids: list[int]) -> None:
         for cid in cids:
             del self.core.state[cid]
+            self.core.scratch.pop(cid, None)
 
     async def params(self) -> dict[int, np.ndarray]:
         """Current parameters of every owned chunk, without emulated delay (for checks)."""
@@ -136,31 +154,45 @@ class PSServer:
         return hold
 
     async def pull(self, iteration: int) -> dict[int, np.ndarray]:
-        """The owned parameters, delivered after the emulated egress transfer.
-
-        No step can run while a pull of the same iteration waits (a step needs every worker's
-        push, which follows its pull), so the arrays are returned as they are, not copied.
-        """
+        """The owned parameters, after the emulated egress transfer: a worker's first pull of
+        a run (afterwards the parameters come back with :meth:`push_pull`)."""
         values = {cid: p for cid, (p, _) in self.core.state.items()}
+        await self._send(iteration, values)
+        return values
+
+    async def push_pull(
+        self, iteration: int, rank: int, grads: dict[int, np.ndarray]
+    ) -> tuple[dict[int, np.ndarray], PushPullTiming]:
+        """Take ``rank``'s gradients (after the emulated ingress transfer), wait until every
+        worker's push of ``iteration`` is in and the step is done (the last push runs it), and
+        return the new parameters (after the emulated egress transfer)."""
+        started = time.perf_counter()
+        stat = self.core.stat(iteration)
+        stat.bytes_in += sum(g.nbytes for g in grads.values())
+        hold = await self._link_wait(self.core.ingress, sum(g.nbytes for g in grads.values()))
+        stat.ingress_busy_s += hold  # after the await: concurrent pushes add to it meanwhile
+        arrived = time.perf_counter()
+        if self.core.add_push(iteration, rank, grads):
+            await self._apply(iteration)
+        async with self.changed:
+            await self.changed.wait_for(lambda: self.applied >= iteration)
+        released = time.perf_counter()
+        # No step can run while this reply waits on the link: the next step needs this
+        # worker's next push. So the arrays are returned as they are, not copied.
+        values = {cid: p for cid, (p, _) in self.core.state.items()}
+        await self._send(iteration, values)
+        return values, PushPullTiming(
+            ingress_s=arrived - started,
+            wait_s=released - arrived,
+            egress_s=time.perf_counter() - released,
+        )
+
+    async def _send(self, iteration: int, values: dict[int, np.ndarray]) -> None:
         nbytes = sum(v.nbytes for v in values.values())
         stat = self.core.stat(iteration)
         stat.bytes_out += nbytes
         hold = await self._link_wait(self.core.egress, nbytes)
-        stat.egress_busy_s += hold  # after the await: concurrent pulls add to it meanwhile
-        return values
-
-    async def push(self, iteration: int, rank: int, grads: dict[int, np.ndarray]) -> None:
-        """Accept ``rank``'s gradients after the emulated ingress transfer; the last push of
-        an iteration starts its step."""
-        nbytes = sum(g.nbytes for g in grads.values())
-        stat = self.core.stat(iteration)
-        stat.bytes_in += nbytes
-        hold = await self._link_wait(self.core.ingress, nbytes)
-        stat.ingress_busy_s += hold
-        if self.core.add_push(iteration, rank, grads):
-            task = asyncio.get_running_loop().create_task(self._apply(iteration))
-            self.tasks.add(task)
-            task.add_done_callback(self.tasks.discard)
+        stat.egress_busy_s += hold
 
     async def _apply(self, iteration: int) -> None:
         started = time.perf_counter()

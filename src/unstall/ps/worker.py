@@ -1,6 +1,8 @@
-"""The worker actor: pulls its parameters from every server that owns some, computes real
-gradients of a real torch model on its shard of the global batch, pushes each server the gradient
-slices of the chunks it owns, and times every transfer per server (what a load balancer reads).
+"""The worker actor: pulls its parameters from every server that owns some (once, at the start
+of a run), computes real gradients of a real torch model on its shard of the global batch, and
+each iteration exchanges with every server the gradient slices of the chunks it owns for their
+new values (one push-pull round trip), timing each exchange per server (what a load balancer
+reads).
 
 A worker is set up for a run (model, data, rank) and can be set up again for the next one, so a
 benchmark grid does not start a process (and import torch) per run.
@@ -13,6 +15,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import ray
 import torch
 
@@ -23,26 +26,35 @@ from unstall.ps.replica import ModelJob, ModelReplica
 
 @dataclass(frozen=True, kw_only=True)
 class Transfer:
-    """One worker's pull from and push to one server in one iteration: seconds from sending
-    the request to having the reply (queueing on the server's link included), and bytes."""
+    """One worker's exchange with one server in one iteration.
+
+    ``push_pull_s``: from sending the gradients to having the new parameters, as the worker
+    measures it (both links' queueing and transfer, waiting for the other workers' pushes, the
+    step, Ray's own overhead). ``ingress_s``, ``wait_s``, ``egress_s``: the same exchange as the
+    server saw it (see :class:`~unstall.ps.server.PushPullTiming`). ``pull_s``: the separate
+    first pull of a run (0 in later iterations).
+    """
 
     worker: int
     server: int
+    push_pull_s: float
+    ingress_s: float
+    wait_s: float
+    egress_s: float
     pull_s: float
-    push_s: float
-    pull_bytes: int
     push_bytes: int
+    pull_bytes: int
 
 
 @dataclass(frozen=True, kw_only=True)
 class WorkerIteration:
-    """What one worker did in one iteration."""
+    """What one worker did in one iteration (seconds on its clock)."""
 
     worker: int
     loss: float
-    pull_s: float  # from the first pull request to the last reply
+    pull_s: float  # the first pull of a run; 0 afterwards
     compute_s: float
-    push_s: float
+    push_pull_s: float  # from the first push to having every server's parameters loaded
     transfers: tuple[Transfer, ...] = field(default=())
 
 
@@ -68,6 +80,7 @@ class PSWorker:
         self.rank = -1
         self.replica: ModelReplica | None = None
         self.routes: dict[int, Route] = {}
+        self.fresh = False
 
     def ping(self) -> int:
         return self.rank
@@ -77,48 +90,62 @@ class PSWorker:
         self.rank = rank
         self.replica = ModelReplica(job, dataset)
         self.routes = {}
+        self.fresh = False  # parameters not pulled yet
 
     def set_routes(self, routes: dict[int, Route]) -> None:
-        """The routing table: server id -> (handle, chunks). Set at iteration boundaries."""
+        """The routing table: server id -> (handle, chunks). Set at iteration boundaries; the
+        parameters the worker holds stay valid (chunks change owner, not value)."""
         self.routes = {sid: route for sid, route in routes.items() if route[1]}
 
+    def _load(self, sid: int, values: dict[int, np.ndarray]) -> int:
+        replica = self.replica
+        assert replica is not None
+        for chunk in self.routes[sid][1]:
+            replica.load(chunk, values[chunk.id])
+        return sum(v.nbytes for v in values.values())
+
     def step(self, iteration: int) -> WorkerIteration:
+        """Compute this worker's gradients and exchange them for the next parameters."""
         replica = self.replica
         assert replica is not None, "setup() first"
         started = time.perf_counter()
-        pulls = {sid: handle.pull.remote(iteration) for sid, (handle, _) in self.routes.items()}
-        pulled = wait_timed(pulls, started)
-        pull_bytes = {}
-        for sid, (_, values) in pulled.items():
-            for chunk in self.routes[sid][1]:
-                replica.load(chunk, values[chunk.id])
-            pull_bytes[sid] = sum(v.nbytes for v in values.values())
+        pulled: dict[int, tuple[float, Any]] = {}
+        if not self.fresh:
+            refs = {sid: handle.pull.remote(iteration) for sid, (handle, _) in self.routes.items()}
+            pulled = wait_timed(refs, started)
+            for sid, (_, values) in pulled.items():
+                self._load(sid, values)
         computed = time.perf_counter()
         loss, grads = replica.gradients(iteration, self.rank)
-        pushed_at = time.perf_counter()
-        pushes, push_bytes = {}, {}
+        pushed = time.perf_counter()
+        refs, push_bytes = {}, {}
         for sid, (handle, chunks) in self.routes.items():
             slices = {c.id: grads[c.tensor][c.start : c.stop] for c in chunks}
-            push_bytes[sid] = sum(s.nbytes for s in slices.values())
-            pushes[sid] = handle.push.remote(iteration, self.rank, slices)
-        pushed = wait_timed(pushes, pushed_at)
-        done = time.perf_counter()
-        transfers = tuple(
-            Transfer(
-                worker=self.rank,
-                server=sid,
-                pull_s=pulled[sid][0],
-                push_s=pushed[sid][0],
-                pull_bytes=pull_bytes[sid],
-                push_bytes=push_bytes[sid],
+            push_bytes[sid] = sum(g.nbytes for g in slices.values())
+            refs[sid] = handle.push_pull.remote(iteration, self.rank, slices)
+        replies = wait_timed(refs, pushed)
+        transfers = []
+        for sid in sorted(replies):
+            seconds, (values, timing) = replies[sid]
+            transfers.append(
+                Transfer(
+                    worker=self.rank,
+                    server=sid,
+                    push_pull_s=seconds,
+                    ingress_s=timing.ingress_s,
+                    wait_s=timing.wait_s,
+                    egress_s=timing.egress_s,
+                    pull_s=pulled[sid][0] if sid in pulled else 0.0,
+                    push_bytes=push_bytes[sid],
+                    pull_bytes=self._load(sid, values),
+                )
             )
-            for sid in sorted(self.routes)
-        )
+        self.fresh = True
         return WorkerIteration(
             worker=self.rank,
             loss=loss,
             pull_s=computed - started,
-            compute_s=pushed_at - computed,
-            push_s=done - pushed_at,
-            transfers=transfers,
+            compute_s=pushed - computed,
+            push_pull_s=time.perf_counter() - pushed,
+            transfers=tuple(transfers),
         )

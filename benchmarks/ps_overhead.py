@@ -1,0 +1,178 @@
+"""Parameter-server overhead: push/pull throughput with no emulated limit, against a raw Ray
+actor round trip of the same bytes on the same machine (the engine's own limit).
+
+PS side: ``unstall.ps`` trains an MLP of about ``--mb`` MB of float32 parameters (two square
+layers, batch of 1 so that compute is small) with one worker and S servers whose links and
+compute are unlimited (10^15 bytes/s, no latency), split evenly by ``oracle``. Per iteration the
+worker pushes every gradient and gets every new parameter back, one push-pull call per server;
+"PS" is ``(pushed + pulled bytes) / push-pull seconds`` as the worker measures them, which
+includes the servers' SGD step (summing, momentum, update: several passes over the bytes) and
+loading the parameters into the model. "transport" leaves out the step (the push-pull less the
+slowest server's wait for pushes and step, as the server reports it): the PS's own push and pull
+machinery. "iteration" is the same bytes over the whole iteration less the worker's compute: the
+coordinator's barrier and bookkeeping on top.
+
+Raw side: an actor sends one array of the same bytes to each of S actors and gets one back from
+each, one call per callee (``ray.get`` of S calls in flight together), from inside an actor as
+the PS worker is, with actors kept across rounds as the PS's are. Medians over ``--iterations``
+(after warm-up), the best of ``--rounds`` alternated rounds.
+
+    .venv/bin/python benchmarks/ps_overhead.py [--mb 4 16 64] [--servers 1 4] [--rounds 5]
+        [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import ray
+
+from unstall.ps.coordinator import ensure_ray, session_pool
+from unstall.ps.train import PSConfig, run_training
+
+UNLIMITED_SCENARIO = """
+name = "unlimited"
+servers = {servers}
+[base]
+bandwidth_mb_s = 1e9
+latency_ms = 0.0
+apply_mb_s = 1e9
+"""  # 10^15 bytes/s: 16 MB in 16 ns, i.e. no limit, but equal finite speeds for the oracle
+
+
+@ray.remote(num_cpus=0)
+class Callee:
+    def __init__(self, nbytes: int) -> None:
+        self.reply = np.ones(nbytes // 4, np.float32)
+
+    def roundtrip(self, data: np.ndarray) -> np.ndarray:
+        return self.reply
+
+
+@ray.remote(num_cpus=0)
+class Caller:
+    def run(self, callees: list[Any], nbytes: int, iterations: int) -> list[float]:
+        data = [np.ones(nbytes // 4 // len(callees), np.float32) for _ in callees]
+        times = []
+        for _ in range(iterations):
+            start = time.perf_counter()
+            ray.get([c.roundtrip.remote(d) for c, d in zip(callees, data, strict=True)])
+            times.append(time.perf_counter() - start)
+        return times
+
+
+class RawRoundTrip:
+    """A caller actor and S callee actors, kept for every round of one configuration (as the
+    PS's actors are kept in its pool), each callee holding ``nbytes / S`` to send back."""
+
+    def __init__(self, nbytes: int, servers: int) -> None:
+        self.nbytes = nbytes
+        self.callees = [Callee.remote(nbytes // servers) for _ in range(servers)]  # type: ignore[attr-defined]
+        self.caller = Caller.remote()  # type: ignore[attr-defined]
+
+    def bytes_s(self, iterations: int) -> float:
+        """``2 * nbytes`` (there and back) over the median round trip, after two warm-ups."""
+        times = ray.get(self.caller.run.remote(self.callees, self.nbytes, iterations + 2))[2:]
+        return 2 * self.nbytes / statistics.median(times)
+
+    def close(self) -> None:
+        for actor in [*self.callees, self.caller]:
+            ray.kill(actor)
+
+
+def ps_push_pull(mb: float, workers: int, servers: int, iterations: int) -> dict[str, float]:
+    width = int(math.sqrt(mb * 1e6 / 4 / 2))  # two width x width layers
+    with tempfile.TemporaryDirectory() as tmp:
+        scenario = Path(tmp) / "unlimited.toml"
+        scenario.write_text(UNLIMITED_SCENARIO.format(servers=servers))
+        config = PSConfig(
+            model="mlp",
+            model_options={"in_features": width, "width": width, "depth": 3, "num_classes": 2},
+            workers=workers,
+            scenario=str(scenario),
+            strategy="oracle",  # equal servers: an even split
+            iterations=iterations + 1,
+            batch_size=1,
+        )
+        result = run_training(config, pool=session_pool())
+    steps = result.telemetry[1:]  # iteration 0 also has the run's first pull
+    moved, exchange_s, transport_s, iteration_s = [], [], [], []
+    for step in steps:
+        for w in step.workers:
+            moved.append(sum(t.pull_bytes + t.push_bytes for t in w.transfers))
+            exchange_s.append(w.push_pull_s)
+            # less the time the server spent on the step (the slowest server's, as they overlap)
+            transport_s.append(w.push_pull_s - max(t.wait_s for t in w.transfers))
+        iteration_s.append(step.iter_s - max(w.compute_s for w in step.workers))
+    nbytes = statistics.median(moved)
+    return {
+        "param_mb": sum(result.server_bytes.values()) / 1e6,
+        "ps_push_pull_bytes_s": nbytes / statistics.median(exchange_s),
+        "ps_transport_bytes_s": nbytes / statistics.median(transport_s),
+        "ps_iteration_bytes_s": nbytes * workers / statistics.median(iteration_s),
+    }
+
+
+def best_of_rounds(mb: float, servers: int, iterations: int, rounds: int) -> dict[str, float]:
+    """PS and raw, alternated ``rounds`` times so that both see the same load on a shared
+    machine; for each figure the best round (the least disturbed), as the medians inside a
+    round already smooth single hiccups."""
+    best: dict[str, float] = {}
+    raw: RawRoundTrip | None = None
+    try:
+        for _ in range(rounds):
+            ps = ps_push_pull(mb, 1, servers, iterations)
+            if raw is None:
+                raw = RawRoundTrip(int(ps["param_mb"] * 1e6), servers)
+            ps["raw_bytes_s"] = raw.bytes_s(iterations)
+            best = {k: max(v, best.get(k, 0.0)) for k, v in ps.items()}
+    finally:
+        if raw is not None:
+            raw.close()
+    return best
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--mb", type=float, nargs="+", default=[4.0, 16.0, 64.0])
+    parser.add_argument("--servers", type=int, nargs="+", default=[1, 4])
+    parser.add_argument("--iterations", type=int, default=10, help="per round")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    ensure_ray(num_cpus=os.cpu_count() or 2)
+    rows = []
+    for mb in args.mb:
+        for servers in args.servers:
+            rows.append(
+                {"servers": servers, **best_of_rounds(mb, servers, args.iterations, args.rounds)}
+            )
+    head = ("MB", "S", "raw", "PS", "PS/raw", "transport", "tr./raw", "iteration")
+    print("{:>6} {:>2} {:>7} {:>7} {:>7} {:>10} {:>8} {:>10}   (MB/s)".format(*head))
+    for r in rows:
+        raw = r["raw_bytes_s"]
+        r["ratio"] = r["ps_push_pull_bytes_s"] / raw
+        r["transport_ratio"] = r["ps_transport_bytes_s"] / raw
+        print(
+            f"{r['param_mb']:6.1f} {r['servers']:2d} {raw / 1e6:7.0f} "
+            f"{r['ps_push_pull_bytes_s'] / 1e6:7.0f} {r['ratio']:7.0%} "
+            f"{r['ps_transport_bytes_s'] / 1e6:10.0f} {r['transport_ratio']:8.0%} "
+            f"{r['ps_iteration_bytes_s'] / 1e6:10.0f}"
+        )
+    if args.json:
+        machine = {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count()}
+        args.json.write_text(json.dumps({"machine": machine, "rows": rows}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
