@@ -118,3 +118,14 @@ def test_with_servers_rejects_overrides_of_missing_servers() -> None:
     assert math.isclose(
         resolve_scenario("bandwidth").with_servers(8).specs(0, 1)[1].bandwidth_mb_s, 6.25
     )
+
+
+def test_spare_servers_have_specs_for_a_controller_to_add() -> None:
+    from unstall.ps.scenarios import scenario_from_mapping
+
+    data = {"servers": 2, "spares": 1, "phases": [{"servers": [{"server": 2, "slowdown": 2.0}]}]}
+    sc = scenario_from_mapping(data, "inline")
+    assert len(sc.specs(0, 10)) == 2  # the spare is not started
+    assert sc.spec(2, 0, 10).slowdown == 2.0
+    with pytest.raises(DataFileError, match="spares = 0"):
+        scenario_from_mapping({**data, "spares": 0}, "inline")

@@ -3,7 +3,9 @@
 A scenario has a ``base`` :class:`~unstall.ps.links.ServerSpec` every server starts from and
 ``phases``: from a fraction ``start`` of the run on, the listed servers take the listed values
 over the base (a phase replaces the one before it; servers it does not list are back at the base).
-It may name the model it is meant for (``imbalance`` needs one very large tensor). Presets are
+It may name the model it is meant for (``imbalance`` needs one very large tensor). A scenario is
+the truth about the hardware: server ``i`` (ids are never reused) has the spec the scenario gives
+index ``i`` at every iteration, including ``spares`` that a controller may add later. Presets are
 functions in :data:`SCENARIOS`; :func:`load_scenario` reads the same structure from TOML or JSON:
 
     name = "slow-one"
@@ -85,6 +87,7 @@ class Scenario:
     name: str
     description: str = ""
     servers: int = 4
+    spares: int = 0  # servers a controller may add: ids servers .. servers + spares - 1
     base: ServerSpec = field(default_factory=ServerSpec)
     phases: tuple[Phase, ...] = ()
     model: str | None = None
@@ -93,15 +96,17 @@ class Scenario:
     def __post_init__(self) -> None:
         object.__setattr__(self, "model_options", MappingProxyType(dict(self.model_options)))
         check(self.servers >= 1, self, "servers", f"must be >= 1, got {self.servers}")
+        check(self.spares >= 0, self, "spares", f"must be >= 0, got {self.spares}")
         starts = [p.start for p in self.phases]
         check(starts == sorted(set(starts)), self, "phases", f"starts must increase: {starts}")
         for i, phase in enumerate(self.phases):
             for o in phase.servers:
                 check(
-                    o.server < self.servers,
+                    o.server < self.servers + self.spares,
                     self,
                     f"phases[{i}].servers",
-                    f"server {o.server} does not exist (servers = {self.servers})",
+                    f"server {o.server} does not exist "
+                    f"(servers = {self.servers}, spares = {self.spares})",
                 )
 
     def with_servers(self, servers: int) -> Scenario:
@@ -174,7 +179,7 @@ def interference() -> Scenario:
 def imbalance() -> Scenario:
     return Scenario(
         name="imbalance",
-        description="imbalanced parameters: one tensor holds 97% of the model (like VGG-16's fc6)",
+        description="imbalanced parameters: one tensor holds 94% of the model (like VGG-16's fc6)",
         model=IMBALANCED_MODEL[0],
         model_options=IMBALANCED_MODEL[1],
     )
