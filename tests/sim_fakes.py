@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable
 
-from unstall.sched.base import ClusterLayout, Placement
+from unstall.sched.base import ClusterLayout, Placement, Sensitivity
 from unstall.sim.speed import Flow
 
 
@@ -28,9 +28,9 @@ class FakeSpeed:
     def consolidated_iter_s(self, model: str, num_gpus: int) -> float:
         return 1.0
 
-    def sensitivity(self, model: str, num_gpus: int) -> tuple[float, float]:
+    def sensitivity(self, model: str, num_gpus: int) -> Sensitivity:
         spread = 1.0 + self.comm_gbit / self.nic_gbps
-        return (spread, 1.0 + self.comm_gbit / min(self.nic_gbps, self.uplink_gbps))
+        return Sensitivity.flat(spread, 1.0 + self.comm_gbit / min(self.nic_gbps, self.uplink_gbps))
 
     def flow(self, model: str, num_gpus: int, placement: Placement) -> Flow | None:
         min_nodes = -(-sum(k for _, k in placement) // self.layout.gpus_per_node)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 
-from unstall.sched.base import ClusterLayout, ClusterSnapshot, JobView, Placement
+from unstall.sched.base import ClusterLayout, ClusterSnapshot, JobView, Placement, Sensitivity
 from unstall.sched.fifo import Consolidate, Fifo, FirstFit
 from unstall.sched.gandiva import Gandiva
 from unstall.sched.registry import POLICIES, make_policy
@@ -32,8 +32,7 @@ def job(
         num_gpus=gpus,
         submit_s=submit,
         model=model,
-        slowdown_node_spread=1.5,
-        slowdown_rack_spread=2.0,
+        sensitivity=Sensitivity.flat(1.5, 2.0),
         attained_gpu_s_at_change=attained,
         changed_s=changed,
         running=bool(placement),

@@ -16,14 +16,44 @@ from typing import Protocol, runtime_checkable
 NodeShare = tuple[int, int]
 Placement = tuple[NodeShare, ...]
 
+# Background congestion levels at which a job's network sensitivity is tabulated.
+CONGESTION_GRID: tuple[float, ...] = (0.0, 0.2, 0.4, 0.6, 0.8)
+
+
+@dataclass(frozen=True, slots=True)
+class Sensitivity:
+    """A job's network sensitivity: its iteration time spread over several nodes of one rack
+    (``node``) or over racks (``rack``) divided by its consolidated iteration time, at each
+    congestion of :data:`CONGESTION_GRID` (linear in between). Communication hidden behind
+    compute on idle links can surface under congestion, so one figure would not do."""
+
+    node: tuple[float, ...]
+    rack: tuple[float, ...]
+
+    @classmethod
+    def flat(cls, node: float, rack: float) -> Sensitivity:
+        """The same slowdowns at every congestion (hand-made jobs in tests)."""
+        n = len(CONGESTION_GRID)
+        return cls(node=(node,) * n, rack=(rack,) * n)
+
+    def at(self, across_racks: bool, congestion: float = 0.0) -> float:
+        table = self.rack if across_racks else self.node
+        grid = CONGESTION_GRID
+        if congestion <= grid[0]:
+            return table[0]
+        for i in range(1, len(grid)):
+            if congestion <= grid[i]:
+                w = (congestion - grid[i - 1]) / (grid[i] - grid[i - 1])
+                return table[i - 1] + w * (table[i] - table[i - 1])
+        return table[-1]
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class JobView:
     """What a policy may know of one job, fixed from the moment the job last changed state.
 
     Running jobs' service grows with time; use :meth:`attained_gpu_s` with the snapshot's ``now``.
-    ``slowdown_*`` are the job's network sensitivity: iteration time spread over several nodes of
-    one rack (or over racks) divided by its consolidated iteration time, at full link speed.
+    ``sensitivity`` is the job's network sensitivity (see :class:`Sensitivity`).
     """
 
     job_id: str
@@ -31,8 +61,7 @@ class JobView:
     num_gpus: int
     submit_s: float
     model: str
-    slowdown_node_spread: float
-    slowdown_rack_spread: float
+    sensitivity: Sensitivity
     attained_gpu_s_at_change: float
     changed_s: float
     running: bool
@@ -67,6 +96,16 @@ class JobView:
     @property
     def nodes(self) -> int:
         return len(self.placement)
+
+    @property
+    def slowdown_node_spread(self) -> float:
+        """Slowdown spread over nodes of one rack, on idle links."""
+        return self.sensitivity.node[0]
+
+    @property
+    def slowdown_rack_spread(self) -> float:
+        """Slowdown spread over racks, on idle links."""
+        return self.sensitivity.rack[0]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -19,6 +19,7 @@ from unstall.sched.base import (
     JobView,
     Placement,
     Policy,
+    Sensitivity,
 )
 from unstall.sim.congestion import CongestionSchedule
 from unstall.sim.events import EventKind, EventQueue
@@ -306,7 +307,7 @@ def build_jobs(
     speed: SpeedModel,
 ) -> list[SimJob]:
     """Jobs with their consolidated iteration time and sensitivity, cached per (model, GPUs)."""
-    cache: dict[tuple[str, int], tuple[float, tuple[float, float]]] = {}
+    cache: dict[tuple[str, int], tuple[float, Sensitivity]] = {}
     jobs: list[SimJob] = []
     for i, (jid, sub, n, dur, model) in enumerate(
         zip(job_ids, submit_s, num_gpus, duration_s, models, strict=True)

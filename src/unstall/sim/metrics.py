@@ -68,8 +68,8 @@ def job_table(jobs: list[SimJob]) -> pd.DataFrame:
             "preemptions": np.array([j.preemptions for j in jobs], dtype=np.int64),
             "migrations": np.array([j.migrations for j in jobs], dtype=np.int64),
             "finished": finished,
-            "sensitivity_node": np.array([j.sensitivity[0] for j in jobs]),
-            "sensitivity_rack": np.array([j.sensitivity[1] for j in jobs]),
+            "sensitivity_node": np.array([j.sensitivity.node[0] for j in jobs]),
+            "sensitivity_rack": np.array([j.sensitivity.rack[0] for j in jobs]),
         }
     )
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 from unstall.errors import ConfigError
 from unstall.net.topology import INTRA, TopologyConfig
-from unstall.sched.base import Placement
+from unstall.sched.base import CONGESTION_GRID, Placement, Sensitivity
 from unstall.sim.speed import Flow, LinkId
 from unstall.workload import perf
 from unstall.workload.perf import CommPlan, JobPerfSpec
@@ -123,13 +123,23 @@ class PerfSpeedModel:
             ids = list(range(nodes))
         return tuple(zip(ids, counts, strict=True))
 
-    def sensitivity(self, model: str, num_gpus: int) -> tuple[float, float]:
+    def sensitivity(self, model: str, num_gpus: int) -> Sensitivity:
         if num_gpus <= 1 or self.topology.n_nodes < 2:
-            return (1.0, 1.0)
-        best = self.consolidated_iter_s(model, num_gpus)
-        node = perf.plan_time(self.plan(model, self.spread(num_gpus, across_racks=False)))
-        rack = perf.plan_time(self.plan(model, self.spread(num_gpus, across_racks=True)))
-        return (max(1.0, node.total_s / best), max(1.0, rack.total_s / best))
+            return Sensitivity.flat(1.0, 1.0)
+        best = self.plan(model, self.consolidated(num_gpus))
+        node = self.plan(model, self.spread(num_gpus, across_racks=False))
+        rack = self.plan(model, self.spread(num_gpus, across_racks=True))
+
+        def ratios(spread: CommPlan) -> tuple[float, ...]:
+            return tuple(
+                max(
+                    1.0,
+                    perf.plan_time(spread, None, c).total_s / perf.plan_time(best, None, c).total_s,
+                )
+                for c in CONGESTION_GRID
+            )
+
+        return Sensitivity(node=ratios(node), rack=ratios(rack))
 
     def flow(self, model: str, num_gpus: int, placement: Placement) -> Flow | None:
         key = (model, placement)

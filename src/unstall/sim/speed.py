@@ -10,7 +10,7 @@ from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
-from unstall.sched.base import Placement
+from unstall.sched.base import Placement, Sensitivity
 
 LinkId = Hashable
 
@@ -32,8 +32,8 @@ class SpeedModel(Protocol):
         """Iteration time on the most consolidated placement, links idle."""
         ...
 
-    def sensitivity(self, model: str, num_gpus: int) -> tuple[float, float]:
-        """(spread over nodes of one rack, spread over racks) / consolidated, each >= 1."""
+    def sensitivity(self, model: str, num_gpus: int) -> Sensitivity:
+        """Spread over nodes of one rack, and over racks, vs consolidated, by congestion."""
         ...
 
     def flow(self, model: str, num_gpus: int, placement: Placement) -> Flow | None:

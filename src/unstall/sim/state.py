@@ -9,7 +9,7 @@ from __future__ import annotations
 import enum
 
 from unstall.errors import UnstallError
-from unstall.sched.base import ClusterLayout, JobView, Placement
+from unstall.sched.base import ClusterLayout, JobView, Placement, Sensitivity
 
 
 class SimInvariantError(UnstallError, AssertionError):
@@ -64,7 +64,7 @@ class SimJob:
         duration_s: float,
         model: str,
         cons_iter_s: float,
-        sensitivity: tuple[float, float],
+        sensitivity: Sensitivity,
     ) -> None:
         self.index = index
         self.job_id = job_id
@@ -125,8 +125,7 @@ class SimJob:
             num_gpus=self.num_gpus,
             submit_s=self.submit_s,
             model=self.model,
-            slowdown_node_spread=self.sensitivity[0],
-            slowdown_rack_spread=self.sensitivity[1],
+            sensitivity=self.sensitivity,
             attained_gpu_s_at_change=self.attained_gpu_s,
             changed_s=self.changed_s,
             running=running,

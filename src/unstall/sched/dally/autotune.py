@@ -6,7 +6,7 @@ It keeps two accounts in GPU-seconds over a window of job starts:
 - the *slowdown avoided* by jobs that were held and got their better level, and the *slowdown
   suffered* by sensitive jobs that gave up and accepted a worse level.
 
-If waiting cost more than it saved, the base timer shrinks; if jobs that gave up lost more to
+If waiting cost more than it saved, the timer factor shrinks; if jobs that gave up lost more to
 slowdown than waiting cost, it grows. Run-time expectations come from the run times of jobs that
 have finished (never from the future).
 """
@@ -19,39 +19,59 @@ from dataclasses import dataclass, field
 
 @dataclass
 class DelayTuner:
-    base_s: float
+    factor: float
     enabled: bool
     tune_every: int
     step: float
-    min_s: float
-    max_s: float
+    min_factor: float
+    max_factor: float
     prior_runtime_s: float
     waiting_paid: float = 0.0
     slowdown_avoided: float = 0.0
     slowdown_suffered: float = 0.0
     starts_seen: int = 0
     retunes: int = 0
-    _runtimes: list[float] = field(default_factory=list)  # sorted run times of finished jobs
+    # Moving average of how long started jobs waited in the queue: what a preempted job can
+    # expect to wait before it runs again.
+    mean_wait_s: float = 0.0
+    # Sorted run times of finished jobs, by size class (GPU count rounded down to a power of 2):
+    # big jobs run longer than small ones in every public trace.
+    _runtimes: dict[int, list[float]] = field(default_factory=dict)
 
-    def expected_remaining_s(self, ran_s: float) -> float:
-        """Expected seconds left of a job that has run ``ran_s``: the median finished run time
-        minus what it ran, or, past the median, as long again (heavy-tailed run times)."""
-        if self._runtimes:
-            median = self._runtimes[len(self._runtimes) // 2]
-        else:
-            median = self.prior_runtime_s
-        return max(median - ran_s, ran_s, 1.0)
+    @staticmethod
+    def _size_class(gpus: int) -> int:
+        return 1 << (max(gpus, 1).bit_length() - 1)
 
-    def observe_finish(self, runtime_s: float) -> None:
-        bisect.insort(self._runtimes, runtime_s)
-        if len(self._runtimes) > 2000:  # keep the recent past only, roughly
-            del self._runtimes[::2]
+    def expected_remaining_s(self, ran_s: float, gpus: int = 1) -> float:
+        """Expected seconds left of a job of ``gpus`` GPUs that has run ``ran_s``: the mean
+        residual life of finished jobs of its size class that ran longer than that (run times are
+        heavy-tailed: the mean, not the median, is what a slowdown costs on average); past every
+        finished job, as long again."""
+        runtimes = self._runtimes.get(self._size_class(gpus)) or self._all()
+        if not runtimes:
+            return max(self.prior_runtime_s - ran_s, ran_s, 1.0)
+        longer = runtimes[bisect.bisect_right(runtimes, ran_s) :]
+        if not longer:
+            return max(ran_s, 1.0)
+        return max(sum(longer) / len(longer) - ran_s, 1.0)
+
+    def _all(self) -> list[float]:
+        return sorted(t for ts in self._runtimes.values() for t in ts)
+
+    def observe_wait(self, waited_s: float, weight: float = 0.05) -> None:
+        self.mean_wait_s += weight * (waited_s - self.mean_wait_s)
+
+    def observe_finish(self, runtime_s: float, gpus: int = 1) -> None:
+        runtimes = self._runtimes.setdefault(self._size_class(gpus), [])
+        bisect.insort(runtimes, runtime_s)
+        if len(runtimes) > 2000:  # keep the recent past only, roughly
+            del runtimes[::2]
 
     def observe_start(
         self, *, gpus: int, held_s: float, avoided: float, suffered: float, expected_s: float
     ) -> bool:
         """Account one start of a job that was held (``held_s`` > 0) or that accepted a worse
-        level (``suffered`` > 1); returns True when the base timer was re-tuned."""
+        level (``suffered`` > 1); returns True when the timer factor was re-tuned."""
         self.waiting_paid += gpus * held_s
         self.slowdown_avoided += gpus * (avoided - 1.0) * expected_s
         self.slowdown_suffered += gpus * (suffered - 1.0) * expected_s
@@ -59,9 +79,9 @@ class DelayTuner:
         if not self.enabled or self.starts_seen < self.tune_every:
             return False
         if self.waiting_paid > self.slowdown_avoided:
-            self.base_s = max(self.min_s, self.base_s / self.step)
+            self.factor = max(self.min_factor, self.factor / self.step)
         elif self.slowdown_suffered > self.waiting_paid:
-            self.base_s = min(self.max_s, self.base_s * self.step)
+            self.factor = min(self.max_factor, self.factor * self.step)
         self.waiting_paid = self.slowdown_avoided = self.slowdown_suffered = 0.0
         self.starts_seen = 0
         self.retunes += 1

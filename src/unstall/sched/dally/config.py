@@ -19,9 +19,10 @@ class DallyConfig:
     preemption: bool = True
     autotune: bool = True
     # Delay timers: a job holds out for a better locality level for up to
-    # ``wait_per_slowdown_s x (slowdown at the level it would accept - 1)`` seconds.
-    wait_per_slowdown_s: float = 1800.0
-    max_wait_s: float = 6 * 3600.0
+    # ``wait_factor x (slowdown at the level it would accept - 1) x expected run time`` seconds
+    # (the time the worse level would cost it, scaled); the auto-tuner moves the factor.
+    wait_factor: float = 1.0
+    max_wait_s: float = 24 * 3600.0
     # A job whose spread slowdown is below this is insensitive: it never waits.
     insensitive_below: float = 1.05
     # What the policy assumes a preemption or migration costs (seconds of lost progress); the
@@ -34,11 +35,11 @@ class DallyConfig:
     # Before any job has finished, the expected run time of a job (the auto-tuner replaces it with
     # the median of finished jobs' run times).
     prior_runtime_s: float = 3600.0
-    # Auto-tuner: re-tune after this many starts; step factor; bounds of the tuned base.
+    # Auto-tuner: re-tune after this many starts; step; bounds of the tuned factor.
     tune_every: int = 20
     tune_step: float = 1.5
-    tune_min_s: float = 30.0
-    tune_max_s: float = 6 * 3600.0
+    tune_min: float = 0.02
+    tune_max: float = 20.0
     tick_s: float = 300.0
 
     def __post_init__(self) -> None:
@@ -49,16 +50,16 @@ class DallyConfig:
             gain_margin=self.gain_margin,
             prior_runtime_s=self.prior_runtime_s,
             tune_every=self.tune_every,
-            tune_min_s=self.tune_min_s,
+            tune_min=self.tune_min,
             tick_s=self.tick_s,
         )
         check_non_negative(
             self,
-            wait_per_slowdown_s=self.wait_per_slowdown_s,
+            wait_factor=self.wait_factor,
             restore_s=self.restore_s,
             max_preemptions_per_round=self.max_preemptions_per_round,
             max_migrations_per_round=self.max_migrations_per_round,
         )
         check(self.insensitive_below >= 1.0, self, "insensitive_below", "must be >= 1")
         check(self.tune_step > 1.0, self, "tune_step", "must be > 1")
-        check(self.tune_max_s >= self.tune_min_s, self, "tune_max_s", "must be >= tune_min_s")
+        check(self.tune_max >= self.tune_min, self, "tune_max", "must be >= tune_min")

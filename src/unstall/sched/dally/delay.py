@@ -1,28 +1,24 @@
 """Delay scheduling over locality levels (one node, one rack, anywhere).
 
-A job that cannot get its best level waits for it, but only for a time that grows with what the
-worse level would cost it: ``base x (slowdown there - 1)``, capped. An insensitive job's timer is
-zero, so it starts at once wherever GPUs are free; a sensitive one holds out for consolidation.
+A job that cannot get a consolidated placement waits for one, but only as long as the worse
+placement would cost it: running ``slowdown`` times slower loses ``(slowdown - 1) x run time``,
+so the timer is ``factor x (slowdown - 1) x expected run time``, capped; ``factor`` is what the
+auto-tuner moves. An insensitive job's timer is zero, so it starts at once wherever GPUs are free;
+a sensitive one holds out for consolidation.
 """
 
 from __future__ import annotations
 
-from unstall.sched.base import JobView
-from unstall.sched.dally.sensitivity import slowdown_at
-from unstall.sched.placement import Locality
-
 
 def accept_after_s(
-    job: JobView,
-    level: Locality,
-    best: Locality,
+    slowdown: float,
     *,
-    base_s: float,
+    factor: float,
+    expected_runtime_s: float,
     max_wait_s: float,
     insensitive_below: float,
 ) -> float:
-    """Seconds in the queue after which ``job`` accepts a placement at ``level``."""
-    slowdown = slowdown_at(job, level, best)
+    """Seconds in the queue after which a job accepts a placement that slows it by ``slowdown``."""
     if slowdown < insensitive_below:
         return 0.0
-    return min(max_wait_s, base_s * (slowdown - 1.0))
+    return min(max_wait_s, factor * (slowdown - 1.0) * expected_runtime_s)

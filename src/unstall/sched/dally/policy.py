@@ -1,7 +1,7 @@
 """The Dally policy: queue order, then per job: best level if free, else network-sensitive
 preemption if it pays, else the delay timer decides between waiting and a worse level; finally
-spread jobs are re-consolidated when blocks free up. The tuned timer base is reported as
-telemetry (``dally.base_s``) so its course over time is part of the result."""
+spread jobs are re-consolidated when blocks free up. The tuned timer factor is reported as
+telemetry (``dally.wait_factor``) so its course over time is part of the result."""
 
 from __future__ import annotations
 
@@ -22,9 +22,9 @@ from unstall.sched.dally.autotune import DelayTuner
 from unstall.sched.dally.config import DallyConfig
 from unstall.sched.dally.delay import accept_after_s
 from unstall.sched.dally.preemption import cheapest_node_room, reconsolidation
-from unstall.sched.dally.sensitivity import is_sensitive, slowdown_at
+from unstall.sched.dally.sensitivity import is_sensitive, placement_slowdown
 from unstall.sched.free import FreeGpus
-from unstall.sched.placement import Locality, best_locality_possible
+from unstall.sched.placement import Locality
 
 
 @dataclass
@@ -57,17 +57,18 @@ class Dally:
     def reset(self) -> None:
         c = self.config
         self.tuner = DelayTuner(
-            base_s=c.wait_per_slowdown_s,
+            factor=c.wait_factor,
             enabled=c.autotune,
             tune_every=c.tune_every,
             step=c.tune_step,
-            min_s=c.tune_min_s,
-            max_s=c.tune_max_s,
+            min_factor=c.tune_min,
+            max_factor=c.tune_max,
             prior_runtime_s=c.prior_runtime_s,
         )
         self._held: dict[str, _Held] = {}
         self._timers_set: set[tuple[str, float]] = set()
         self._last_running: dict[str, JobView] = {}
+        self._congestion = 0.0
 
     # --- helpers -------------------------------------------------------------------------------
 
@@ -78,7 +79,7 @@ class Dally:
         return (level, job.submit_s, job.index)
 
     def _expected_remaining(self, job: JobView, now: float) -> float:
-        return self.tuner.expected_remaining_s(job.attained_gpu_s(now) / job.num_gpus)
+        return self.tuner.expected_remaining_s(job.attained_gpu_s(now) / job.num_gpus, job.num_gpus)
 
     def _observe_finishes(self, snapshot: ClusterSnapshot) -> None:
         """Jobs that were running last round and are neither running nor queued now finished."""
@@ -86,13 +87,15 @@ class Dally:
         queued = {j.job_id for j in snapshot.queued}
         for job_id, view in self._last_running.items():
             if job_id not in now_running and job_id not in queued:
-                self.tuner.observe_finish(view.attained_gpu_s(snapshot.now) / view.num_gpus)
+                ran_s = view.attained_gpu_s(snapshot.now) / view.num_gpus
+                self.tuner.observe_finish(ran_s, view.num_gpus)
         self._last_running = now_running
 
     # --- the decision --------------------------------------------------------------------------
 
     def decide(self, snapshot: ClusterSnapshot, rng: random.Random) -> Decision:
         self._observe_finishes(snapshot)
+        self._congestion = snapshot.congestion
         now = snapshot.now
         free = FreeGpus(snapshot)
         plan = _Round()
@@ -110,42 +113,37 @@ class Dally:
             preemptions=tuple(plan.preempts),
             migrations=tuple(plan.migrations),
             timers=tuple(plan.timers),
-            telemetry=(("dally.base_s", self.tuner.base_s),),
+            telemetry=(("dally.wait_factor", self.tuner.factor),),
         )
 
     def _place(self, job: JobView, snapshot: ClusterSnapshot, free: FreeGpus, plan: _Round) -> None:
         c = self.config
         now = snapshot.now
-        best = best_locality_possible(job.num_gpus, free.layout)
-        placement = free.at_level(best, job.num_gpus)
-        if placement is None and c.preemption and best == Locality.NODE:
+        placement = free.consolidated(job.num_gpus)
+        if placement is None and c.preemption and job.num_gpus <= free.layout.gpus_per_node:
             placement = self._preempt_for(job, snapshot, free, plan)
         if placement is not None:
-            self._start(job, placement, best, best, free, plan, now)
+            self._start(job, placement, 1.0, free, plan, now)
             return
-        level = next(
-            (lv for lv in Locality if lv > best and free.at_level(lv, job.num_gpus) is not None),
-            None,
-        )
-        if level is None:
+        # The least-bad placement free now: within one rack if possible, else anywhere.
+        fallback = free.at_level(Locality.RACK, job.num_gpus) or free.best(job.num_gpus)
+        if fallback is None:
             return  # no room at any level: wait for GPUs
+        slowdown = placement_slowdown(job, fallback, free.layout, snapshot.congestion)
         after = 0.0
         if c.delay:
             after = accept_after_s(
-                job,
-                level,
-                best,
-                base_s=self.tuner.base_s,
+                slowdown,
+                factor=self.tuner.factor,
+                expected_runtime_s=self._expected_remaining(job, now),
                 max_wait_s=c.max_wait_s,
                 insensitive_below=c.insensitive_below,
             )
         if job.waiting_s(now) >= after:
-            chosen = free.at_level(level, job.num_gpus)
-            assert chosen is not None
-            self._start(job, chosen, level, best, free, plan, now)
+            self._start(job, fallback, slowdown, free, plan, now)
             return
         held = self._held.setdefault(job.job_id, _Held(since_s=now, turned_down=1.0))
-        held.turned_down = max(held.turned_down, slowdown_at(job, level, best))
+        held.turned_down = max(held.turned_down, slowdown)
         wake = job.changed_s + after
         if (job.job_id, wake) not in self._timers_set:
             self._timers_set.add((job.job_id, wake))
@@ -155,23 +153,22 @@ class Dally:
         self,
         job: JobView,
         placement: tuple[tuple[int, int], ...],
-        level: Locality,
-        best: Locality,
+        slowdown: float,
         free: FreeGpus,
         plan: _Round,
         now: float,
     ) -> None:
         free.take(placement)
         plan.starts.append(Start(job.job_id, placement))
+        self.tuner.observe_wait(job.waiting_s(now))
         held = self._held.pop(job.job_id, None)
-        suffered = slowdown_at(job, level, best)
-        if held is None and suffered < self.config.insensitive_below:
+        if held is None and slowdown < self.config.insensitive_below:
             return  # neither held nor hurt: nothing for the tuner to learn
         self.tuner.observe_start(
             gpus=job.num_gpus,
             held_s=0.0 if held is None else now - held.since_s,
-            avoided=held.turned_down if held is not None and level == best else 1.0,
-            suffered=suffered,
+            avoided=held.turned_down if held is not None and slowdown <= 1.0 else 1.0,
+            suffered=slowdown,
             expected_s=self._expected_remaining(job, now),
         )
 
@@ -181,21 +178,30 @@ class Dally:
         c = self.config
         if len(plan.preempts) + len(plan.migrations) >= c.max_preemptions_per_round:
             return None
-        if not is_sensitive(job, c.insensitive_below):
+        if not is_sensitive(job, c.insensitive_below, snapshot.congestion):
             return None
         now = snapshot.now
         mine = self._priority(job, now)
-        sensitivity = job.slowdown_node_spread
+        sensitivity = job.sensitivity.at(False, snapshot.congestion)
 
         def may_move(victim: JobView) -> bool:
             if victim.job_id in plan.taken:
                 return False
-            return max(victim.slowdown_node_spread, 1.0) < sensitivity
+            return victim.sensitivity.at(False, snapshot.congestion) < sensitivity
 
         def may_preempt(victim: JobView) -> bool:
             return self._priority(victim, now)[0] > mine[0]
 
-        room = cheapest_node_room(job, free, snapshot.running, may_move, may_preempt, c.restore_s)
+        room = cheapest_node_room(
+            job,
+            free,
+            snapshot.running,
+            may_move,
+            may_preempt,
+            move_cost_s=c.restore_s,
+            # A preempted job restores its checkpoint and first waits in the queue again.
+            preempt_cost_s=c.restore_s + self.tuner.mean_wait_s,
+        )
         if room is None:
             return None
         gain = job.num_gpus * (sensitivity - 1.0) * self._expected_remaining(job, now)
@@ -221,7 +227,12 @@ class Dally:
             if job.job_id in plan.taken or len(job.placement) <= 1:
                 continue
             target = reconsolidation(
-                job, free, self._expected_remaining(job, now), c.restore_s, c.gain_margin
+                job,
+                free,
+                self._expected_remaining(job, now),
+                c.restore_s,
+                c.gain_margin,
+                snapshot.congestion,
             )
             if target is not None:
                 free.take(target)

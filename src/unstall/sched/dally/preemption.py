@@ -18,9 +18,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from unstall.sched.base import JobView, Placement
-from unstall.sched.dally.sensitivity import slowdown_at
+from unstall.sched.dally.sensitivity import placement_slowdown
 from unstall.sched.free import FreeGpus
-from unstall.sched.placement import best_locality_possible, locality_of, on_one_node
+from unstall.sched.placement import on_one_node
 
 
 @dataclass(frozen=True)
@@ -49,7 +49,8 @@ def _plan_node(
     tenants: list[JobView],
     free: FreeGpus,
     may_preempt: Callable[[JobView], bool],
-    restore_s: float,
+    move_cost_s: float,
+    preempt_cost_s: float,
 ) -> RoomPlan | None:
     """Clear room on ``node``: smallest tenants first, each moved if a node has room for it
     (it keeps its locality), else preempted if it may be; None if the room cannot be made."""
@@ -72,8 +73,9 @@ def _plan_node(
         free.give(dest)
     if room < job.num_gpus:
         return None
-    gpus = sum(v.num_gpus for v, _ in moves) + sum(v.num_gpus for v in preempts)
-    return RoomPlan(node, tuple(moves), tuple(preempts), gpus * restore_s)
+    cost = sum(v.num_gpus for v, _ in moves) * move_cost_s
+    cost += sum(v.num_gpus for v in preempts) * preempt_cost_s
+    return RoomPlan(node, tuple(moves), tuple(preempts), cost)
 
 
 def cheapest_node_room(
@@ -82,9 +84,11 @@ def cheapest_node_room(
     running: Sequence[JobView],
     may_move: Callable[[JobView], bool],
     may_preempt: Callable[[JobView], bool],
-    restore_s: float,
+    *,
+    move_cost_s: float,
+    preempt_cost_s: float,
 ) -> RoomPlan | None:
-    """The node that is cheapest (in victims' restore GPU-seconds) to clear for ``job``."""
+    """The node that is cheapest (in victims' GPU-seconds lost) to clear for ``job``."""
     tenants: dict[int, list[JobView]] = {}
     for r in running:
         if len(r.placement) == 1 and may_move(r):
@@ -93,7 +97,7 @@ def cheapest_node_room(
     for node, victims in tenants.items():
         if free.by_node[node] + sum(v.num_gpus for v in victims) < job.num_gpus:
             continue
-        plan = _plan_node(node, job, victims, free, may_preempt, restore_s)
+        plan = _plan_node(node, job, victims, free, may_preempt, move_cost_s, preempt_cost_s)
         if plan is not None and (best is None or plan.cost_gpu_s < best.cost_gpu_s):
             best = plan
     return best
@@ -105,19 +109,17 @@ def reconsolidation(
     expected_remaining_s: float,
     restore_s: float,
     margin: float,
+    congestion: float,
 ) -> Placement | None:
     """A consolidated placement to move ``job`` to, if one is free and the move pays."""
-    layout = free.layout
-    best = best_locality_possible(job.num_gpus, layout)
-    now_level = locality_of(job.placement, layout)
-    if now_level <= best:
+    slowdown = placement_slowdown(job, job.placement, free.layout, congestion)
+    if slowdown <= 1.0:
         return None
-    slowdown = slowdown_at(job, now_level, best)
     saved_s = expected_remaining_s * (1.0 - 1.0 / slowdown)
     if saved_s <= margin * restore_s:
         return None
     free.give(job.placement)
-    target = free.at_level(best, job.num_gpus)
+    target = free.consolidated(job.num_gpus)
     if target is None:
         free.take(job.placement)
     return target

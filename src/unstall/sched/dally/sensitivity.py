@@ -1,23 +1,35 @@
-"""A job's network sensitivity: its slowdown at each locality level against consolidated.
+"""A job's network sensitivity: how much slower a placement makes it than a consolidated one.
 
 The figures come with the job (the simulator fills them from the perf model, or from a measured
-JobProfile): spread over nodes of one rack, and spread over racks.
+JobProfile): spread over nodes of one rack, and spread over racks, tabulated by background
+congestion, since communication that overlap hides on idle links surfaces on congested ones.
+A placement is *consolidated* when it uses the fewest nodes the job can have, within one rack
+when the job fits one.
 """
 
 from __future__ import annotations
 
-from unstall.sched.base import JobView
-from unstall.sched.placement import Locality
+from unstall.sched.base import ClusterLayout, JobView, Placement
+from unstall.sched.placement import Locality, best_locality_possible, locality_of
 
 
-def slowdown_at(job: JobView, level: Locality, best: Locality) -> float:
-    """Iteration-time ratio of ``job`` placed at ``level`` vs at its best possible level."""
-    if level <= best:
+def is_consolidated(placement: Placement, num_gpus: int, layout: ClusterLayout) -> bool:
+    min_nodes = -(-num_gpus // layout.gpus_per_node)
+    if len(placement) > min_nodes:
+        return False
+    return locality_of(placement, layout) <= best_locality_possible(num_gpus, layout)
+
+
+def placement_slowdown(
+    job: JobView, placement: Placement, layout: ClusterLayout, congestion: float = 0.0
+) -> float:
+    """Iteration-time ratio of ``job`` on ``placement`` vs consolidated, under ``congestion``."""
+    if is_consolidated(placement, job.num_gpus, layout):
         return 1.0
-    if level == Locality.RACK:
-        return max(1.0, job.slowdown_node_spread)
-    return max(1.0, job.slowdown_rack_spread)
+    across_racks = locality_of(placement, layout) == Locality.CLUSTER
+    return max(1.0, job.sensitivity.at(across_racks, congestion))
 
 
-def is_sensitive(job: JobView, threshold: float) -> bool:
-    return max(job.slowdown_node_spread, job.slowdown_rack_spread) >= threshold
+def is_sensitive(job: JobView, threshold: float, congestion: float = 0.0) -> bool:
+    s = job.sensitivity
+    return max(s.at(False, congestion), s.at(True, congestion)) >= threshold
