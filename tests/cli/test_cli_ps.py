@@ -41,7 +41,7 @@ def test_train_prints_and_writes_the_result(ray_session: Any, fast: str, tmp_pat
     assert data["loss_first"] > 0 and data["loss_last"] > 0
     assert len(data["server_bytes"]) == 3 and len(data["telemetry"]) == 3
     transfers = data["telemetry"][-1]["workers"][0]["transfers"]
-    assert {t["server"] for t in transfers} <= {0, 1, 2} and transfers[0]["push_s"] > 0
+    assert {t["server"] for t in transfers} <= {0, 1, 2} and transfers[0]["push_pull_s"] > 0
     config = json.loads(out.with_name("run.config.json").read_text())
     assert config["config"]["scenario"]["servers"] == 3
 

@@ -11,7 +11,7 @@ import ray
 
 from ps_helpers import tiny_config
 from unstall.ps.assign import STRATEGIES
-from unstall.ps.coordinator import IterationTelemetry, PSActorDiedError, PSCluster
+from unstall.ps.coordinator import IterationTelemetry, PSActorDiedError, PSCluster, PSTimeoutError
 from unstall.ps.links import ServerSpec
 from unstall.ps.optim import SGDConfig
 from unstall.ps.train import run_training
@@ -136,6 +136,13 @@ def test_loss_falls_on_digits(ps_pool: Any, fast_scenario: str) -> None:
     assert r.loss_first > 2.0 and r.loss_last < 0.6 * r.loss_first
 
 
+def test_a_step_that_takes_too_long_stops_the_run_naming_who(ps_pool: Any, tmp_path: Any) -> None:
+    path = tmp_path / "crawl.json"
+    path.write_text('{"servers": 2, "base": {"bandwidth_mb_s": 0.01}}')  # 17 KB: seconds
+    with pytest.raises(PSTimeoutError, match=r"iteration 0: no reply in 1 s from worker 0"):
+        run_training(tiny_config(str(path), timeout_s=1.0), pool=ps_pool)
+
+
 @pytest.mark.parametrize("victim", ["server 1", "worker 1"])
 def test_a_dead_actor_stops_the_run_naming_it(
     ps_pool: Any, fast_scenario: str, victim: str
@@ -148,6 +155,6 @@ def test_a_dead_actor_stops_the_run_naming_it(
 
     with pytest.raises(PSActorDiedError, match=f"{victim} died during iteration 1"):
         run_training(tiny_config(fast_scenario, iterations=3), pool=ps_pool, hook=kill)
-    # the pool replaces the dead worker: the next run works
-    r = run_training(tiny_config(fast_scenario, iterations=2), pool=ps_pool)
+    # the pool leaves the dead actor out: the next run works (one worker: no process to start)
+    r = run_training(tiny_config(fast_scenario, iterations=2, workers=1), pool=ps_pool)
     assert np.isfinite(r.loss_last)

@@ -13,7 +13,9 @@ finish in time raises :class:`PSTimeoutError` naming what it waits on. Nothing h
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -22,7 +24,7 @@ from typing import Any
 
 import numpy as np
 import ray
-from ray.exceptions import GetTimeoutError, RayActorError
+from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
 
 from unstall.errors import UnstallError
 from unstall.ps.chunks import Chunk
@@ -192,6 +194,7 @@ class PSCluster:
         self.iteration = -1
         self._next_server = 0
         self._labels: dict[str, Any] = {f"worker {r}": w for r, w in enumerate(self.workers)}
+        self._abandoned: list[Any] = []  # refs left pending when a wait failed
         data_ref = ray.put(dataset) if dataset is not None else None
         self._gather(
             {f"worker {r}": w.setup.remote(r, job, data_ref) for r, w in enumerate(self.workers)}
@@ -326,11 +329,21 @@ class PSCluster:
             out[c.tensor][c.start : c.stop] = got[f"server {self.owner[c.id]}"][c.id]
         return out
 
-    def close(self) -> None:
-        """Give the servers back to the pool (the workers stay in it)."""
+    def close(self, *, failed: bool = False) -> None:
+        """Give the servers back to the pool (the workers stay in it). After a failure, first
+        abort what the servers still wait for (a dead worker's push), which releases the
+        workers waiting on them, and collect the calls the failed wait left behind."""
+        if failed:
+            aborts = [s.abort.remote() for s in self.servers.values()]
+            leftover = aborts + self._abandoned
+            ready, _ = ray.wait(leftover, num_returns=len(leftover), timeout=PING_TIMEOUT_S)
+            for ref in ready:
+                with contextlib.suppress(Exception):  # their errors are the failure's echoes
+                    ray.get(ref)
         for server in self.servers.values():
             self.pool.give_back_server(server)
         self.servers = {}
+        self._abandoned = []
 
     # --- waiting without hanging ---------------------------------------------------------------
 
@@ -343,6 +356,7 @@ class PSCluster:
             left = deadline - time.monotonic()
             ready, _ = ray.wait(list(pending), num_returns=1, timeout=max(0.0, left))
             if not ready:
+                self._abandoned += list(pending)
                 self._raise_dead(f"timed out after {self.timeout_s:g} s")
                 waiting = ", ".join(sorted(pending.values()))
                 raise PSTimeoutError(
@@ -353,6 +367,7 @@ class PSCluster:
                 try:
                     out[label] = ray.get(ref)
                 except Exception as exc:  # an actor died, or a method raised
+                    self._abandoned += list(pending)
                     self._raise_dead(_first_line(exc))
                     raise UnstallError(
                         f"{label} failed in iteration {self.iteration}: {_first_line(exc)}"
@@ -377,5 +392,8 @@ class PSCluster:
 
 
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
+    """The root cause in one line: a remote task's error unwrapped to what it caught."""
+    while isinstance(exc, RayTaskError) and isinstance(exc.cause, BaseException):
+        exc = exc.cause
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip().splitlines()
     return f"{type(exc).__name__}: {text[0] if text else ''}"

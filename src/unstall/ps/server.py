@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import ray
 
+from unstall.errors import UnstallError
 from unstall.ps.links import LinkQueue, ServerSpec
 from unstall.ps.optim import SGDConfig, sgd_momentum_step
 
@@ -111,12 +112,20 @@ class PSServer:
     def _reset(self, server_id: int, workers: int, spec: ServerSpec, sgd: SGDConfig) -> None:
         self.core = ServerCore(server_id, workers, spec, sgd)
         self.applied = -1
+        self.aborted = False
         self.changed = asyncio.Condition()
 
     async def reset(self, server_id: int, workers: int, spec: ServerSpec, sgd: SGDConfig) -> None:
         """Forget everything and serve a new run as ``server_id`` (pooled actors are reused:
         starting a process costs seconds)."""
         self._reset(server_id, workers, spec, sgd)
+
+    async def abort(self) -> None:
+        """Fail every push-pull still waiting for the step (the run stopped: a worker whose
+        push it waits for may be dead). The next :meth:`reset` clears it."""
+        async with self.changed:
+            self.aborted = True
+            self.changed.notify_all()
 
     async def ping(self) -> int:
         return self.core.server_id
@@ -175,7 +184,9 @@ class PSServer:
         if self.core.add_push(iteration, rank, grads):
             await self._apply(iteration)
         async with self.changed:
-            await self.changed.wait_for(lambda: self.applied >= iteration)
+            await self.changed.wait_for(lambda: self.applied >= iteration or self.aborted)
+        if self.aborted:
+            raise UnstallError(f"server {self.core.server_id}: run aborted")
         released = time.perf_counter()
         # No step can run while this reply waits on the link: the next step needs this
         # worker's next push. So the arrays are returned as they are, not copied.
@@ -212,5 +223,5 @@ class PSServer:
         if not self.core.state:
             self.applied = max(self.applied, iteration)
         async with self.changed:
-            await self.changed.wait_for(lambda: self.applied >= iteration)
+            await self.changed.wait_for(lambda: self.applied >= iteration or self.aborted)
         return self.core.stats.pop(iteration, ServerIteration(server=self.core.server_id))

@@ -195,9 +195,13 @@ def run_training(
         telemetry = _iterate(run, cluster, hook, advance)
         final = cluster.params()
         owned = cluster.owned_bytes()
-    finally:
+    except BaseException:
         if cluster is not None:
-            cluster.close()
+            cluster.close(failed=True)
+        raise
+    else:
+        cluster.close()
+    finally:
         if own_pool:
             actors.close()
     check_result = None
