@@ -56,7 +56,13 @@ def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> bool:
     address = address or os.environ.get("RAY_ADDRESS") or None
     common: dict[str, Any] = {"log_to_driver": False, "configure_logging": False}
     if address:
-        ray.init(address=address, **common)
+        try:
+            ray.init(address=address, **common)
+        except (ConnectionError, RuntimeError) as exc:
+            raise UnstallError(
+                f"cannot connect to the Ray cluster at {address}: {_first_line(exc)} "
+                "(a cluster started with `ray start` wants RAY_AUTH_MODE=token and its token)"
+            ) from exc
     else:
         ray.init(
             num_cpus=num_cpus or os.cpu_count() or 1,
