@@ -17,7 +17,7 @@ NodeShare = tuple[int, int]
 Placement = tuple[NodeShare, ...]
 
 # Background congestion levels at which a job's network sensitivity is tabulated.
-CONGESTION_GRID: tuple[float, ...] = (0.0, 0.2, 0.4, 0.6, 0.8)
+CONGESTION_GRID: tuple[float, ...] = (0.0, 0.2, 0.4, 0.6, 0.8, 0.9, 0.95)
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,19 +25,34 @@ class Sensitivity:
     """A job's network sensitivity: its iteration time spread over several nodes of one rack
     (``node``) or over racks (``rack``) divided by its consolidated iteration time, at each
     congestion of :data:`CONGESTION_GRID` (linear in between). Communication hidden behind
-    compute on idle links can surface under congestion, so one figure would not do."""
+    compute on idle links can surface under congestion, so one figure would not do.
+    ``consolidated`` is the consolidated placement's own iteration time at each congestion over
+    its time on idle links (1 for a job on one node, which crosses no network link)."""
 
     node: tuple[float, ...]
     rack: tuple[float, ...]
+    consolidated: tuple[float, ...] = ()
 
     @classmethod
     def flat(cls, node: float, rack: float) -> Sensitivity:
         """The same slowdowns at every congestion (hand-made jobs in tests)."""
         n = len(CONGESTION_GRID)
-        return cls(node=(node,) * n, rack=(rack,) * n)
+        return cls(node=(node,) * n, rack=(rack,) * n, consolidated=(1.0,) * n)
 
     def at(self, across_racks: bool, congestion: float = 0.0) -> float:
-        table = self.rack if across_racks else self.node
+        return self._interpolate(self.rack if across_racks else self.node, congestion)
+
+    def spread_slowdown(self, across_racks: bool, congestion: float, sharing: int) -> float:
+        """Slowdown vs consolidated (at ``congestion``) of a spread placement whose busiest NIC
+        already carries ``sharing`` other spread jobs: a fair share of what congestion leaves
+        is ``1/(sharing+1)`` of it, which acts as a higher congestion on this job's links."""
+        effective = 1.0 - (1.0 - congestion) / (1 + sharing)
+        cons = self.consolidated or (1.0,) * len(CONGESTION_GRID)
+        own = self._interpolate(cons, effective) / self._interpolate(cons, congestion)
+        return self.at(across_racks, effective) * own
+
+    @staticmethod
+    def _interpolate(table: tuple[float, ...], congestion: float) -> float:
         grid = CONGESTION_GRID
         if congestion <= grid[0]:
             return table[0]
@@ -154,6 +169,8 @@ class ClusterSnapshot:
     running: tuple[JobView, ...]
     # Fraction of bandwidth that background traffic takes on node NICs and rack uplinks now.
     congestion: float = 0.0
+    # How many running jobs spread over several nodes use each node (and so its NIC).
+    spread_jobs_by_node: tuple[int, ...] = ()
     # Timers the policy set earlier that fired at this instant (keys as the policy gave them).
     fired_timers: tuple[str, ...] = ()
 

@@ -162,6 +162,7 @@ class Engine:
             queued=queued,
             running=running,
             congestion=self.net.congestion,
+            spread_jobs_by_node=tuple(self.cluster.spread_by_node),
             fired_timers=fired,
         )
         decision = self.policy.decide(snapshot, self.rng)

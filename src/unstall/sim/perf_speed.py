@@ -107,21 +107,19 @@ class PerfSpeedModel:
         return perf.plan_time(self.plan(model, self.consolidated(num_gpus))).total_s
 
     def spread(self, num_gpus: int, *, across_racks: bool) -> Placement:
-        """A typical spread placement: twice the minimum number of nodes (at least two), in one
-        rack or split over two racks."""
-        gpn = self.topology.gpus_per_node
-        nodes = min(num_gpus, max(2, 2 * -(-num_gpus // gpn)))
+        """A typical spread placement: twice the minimum number of nodes (at least two, at most
+        the cluster's), within one rack when it fits, or dealt round-robin over the racks."""
+        topo = self.topology
+        gpn = topo.gpus_per_node
+        nodes = min(num_gpus, max(2, 2 * -(-num_gpus // gpn)), topo.n_nodes)
         base, extra = divmod(num_gpus, nodes)
         counts = [base + (1 if i < extra else 0) for i in range(nodes)]
-        per_rack = self.topology.nodes_per_rack
-        if across_racks and self.topology.racks > 1:
-            half = (nodes + 1) // 2
-            ids = [i for i in range(half)] + [per_rack + i for i in range(nodes - half)]
+        racks, per_rack = topo.racks, topo.nodes_per_rack
+        if across_racks and racks > 1:
+            ids = [(i % racks) * per_rack + i // racks for i in range(nodes)]
         else:
             ids = list(range(nodes))
-        if max(ids) >= self.topology.n_nodes:
-            ids = list(range(nodes))
-        return tuple(zip(ids, counts, strict=True))
+        return tuple(sorted(zip(ids, counts, strict=True)))
 
     def sensitivity(self, model: str, num_gpus: int) -> Sensitivity:
         if num_gpus <= 1 or self.topology.n_nodes < 2:
@@ -129,6 +127,9 @@ class PerfSpeedModel:
         best = self.plan(model, self.consolidated(num_gpus))
         node = self.plan(model, self.spread(num_gpus, across_racks=False))
         rack = self.plan(model, self.spread(num_gpus, across_racks=True))
+
+        idle = perf.plan_time(best).total_s
+        consolidated = tuple(perf.plan_time(best, None, c).total_s / idle for c in CONGESTION_GRID)
 
         def ratios(spread: CommPlan) -> tuple[float, ...]:
             return tuple(
@@ -139,7 +140,7 @@ class PerfSpeedModel:
                 for c in CONGESTION_GRID
             )
 
-        return Sensitivity(node=ratios(node), rack=ratios(rack))
+        return Sensitivity(node=ratios(node), rack=ratios(rack), consolidated=consolidated)
 
     def flow(self, model: str, num_gpus: int, placement: Placement) -> Flow | None:
         key = (model, placement)

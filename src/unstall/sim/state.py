@@ -140,13 +140,14 @@ class SimJob:
 class ClusterState:
     """Free GPUs per node and rack; allocation and release with capacity checks."""
 
-    __slots__ = ("free_by_node", "free_by_rack", "layout", "used_gpus")
+    __slots__ = ("free_by_node", "free_by_rack", "layout", "spread_by_node", "used_gpus")
 
     def __init__(self, layout: ClusterLayout) -> None:
         self.layout = layout
         self.free_by_node = [layout.gpus_per_node] * layout.num_nodes
         self.free_by_rack = [len(nodes) * layout.gpus_per_node for nodes in layout.rack_nodes]
         self.used_gpus = 0
+        self.spread_by_node = [0] * layout.num_nodes
 
     def allocate(self, job: SimJob, placement: Placement) -> None:
         total = 0
@@ -166,17 +167,23 @@ class ClusterState:
                 f"job {job.job_id} needs {job.num_gpus} GPUs, placement {placement} gives {total}"
             )
         node_rack = self.layout.node_rack
+        spread = len(placement) > 1
         for node, k in placement:
             self.free_by_node[node] -= k
             self.free_by_rack[node_rack[node]] -= k
+            if spread:
+                self.spread_by_node[node] += 1
         self.used_gpus += total
 
     def release(self, placement: Placement) -> None:
         gpn = self.layout.gpus_per_node
         node_rack = self.layout.node_rack
+        spread = len(placement) > 1
         for node, k in placement:
             self.free_by_node[node] += k
             self.free_by_rack[node_rack[node]] += k
+            if spread:
+                self.spread_by_node[node] -= 1
             if self.free_by_node[node] > gpn:
                 raise SimInvariantError(f"node {node} released more GPUs than it has")
             self.used_gpus -= k

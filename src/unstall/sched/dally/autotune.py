@@ -6,9 +6,9 @@ It keeps two accounts in GPU-seconds over a window of job starts:
 - the *slowdown avoided* by jobs that were held and got their better level, and the *slowdown
   suffered* by sensitive jobs that gave up and accepted a worse level.
 
-If waiting cost more than it saved, the timer factor shrinks; if jobs that gave up lost more to
-slowdown than waiting cost, it grows. Run-time expectations come from the run times of jobs that
-have finished (never from the future).
+If jobs that gave up lost more to slowdown than waiting cost, the timer factor grows; otherwise,
+if waiting cost more than it saved, it shrinks. Run-time expectations come from the run times of
+jobs that have finished (never from the future).
 """
 
 from __future__ import annotations
@@ -78,10 +78,12 @@ class DelayTuner:
         self.starts_seen += 1
         if not self.enabled or self.starts_seen < self.tune_every:
             return False
-        if self.waiting_paid > self.slowdown_avoided:
-            self.factor = max(self.min_factor, self.factor / self.step)
-        elif self.slowdown_suffered > self.waiting_paid:
+        if self.slowdown_suffered > self.waiting_paid:
+            # Jobs that gave up lost more to slowdown than all the waiting cost: wait longer.
             self.factor = min(self.max_factor, self.factor * self.step)
+        elif self.waiting_paid > self.slowdown_avoided:
+            # Waiting cost more than the slowdown it avoided: give up sooner.
+            self.factor = max(self.min_factor, self.factor / self.step)
         self.waiting_paid = self.slowdown_avoided = self.slowdown_suffered = 0.0
         self.starts_seen = 0
         self.retunes += 1

@@ -21,8 +21,8 @@ class DallyConfig:
     # Delay timers: a job holds out for a better locality level for up to
     # ``wait_factor x (slowdown at the level it would accept - 1) x expected run time`` seconds
     # (the time the worse level would cost it, scaled); the auto-tuner moves the factor.
-    wait_factor: float = 1.0
-    max_wait_s: float = 24 * 3600.0
+    wait_factor: float = 2.0
+    max_wait_s: float = 7 * 24 * 3600.0
     # A job whose spread slowdown is below this is insensitive: it never waits.
     insensitive_below: float = 1.05
     # What the policy assumes a preemption or migration costs (seconds of lost progress); the

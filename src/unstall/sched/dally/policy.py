@@ -129,7 +129,9 @@ class Dally:
         fallback = free.at_level(Locality.RACK, job.num_gpus) or free.best(job.num_gpus)
         if fallback is None:
             return  # no room at any level: wait for GPUs
-        slowdown = placement_slowdown(job, fallback, free.layout, snapshot.congestion)
+        slowdown = placement_slowdown(
+            job, fallback, free.layout, snapshot.congestion, snapshot.spread_jobs_by_node
+        )
         after = 0.0
         if c.delay:
             after = accept_after_s(
@@ -190,6 +192,8 @@ class Dally:
             return victim.sensitivity.at(False, snapshot.congestion) < sensitivity
 
         def may_preempt(victim: JobView) -> bool:
+            if victim.job_id in plan.taken:
+                return False
             return self._priority(victim, now)[0] > mine[0]
 
         room = cheapest_node_room(
@@ -233,6 +237,7 @@ class Dally:
                 c.restore_s,
                 c.gain_margin,
                 snapshot.congestion,
+                snapshot.spread_jobs_by_node,
             )
             if target is not None:
                 free.take(target)

@@ -48,6 +48,7 @@ def _plan_node(
     job: JobView,
     tenants: list[JobView],
     free: FreeGpus,
+    may_move: Callable[[JobView], bool],
     may_preempt: Callable[[JobView], bool],
     move_cost_s: float,
     preempt_cost_s: float,
@@ -60,7 +61,7 @@ def _plan_node(
     for victim in sorted(tenants, key=lambda v: (v.num_gpus, v.index)):
         if room >= job.num_gpus:
             break
-        dest = _destination(free, victim, node)
+        dest = _destination(free, victim, node) if may_move(victim) else None
         if dest is not None:
             free.take(dest)  # reserved while planning; given back below
             moves.append((victim, dest))
@@ -91,13 +92,15 @@ def cheapest_node_room(
     """The node that is cheapest (in victims' GPU-seconds lost) to clear for ``job``."""
     tenants: dict[int, list[JobView]] = {}
     for r in running:
-        if len(r.placement) == 1 and may_move(r):
+        if len(r.placement) == 1 and (may_move(r) or may_preempt(r)):
             tenants.setdefault(r.placement[0][0], []).append(r)
     best: RoomPlan | None = None
     for node, victims in tenants.items():
         if free.by_node[node] + sum(v.num_gpus for v in victims) < job.num_gpus:
             continue
-        plan = _plan_node(node, job, victims, free, may_preempt, move_cost_s, preempt_cost_s)
+        plan = _plan_node(
+            node, job, victims, free, may_move, may_preempt, move_cost_s, preempt_cost_s
+        )
         if plan is not None and (best is None or plan.cost_gpu_s < best.cost_gpu_s):
             best = plan
     return best
@@ -110,9 +113,12 @@ def reconsolidation(
     restore_s: float,
     margin: float,
     congestion: float,
+    spread_jobs_by_node: Sequence[int] = (),
 ) -> Placement | None:
     """A consolidated placement to move ``job`` to, if one is free and the move pays."""
-    slowdown = placement_slowdown(job, job.placement, free.layout, congestion)
+    # The job's own NIC use is among the counts: the others on its busiest NIC are one fewer.
+    others = [max(0, k - 1) for k in spread_jobs_by_node]
+    slowdown = placement_slowdown(job, job.placement, free.layout, congestion, others)
     if slowdown <= 1.0:
         return None
     saved_s = expected_remaining_s * (1.0 - 1.0 / slowdown)

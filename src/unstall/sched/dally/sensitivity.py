@@ -9,6 +9,8 @@ when the job fits one.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from unstall.sched.base import ClusterLayout, JobView, Placement
 from unstall.sched.placement import Locality, best_locality_possible, locality_of
 
@@ -21,13 +23,21 @@ def is_consolidated(placement: Placement, num_gpus: int, layout: ClusterLayout) 
 
 
 def placement_slowdown(
-    job: JobView, placement: Placement, layout: ClusterLayout, congestion: float = 0.0
+    job: JobView,
+    placement: Placement,
+    layout: ClusterLayout,
+    congestion: float = 0.0,
+    spread_jobs_by_node: Sequence[int] = (),
 ) -> float:
-    """Iteration-time ratio of ``job`` on ``placement`` vs consolidated, under ``congestion``."""
+    """Iteration-time ratio of ``job`` on ``placement`` vs consolidated, under ``congestion``
+    and sharing its NICs with the spread jobs already on those nodes."""
     if is_consolidated(placement, job.num_gpus, layout):
         return 1.0
     across_racks = locality_of(placement, layout) == Locality.CLUSTER
-    return max(1.0, job.sensitivity.at(across_racks, congestion))
+    sharing = max((spread_jobs_by_node[n] for n, _ in placement), default=0)
+    if not spread_jobs_by_node:
+        sharing = 0
+    return max(1.0, job.sensitivity.spread_slowdown(across_racks, congestion, sharing))
 
 
 def is_sensitive(job: JobView, threshold: float, congestion: float = 0.0) -> bool:

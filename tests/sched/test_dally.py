@@ -1,0 +1,213 @@
+"""Dally's mechanisms on small hand-made clusters where the right decision is known."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from unstall.errors import ConfigError
+from unstall.sched.base import (
+    ClusterLayout,
+    ClusterSnapshot,
+    JobView,
+    Placement,
+    Sensitivity,
+)
+from unstall.sched.dally import Dally, DallyConfig
+from unstall.sched.dally.autotune import DelayTuner
+from unstall.sched.dally.delay import accept_after_s
+
+LAYOUT = ClusterLayout.regular(racks=1, nodes_per_rack=3, gpus_per_node=4)
+RNG = random.Random(0)
+SENSITIVE = Sensitivity.flat(3.0, 4.0)
+INSENSITIVE = Sensitivity.flat(1.01, 1.02)
+
+
+def job(
+    jid: str,
+    gpus: int,
+    *,
+    sens: Sensitivity = SENSITIVE,
+    placement: Placement = (),
+    submit: float = 0.0,
+    changed: float = 0.0,
+    attained: float = 0.0,
+) -> JobView:
+    return JobView(
+        job_id=jid,
+        index=int(jid[1:]),
+        num_gpus=gpus,
+        submit_s=submit,
+        model="m",
+        sensitivity=sens,
+        attained_gpu_s_at_change=attained,
+        changed_s=changed,
+        running=bool(placement),
+        placement=placement,
+    )
+
+
+def snap(free: tuple[int, ...], queued: list[JobView], running: list[JobView], now: float):
+    spread = [0] * LAYOUT.num_nodes
+    for r in running:
+        if len(r.placement) > 1:
+            for node, _ in r.placement:
+                spread[node] += 1
+    return ClusterSnapshot(
+        now=now,
+        layout=LAYOUT,
+        free_by_node=free,
+        free_by_rack=(sum(free),),
+        queued=tuple(queued),
+        running=tuple(running),
+        spread_jobs_by_node=tuple(spread),
+    )
+
+
+def quiet_dally(**overrides: object) -> Dally:
+    """Dally with a known expected run time (no finished jobs yet: the prior)."""
+    settings: dict[str, object] = {"prior_runtime_s": 3600.0, "autotune": False}
+    settings.update(overrides)
+    return Dally(DallyConfig(**settings))  # type: ignore[arg-type]
+
+
+# Two GPUs free on nodes 0 and 1 each: a 4-GPU job can only start spread over two nodes.
+FRAGMENTED = (2, 2, 0)
+TENANTS = [
+    job("r1", 2, sens=SENSITIVE, placement=((0, 2),)),
+    job("r2", 2, sens=SENSITIVE, placement=((1, 2),)),
+    job("r3", 4, sens=SENSITIVE, placement=((2, 4),)),
+]
+
+
+def test_a_sensitive_job_waits_for_a_node_and_sets_a_timer() -> None:
+    d = quiet_dally(preemption=False).decide(snap(FRAGMENTED, [job("q1", 4)], TENANTS, 10.0), RNG)
+    assert d.starts == ()
+    (timer,) = d.timers
+    # Timer: factor 2 x (slowdown 3 - 1) x expected run time 3600 s, from when it queued (0).
+    assert timer.at_s == pytest.approx(2 * 2 * 3600.0)
+
+
+def test_an_insensitive_job_starts_at_once_spread() -> None:
+    q = job("q1", 4, sens=INSENSITIVE)
+    d = quiet_dally(preemption=False).decide(snap(FRAGMENTED, [q], TENANTS, 10.0), RNG)
+    assert [s.job_id for s in d.starts] == ["q1"]
+    assert len(d.starts[0].placement) == 2
+
+
+def test_a_held_job_accepts_the_worse_level_once_its_timer_expires() -> None:
+    policy = quiet_dally(preemption=False)
+    late = 2 * 2 * 3600.0 + 1.0
+    d = policy.decide(snap(FRAGMENTED, [job("q1", 4)], TENANTS, late), RNG)
+    assert [s.job_id for s in d.starts] == ["q1"]
+
+
+def test_the_job_starts_consolidated_as_soon_as_a_node_frees() -> None:
+    policy = quiet_dally(preemption=False)
+    policy.decide(snap(FRAGMENTED, [job("q1", 4)], TENANTS, 10.0), RNG)
+    d = policy.decide(snap((2, 2, 4), [job("q1", 4)], TENANTS[:2], 20.0), RNG)
+    assert [(s.job_id, s.placement) for s in d.starts] == [("q1", ((2, 4),))]
+
+
+def test_an_insensitive_tenant_is_moved_to_give_a_sensitive_job_a_node() -> None:
+    running = [
+        job("r1", 2, sens=INSENSITIVE, placement=((0, 2),)),
+        job("r2", 2, sens=SENSITIVE, placement=((1, 2),)),
+        job("r3", 2, sens=SENSITIVE, placement=((2, 2),)),
+    ]
+    d = quiet_dally().decide(snap((2, 2, 2), [job("q1", 4)], running, 10.0), RNG)
+    assert [(m.job_id, len(m.placement)) for m in d.migrations] == [("r1", 1)]
+    assert d.migrations[0].placement[0][0] != 0
+    assert [(s.job_id, s.placement) for s in d.starts] == [("q1", ((0, 4),))]
+    assert d.preemptions == ()
+
+
+def test_a_preemption_that_does_not_pay_is_not_made() -> None:
+    # The only node to clear holds a lower-priority tenant that cannot move; the waiting job is
+    # barely sensitive (slowdown 1.1), so 0.1 x its expected run time does not beat the
+    # tenant's restore plus re-queue cost at the margin of 2.
+    running = [
+        job("r1", 4, sens=SENSITIVE, placement=((0, 4),), attained=1e6, changed=0.0),
+        job("r2", 2, sens=SENSITIVE, placement=((1, 2),)),
+        job("r3", 2, sens=SENSITIVE, placement=((2, 2),)),
+    ]
+    mild = Sensitivity.flat(1.1, 1.2)
+    policy = quiet_dally(prior_runtime_s=600.0, restore_s=60.0)
+    d = policy.decide(snap((0, 2, 2), [job("q1", 4, sens=mild)], running, 10.0), RNG)
+    assert d.preemptions == () and d.migrations == ()
+    # The same tenant is preempted for a very sensitive job with a long expected run time.
+    policy = quiet_dally(prior_runtime_s=36000.0, restore_s=60.0)
+    d = policy.decide(snap((0, 2, 2), [job("q1", 4, sens=SENSITIVE)], running, 10.0), RNG)
+    assert [p.job_id for p in d.preemptions] == ["r1"]
+    assert [(s.job_id, s.placement) for s in d.starts] == [("q1", ((0, 4),))]
+
+
+def test_a_spread_job_is_reconsolidated_when_a_node_frees_and_it_pays() -> None:
+    spread = job("r1", 4, placement=((0, 2), (1, 2)))
+    d = quiet_dally().decide(snap((2, 2, 4), [], [spread], 10.0), RNG)
+    (move,) = d.migrations
+    assert move.job_id == "r1" and len(move.placement) == 1
+    # With a tiny expected remainder the move is not worth its restore cost.
+    d = quiet_dally(prior_runtime_s=30.0).decide(snap((2, 2, 4), [], [spread], 10.0), RNG)
+    assert d.migrations == ()
+
+
+def test_timers_grow_with_sensitivity_and_vanish_for_insensitive_jobs() -> None:
+    def after(slowdown: float) -> float:
+        return accept_after_s(
+            slowdown,
+            factor=1.0,
+            expected_runtime_s=1000.0,
+            max_wait_s=1e9,
+            insensitive_below=1.05,
+        )
+
+    assert after(1.01) == 0.0
+    assert after(1.5) < after(2.0) < after(4.0)
+    assert after(3.0) == pytest.approx(2000.0)
+
+
+def tuner() -> DelayTuner:
+    return DelayTuner(
+        factor=1.0,
+        enabled=True,
+        tune_every=2,
+        step=2.0,
+        min_factor=0.1,
+        max_factor=10.0,
+        prior_runtime_s=100.0,
+    )
+
+
+def test_the_tuner_shortens_timers_when_waiting_does_not_pay() -> None:
+    t = tuner()
+    for _ in range(2):  # long waits, little slowdown avoided
+        t.observe_start(gpus=1, held_s=1000.0, avoided=1.1, suffered=1.0, expected_s=100.0)
+    assert t.factor == 0.5
+
+
+def test_the_tuner_lengthens_timers_when_giving_up_hurts() -> None:
+    t = tuner()
+    for _ in range(2):  # no waiting, but big slowdowns suffered by jobs that gave up
+        t.observe_start(gpus=4, held_s=10.0, avoided=1.0, suffered=3.0, expected_s=1000.0)
+    assert t.factor == 2.0
+
+
+def test_expected_remaining_uses_finished_run_times_of_the_size_class() -> None:
+    t = tuner()
+    assert t.expected_remaining_s(0.0, gpus=4) == 100.0  # the prior
+    for runtime in (10.0, 20.0, 1000.0):
+        t.observe_finish(runtime, gpus=4)
+    assert t.expected_remaining_s(0.0, gpus=4) == pytest.approx(1030.0 / 3)
+    assert t.expected_remaining_s(50.0, gpus=4) == pytest.approx(950.0)
+    assert t.expected_remaining_s(5000.0, gpus=4) == 5000.0
+
+
+def test_timer_factor_is_reported_as_telemetry_and_config_is_validated() -> None:
+    d = quiet_dally().decide(snap((4, 4, 4), [], [], 0.0), RNG)
+    assert dict(d.telemetry)["dally.wait_factor"] == 2.0
+    with pytest.raises(ConfigError, match="order"):
+        DallyConfig(order="random")
+    with pytest.raises(ConfigError, match="tune_step"):
+        DallyConfig(tune_step=1.0)
