@@ -60,6 +60,7 @@ def summary_row(r: CNNSparsityResult) -> dict[str, Any]:
     s = r.summary
     row: dict[str, Any] = {
         "model": r.model,
+        "warmup_steps": r.training.warmup_steps,
         "warmup_loss_start": r.training.warmup_loss_start,
         "warmup_loss_end": r.training.warmup_loss_end,
         "recorded_accuracy": r.training.recorded_accuracy,
@@ -100,13 +101,18 @@ def print_table(rows: list[dict[str, Any]]) -> None:
 
 
 def combine(paths: list[Path], out: Path | None) -> int:
-    """Put the models of several runs into one JSON and print their table."""
+    """Put the models of several runs into one JSON and print their table; each row also says
+    how many warm-up steps its model had."""
     merged: dict[str, Any] = {"args": [], "models": {}, "summary": []}
-    for path in paths:
+    rows: dict[str, dict[str, Any]] = {}
+    for path in paths:  # a model in a later file replaces the same model in an earlier one
         part = json.loads(path.read_text())
         merged["args"].append(part["args"])
         merged["models"].update(part["models"])
-        merged["summary"] += part["summary"]
+        rows.update({row["model"]: row for row in part["summary"]})
+    for name, row in rows.items():
+        row.setdefault("warmup_steps", merged["models"][name]["training"]["warmup_steps"])
+    merged["summary"] = list(rows.values())
     print_table(merged["summary"])
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
