@@ -89,6 +89,7 @@ class Engine:
         self.timeline = Timeline()
         self.rng = random.Random(settings.seed)
         self.oracle = bool(getattr(policy, "needs_oracle", False))
+        self._telemetry_last: dict[str, float] = {}
         self.rounds = 0
         self.preemptions = 0
         self.migrations = 0
@@ -185,7 +186,9 @@ class Engine:
             self.timers.append(timer.key)
             self.queue.push(timer.at_s, EventKind.TIMER, payload=len(self.timers) - 1)
         for key, value in decision.telemetry:
-            self.timeline.telemetry.append((now, key, value))
+            if self._telemetry_last.get(key) != value:  # a step function: record changes only
+                self._telemetry_last[key] = value
+                self.timeline.telemetry.append((now, key, value))
 
     def _lookup(self, job_id: str, state: JobState, what: str) -> SimJob:
         job = self.by_id.get(job_id)

@@ -65,11 +65,13 @@ class SimConfig:
 
 @dataclass(frozen=True)
 class SimRun:
-    """A run's summary, its per-job table and its timeline (step functions over time)."""
+    """A run's summary, its per-job table, its timeline (step functions over time) and what the
+    policy reported over time (``time_s, name, value``; e.g. Dally's tuned timer factor)."""
 
     result: SimResult
     jobs: pd.DataFrame
     timeline: pd.DataFrame
+    telemetry: pd.DataFrame
 
 
 def layout_of(topology: TopologyConfig) -> ClusterLayout:
@@ -140,6 +142,10 @@ def run_simulation(
         jobs_rejected=int((~fits).sum()),
         wall_s=wall,
     )
+    telemetry = pd.DataFrame(outcome.timeline.telemetry, columns=["time_s", "name", "value"])
     return SimRun(
-        result=result, jobs=job_table(outcome.jobs), timeline=timeline_table(outcome.timeline)
+        result=result,
+        jobs=job_table(outcome.jobs),
+        timeline=timeline_table(outcome.timeline),
+        telemetry=telemetry,
     )

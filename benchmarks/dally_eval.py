@@ -1,0 +1,241 @@
+"""Dally against every baseline: the Philly trace and a synthetic trace with more multi-GPU jobs,
+under congestion none, low, medium and high; plus an ablation of Dally's three mechanisms.
+
+    .venv/bin/python benchmarks/dally_eval.py [--out bench-results/dally] [--workers 2]
+        [--congestion none,low,medium,high] [--skip-philly] [--synthetic-jobs 3000]
+
+Writes ``results.json`` (every run's SimResult), ``summary.md`` (the tables BENCHMARKS.md shows)
+and plots into ``--out``. Runs go to a pool of worker processes, one simulation each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PHILLY = REPO / ".." / "shared" / "data" / "traces" / "philly_jobs.csv"
+PHILLY_CLUSTER = str(Path(__file__).resolve().parent / "philly_960.toml")
+BASELINES = ("fifo", "first-fit", "consolidate", "srtf", "tiresias", "gandiva")
+ABLATIONS = {
+    "dally": {},
+    "dally-no-delay": {"delay": False},
+    "dally-no-preemption": {"preemption": False},
+    "dally-no-autotune": {"autotune": False},
+    "dally-fifo-order": {"order": "fifo"},
+}
+PUBLISHED = {"makespan": 69.0, "avg JCT": 83.0, "comm overhead": 98.0}  # "up to" reductions, %
+
+
+@dataclass(frozen=True)
+class Job:
+    trace: str
+    cluster: str
+    congestion: str
+    policy: str  # a registry name or an ablation name
+    synthetic_jobs: int
+
+
+def load_trace(job: Job):  # type: ignore[no-untyped-def]
+    from unstall.traces import SyntheticTraceConfig, generate, read_trace
+
+    if job.trace == "philly":
+        return read_trace(PHILLY, "philly-csv")
+    # More multi-GPU jobs than Philly (half of them), at 90% offered load of the medium cluster.
+    return generate(
+        SyntheticTraceConfig(
+            jobs=job.synthetic_jobs,
+            seed=7,
+            load=0.9,
+            cluster_gpus=256,
+            multi_gpu_share=0.5,
+            max_gpus=64,
+        )
+    )
+
+
+def run_one(job: Job) -> dict[str, object]:
+    from unstall.sched.dally import Dally, DallyConfig
+    from unstall.sim.run import SimConfig, run_simulation
+
+    policy = None
+    name = job.policy
+    if name in ABLATIONS:
+        policy = Dally(DallyConfig(**ABLATIONS[name]), name=name)  # type: ignore[arg-type]
+        name = "dally"
+    started = time.perf_counter()
+    run = run_simulation(
+        load_trace(job),
+        SimConfig(policy=name, cluster=job.cluster, congestion=job.congestion, seed=1),
+        policy=policy,
+    )
+    out = run.result.to_dict()
+    out.update(trace_kind=job.trace, variant=job.policy, wall_total_s=time.perf_counter() - started)
+    factor = run.telemetry[run.telemetry["name"] == "dally.wait_factor"]
+    out["wait_factor_over_time"] = factor[["time_s", "value"]].values.tolist()[:2000]
+    return out
+
+
+def plan(args: argparse.Namespace) -> list[Job]:
+    jobs: list[Job] = []
+    traces = [("synthetic-multi-gpu", "medium")]
+    if not args.skip_philly:
+        if PHILLY.exists():
+            traces.insert(0, ("philly", PHILLY_CLUSTER))
+        else:
+            print(f"skipping Philly: {PHILLY} is not present", file=sys.stderr)
+    for trace, cluster in traces:
+        for congestion in args.congestion.split(","):
+            for policy in (*BASELINES, "dally"):
+                jobs.append(Job(trace, cluster, congestion, policy, args.synthetic_jobs))
+    for congestion in ("medium", "high"):
+        for variant in ABLATIONS:
+            if variant != "dally":
+                jobs.append(
+                    Job("synthetic-multi-gpu", "medium", congestion, variant, args.synthetic_jobs)
+                )
+    return jobs
+
+
+def improvement(base: float, ours: float) -> float:
+    return 100.0 * (base - ours) / base if base > 0 else 0.0
+
+
+def summarise(results: list[dict[str, object]]) -> str:
+    lines: list[str] = []
+    groups: dict[tuple[str, str], list[dict[str, object]]] = {}
+    for r in results:
+        groups.setdefault((str(r["trace_kind"]), str(r["congestion"])), []).append(r)
+    for (trace, congestion), rows in sorted(groups.items()):
+        main = [r for r in rows if r["variant"] in (*BASELINES, "dally")]
+        dally = next((r for r in main if r["variant"] == "dally"), None)
+        if dally is None:
+            continue
+        lines.append(f"\n**{trace}, congestion {congestion}**\n")
+        lines.append(
+            "| policy | makespan h | avg JCT h | p99 JCT h | comm overhead | "
+            "dally vs it: makespan | avg JCT | p99 JCT | comm overhead |"
+        )
+        lines.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for r in sorted(
+            main, key=lambda r: BASELINES.index(r["variant"]) if r["variant"] in BASELINES else 99
+        ):
+            cells = [
+                f"{float(r['makespan_s']) / 3600:.1f}",
+                f"{float(r['avg_jct_s']) / 3600:.2f}",
+                f"{float(r['p99_jct_s']) / 3600:.1f}",
+                f"{float(r['comm_overhead_frac']):.3f}",
+            ]
+            if r is dally:
+                gains = ["", "", "", ""]
+            else:
+                gains = [
+                    f"{improvement(float(r[k]), float(dally[k])):+.0f}%"
+                    for k in ("makespan_s", "avg_jct_s", "p99_jct_s", "comm_overhead_s")
+                ]
+            lines.append(f"| {r['variant']} | " + " | ".join(cells + gains) + " |")
+        ablation = [r for r in rows if r["variant"] in ABLATIONS]
+        if len(ablation) > 1:
+            lines.append("\nAblation:\n")
+            lines.append(
+                "| variant | makespan h | avg JCT h | p99 JCT h | comm overhead | preemptions "
+                "| migrations |"
+            )
+            lines.append("|---|---:|---:|---:|---:|---:|---:|")
+            for r in sorted(ablation, key=lambda r: list(ABLATIONS).index(str(r["variant"]))):
+                lines.append(
+                    f"| {r['variant']} | {float(r['makespan_s']) / 3600:.1f} | "
+                    f"{float(r['avg_jct_s']) / 3600:.2f} | {float(r['p99_jct_s']) / 3600:.1f} | "
+                    f"{float(r['comm_overhead_frac']):.3f} | {r['preemptions']} | "
+                    f"{r['migrations']} |"
+                )
+    return "\n".join(lines) + "\n"
+
+
+def plot(results: list[dict[str, object]], out: Path) -> None:
+    from unstall.report.plotting import new_figure, save
+
+    for trace in sorted({str(r["trace_kind"]) for r in results}):
+        rows = [
+            r for r in results if r["trace_kind"] == trace and r["variant"] in (*BASELINES, "dally")
+        ]
+        congestions = [
+            c for c in ("none", "low", "medium", "high") if any(r["congestion"] == c for r in rows)
+        ]
+        for metric, label in (
+            ("avg_jct_s", "average JCT (h)"),
+            ("comm_overhead_frac", "communication overhead"),
+        ):
+            fig, ax = new_figure(8, 4)
+            width = 0.8 / (len(BASELINES) + 1)
+            for i, policy in enumerate((*BASELINES, "dally")):
+                ys = []
+                for c in congestions:
+                    r = next(
+                        (r for r in rows if r["congestion"] == c and r["variant"] == policy), None
+                    )
+                    v = float(r[metric]) if r else float("nan")
+                    ys.append(v / 3600 if metric.endswith("_s") else v)
+                ax.bar([j + i * width for j in range(len(congestions))], ys, width, label=policy)
+            ax.set_xticks([j + 0.4 - width / 2 for j in range(len(congestions))], congestions)
+            ax.set_xlabel("background congestion")
+            ax.set_ylabel(label)
+            ax.set_yscale("log" if metric.endswith("_s") else "linear")
+            ax.set_title(trace)
+            ax.legend(fontsize=7, ncol=2)
+            save(fig, out / f"{trace}_{metric}.png")
+    tuned = [r for r in results if r["variant"] == "dally" and r.get("wait_factor_over_time")]
+    if tuned:
+        fig, ax = new_figure()
+        for r in tuned:
+            pts = r["wait_factor_over_time"]
+            assert isinstance(pts, list)
+            ax.step(
+                [p[0] / 3600 for p in pts],
+                [p[1] for p in pts],
+                where="post",
+                label=f"{r['trace_kind']}, {r['congestion']}",
+            )
+        ax.set_xlabel("time (hours)")
+        ax.set_ylabel("delay timer factor (auto-tuned)")
+        ax.set_yscale("log")
+        ax.legend(fontsize=7)
+        save(fig, out / "dally_timer_factor.png")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=REPO / "bench-results" / "dally")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--congestion", default="none,low,medium,high")
+    parser.add_argument("--skip-philly", action="store_true")
+    parser.add_argument("--synthetic-jobs", type=int, default=3000)
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    jobs = plan(args)
+    results: list[dict[str, object]] = []
+    with ProcessPoolExecutor(max_workers=args.workers) as pool:
+        for i, result in enumerate(pool.map(run_one, jobs), start=1):
+            results.append(result)
+            print(
+                f"[{i}/{len(jobs)}] {result['trace_kind']} {result['congestion']} "
+                f"{result['variant']}: avg JCT {float(result['avg_jct_s']) / 3600:.2f} h, "
+                f"comm {float(result['comm_overhead_frac']):.3f}, "
+                f"{float(result['wall_total_s']):.0f} s",
+                flush=True,
+            )
+    (args.out / "results.json").write_text(json.dumps(results, indent=1))
+    summary = summarise(results)
+    (args.out / "summary.md").write_text(summary)
+    plot(results, args.out)
+    print(summary)
+    print(f"published (up to): {PUBLISHED}; wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
