@@ -100,12 +100,36 @@ def _sparse_lstm(out: Path, quiet: bool) -> None:
     )
 
 
+def _recommend(out: Path, quiet: bool) -> None:
+    from unstall.cli.recommend import recommend
+
+    recommend(
+        samples=1_281_167,
+        epochs=90,
+        budget_hours=24,
+        profile=None,
+        model="resnet50",
+        catalog_path=None,
+        family=None,
+        max_instances=16,
+        global_batch=None,
+        precision="fp32",
+        network_efficiency=None,
+        top=8,
+        plot=out / "recommend_pareto.png",
+        json_path=out / "recommend.json",
+        quiet=quiet,
+    )
+    console.print("your own measured profile: `unstall recommend --profile profile.json ...`")
+
+
 # (title, runner): the parts that are built, in the order a new user meets them.
 SECTIONS: list[tuple[str, Callable[[Path, bool], None]]] = [
     ("model zoo: static facts computed from the torch modules", _zoo),
     ("perf model: iteration time on a placement, with congestion", _perf),
     ("traces: the embedded default trace", _trace),
-    ("cluster simulator: every scheduler on the embedded trace, medium congestion", _sim),
+    ("cluster simulator: every scheduler, Dally included, on the embedded trace", _sim),
+    ("cost advisor: cheapest AWS configuration for ResNet-50 on ImageNet in 24 h", _recommend),
     ("sparse training: structured dropout that really skips the dropped units", _sparse_lstm),
 ]
 
