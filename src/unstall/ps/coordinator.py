@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 import ray
-from ray.exceptions import GetTimeoutError, RayActorError, RayTaskError
+from ray.exceptions import ActorDiedError, GetTimeoutError, RayActorError, RayTaskError
 
 from unstall.errors import UnstallError
 from unstall.ps.chunks import Chunk
@@ -374,6 +374,12 @@ class PSCluster:
                     out[label] = ray.get(ref)
                 except Exception as exc:  # an actor died, or a method raised
                     self._abandoned += list(pending)
+                    # The actor called is the dead one (a RayTaskError also passes for its
+                    # cause's type: that is a call that failed because *another* actor died).
+                    if isinstance(exc, ActorDiedError) and not isinstance(exc, RayTaskError):
+                        raise PSActorDiedError(
+                            f"{label} died during iteration {self.iteration} ({_first_line(exc)})"
+                        ) from exc
                     self._raise_dead(_first_line(exc))
                     raise UnstallError(
                         f"{label} failed in iteration {self.iteration}: {_first_line(exc)}"

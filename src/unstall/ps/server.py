@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Coroutine
 from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import numpy as np
 import ray
@@ -24,6 +26,7 @@ from unstall.errors import UnstallError
 from unstall.ps.links import LinkQueue, ServerSpec
 from unstall.ps.optim import SGDConfig, sgd_momentum_step
 
+T = TypeVar("T")
 ChunkState = tuple[np.ndarray, np.ndarray]  # (parameters, momentum), flat float32
 
 
@@ -114,18 +117,38 @@ class PSServer:
         self.applied = -1
         self.aborted = False
         self.changed = asyncio.Condition()
+        self.inflight: set[asyncio.Future[Any]] = set()  # pulls and push-pulls being served
 
     async def reset(self, server_id: int, workers: int, spec: ServerSpec, sgd: SGDConfig) -> None:
         """Forget everything and serve a new run as ``server_id`` (pooled actors are reused:
         starting a process costs seconds)."""
+        self._cancel_inflight()
         self._reset(server_id, workers, spec, sgd)
 
     async def abort(self) -> None:
         """Fail every push-pull still waiting for the step (the run stopped: a worker whose
-        push it waits for may be dead). The next :meth:`reset` clears it."""
+        push it waits for may be dead), and cancel those still on the emulated link, so that
+        every worker waiting on this server gets an error now. :meth:`reset` clears it."""
+        self._cancel_inflight()
         async with self.changed:
             self.aborted = True
             self.changed.notify_all()
+
+    def _cancel_inflight(self) -> None:
+        for task in list(self.inflight):
+            task.cancel()
+
+    async def _tracked(self, work: Coroutine[Any, Any, T]) -> T:
+        """Serve ``work`` as a task that :meth:`abort` can cancel (a stale push-pull must not
+        sleep on, then add its gradients to the next run's step)."""
+        task = asyncio.ensure_future(work)
+        self.inflight.add(task)
+        try:
+            return await task
+        except asyncio.CancelledError as exc:
+            raise UnstallError(f"server {self.core.server_id}: run aborted") from exc
+        finally:
+            self.inflight.discard(task)
 
     async def ping(self) -> int:
         return self.core.server_id
@@ -165,6 +188,9 @@ class PSServer:
     async def pull(self, iteration: int) -> dict[int, np.ndarray]:
         """The owned parameters, after the emulated egress transfer: a worker's first pull of
         a run (afterwards the parameters come back with :meth:`push_pull`)."""
+        return await self._tracked(self._pull(iteration))
+
+    async def _pull(self, iteration: int) -> dict[int, np.ndarray]:
         values = {cid: p for cid, (p, _) in self.core.state.items()}
         await self._send(iteration, values)
         return values
@@ -175,6 +201,11 @@ class PSServer:
         """Take ``rank``'s gradients (after the emulated ingress transfer), wait until every
         worker's push of ``iteration`` is in and the step is done (the last push runs it), and
         return the new parameters (after the emulated egress transfer)."""
+        return await self._tracked(self._push_pull(iteration, rank, grads))
+
+    async def _push_pull(
+        self, iteration: int, rank: int, grads: dict[int, np.ndarray]
+    ) -> tuple[dict[int, np.ndarray], PushPullTiming]:
         started = time.perf_counter()
         stat = self.core.stat(iteration)
         stat.bytes_in += sum(g.nbytes for g in grads.values())
