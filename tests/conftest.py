@@ -11,6 +11,8 @@ import pytest
 
 # Zero-copy torch tensors through Ray's object store; must be set before Ray starts.
 os.environ.setdefault("RAY_ENABLE_ZERO_COPY_TORCH_TENSORS", "1")
+# Ray on the loopback interface only (it would otherwise advertise the first network address).
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = (REPO_ROOT / ".." / "shared" / "data").resolve()

@@ -6,3 +6,11 @@ cost model), :mod:`optim` (the SGD-with-momentum step shared by servers and the 
 :mod:`scenarios` (stragglers as data), :mod:`data` (the global batches). Ray lives at the edges:
 :mod:`server`, :mod:`worker`, :mod:`coordinator` and :mod:`train`.
 """
+
+import os
+
+# Keep a local Ray instance on the loopback interface: with Ray's multi-node mode off it
+# advertises 127.0.0.1 instead of the machine's first network address. Ray reads this flag when
+# it is imported, which the modules of this package do; runs against an existing cluster
+# (--address / RAY_ADDRESS) switch the mode back on in ``coordinator.ensure_ray``.
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")

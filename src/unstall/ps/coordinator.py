@@ -56,6 +56,10 @@ def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> bool:
     address = address or os.environ.get("RAY_ADDRESS") or None
     common: dict[str, Any] = {"log_to_driver": False, "configure_logging": False}
     if address:
+        from ray._private import ray_constants
+
+        # A multi-node cluster needs this node's routable address, not loopback (see ps/__init__).
+        ray_constants.ENABLE_RAY_CLUSTER = True
         try:
             ray.init(address=address, **common)
         except (ConnectionError, RuntimeError) as exc:
