@@ -1,0 +1,141 @@
+"""``StallReport``: the profile of one job, assembled (purely) from the runs' raw timings.
+
+:func:`profile_stalls` is the entry point: it runs the workers (:mod:`unstall.profile.runner`)
+and turns their timings into a report, whose ``job_profile`` is what ``sim`` and ``recommend``
+read. :func:`build_report` is the pure half, tested on timings with known injected delays.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+from typing import Any
+
+from unstall.profile.config import ProfileConfig
+from unstall.profile.link import LinkSpec
+from unstall.profile.runner import PHASES, RawTimings, run_workers
+from unstall.profile.stalls import STALL_FIELDS, RunSummary, stall_breakdown, summarize
+from unstall.profile.trace import PhaseSpan, chrome_trace
+from unstall.results import JsonResult
+from unstall.workload import zoo
+from unstall.workload.profiles import JobProfile
+
+
+@dataclass(frozen=True, kw_only=True)
+class StallReport(JsonResult):
+    """Per-iteration compute and stalls (seconds, medians over the repeats), their fractions,
+    every run's median and spread, the phase timers, and the resulting :class:`JobProfile`.
+
+    ``device`` is where it ran ("cpu" or the GPU's name); ``job_profile.device`` is the preset
+    the profile is labelled with (see :class:`ProfileConfig`). ``emulated_delay_s`` is the delay
+    the emulated link added per iteration (the network stall cannot be smaller unless it hides
+    behind backward compute). ``profiler_overhead`` is (timed - untimed) / untimed of the
+    compute run, when measured.
+    """
+
+    model: str
+    model_options: dict[str, object]
+    workers: int
+    backend: str
+    device: str
+    batch: int
+    iterations: int
+    warmup: int
+    repeats: int
+    network: LinkSpec | None
+    compute_s: float
+    fetch_stall_s: float
+    prep_stall_s: float
+    interconnect_stall_s: float
+    network_stall_s: float
+    total_s: float
+    fractions: dict[str, float]
+    raw_differences: dict[str, float]
+    runs: dict[str, RunSummary]
+    phases: dict[str, dict[str, float]]
+    emulated_delay_s: float | None
+    profiler_overhead: float | None
+    trace: tuple[PhaseSpan, ...]
+    job_profile: JobProfile
+
+    def chrome_trace(self) -> dict[str, Any]:
+        """One profiled iteration of the last multi-worker run, as a Chrome trace."""
+        return chrome_trace(self.trace, label=f"{self.model} rank 0 ({self.device})")
+
+
+def _placements(config: ProfileConfig, medians: dict[str, float]) -> dict[str, float]:
+    """Measured iteration times per placement: "1" alone, "N" on one host, "11.." over the net."""
+    measured = {"1": medians["compute"]}
+    if config.workers > 1:
+        measured[str(config.workers)] = medians["local"]
+        if "network" in medians:
+            measured["1" * config.workers] = medians["network"]
+    return measured
+
+
+def _job_profile(
+    config: ProfileConfig, medians: dict[str, float], data_s: float | None
+) -> JobProfile:
+    facts = zoo.facts(config.model, **config.zoo_options())
+    return JobProfile(
+        model=config.model,
+        device=config.profile_device,
+        compute_s=medians["compute"],
+        local_batch=config.batch,
+        gradient_bytes=facts.gradient_bytes,
+        gradient_tensors=facts.gradient_tensors,
+        layers=facts.layers,
+        data_s=data_s,
+        measured=_placements(config, medians),
+    )
+
+
+def build_report(config: ProfileConfig, raw: RawTimings) -> StallReport:
+    """The report of ``config``'s runs from their raw timings (pure)."""
+    runs = {name: summarize(name, samples) for name, samples in raw.runs.items()}
+    medians = {name: run.median_s for name, run in runs.items() if name != "compute_untimed"}
+    breakdown = stall_breakdown(medians)
+    phases = {
+        name: {p: statistics.median(per[p]) for p in PHASES if p in per}
+        for name, per in raw.phases.items()
+    }
+    overhead = None
+    if "compute_untimed" in runs:
+        untimed = runs["compute_untimed"].median_s
+        overhead = (runs["compute"].median_s - untimed) / untimed
+    data_s = breakdown.fetch_stall_s + breakdown.prep_stall_s if config.data_dir else None
+    return StallReport(
+        model=config.model,
+        model_options=config.zoo_options(),
+        workers=config.workers,
+        backend=config.backend,
+        device=raw.device_name,
+        batch=config.batch,
+        iterations=config.iterations,
+        warmup=config.warmup,
+        repeats=config.repeats,
+        network=config.network,
+        **{name: getattr(breakdown, name) for name in STALL_FIELDS},
+        total_s=breakdown.total_s,
+        fractions=breakdown.fractions,
+        raw_differences=breakdown.raw,
+        runs=runs,
+        phases=phases,
+        emulated_delay_s=statistics.median(raw.emulated_delay_s) if raw.emulated_delay_s else None,
+        profiler_overhead=overhead,
+        trace=tuple(
+            PhaseSpan(
+                name=s["name"],
+                thread=int(s["name"] == "allreduce"),
+                start_s=s["start_s"],
+                end_s=s["end_s"],
+            )
+            for s in raw.trace
+        ),
+        job_profile=_job_profile(config, medians, data_s),
+    )
+
+
+def profile_stalls(config: ProfileConfig) -> StallReport:
+    """Run the differential profile of ``config`` and report its stalls."""
+    return build_report(config, run_workers(config))
