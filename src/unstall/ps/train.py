@@ -24,6 +24,7 @@ from unstall.ps.assign import STRATEGIES, CostPhase, assign
 from unstall.ps.chunks import Assignment
 from unstall.ps.coordinator import ActorPool, IterationTelemetry, PSCluster, ensure_ray
 from unstall.ps.data import DATA_SOURCES, Dataset, DataSpec
+from unstall.ps.elastic import ElasticEvent, ElasticPSLD
 from unstall.ps.links import server_cost
 from unstall.ps.optim import SGDConfig
 from unstall.ps.reference import compare, reference_params
@@ -46,6 +47,7 @@ class PSConfig:
     batch_size: int = 32
     workers: int = 2
     servers: int | None = None
+    spares: int | None = None  # servers a controller (psld) may add; None: the scenario's
     strategy: str = "tf-greedy"
     scenario: str = "none"
     iterations: int = 20
@@ -60,6 +62,8 @@ class PSConfig:
         check(self.workers >= 1, self, "workers", f"must be >= 1, got {self.workers}")
         ok = self.servers is None or self.servers >= 1
         check(ok, self, "servers", f"must be >= 1, got {self.servers}")
+        ok = self.spares is None or self.spares >= 0
+        check(ok, self, "spares", f"must be >= 0, got {self.spares}")
         check(self.iterations >= 1, self, "iterations", f"must be >= 1, got {self.iterations}")
         check(self.batch_size >= 1, self, "batch_size", f"must be >= 1, got {self.batch_size}")
         check(self.timeout_s > 0, self, "timeout_s", f"must be > 0, got {self.timeout_s}")
@@ -108,6 +112,8 @@ def prepare(config: PSConfig) -> PreparedRun:
     scenario = resolve_scenario(config.scenario)
     if config.servers is not None:
         scenario = scenario.with_servers(config.servers)
+    if config.spares is not None:
+        scenario = dataclasses.replace(scenario, spares=config.spares)
     model, options = _model(config, scenario)
     data = DataSpec(source=config.data, batch_size=config.batch_size, seed=config.seed)
     job = ModelJob(model=model, model_options=options, data=data, workers=config.workers)
@@ -143,6 +149,15 @@ class PSRunResult(JsonResult):
     params_match_reference: bool | None
     reference_max_rel_err: float | None
     telemetry: tuple[IterationTelemetry, ...] = ()
+    # Elastic load distribution (psld): servers live after each iteration, decisions applied,
+    # and the pauses they caused (0 and constant for the static strategies).
+    servers_over_time: tuple[int, ...] = ()
+    migrations: int = 0
+    scale_outs: int = 0
+    scale_ins: int = 0
+    max_pause_s: float = 0.0
+    total_pause_s: float = 0.0
+    elastic_events: tuple[ElasticEvent, ...] = ()
 
 
 class IterationHook(Protocol):
@@ -159,6 +174,12 @@ def predicted_iter_s(run: PreparedRun, assignment: Assignment) -> float:
         phase.weight * max(c.seconds(b) for c, b in zip(phase.servers, load, strict=True) if b)
         for phase in run.costs()
     )
+
+
+# Strategies that keep a controller running during training: strategy -> the hook to run.
+CONTROLLED: dict[str, Callable[[PreparedRun], IterationHook]] = {
+    "psld": lambda run: ElasticPSLD(run.scenario, run.config.iterations),
+}
 
 
 def _load_dataset(source: str) -> Dataset | None:
@@ -181,6 +202,8 @@ def run_training(
     dataset = _load_dataset(config.data)
     infos, initial = initial_params(run.job)
     assignment = assign(config.strategy, infos, run.scenario.servers, run.costs())
+    if hook is None and config.strategy in CONTROLLED:
+        hook = CONTROLLED[config.strategy](run)
     cluster: PSCluster | None = None
     try:
         cluster = PSCluster(
@@ -208,7 +231,22 @@ def run_training(
     if config.check_reference:
         expected = reference_params(run.job, config.sgd, config.iterations, dataset)
         check_result = compare(final, expected)
-    return _result(run, assignment, telemetry, owned, check_result)
+    elastic = hook.summary() if isinstance(hook, ElasticPSLD) else None
+    result = _result(run, assignment, telemetry, owned, check_result)
+    if elastic is None:
+        return dataclasses.replace(
+            result, servers_over_time=(run.scenario.servers,) * len(telemetry)
+        )
+    return dataclasses.replace(
+        result,
+        servers_over_time=elastic.servers_over_time,
+        migrations=elastic.migrations,
+        scale_outs=elastic.scale_outs,
+        scale_ins=elastic.scale_ins,
+        max_pause_s=elastic.max_pause_s,
+        total_pause_s=elastic.total_pause_s,
+        elastic_events=elastic.events,
+    )
 
 
 def _iterate(

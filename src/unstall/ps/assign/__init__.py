@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from unstall.errors import ConfigError
-from unstall.ps.assign import byteps, mxnet, oracle, round_robin, tf_greedy
+from unstall.ps.assign import byteps, mxnet, oracle, psld, round_robin, tf_greedy
 from unstall.ps.assign.base import CostPhase, Strategy
 from unstall.ps.chunks import Assignment, TensorInfo, check_cover
 
@@ -19,6 +19,7 @@ STRATEGIES: dict[str, Strategy] = {
     tf_greedy.NAME: tf_greedy.assign,
     round_robin.NAME: round_robin.assign,
     oracle.NAME: oracle.assign,
+    psld.NAME: psld.assign,
 }
 
 __all__ = ["STRATEGIES", "CostPhase", "Strategy", "assign", "strategy_names"]

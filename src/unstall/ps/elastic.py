@@ -1,0 +1,145 @@
+"""PSLD's elastic scaling module: carries the controller's decisions out while training goes on.
+
+:class:`ElasticPSLD` is an iteration hook (see :func:`unstall.ps.train.run_training`): after
+every iteration it feeds the servers' timings to the pure :class:`~unstall.ps.controller.
+PSLDController`, asks for a decision and applies it through the :class:`~unstall.ps.coordinator.
+PSCluster` API before the next iteration starts: chunk state (parameters and momentum) moves
+server to server as ObjectRefs, new servers start with the spec the scenario gives their id,
+drained servers stop, and the workers' routing switches at the boundary. Each decision's pause is
+timed and recorded; the run's result carries the summary.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from unstall.ps.controller import (
+    ClusterView,
+    ControllerConfig,
+    Decision,
+    NoChange,
+    PSLDController,
+    Reassign,
+    ScaleIn,
+    ScaleOut,
+    samples_from,
+)
+from unstall.ps.coordinator import IterationTelemetry, PSCluster
+from unstall.ps.scenarios import Scenario
+
+
+@dataclass(frozen=True, kw_only=True)
+class ElasticEvent:
+    """One applied decision: after ``iteration``, what was done, why, and the pause it caused."""
+
+    iteration: int
+    kind: str
+    reason: str
+    chunks_moved: int
+    bytes_moved: int
+    pause_s: float
+    servers: tuple[int, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ElasticSummary:
+    servers_over_time: tuple[int, ...]
+    migrations: int
+    scale_outs: int
+    scale_ins: int
+    max_pause_s: float
+    total_pause_s: float
+    events: tuple[ElasticEvent, ...]
+
+
+class ElasticPSLD:
+    """The iteration hook that runs PSLD on a live cluster."""
+
+    def __init__(
+        self,
+        scenario: Scenario,
+        iterations: int,
+        config: ControllerConfig | None = None,
+        *,
+        controller: PSLDController | None = None,
+    ) -> None:
+        self.scenario = scenario
+        self.iterations = iterations
+        self.controller = controller or PSLDController(config)
+        self.next_server = scenario.servers
+        self.last_server = scenario.servers + scenario.spares  # ids beyond are not in the scenario
+        self.events: list[ElasticEvent] = []
+        self.servers_over_time: list[int] = []
+        self._apply: Mapping[type, Callable[[PSCluster, int, Decision], tuple[int, int]]] = {
+            Reassign: self._reassign,
+            ScaleOut: self._scale_out,
+            ScaleIn: self._scale_in,
+        }
+
+    def view(self, cluster: PSCluster) -> ClusterView:
+        return ClusterView(
+            chunk_bytes={c.id: c.nbytes for c in cluster.chunks},
+            owner=dict(cluster.owner),
+            servers=tuple(sorted(cluster.servers)),
+            next_server=self.next_server,
+            spares_left=self.last_server - self.next_server,
+        )
+
+    def __call__(self, cluster: PSCluster, telemetry: IterationTelemetry) -> None:
+        self.controller.observe(samples_from(telemetry.servers))
+        decision = self.controller.decide(self.view(cluster))
+        if not isinstance(decision, NoChange):
+            started = time.perf_counter()
+            chunks, nbytes = self._apply[type(decision)](cluster, telemetry.iteration, decision)
+            self.events.append(
+                ElasticEvent(
+                    iteration=telemetry.iteration,
+                    kind=type(decision).__name__,
+                    reason=decision.reason,
+                    chunks_moved=chunks,
+                    bytes_moved=nbytes,
+                    pause_s=time.perf_counter() - started,
+                    servers=tuple(sorted(cluster.servers)),
+                )
+            )
+        self.servers_over_time.append(len(cluster.servers))
+
+    def _reassign(self, cluster: PSCluster, iteration: int, d: Decision) -> tuple[int, int]:
+        assert isinstance(d, Reassign)
+        moved = cluster.reassign(d.owner)
+        return moved.chunks, moved.bytes
+
+    def _scale_out(self, cluster: PSCluster, iteration: int, d: Decision) -> tuple[int, int]:
+        assert isinstance(d, ScaleOut)
+        spec = self.scenario.spec(d.server, iteration + 1, self.iterations)
+        sid = cluster.add_server(spec)
+        self.next_server = sid + 1
+        if sid != d.server:  # the cluster numbers servers itself; follow it
+            d = ScaleOut(
+                server=sid,
+                owner={c: sid if s == d.server else s for c, s in d.owner.items()},
+                reason=d.reason,
+            )
+        moved = cluster.reassign(d.owner)
+        return moved.chunks, moved.bytes
+
+    def _scale_in(self, cluster: PSCluster, iteration: int, d: Decision) -> tuple[int, int]:
+        assert isinstance(d, ScaleIn)
+        moved = cluster.reassign(d.owner)
+        cluster.remove_server(d.server)
+        self.controller.estimator.forget(d.server)
+        return moved.chunks, moved.bytes
+
+    def summary(self) -> ElasticSummary:
+        pauses = [e.pause_s for e in self.events]
+        return ElasticSummary(
+            servers_over_time=tuple(self.servers_over_time),
+            migrations=sum(e.chunks_moved > 0 for e in self.events),
+            scale_outs=sum(e.kind == "ScaleOut" for e in self.events),
+            scale_ins=sum(e.kind == "ScaleIn" for e in self.events),
+            max_pause_s=max(pauses, default=0.0),
+            total_pause_s=sum(pauses),
+            events=tuple(self.events),
+        )
