@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--data", type=Path, default=None)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--json", type=Path, default=None)
+    p.add_argument("--json", type=Path, default=Path("bench-results/sparsity_cnn.json"))
     p.add_argument("--combine", type=Path, nargs="+", default=None, help="JSONs of earlier runs")
     args = p.parse_args(argv)
     if args.combine:
