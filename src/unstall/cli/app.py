@@ -7,9 +7,8 @@ from typing import Annotated
 import typer
 
 from unstall import __version__
-from unstall.cli import demo, ps, recommend, sim, sim_run, sparse, trace
+from unstall.cli import demo, profile, ps, recommend, sim, sim_run, sparse, trace
 from unstall.cli.common import console
-from unstall.cli.unbuilt import add_unbuilt
 
 app = typer.Typer(
     name="unstall",
@@ -29,8 +28,8 @@ app.add_typer(
 app.add_typer(
     ps.app, name="ps", help="Parameter server on Ray: train, bench the assignment strategies."
 )
-add_unbuilt(
-    app, "profile", "Stall profiler: compute, data, interconnect, network.", "the profiler issue"
+app.add_typer(
+    profile.app, name="profile", help="Stall profiler: compute, data, interconnect, network."
 )
 app.add_typer(
     sparse.app, name="sparse", help="Sparse training: structured-dropout LSTM, CNN sparsity."

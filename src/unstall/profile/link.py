@@ -67,7 +67,7 @@ class HookState:
     delay_total_s: float = 0.0
 
 
-def timed_allreduce_hook(state, bucket):
+def timed_allreduce_hook(state, bucket):  # type: ignore[no-untyped-def]
     """DDP comm hook: average the bucket across workers, then apply the emulated delay.
 
     No annotations: DDP rejects a hook whose annotations are not its own classes, and this
@@ -79,7 +79,7 @@ def timed_allreduce_hook(state, bucket):
     delay = state.extra_delay_s
     if state.link is not None:
         delay += state.link.delay_s(tensor.numel() * tensor.element_size(), state.workers)
-    future = dist.all_reduce(tensor, async_op=True).get_future()  # type: ignore[union-attr]
+    future = dist.all_reduce(tensor, async_op=True).get_future()
 
     def finish(fut: Any) -> Any:
         if delay > 0:
