@@ -203,29 +203,38 @@ def samples_from(servers: Sequence[ServerIteration]) -> list[ServerSample]:
 def rebalance(
     chunk_bytes: Mapping[int, int], owner: Mapping[int, int], target: Mapping[int, float]
 ) -> dict[int, int]:
-    """An owner map whose loads approach ``target`` (bytes per server) moving few chunks:
-    overloaded servers give away their smallest chunks that fit their excess (all of a server's
-    chunks when its target is 0), each to the server with the largest deficit."""
+    """An owner map whose loads approach ``target`` (bytes per server) moving few chunks.
+
+    A server whose target is 0 gives away everything; then, one chunk at a time, the most
+    overloaded server gives the most underloaded one the chunk that brings the pair closest to
+    their targets, for as long as a move brings them closer."""
     new = dict(owner)
     loads = dict.fromkeys(target, 0.0)
     for cid, sid in owner.items():
         loads[sid] = loads.get(sid, 0.0) + chunk_bytes[cid]
-    movable: list[int] = []
-    for sid in sorted(loads):
-        mine = sorted((c for c, s in owner.items() if s == sid), key=lambda c: -chunk_bytes[c])
-        goal = target.get(sid, 0.0)
-        for cid in mine:
-            excess = loads[sid] - goal
-            if goal <= 0 or chunk_bytes[cid] <= excess:
-                movable.append(cid)
-                loads[sid] -= chunk_bytes[cid]
-    for cid in sorted(movable, key=lambda c: -chunk_bytes[c]):
-        dst = max(
-            (s for s in target if target[s] > 0),
-            key=lambda s: (target[s] - loads[s], -s),
-        )
-        new[cid] = dst
+    receivers = [s for s in target if target[s] > 0]
+
+    def move(cid: int, dst: int) -> None:
+        loads[new[cid]] -= chunk_bytes[cid]
         loads[dst] += chunk_bytes[cid]
+        new[cid] = dst
+
+    for cid in sorted(new, key=lambda c: -chunk_bytes[c]):
+        if target.get(new[cid], 0.0) <= 0:
+            move(cid, max(receivers, key=lambda s: (target[s] - loads[s], -s)))
+    for _ in range(2 * len(new)):
+        src = max(loads, key=lambda s: (loads[s] - target.get(s, 0.0), -s))
+        dst = max(receivers, key=lambda s: (target[s] - loads[s], -s))
+        excess, deficit = loads[src] - target.get(src, 0.0), target[dst] - loads[dst]
+        mine = [c for c in new if new[c] == src]
+        if excess <= 0 or deficit <= 0 or not mine:
+            break
+        best = min(
+            mine, key=lambda c: (abs(excess - chunk_bytes[c]) + abs(deficit - chunk_bytes[c]), c)
+        )
+        if chunk_bytes[best] >= excess + deficit:
+            break  # no chunk brings the pair closer to their targets
+        move(best, dst)
     return new
 
 

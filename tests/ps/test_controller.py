@@ -1,0 +1,142 @@
+"""PSLD's pure controller on synthetic telemetry: no Ray."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import pytest
+
+from unstall.errors import ConfigError
+from unstall.ps.controller import (
+    ClusterView,
+    ControllerConfig,
+    NoChange,
+    PSLDController,
+    Reassign,
+    ScaleIn,
+    ScaleOut,
+    ServerSample,
+    rebalance,
+)
+
+CHUNKS = {i: 65_536 for i in range(60)}
+FAST = 1.6e-7  # seconds per byte of a 25 MB/s link with 2 workers
+
+
+def view(owner: Mapping[int, int], servers: tuple[int, ...], spares: int = 0) -> ClusterView:
+    return ClusterView(
+        chunk_bytes=CHUNKS,
+        owner=owner,
+        servers=servers,
+        next_server=max(servers) + 1,
+        spares_left=spares,
+    )
+
+
+def feed(c: PSLDController, v: ClusterView, per_byte: Mapping[int, float]) -> None:
+    loads = v.loads()
+    c.observe(
+        [
+            ServerSample(server=s, owned_bytes=loads[s], seconds=per_byte[s] * loads[s])
+            for s in v.servers
+        ]
+    )
+
+
+def loads_of(owner: Mapping[int, int], servers: tuple[int, ...]) -> dict[int, int]:
+    return view(owner, servers).loads()
+
+
+def test_detects_a_4x_slower_server_and_shifts_load_away() -> None:
+    servers = (0, 1, 2, 3)
+    owner = {i: i % 4 for i in CHUNKS}
+    per_byte = {0: FAST, 1: 4 * FAST, 2: FAST, 3: FAST}
+    c = PSLDController()
+    feed(c, view(owner, servers), per_byte)
+    assert isinstance(c.decide(view(owner, servers)), NoChange)  # one sample: still uncertain
+    feed(c, view(owner, servers), per_byte)
+    d = c.decide(view(owner, servers))
+    assert isinstance(d, Reassign) and "exploit" in d.reason
+    loads = loads_of(d.owner, servers)
+    # The min-max split gives the slow server a quarter of a fast one's share: 1/13 of the bytes.
+    assert loads[1] == pytest.approx(sum(CHUNKS.values()) / 13, rel=0.3)
+    assert min(loads[s] for s in (0, 2, 3)) > 3 * loads[1]
+    assert d.predicted_after_s < 0.4 * d.predicted_before_s
+    # Once there, it stays (nothing better to gain).
+    feed(c, view(d.owner, servers), per_byte)
+    assert isinstance(c.decide(view(d.owner, servers)), NoChange)
+
+
+def test_no_action_when_the_gain_is_below_the_migration_cost() -> None:
+    servers = (0, 1)
+    owner = {i: i % 2 for i in CHUNKS}
+    per_byte = {0: FAST, 1: 1.1 * FAST}  # 10% slower: a 5% gain
+    costly = ControllerConfig(migration_fixed_s=5.0, horizon_iterations=10)
+    c = PSLDController(costly)
+    for _ in range(3):
+        feed(c, view(owner, servers), per_byte)
+    d = c.decide(view(owner, servers))
+    assert isinstance(d, NoChange) and "does not beat the migration" in d.reason
+    cheap = PSLDController()
+    for _ in range(3):
+        feed(cheap, view(owner, servers), per_byte)
+    assert isinstance(cheap.decide(view(owner, servers)), Reassign)
+
+
+def test_scales_out_and_explores_the_new_server_with_a_small_share() -> None:
+    servers = (0, 1, 2, 3)
+    owner = {i: i % 4 for i in CHUNKS}
+    per_byte = {s: FAST for s in range(5)}
+    # A fifth server cuts 157 ms to 126 ms: 3.1 s over 100 iterations against ~1 s to start it.
+    c = PSLDController(ControllerConfig(horizon_iterations=100))
+    for _ in range(2):
+        feed(c, view(owner, servers, spares=1), per_byte)
+    assert isinstance(c.decide(view(owner, servers, spares=0)), NoChange)  # no spare left
+    d = c.decide(view(owner, servers, spares=1))
+    assert isinstance(d, ScaleOut) and d.server == 4
+    total = sum(CHUNKS.values())
+    share = loads_of(d.owner, (*servers, 4))[4] / total
+    assert 0 < share <= ControllerConfig().explore_share + 0.02
+    # Measured for a couple of iterations, the newcomer then gets its full fifth.
+    servers5, owner = (*servers, 4), dict(d.owner)
+    for _ in range(2):
+        feed(c, view(owner, servers5), per_byte)
+    d2 = c.decide(view(owner, servers5))
+    assert isinstance(d2, Reassign)
+    assert loads_of(d2.owner, servers5)[4] / total == pytest.approx(0.2, abs=0.03)
+
+
+def test_scales_in_a_useless_server() -> None:
+    servers = (0, 1, 2)
+    owner = {i: i % 3 for i in CHUNKS}
+    per_byte = {0: FAST, 1: FAST, 2: 200 * FAST}
+    c = PSLDController()
+    for _ in range(2):
+        feed(c, view(owner, servers), per_byte)
+    d = c.decide(view(owner, servers))
+    assert isinstance(d, ScaleIn) and d.server == 2
+    assert 2 not in d.owner.values()
+    assert set(d.owner) == set(CHUNKS)
+
+
+def test_a_changed_server_restarts_its_window() -> None:
+    c = PSLDController()
+    for _ in range(4):
+        c.observe([ServerSample(server=0, owned_bytes=1000, seconds=1000 * FAST)])
+    changed = c.observe([ServerSample(server=0, owned_bytes=1000, seconds=4000 * FAST)])
+    assert changed == [0]
+    est = c.estimator.estimate(0)
+    assert est is not None and est.samples == 1 and est.per_byte_s == pytest.approx(4 * FAST)
+
+
+def test_rebalance_moves_few_chunks() -> None:
+    owner = {i: i % 2 for i in CHUNKS}
+    new = rebalance(CHUNKS, owner, {0: 0.75 * 60 * 65_536, 1: 0.25 * 60 * 65_536})
+    moved = sum(owner[c] != new[c] for c in CHUNKS)
+    assert moved == 15  # exactly the 15 chunks that go from server 1 to server 0
+    assert all(new[c] == 0 for c in CHUNKS if owner[c] == 0)
+
+
+def test_config_is_validated() -> None:
+    with pytest.raises(ConfigError, match="explore_share"):
+        ControllerConfig(explore_share=0.7)

@@ -1,0 +1,68 @@
+"""PSLD on Ray: the reference invariant through forced migrations and a scale-out and scale-in,
+and the elastic fields of a psld run's result."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from ps_helpers import tiny_config
+from unstall.ps.controller import ClusterView, Decision, PSLDController, Reassign, ScaleIn, ScaleOut
+from unstall.ps.elastic import ElasticPSLD
+from unstall.ps.train import prepare, run_training
+
+pytestmark = pytest.mark.usefixtures("ray_session")
+
+
+class ScriptedController(PSLDController):
+    """Forces a decision at every boundary: scale out, shuffle, scale in, shuffle again."""
+
+    def decide(self, view: ClusterView) -> Decision:
+        step = len(self.script_done)
+        self.script_done.append(step)
+        ids = sorted(view.owner)
+        if step == 0:
+            owner = {c: view.next_server if c % 2 else s for c, s in view.owner.items()}
+            return ScaleOut(server=view.next_server, owner=owner, reason="forced")
+        if step == 2:
+            victim = view.servers[0]
+            rest = [s for s in view.servers if s != victim]
+            owner = {c: rest[i % len(rest)] for i, c in enumerate(ids)}
+            return ScaleIn(server=victim, owner=owner, reason="forced")
+        shift = step % len(view.servers)
+        owner = {c: view.servers[(i + shift) % len(view.servers)] for i, c in enumerate(ids)}
+        return Reassign(owner=owner, reason="forced")
+
+    script_done: list[int]
+
+
+def test_psld_matches_the_reference_through_migrations_and_scaling(
+    ps_pool: Any, fast_scenario: str
+) -> None:
+    config = tiny_config(
+        fast_scenario, strategy="psld", iterations=5, spares=1, check_reference=True
+    )
+    controller = ScriptedController()
+    controller.script_done = []
+    hook = ElasticPSLD(prepare(config).scenario, config.iterations, controller=controller)
+    r = run_training(config, pool=ps_pool, hook=hook)
+    assert r.params_match_reference is True
+    assert r.reference_max_rel_err is not None and r.reference_max_rel_err <= 1e-6
+    assert (r.scale_outs, r.scale_ins) == (1, 1)
+    assert len(r.elastic_events) == 5 and r.migrations >= 4  # a shuffle may move nothing
+    assert r.servers_over_time == (4, 4, 3, 3, 3)
+    assert r.max_pause_s > 0 and r.total_pause_s >= r.max_pause_s
+    assert set(r.server_bytes) == {"1", "2", "3"}  # server 0 was drained and stopped
+
+
+def test_psld_strategy_runs_its_controller_and_reports(ps_pool: Any, fast_scenario: str) -> None:
+    r = run_training(tiny_config(fast_scenario, strategy="psld", iterations=4), pool=ps_pool)
+    assert r.strategy == "psld" and len(r.servers_over_time) == 4
+    as_dict = r.to_dict()
+    for key in ("servers_over_time", "migrations", "scale_outs", "scale_ins"):
+        assert key in as_dict
+    assert {"max_pause_s", "total_pause_s"} <= set(as_dict)
+    # The tiny model's six whole-tensor chunks take ~1 ms an iteration: no move pays for itself.
+    assert r.migrations == len(r.elastic_events) == 0 and r.total_pause_s == 0
+    assert r.servers_over_time == (3, 3, 3, 3)
