@@ -60,6 +60,14 @@ AddressOpt = Annotated[
         "local Ray on 127.0.0.1).",
     ),
 ]
+SparesOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--spares",
+        help="Spare servers the psld strategy may add (default: the scenario's).",
+        min=0,
+    ),
+]
 TimeoutOpt = Annotated[
     float, typer.Option("--timeout", help="Seconds an iteration may take before the run stops.")
 ]
@@ -107,6 +115,7 @@ def train(
         int | None,
         typer.Option("--servers", "-s", help="Servers (default: the scenario's).", min=1),
     ] = None,
+    spares: SparesOpt = None,
     strategy: Annotated[
         str, typer.Option("--strategy", help=f"Assignment: {', '.join(STRATEGIES)}.")
     ] = "tf-greedy",
@@ -147,6 +156,7 @@ def train(
         batch_size=batch_size,
         workers=workers,
         servers=servers,
+        spares=spares,
         strategy=strategy,
         scenario=scenario,
         iterations=iterations,
@@ -178,6 +188,7 @@ def print_run(r: PSRunResult) -> None:
         ["scenario", r.scenario],
         ["model", f"{r.model} ({sum(r.server_bytes.values()) / 1e6:.2f} MB, {r.chunks} chunks)"],
         ["workers x servers", f"{r.workers} x {r.servers}"],
+        *_elastic_rows(r),
         ["throughput (it/s)", f"{r.throughput_it_s:.3g}"],
         ["mean iteration (s)", f"{r.mean_iter_s:.4g} (model: {r.predicted_iter_s:.4g})"],
         ["loss first -> last", f"{r.loss_first:.4f} -> {r.loss_last:.4f}"],
@@ -200,6 +211,18 @@ def print_run(r: PSRunResult) -> None:
     console.print(table("per server", ["server", "owned MB", "moved MB/it", "busy s/it"], servers))
 
 
+def _elastic_rows(r: PSRunResult) -> list[list[Any]]:
+    """What a controller (psld) did: servers over time, moves, scalings, pauses."""
+    if not r.elastic_events:
+        return []
+    first, last = r.servers_over_time[0], r.servers_over_time[-1]
+    return [
+        ["servers first -> last", f"{first} -> {last} (max {max(r.servers_over_time)})"],
+        ["migrations / out / in", f"{r.migrations} / {r.scale_outs} / {r.scale_ins}"],
+        ["pause max / total (s)", f"{r.max_pause_s:.3g} / {r.total_pause_s:.3g}"],
+    ]
+
+
 @app.command("bench")
 @handle_errors
 def bench(
@@ -212,6 +235,7 @@ def bench(
     model: ModelOpt = None,
     model_option: ModelOptionOpt = None,
     workers: WorkersOpt = 2,
+    spares: SparesOpt = None,
     iterations: Annotated[
         int, typer.Option("--iterations", "-n", help="Iterations a run.", min=2)
     ] = 10,
@@ -237,6 +261,7 @@ def bench(
         data=data,
         batch_size=batch_size,
         workers=workers,
+        spares=spares,
         iterations=iterations,
         seed=seed,
         address=address,
