@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from unstall.net.sharing import max_min_fair
+from unstall.sim import network
 from unstall.sim.network import NetworkState
 from unstall.sim.speed import Flow
 
@@ -25,13 +26,25 @@ ops = st.lists(
         st.tuples(st.just("congest"), st.sampled_from([0.0, 0.3, 0.7])),
     ),
     min_size=1,
-    max_size=30,
+    max_size=60,
 )
 
 
-@settings(max_examples=150, deadline=None)
+@pytest.mark.parametrize("array_from", [1, 10_000])  # the numpy path always, or never
+@settings(max_examples=100, deadline=None)
 @given(ops=ops)
-def test_incremental_rates_equal_a_full_recompute(ops: list[tuple[str, object]]) -> None:
+def test_incremental_rates_equal_a_full_recompute(
+    array_from: int, ops: list[tuple[str, object]]
+) -> None:
+    default = network.ARRAY_SHARING_FROM
+    network.ARRAY_SHARING_FROM = array_from
+    try:
+        check_against_full_recompute(ops)
+    finally:
+        network.ARRAY_SHARING_FROM = default
+
+
+def check_against_full_recompute(ops: list[tuple[str, object]]) -> None:
     net = NetworkState(CAPACITY.__getitem__)
     flows: dict[int, Flow] = {}
     next_id = 0

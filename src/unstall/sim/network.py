@@ -11,8 +11,37 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 
-from unstall.net.sharing import max_min_fair
+import numpy as np
+
+from unstall.net.sharing import max_min_fair, max_min_fair_arrays
 from unstall.sim.speed import Flow, LinkId
+
+# From this many flows in one component on, the numpy version of the sharing step is faster.
+ARRAY_SHARING_FROM = 24
+
+
+def _share_with_arrays(
+    capacity: dict[LinkId, float],
+    flows: dict[int, dict[LinkId, float]],
+    caps: dict[int, float],
+) -> dict[int, float]:
+    links = list(capacity)
+    index = {link: i for i, link in enumerate(links)}
+    jobs = list(flows)
+    pair_flow, pair_link, pair_weight = [], [], []
+    for f, job in enumerate(jobs):
+        for link, weight in flows[job].items():
+            pair_flow.append(f)
+            pair_link.append(index[link])
+            pair_weight.append(weight)
+    rates = max_min_fair_arrays(
+        np.array([capacity[link] for link in links]),
+        np.array(pair_flow, dtype=np.int64),
+        np.array(pair_link, dtype=np.int64),
+        np.array(pair_weight),
+        np.array([caps[job] for job in jobs]),
+    )
+    return dict(zip(jobs, rates.tolist(), strict=True))
 
 
 class NetworkState:
@@ -84,7 +113,10 @@ class NetworkState:
                     cap = min(cap, self._capacity(link) * keep / weight)
             flows[job] = mine
             caps[job] = cap
-        new_rates = max_min_fair(capacity, flows, caps=caps)
+        if len(flows) >= ARRAY_SHARING_FROM:
+            new_rates = _share_with_arrays(capacity, flows, caps)
+        else:
+            new_rates = max_min_fair(capacity, flows, caps=caps)
         changed: dict[int, float] = {}
         for job, rate in new_rates.items():
             if self._rates.get(job) != rate:
