@@ -2,7 +2,8 @@
 under congestion none, low, medium and high; plus an ablation of Dally's three mechanisms.
 
     .venv/bin/python benchmarks/dally_eval.py [--out bench-results/dally] [--workers 2]
-        [--congestion none,low,medium,high] [--skip-philly] [--synthetic-jobs 3000]
+        [--congestion none,low,medium,high] [--philly-congestion none,low,medium,high]
+        [--skip-philly] [--synthetic-jobs 3000]
 
 Writes ``results.json`` (every run's SimResult), ``summary.md`` (the tables BENCHMARKS.md shows)
 and plots into ``--out``. Runs go to a pool of worker processes, one simulation each.
@@ -89,8 +90,9 @@ def plan(args: argparse.Namespace) -> list[Job]:
             traces.insert(0, ("philly", PHILLY_CLUSTER))
         else:
             print(f"skipping Philly: {PHILLY} is not present", file=sys.stderr)
+    levels = {"philly": args.philly_congestion, "synthetic-multi-gpu": args.congestion}
     for trace, cluster in traces:
-        for congestion in args.congestion.split(","):
+        for congestion in levels[trace].split(","):
             for policy in (*BASELINES, "dally"):
                 jobs.append(Job(trace, cluster, congestion, policy, args.synthetic_jobs))
     for congestion in ("medium", "high"):
@@ -213,6 +215,11 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=REPO / "bench-results" / "dally")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--congestion", default="none,low,medium,high")
+    parser.add_argument(
+        "--philly-congestion",
+        default="none,low,medium,high",
+        help="congestion levels for the (long) Philly runs",
+    )
     parser.add_argument("--skip-philly", action="store_true")
     parser.add_argument("--synthetic-jobs", type=int, default=3000)
     args = parser.parse_args()
