@@ -87,7 +87,7 @@ def plan(args: argparse.Namespace) -> list[Job]:
     traces = [("synthetic-multi-gpu", "medium")]
     if not args.skip_philly:
         if PHILLY.exists():
-            traces.insert(0, ("philly", PHILLY_CLUSTER))
+            traces.append(("philly", PHILLY_CLUSTER))  # last: its runs are the long ones
         else:
             print(f"skipping Philly: {PHILLY} is not present", file=sys.stderr)
     levels = {"philly": args.philly_congestion, "synthetic-multi-gpu": args.congestion}
@@ -95,13 +95,14 @@ def plan(args: argparse.Namespace) -> list[Job]:
         for congestion in levels[trace].split(","):
             for policy in (*BASELINES, "dally"):
                 jobs.append(Job(trace, cluster, congestion, policy, args.synthetic_jobs))
-    for congestion in ("medium", "high"):
-        for variant in ABLATIONS:
-            if variant != "dally":
-                jobs.append(
-                    Job("synthetic-multi-gpu", "medium", congestion, variant, args.synthetic_jobs)
-                )
-    return jobs
+    ablation = [
+        Job("synthetic-multi-gpu", "medium", congestion, variant, args.synthetic_jobs)
+        for congestion in ("medium", "high")
+        for variant in ABLATIONS
+        if variant != "dally"
+    ]
+    # The synthetic runs and the ablation first: they are quick, Philly's are the long ones.
+    return sorted(jobs, key=lambda j: j.trace == "philly") + ablation
 
 
 def improvement(base: float, ours: float) -> float:
