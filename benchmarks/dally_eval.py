@@ -231,6 +231,9 @@ def main() -> None:
     with ProcessPoolExecutor(max_workers=args.workers) as pool:
         for i, result in enumerate(pool.map(run_one, jobs), start=1):
             results.append(result)
+            # Saved after every run, so a long evaluation cut short keeps what it has.
+            (args.out / "results.json").write_text(json.dumps(results, indent=1))
+            (args.out / "summary.md").write_text(summarise(results))
             print(
                 f"[{i}/{len(jobs)}] {result['trace_kind']} {result['congestion']} "
                 f"{result['variant']}: avg JCT {float(result['avg_jct_s']) / 3600:.2f} h, "
