@@ -10,6 +10,7 @@ baselines, ratio to oracle, and a plot of the dynamic scenario's iteration time 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 from pathlib import Path
 
@@ -22,11 +23,37 @@ from unstall.ps.coordinator import ActorPool, ensure_ray
 from unstall.ps.train import PSConfig, PSRunResult, run_training
 
 BASELINES = ("mxnet", "byteps", "tf-greedy")
+MAX_SERVERS = 4  # the presets' server count
+# Models besides the scenarios' own MLPs (3.7 MB, or 4.5 MB with one 4.2 MB tensor): many small
+# tensors, and two sequence models of a few MB (the zoo's defaults are 33-53 MB, minutes a run
+# on these 25 MB/s links).
+MODELS: dict[str, tuple[str | None, dict[str, object]]] = {
+    "preset": (None, {}),
+    "mlp-deep": ("mlp", {"in_features": 256, "width": 256, "depth": 16}),
+    "transformer": ("transformer", {"d_model": 128, "layers": 4, "ff": 512, "vocab": 2000}),
+    "lstm": ("lstm_lm", {"embed_dim": 256, "hidden": 256, "vocab": 2000}),
+}
 
 
 def settled_s(r: PSRunResult) -> float:
     tail = r.telemetry[len(r.telemetry) // 2 :]
     return sum(t.iter_s + t.boundary_s for t in tail) / len(tail)
+
+
+def recovery_iterations(r: PSRunResult, tolerance: float = 0.10) -> list[int]:
+    """Per change of the dynamic scenario (at 1/3 and 2/3 of the run): iterations until the
+    iteration time is within ``tolerance`` of the new phase's optimum, taken as the best 3-run
+    median of the phase's iterations."""
+    n = len(r.telemetry)
+    times = [t.iter_s + t.boundary_s for t in r.telemetry]
+    cuts = [n // 3, 2 * n // 3, n]
+    out = []
+    for start, stop in itertools.pairwise(cuts):
+        phase = times[start:stop]
+        best = min(sorted(phase[i : i + 3])[1] for i in range(len(phase) - 2))
+        k = next((i for i, t in enumerate(phase) if t <= (1 + tolerance) * best), len(phase))
+        out.append(k)
+    return out
 
 
 def plot_dynamic(r: PSRunResult, path: Path) -> None:
@@ -55,7 +82,7 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--scenarios", default="none,bandwidth,interference,imbalance,dynamic,mixed")
     p.add_argument("--strategies", default="psld,mxnet,byteps,tf-greedy,oracle")
-    p.add_argument("--models", default="", help="comma-separated zoo models (default: presets')")
+    p.add_argument("--models", default="preset", help=f"comma-separated, of {', '.join(MODELS)}")
     p.add_argument("--iterations", type=int, default=30)
     p.add_argument("--spares", type=int, default=1)
     p.add_argument("--json", type=Path)
@@ -63,15 +90,25 @@ def main() -> None:
     a = p.parse_args()
     ensure_ray(None, num_cpus=3)
     pool = ActorPool()
+    # Spare servers kept warm, as a cluster keeps spare machines: a scale-out then costs the
+    # actor's reset and the chunks' move, not a process start (seconds on this machine).
+    warm = [pool.take_server() for _ in range(MAX_SERVERS + a.spares)]
+    for server in warm:
+        pool.give_back_server(server)
     rows = []
-    models = [m for m in a.models.split(",") if m] or [None]
+    models = [m for m in a.models.split(",") if m] or ["preset"]
+    # psld last: the pool then holds the baselines' idle server actors, so that a scale-out
+    # reuses one (a live cluster keeps spare machines warm) instead of starting a process.
+    strategies = sorted(a.strategies.split(","), key=lambda s: s == "psld")
     try:
         for model in models:
             for scenario in a.scenarios.split(","):
                 runs = {}
-                for strategy in a.strategies.split(","):
+                for strategy in strategies:
+                    name, options = MODELS[model]
                     config = PSConfig(
-                        model=model,
+                        model=name,
+                        model_options=options,
                         scenario=scenario,
                         strategy=strategy,
                         iterations=a.iterations,
@@ -87,7 +124,7 @@ def main() -> None:
                         plot_dynamic(r, a.plot)
                 for strategy, r in runs.items():
                     row = {
-                        "model": r.model,
+                        "model": model,
                         "scenario": scenario,
                         "strategy": strategy,
                         "throughput_it_s": r.throughput_it_s,
@@ -102,6 +139,8 @@ def main() -> None:
                     if "oracle" in runs:
                         row["ratio_to_oracle"] = r.throughput_it_s / runs["oracle"].throughput_it_s
                         row["settled_ratio_to_oracle"] = settled_s(runs["oracle"]) / settled_s(r)
+                    if strategy == "psld" and scenario == "dynamic":
+                        row["recovery_iterations"] = recovery_iterations(r)
                     if strategy == "psld":
                         for b in BASELINES:
                             if b in runs:
@@ -114,7 +153,12 @@ def main() -> None:
     for row in rows:
         if row["strategy"] == "psld":
             keys = [k for k in row if k.startswith(("speedup", "ratio", "settled_ratio"))]
-            print(row["scenario"], {k: round(row[k], 2) for k in keys})
+            print(
+                row["model"],
+                row["scenario"],
+                row.get("recovery_iterations", ""),
+                {k: round(row[k], 2) for k in keys},
+            )
     if a.json:
         a.json.write_text(
             json.dumps(

@@ -127,6 +127,9 @@ def test_a_changed_server_restarts_its_window() -> None:
     assert changed == [0]
     est = c.estimator.estimate(0)
     assert est is not None and est.samples == 1 and est.per_byte_s == pytest.approx(4 * FAST)
+    assert c.estimator.trusted(0)  # a known server's change is acted on at once
+    c.observe([ServerSample(server=9, owned_bytes=1000, seconds=1000 * FAST)])
+    assert not c.estimator.trusted(9)  # a new one is explored first
 
 
 def test_rebalance_moves_few_chunks() -> None:
@@ -140,3 +143,22 @@ def test_rebalance_moves_few_chunks() -> None:
 def test_config_is_validated() -> None:
     with pytest.raises(ConfigError, match="explore_share"):
         ControllerConfig(explore_share=0.7)
+
+
+def test_follows_a_moving_straggler_in_one_decision() -> None:
+    servers = (0, 1, 2, 3)
+    owner: Mapping[int, int] = {i: i % 4 for i in CHUNKS}
+    c = PSLDController()
+    slow0 = {0: 4 * FAST, 1: FAST, 2: FAST, 3: FAST}
+    for _ in range(3):
+        feed(c, view(owner, servers), slow0)
+        d = c.decide(view(owner, servers))
+        if isinstance(d, Reassign):
+            owner = d.owner
+    assert loads_of(owner, servers)[0] < loads_of(owner, servers)[2] / 3
+    slow2 = {0: FAST, 1: FAST, 2: 4 * FAST, 3: FAST}  # the straggler moves to server 2
+    feed(c, view(owner, servers), slow2)
+    d = c.decide(view(owner, servers))
+    assert isinstance(d, Reassign)
+    loads = loads_of(d.owner, servers)
+    assert loads[2] < loads[0] / 3 and loads[0] == pytest.approx(loads[1], rel=0.15)

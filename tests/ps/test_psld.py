@@ -3,11 +3,15 @@ and the elastic fields of a psld run's result."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
-from ps_helpers import tiny_config
+from ps_helpers import TINY_MODEL, tiny_config
+from unstall.cli.app import app
 from unstall.ps.controller import ClusterView, Decision, PSLDController, Reassign, ScaleIn, ScaleOut
 from unstall.ps.elastic import ElasticPSLD
 from unstall.ps.train import prepare, run_training
@@ -56,13 +60,19 @@ def test_psld_matches_the_reference_through_migrations_and_scaling(
     assert set(r.server_bytes) == {"1", "2", "3"}  # server 0 was drained and stopped
 
 
-def test_psld_strategy_runs_its_controller_and_reports(ps_pool: Any, fast_scenario: str) -> None:
-    r = run_training(tiny_config(fast_scenario, strategy="psld", iterations=4), pool=ps_pool)
-    assert r.strategy == "psld" and len(r.servers_over_time) == 4
-    as_dict = r.to_dict()
-    for key in ("servers_over_time", "migrations", "scale_outs", "scale_ins"):
-        assert key in as_dict
-    assert {"max_pause_s", "total_pause_s"} <= set(as_dict)
-    # The tiny model's six whole-tensor chunks take ~1 ms an iteration: no move pays for itself.
-    assert r.migrations == len(r.elastic_events) == 0 and r.total_pause_s == 0
-    assert r.servers_over_time == (3, 3, 3, 3)
+def test_ps_train_psld_writes_the_elastic_fields(fast_scenario: str, tmp_path: Path) -> None:
+    out = tmp_path / "run.json"
+    model = ["--model", "mlp"] + [a for k, v in TINY_MODEL.items() for a in ("-o", f"{k}={v}")]
+    args = ["ps", "train", *model, "--scenario", fast_scenario, "--strategy", "psld"]
+    args += ["--spares", "1", "--iterations", "4", "--quiet", "--json", str(out)]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    assert data["strategy"] == "psld" and len(data["servers_over_time"]) == 4
+    for key in ("migrations", "scale_outs", "scale_ins", "max_pause_s", "total_pause_s"):
+        assert key in data
+    # The tiny model's six whole-tensor chunks take ~1 ms an iteration: no move, and no extra
+    # server, pays for itself.
+    assert data["migrations"] == data["scale_outs"] == 0 and data["total_pause_s"] == 0
+    assert data["servers_over_time"] == [3, 3, 3, 3]
+    assert json.loads(out.with_name("run.config.json").read_text())["run"]["spares"] == 1

@@ -158,6 +158,9 @@ class RateEstimator:
 
     config: ControllerConfig
     windows: dict[int, deque[float]] = field(default_factory=dict)
+    # Servers once measured ``min_samples`` times: after a change their one new sample is
+    # trusted (the change is the news), where a new server is explored first.
+    established: set[int] = field(default_factory=set)
 
     def add(self, sample: ServerSample) -> bool:
         """Add a sample; True when it revealed a change (the window restarted at it)."""
@@ -173,6 +176,8 @@ class RateEstimator:
                 window.clear()
                 changed = True
         window.append(value)
+        if len(window) >= self.config.min_samples:
+            self.established.add(sample.server)
         return changed
 
     def estimate(self, server: int) -> RateEstimate | None:
@@ -185,6 +190,13 @@ class RateEstimator:
 
     def forget(self, server: int) -> None:
         self.windows.pop(server, None)
+        self.established.discard(server)
+
+    def trusted(self, server: int) -> bool:
+        est = self.estimate(server)
+        if est is None:
+            return False
+        return est.samples >= self.config.min_samples or server in self.established
 
 
 def samples_from(servers: Sequence[ServerIteration]) -> list[ServerSample]:
@@ -271,7 +283,7 @@ class PSLDController:
 
     def decide(self, view: ClusterView) -> Decision:
         est = self.estimates(view.servers)
-        known = {s: e.per_byte_s for s, e in est.items() if e.samples >= self.config.min_samples}
+        known = {s: e.per_byte_s for s, e in est.items() if self.estimator.trusted(s)}
         if not known:
             return NoChange(reason="warming up: no server measured enough yet")
         uncertain = [s for s in view.servers if s not in known]
