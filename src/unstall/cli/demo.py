@@ -123,6 +123,49 @@ def _recommend(out: Path, quiet: bool) -> None:
     console.print("your own measured profile: `unstall recommend --profile profile.json ...`")
 
 
+def _ps(out: Path, quiet: bool) -> None:
+    from unstall.cli.ps import bench
+    from unstall.ps.assign import STRATEGIES
+
+    # psld (when built) against the frameworks' default assignments and the static oracle.
+    wanted = [s for s in ("mxnet", "byteps", "tf-greedy", "psld") if s in STRATEGIES]
+    bench(
+        strategies=",".join(wanted),
+        scenarios="bandwidth",
+        model=None,
+        model_option=None,
+        workers=2,
+        spares=None,
+        iterations=8,
+        data="synthetic",
+        batch_size=32,
+        seed=0,
+        address=None,
+        plot=out / "ps_bench.png",
+        json_out=out / "ps_bench.json",
+        quiet=quiet,
+    )
+    console.print(
+        "real training with the reference check: `unstall ps train --data digits "
+        "--scenario bandwidth --strategy oracle -n 30 --check-reference`"
+    )
+
+
+def _sparse_cnn(out: Path, quiet: bool) -> None:
+    from typer.main import get_command
+
+    from unstall.cli.app import app
+
+    # Through the CLI itself: the command has many options, all with sensible defaults.
+    args = ["sparse", "analyze", "--model", "resnet18", "--image-size", "32", "--batch-size", "4"]
+    args += ["--warmup-steps", "2", "--steps", "1", "--array", "16x16", "--threads", "1"]
+    args += ["--json", str(out / "sparsity_resnet18.json")]
+    if quiet:
+        args.append("--quiet")
+    get_command(app).main(args=args, standalone_mode=False)
+    console.print("trained for a while first: `unstall sparse analyze --warmup-steps 150 ...`")
+
+
 # (title, runner): the parts that are built, in the order a new user meets them.
 SECTIONS: list[tuple[str, Callable[[Path, bool], None]]] = [
     ("model zoo: static facts computed from the torch modules", _zoo),
@@ -130,7 +173,9 @@ SECTIONS: list[tuple[str, Callable[[Path, bool], None]]] = [
     ("traces: the embedded default trace", _trace),
     ("cluster simulator: every scheduler, Dally included, on the embedded trace", _sim),
     ("cost advisor: cheapest AWS configuration for ResNet-50 on ImageNet in 24 h", _recommend),
+    ("parameter server on Ray: assignments under a bandwidth straggler", _ps),
     ("sparse training: structured dropout that really skips the dropped units", _sparse_lstm),
+    ("sparse training: CNN activation/gradient sparsity on a systolic array", _sparse_cnn),
 ]
 
 
