@@ -15,6 +15,7 @@ The hook also records when each bucket started and finished, for the per-phase t
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -65,6 +66,20 @@ class HookState:
     extra_delay_s: float = 0.0
     spans: list[tuple[float, float]] = field(default_factory=list)
     delay_total_s: float = 0.0
+    link_free_at: float = 0.0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def occupy_link(self, delay_s: float, link_delay_s: float) -> float:
+        """Book ``delay_s`` on the link after whatever it carries now; returns when it ends.
+        ``link_delay_s`` is the emulated link's part of it (the rest is injected).
+
+        gloo completes buckets on several threads at once; the booking keeps the emulated
+        transfers one after the other, as on one physical link."""
+        with self.lock:
+            now = time.perf_counter()
+            self.link_free_at = max(now, self.link_free_at) + delay_s
+            self.delay_total_s += link_delay_s
+            return self.link_free_at
 
 
 def timed_allreduce_hook(state, bucket):  # type: ignore[no-untyped-def]
@@ -76,16 +91,16 @@ def timed_allreduce_hook(state, bucket):  # type: ignore[no-untyped-def]
 
     tensor = bucket.buffer()
     started = time.perf_counter()
-    delay = state.extra_delay_s
+    link_delay = 0.0
     if state.link is not None:
-        delay += state.link.delay_s(tensor.numel() * tensor.element_size(), state.workers)
+        link_delay = state.link.delay_s(tensor.numel() * tensor.element_size(), state.workers)
+    delay = state.extra_delay_s + link_delay
     future = dist.all_reduce(tensor, async_op=True).get_future()
 
     def finish(fut: Any) -> Any:
         if delay > 0:
-            time.sleep(delay)
+            time.sleep(max(0.0, state.occupy_link(delay, link_delay) - time.perf_counter()))
         state.spans.append((started, time.perf_counter()))
-        state.delay_total_s += delay
         return fut.value()[0].div_(state.workers)
 
     return future.then(finish)

@@ -126,6 +126,8 @@ def _time_run(
     delay = config.delays.compute_s
     for index in range(config.warmup):
         _untimed_step(loop, index, loss_fn, delay)
+    if loop.hook is not None:
+        loop.hook.delay_total_s = 0.0  # the emulated link's delay of the timed iterations only
     totals = dict.fromkeys(PHASES, 0.0)
     spans: list[tuple[str, float, float]] = []
     started = time.perf_counter()
@@ -199,13 +201,11 @@ def _ddp_round(config: ProfileConfig, raw: RawTimings | None, ddp: _Loop, last: 
         if name not in config.run_names():
             continue
         ddp.hook.link = config.network if name == "network" else None
-        ddp.hook.delay_total_s = 0.0
         seconds, phases, spans = _time_run(ddp, config)
         if raw is not None:
             _record(raw, name, seconds, phases)
             if name == "network":
-                steps = config.warmup + config.iterations
-                raw.emulated_delay_s.append(ddp.hook.delay_total_s / steps)
+                raw.emulated_delay_s.append(ddp.hook.delay_total_s / config.iterations)
             if last:
                 raw.trace = [{"name": p, "start_s": s, "end_s": e} for p, s, e in spans]
 

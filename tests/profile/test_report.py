@@ -1,0 +1,67 @@
+"""build_report on raw timings with known injected delays: stalls, profile, overhead, trace."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from unstall.errors import ConfigError
+from unstall.profile.config import InjectedDelays, ProfileConfig
+from unstall.profile.link import LinkSpec
+from unstall.profile.report import build_report
+from unstall.profile.runner import RawTimings
+from unstall.workload import zoo
+from unstall.workload.profiles import JobProfile
+
+
+def _config(**kw: object) -> ProfileConfig:
+    base: dict[str, object] = {"model": "resnet18", "workers": 2, "network": LinkSpec(gbps=1.0)}
+    return ProfileConfig(**{**base, **kw})  # type: ignore[arg-type]
+
+
+def test_report_from_known_delays(tmp_path: Path) -> None:
+    c = 0.100  # compute; then +fetch 0.03, +prep 0.02, +interconnect 0.05, +network 0.2
+    raw = RawTimings(
+        runs={
+            "compute": [c + 0.004, c, c - 0.001],
+            "compute_untimed": [c * 0.99, c * 0.99, c * 0.99],
+            "cached": [c, c, c],
+            "warm": [c + 0.02] * 3,
+            "cold": [c + 0.05, c + 0.05, c + 0.06],
+            "local": [c + 0.05] * 3,
+            "network": [c + 0.25] * 3,
+        },
+        phases={"local": {"forward": [0.03, 0.03, 0.04], "backward": [0.07] * 3}},
+        trace=[{"name": "forward", "start_s": 1.0, "end_s": 1.5}],
+        emulated_delay_s=[0.21, 0.2, 0.22],
+    )
+    r = build_report(_config(data_dir=tmp_path, measure_overhead=True), raw)
+    assert r.compute_s == pytest.approx(c)
+    assert r.fetch_stall_s == pytest.approx(0.03)
+    assert r.prep_stall_s == pytest.approx(0.02)
+    assert r.interconnect_stall_s == pytest.approx(0.05)
+    assert r.network_stall_s == pytest.approx(0.2)
+    assert r.fractions["network_stall_s"] == pytest.approx(0.2 / 0.4)
+    assert r.runs["compute"].max_s == pytest.approx(c + 0.004)
+    assert r.phases["local"]["forward"] == pytest.approx(0.03)
+    assert r.profiler_overhead == pytest.approx(1 / 0.99 - 1)
+    assert r.emulated_delay_s == pytest.approx(0.21)
+    facts = zoo.facts("resnet18", image_size=32)
+    p = r.job_profile
+    assert (p.gradient_bytes, p.layers, p.local_batch) == (facts.gradient_bytes, facts.layers, 8)
+    assert p.data_s == pytest.approx(0.05)
+    assert p.measured == pytest.approx({"1": c, "2": c + 0.05, "11": c + 0.25})
+    assert JobProfile.from_json(p.to_json()) == p  # what sim and recommend read
+    assert r.chrome_trace()["traceEvents"][-1]["dur"] == pytest.approx(5e5)
+
+
+def test_config_errors_name_the_field(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="data_dir"):
+        _config(model="mlp", data_dir=tmp_path)
+    with pytest.raises(ConfigError, match="profile_device"):
+        _config(profile_device="cpu")
+    with pytest.raises(ConfigError, match="workers"):
+        _config(workers=0)
+    with pytest.raises(ConfigError):
+        _config(delays=InjectedDelays(prep_s=-1.0))

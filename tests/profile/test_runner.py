@@ -1,0 +1,84 @@
+"""Real DDP runs (2 gloo workers on 127.0.0.1) with injected, known delays: the profiler must
+find each delay in the stall it belongs to, and the network stall must follow the link."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from unstall.profile.config import InjectedDelays, ProfileConfig
+from unstall.profile.data import write_image_dataset
+from unstall.profile.link import LinkSpec
+from unstall.profile.report import profile_stalls
+
+MS = 1e-3
+
+
+@pytest.mark.slow
+def test_injected_data_delays_land_in_fetch_and_prep(tmp_path: Path) -> None:
+    write_image_dataset(tmp_path, count=16, image_size=32, num_classes=10, seed=1)
+    config = ProfileConfig(
+        model="mobilenet_v2",
+        model_options={"width_mult": 0.5},
+        workers=1,
+        batch=2,
+        iterations=2,
+        warmup=1,
+        repeats=3,
+        data_dir=tmp_path,
+        delays=InjectedDelays(fetch_s=100 * MS, prep_s=80 * MS),
+    )
+    r = profile_stalls(config)
+    # Each stall holds its injected delay; the slack is real work (reading and decoding PNG
+    # files) plus noise on a shared 2-core machine.
+    assert 75 * MS <= r.fetch_stall_s <= 100 * MS + 60 * MS, r.runs
+    assert 55 * MS <= r.prep_stall_s <= 80 * MS + 60 * MS, r.runs
+    assert r.job_profile.data_s == pytest.approx(r.fetch_stall_s + r.prep_stall_s)
+    assert r.job_profile.measured.keys() == {"1"}
+
+
+def test_injected_allreduce_and_link_delays_land_in_the_comm_stalls() -> None:
+    config = ProfileConfig(
+        model="mlp",
+        model_options={"in_features": 32, "width": 32, "depth": 2},
+        workers=2,
+        batch=4,
+        iterations=4,
+        warmup=1,
+        repeats=3,
+        network=LinkSpec(gbps=100.0, latency_ms=60.0),
+        delays=InjectedDelays(allreduce_s=40 * MS),
+    )
+    r = profile_stalls(config)
+    # One bucket per iteration: the injected 40 ms is interconnect, the link's 60 ms network.
+    assert 30 * MS <= r.interconnect_stall_s <= 40 * MS + 40 * MS, r.runs
+    assert r.emulated_delay_s == pytest.approx(60 * MS, rel=0.01)
+    assert 45 * MS <= r.network_stall_s <= 60 * MS + 40 * MS, r.runs
+    assert {e["ph"] for e in r.chrome_trace()["traceEvents"]} == {"M", "X"}
+    assert any(s.name == "allreduce" and s.thread == 1 for s in r.trace)
+    assert r.job_profile.measured.keys() == {"1", "2", "11"}
+
+
+def _network_stall(gbps: float) -> tuple[float, float]:
+    config = ProfileConfig(
+        model="mlp",
+        model_options={"in_features": 64, "width": 512, "depth": 4},
+        workers=2,
+        batch=4,
+        iterations=4,
+        warmup=1,
+        repeats=3,
+        network=LinkSpec(gbps=gbps, latency_ms=0.0),
+    )
+    r = profile_stalls(config)
+    assert r.emulated_delay_s is not None
+    return r.network_stall_s, r.emulated_delay_s
+
+
+@pytest.mark.slow
+def test_four_times_slower_link_gives_four_times_the_network_stall() -> None:
+    fast, fast_delay = _network_stall(0.2)
+    slow, slow_delay = _network_stall(0.05)
+    assert slow_delay == pytest.approx(4 * fast_delay, rel=0.05)
+    assert 3.0 <= slow / fast <= 5.0, (fast, slow)
