@@ -56,14 +56,17 @@ def recovery_iterations(r: PSRunResult, tolerance: float = 0.10) -> list[int]:
     return out
 
 
-def plot_dynamic(r: PSRunResult, path: Path) -> None:
+def plot_dynamic(r: PSRunResult, path: Path, others: dict[str, PSRunResult]) -> None:
     fig, ax = plt.subplots(figsize=(7, 3.5))
     its = [t.iteration for t in r.telemetry]
+    for name, other in others.items():
+        times = [t.iter_s + t.boundary_s for t in other.telemetry]
+        ax.plot(its, times, linewidth=0.8, alpha=0.7, label=f"{name} (s)")
     ax.plot(
         its,
         [t.iter_s + t.boundary_s for t in r.telemetry],
         color="black",
-        label="iteration + pause (s)",
+        label="psld iteration + pause (s)",
     )
     ax.set_xlabel("iteration")
     ax.set_ylabel("seconds")
@@ -78,6 +81,34 @@ def plot_dynamic(r: PSRunResult, path: Path) -> None:
     plt.close(fig)
 
 
+def markdown(rows: list[dict[str, object]]) -> str:
+    """One table row per (model, scenario): throughput of each strategy, then psld's speed-ups,
+    its settled time against the oracle's, and its servers at the end."""
+    strategies = list(dict.fromkeys(str(r["strategy"]) for r in rows))
+    head = [*(f"{s} it/s" for s in strategies), "psld/mxnet", "psld/byteps", "psld/tf-greedy"]
+    head += ["psld/mxnet settled", "psld/oracle", "psld/oracle settled", "servers", "migr."]
+    lines = ["| model | scenario | " + " | ".join(head) + " |", "|---|---|" + "---:|" * len(head)]
+    cells: dict[tuple[str, str], dict[str, dict[str, object]]] = {}
+    for r in rows:
+        cells.setdefault((str(r["model"]), str(r["scenario"])), {})[str(r["strategy"])] = r
+    for (model, scenario), by in cells.items():
+        p = by.get("psld", {})
+        vals = [f"{float(by[s]['throughput_it_s']):.2f}" if s in by else "" for s in strategies]
+        for key in ("speedup_over_mxnet", "speedup_over_byteps", "speedup_over_tf-greedy"):
+            vals.append(f"{float(p[key]):.2f}x" if key in p else "")
+        if p and "mxnet" in by:
+            settled = float(by["mxnet"]["settled_s"]) / float(p["settled_s"])  # type: ignore[arg-type]
+            vals.append(f"{settled:.2f}x")
+        else:
+            vals.append("")
+        for key in ("ratio_to_oracle", "settled_ratio_to_oracle"):
+            vals.append(f"{float(p[key]):.2f}" if key in p else "")
+        sot = p.get("servers_over_time") or [0]
+        vals += [f"{sot[0]}->{sot[-1]}", str(p.get("migrations", ""))]  # type: ignore[index]
+        lines.append(f"| {model} | {scenario} | " + " | ".join(vals) + " |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--scenarios", default="none,bandwidth,interference,imbalance,dynamic,mixed")
@@ -87,7 +118,11 @@ def main() -> None:
     p.add_argument("--spares", type=int, default=1)
     p.add_argument("--json", type=Path)
     p.add_argument("--plot", type=Path)
+    p.add_argument("--from-json", type=Path, help="only print the tables of a saved run")
     a = p.parse_args()
+    if a.from_json:
+        print(markdown(json.loads(a.from_json.read_text())["rows"]))
+        return
     ensure_ray(None, num_cpus=3)
     pool = ActorPool()
     # Spare servers kept warm, as a cluster keeps spare machines: a scale-out then costs the
@@ -121,7 +156,8 @@ def main() -> None:
                         flush=True,
                     )
                     if scenario == "dynamic" and strategy == "psld" and a.plot:
-                        plot_dynamic(r, a.plot)
+                        others = {k: v for k, v in runs.items() if k in ("mxnet", "oracle")}
+                        plot_dynamic(r, a.plot, others)
                 for strategy, r in runs.items():
                     row = {
                         "model": model,

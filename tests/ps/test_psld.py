@@ -75,4 +75,4 @@ def test_ps_train_psld_writes_the_elastic_fields(fast_scenario: str, tmp_path: P
     # server, pays for itself.
     assert data["migrations"] == data["scale_outs"] == 0 and data["total_pause_s"] == 0
     assert data["servers_over_time"] == [3, 3, 3, 3]
-    assert json.loads(out.with_name("run.config.json").read_text())["run"]["spares"] == 1
+    assert json.loads(out.with_name("run.config.json").read_text())["config"]["run"]["spares"] == 1
