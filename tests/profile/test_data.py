@@ -48,5 +48,5 @@ def test_drop_page_cache_runs_without_root(dataset: list[Path]) -> None:
 def test_missing_or_empty_directory_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(DataFileError, match="no such directory"):
         data.list_dataset(tmp_path / "nope")
-    with pytest.raises(DataFileError, match="no .png files"):
+    with pytest.raises(DataFileError, match=r"no \.png files"):
         data.list_dataset(tmp_path)

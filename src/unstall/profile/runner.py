@@ -260,6 +260,8 @@ def run_workers(config: ProfileConfig) -> RawTimings:
         raise UnstallError(
             f"--workers {config.workers} needs as many GPUs; found {torch.cuda.device_count()}"
         )
+    if config.data_dir is not None:
+        datafeed.list_dataset(config.data_dir)  # a missing dataset fails here, not in a worker
     with tempfile.TemporaryDirectory(prefix="unstall-profile-") as tmp:
         out_path = str(Path(tmp) / "raw.json")
         try:

@@ -1,0 +1,65 @@
+"""`unstall profile`: data, run (a real 2-worker run of a tiny model), errors, and fit."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from unstall.cli.app import app
+from unstall.workload.profiles import JobProfile
+
+runner = CliRunner()
+
+
+def test_data_writes_png_images(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["profile", "data", str(tmp_path), "--count", "6"])
+    assert result.exit_code == 0, result.output
+    assert len(list(tmp_path.glob("*.png"))) == 6
+
+
+def test_bad_input_is_one_clear_error(tmp_path: Path) -> None:
+    cases = [
+        (["--model", "nosuch"], "unknown model"),
+        (["--model", "mlp", "--network", "fast"], "network"),
+        (["--model", "mlp", "--data", str(tmp_path)], "data_dir"),
+        (["--model", "resnet18", "--data", str(tmp_path / "none")], "no such directory"),
+    ]
+    for args, message in cases:
+        result = runner.invoke(app, ["profile", "run", *args])
+        assert result.exit_code == 1, (args, result.output)
+        assert message in result.output, (args, result.output)
+
+
+def test_run_prints_the_breakdown_and_writes_report_profile_trace(tmp_path: Path) -> None:
+    out, prof, trace = tmp_path / "r.json", tmp_path / "p.json", tmp_path / "t.json"
+    args = ["profile", "run", "--model", "mlp", "--workers", "2", "--network", "1,2"]
+    args += ["--iterations", "2", "--warmup", "1", "--repeats", "1", "--batch", "2"]
+    args += ["--json", str(out), "--profile-out", str(prof), "--trace", str(trace)]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    for text in ("interconnect_stall_s", "network_stall_s", "phase timers", "emulated link"):
+        assert text in result.output
+    report = json.loads(out.read_text())
+    for key in ("compute_s", "fetch_stall_s", "prep_stall_s", "interconnect_stall_s"):
+        assert report[key] >= 0 and key in report["fractions"]
+    # mlp's 4.2 M gradients over a 1 Gbit/s link: ~34 ms of bandwidth plus 2 ms per bucket.
+    assert report["emulated_delay_s"] > 0.03
+    assert JobProfile.from_json(prof).measured.keys() == {"1", "2", "11"}
+    assert any(e["ph"] == "X" for e in json.loads(trace.read_text())["traceEvents"])
+
+
+@pytest.mark.slow
+def test_fit_reports_coefficients_and_held_out_error(tmp_path: Path) -> None:
+    out = tmp_path / "fit.json"
+    args = ["profile", "fit", "--held-out", "mlp:depth=6,width=256", "--iterations", "2"]
+    args += ["--repeats", "1", "--warmup", "1", "--network", "0.1,1", "--json", str(out)]
+    for depth in (1, 2, 4, 8):
+        args += ["--variant", f"mlp:depth={depth},width=256"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    fit = json.loads(out.read_text())
+    assert fit["stall"] == "network" and len(fit["points"]) == 4
+    assert fit["r2"] > 0.5 and abs(fit["held_out_rel_error"]) < 0.5
