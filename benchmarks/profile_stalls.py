@@ -17,13 +17,15 @@ import json
 import os
 import platform
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
 from unstall.profile.config import ProfileConfig
 from unstall.profile.data import write_image_dataset
-from unstall.profile.link import LinkSpec
+from unstall.profile.link import HookState, LinkSpec
 from unstall.profile.report import StallReport, profile_stalls
+from unstall.profile.runner import PHASES, phase_totals
 from unstall.profile.stalls import STALL_FIELDS
 
 MS = 1e3
@@ -39,6 +41,41 @@ def _row(label: str, r: StallReport) -> dict[str, Any]:
     )
     row["profiler_overhead"] = r.profiler_overhead
     return row
+
+
+def _link_check(common: dict[str, Any], model: str, options: dict[str, object]) -> dict[str, Any]:
+    """Network stall over 1 and 0.25 Gbit/s links without latency: the bandwidth part only."""
+    check = {}
+    for gbps in (1.0, 0.25):
+        config = ProfileConfig(
+            **{**common, "model": model},
+            model_options=options,
+            iterations=4,
+            network=LinkSpec(gbps=gbps),
+        )
+        check[gbps] = _row(f"{gbps} Gbit/s", profile_stalls(config))
+    return {
+        "fast": check[1.0],
+        "slow": check[0.25],
+        "stall_ratio": check[0.25]["network_stall_s"] / check[1.0]["network_stall_s"],
+        "emulated_delay_ratio": check[0.25]["emulated_delay_ms"] / check[1.0]["emulated_delay_ms"],
+    }
+
+
+def _instrumentation_cost_us(reps: int = 20000) -> float:
+    """What the phase timers add to one iteration: five clock reads, the bucket-span records
+    of a four-bucket iteration, and the per-phase sums (measured directly, microseconds)."""
+    state = HookState(workers=2)
+    started = time.perf_counter()
+    for _ in range(reps):
+        marks = [time.perf_counter() for _ in range(5)]
+        state.spans.clear()
+        for _ in range(4):
+            state.spans.append((marks[0], time.perf_counter()))
+        spans = [(p, marks[i], marks[i + 1]) for i, p in enumerate(PHASES[:3])]
+        spans += [("allreduce", a, b) for a, b in state.spans]
+        phase_totals(spans)
+    return (time.perf_counter() - started) / reps * 1e6
 
 
 def main() -> None:
@@ -68,30 +105,28 @@ def main() -> None:
     results["phases_ms"] = {
         run: {p: round(v * MS, 2) for p, v in per.items()} for run, per in full.phases.items()
     }
-    check = {}
-    for gbps in (1.0, 0.25):
-        r = profile_stalls(
-            ProfileConfig(**common, iterations=4, network=LinkSpec(gbps=gbps))  # type: ignore[arg-type]
-        )
-        check[gbps] = _row(f"{gbps} Gbit/s", r)
-    ratio = check[0.25]["network_stall_s"] / check[1.0]["network_stall_s"]
-    delay_ratio = check[0.25]["emulated_delay_ms"] / check[1.0]["emulated_delay_ms"]
     results["link_check"] = {
-        "fast": check[1.0],
-        "slow": check[0.25],
-        "stall_ratio": ratio,
-        "emulated_delay_ratio": delay_ratio,
+        label: _link_check(common, model, options)
+        for label, model, options in (
+            (args.model, args.model, {}),
+            ("mlp (compute ~1 ms)", "mlp", {"in_features": 64, "width": 512, "depth": 4}),
+        )
     }
+    results["instrumentation_us_per_iteration"] = _instrumentation_cost_us()
     print(json.dumps(results, indent=1))
     print(
         "\nstall breakdown (ms/iter): "
         + ", ".join(f"{n} {results['breakdown'][n]}" for n in STALL_FIELDS)
     )
     print(
-        f"profiler overhead {full.profiler_overhead:+.1%}; "
-        f"4x slower link: network stall x{ratio:.2f}"
-        f" (emulated delay x{delay_ratio:.2f})"
+        f"profiler overhead (differential) {full.profiler_overhead:+.1%}; instrumentation "
+        f"{results['instrumentation_us_per_iteration']:.1f} us/iteration"
     )
+    for label, check in results["link_check"].items():
+        print(
+            f"{label}: 4x slower link: network stall x{check['stall_ratio']:.2f}"
+            f" (emulated delay x{check['emulated_delay_ratio']:.2f})"
+        )
     if args.json:
         args.json.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
 

@@ -106,7 +106,7 @@ def _untimed_step(loop: _Loop, index: int, loss_fn: nn.Module, compute_delay_s: 
     _sync(loop.device)
 
 
-def _phase_totals(spans: list[tuple[str, float, float]]) -> dict[str, float]:
+def phase_totals(spans: list[tuple[str, float, float]]) -> dict[str, float]:
     totals = dict.fromkeys(PHASES, 0.0)
     comm = [(s, e) for p, s, e in spans if p == "allreduce"]
     for phase, start, end in spans:
@@ -134,7 +134,7 @@ def _time_run(
     for index in range(config.warmup, config.warmup + config.iterations):
         if timed:
             spans = _step(loop, index, loss_fn, delay)
-            for phase, seconds in _phase_totals(spans).items():
+            for phase, seconds in phase_totals(spans).items():
                 totals[phase] += seconds
         else:
             _untimed_step(loop, index, loss_fn, delay)
