@@ -62,6 +62,7 @@ def snap(free: tuple[int, ...], queued: list[JobView], running: list[JobView], n
         queued=tuple(queued),
         running=tuple(running),
         spread_jobs_by_node=tuple(spread),
+        spread_running=tuple(r for r in running if len(r.placement) > 1),
     )
 
 

@@ -156,3 +156,22 @@ def test_snapshot_shows_attained_service_and_queue() -> None:
     assert snap.free_by_node == (0, 2)
     placement: Placement = a.placement
     assert placement == ((0, 2),)
+
+
+def test_snapshot_reports_finished_jobs_once_and_the_spread_ones() -> None:
+    script = {
+        0: Decision(starts=(Start("a", ((0, 1), (1, 1))), Start("b", ((0, 1),)))),
+        2: Decision(starts=(Start("c", ((0, 1),)),)),
+    }
+    policy = Scripted(script)
+    run(TWO_NODES, [("a", 0.0, 2, 10.0), ("b", 0.0, 1, 3.0), ("c", 5.0, 1, 1.0)], policy)
+    first = policy.seen[0]
+    assert first.finished == () and first.spread_running == ()
+    # Round 1 comes at b's finish (t=3): b is reported finished, a is the spread running job.
+    second = policy.seen[1]
+    assert second.now == 3.0
+    assert [j.job_id for j in second.finished] == ["b"]
+    assert [j.job_id for j in second.spread_running] == ["a"]
+    assert second.spread_jobs_by_node == (1, 1)
+    third = policy.seen[2]  # c arrives at t=5: nothing new has finished
+    assert third.finished == ()

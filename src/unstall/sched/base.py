@@ -169,8 +169,13 @@ class ClusterSnapshot:
     running: tuple[JobView, ...]
     # Fraction of bandwidth that background traffic takes on node NICs and rack uplinks now.
     congestion: float = 0.0
-    # How many running jobs spread over several nodes use each node (and so its NIC).
+    # How many running jobs spread over several nodes use each node (and so its NIC), and those
+    # jobs themselves (a subset of ``running``).
     spread_jobs_by_node: tuple[int, ...] = ()
+    spread_running: tuple[JobView, ...] = ()
+    # Jobs that finished since the previous round, as they were last seen running: what a
+    # policy may learn from (run times), without scanning every running job each round.
+    finished: tuple[JobView, ...] = ()
     # Timers the policy set earlier that fired at this instant (keys as the policy gave them).
     fired_timers: tuple[str, ...] = ()
 

@@ -90,6 +90,8 @@ class Engine:
         self.rng = random.Random(settings.seed)
         self.oracle = bool(getattr(policy, "needs_oracle", False))
         self._telemetry_last: dict[str, float] = {}
+        self._finished_since_round: list[JobView] = []
+        self.spread_running: set[int] = set()  # running jobs placed over several nodes
         self.rounds = 0
         self.preemptions = 0
         self.migrations = 0
@@ -164,8 +166,11 @@ class Engine:
             running=running,
             congestion=self.net.congestion,
             spread_jobs_by_node=tuple(self.cluster.spread_by_node),
+            spread_running=tuple(self.running_views[i] for i in self.spread_running),
+            finished=tuple(self._finished_since_round),
             fired_timers=fired,
         )
+        self._finished_since_round.clear()
         decision = self.policy.decide(snapshot, self.rng)
         self._apply(decision, now)
 
@@ -228,6 +233,8 @@ class Engine:
         self._place_on_links(job, placement, now)
 
     def _place_on_links(self, job: SimJob, placement: Placement, now: float) -> None:
+        if len(placement) > 1:
+            self.spread_running.add(job.index)
         flow = self.speed.flow(job.model, job.num_gpus, placement)
         if flow is not None:
             # The finish event is planned once the links are re-shared (the rate is then known).
@@ -236,6 +243,7 @@ class Engine:
             self._set_iter_s(job, self.speed.iter_s(job.model, job.num_gpus, placement, None), now)
 
     def _stop(self, job: SimJob, now: float) -> None:
+        self.spread_running.discard(job.index)
         job.advance(now)
         job.attained_gpu_s += (now - job.changed_s) * job.num_gpus
         job.changed_s = now
@@ -268,6 +276,7 @@ class Engine:
         self._place_on_links(job, placement, now)
 
     def _finish(self, job: SimJob, now: float) -> None:
+        self._finished_since_round.append(self.running_views[job.index])
         self._stop(job, now)
         job.done_iters = job.work_iters
         job.state = JobState.DONE

@@ -31,6 +31,7 @@ class DallyConfig:
     # Act only when the predicted gain is this many times the predicted cost (hysteresis).
     gain_margin: float = 2.0
     max_preemptions_per_round: int = 4
+    max_preemption_attempts_per_round: int = 8
     max_migrations_per_round: int = 4
     # Before any job has finished, the expected run time of a job (the auto-tuner replaces it with
     # the median of finished jobs' run times).

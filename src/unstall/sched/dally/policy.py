@@ -42,6 +42,7 @@ class _Round:
     migrations: list[Migrate] = field(default_factory=list)
     timers: list[SetTimer] = field(default_factory=list)
     taken: set[str] = field(default_factory=set)  # running jobs preempted or moved this round
+    attempts: int = 0  # jobs for which a node was sought by preemption this round
 
 
 class Dally:
@@ -67,7 +68,6 @@ class Dally:
         )
         self._held: dict[str, _Held] = {}
         self._timers_set: set[tuple[str, float]] = set()
-        self._last_running: dict[str, JobView] = {}
         self._congestion = 0.0
 
     # --- helpers -------------------------------------------------------------------------------
@@ -82,14 +82,10 @@ class Dally:
         return self.tuner.expected_remaining_s(job.attained_gpu_s(now) / job.num_gpus, job.num_gpus)
 
     def _observe_finishes(self, snapshot: ClusterSnapshot) -> None:
-        """Jobs that were running last round and are neither running nor queued now finished."""
-        now_running = {j.job_id: j for j in snapshot.running}
-        queued = {j.job_id for j in snapshot.queued}
-        for job_id, view in self._last_running.items():
-            if job_id not in now_running and job_id not in queued:
-                ran_s = view.attained_gpu_s(snapshot.now) / view.num_gpus
-                self.tuner.observe_finish(ran_s, view.num_gpus)
-        self._last_running = now_running
+        for view in snapshot.finished:
+            self.tuner.observe_finish(
+                view.attained_gpu_s(snapshot.now) / view.num_gpus, view.num_gpus
+            )
 
     # --- the decision --------------------------------------------------------------------------
 
@@ -103,7 +99,7 @@ class Dally:
             if free.total == 0 and not self.config.preemption:
                 break
             self._place(job, snapshot, free, plan)
-        if self.config.preemption:
+        if self.config.preemption and snapshot.spread_running:
             self._reconsolidate(snapshot, free, plan)
         live = {j.job_id for j in snapshot.queued}
         self._held = {k: v for k, v in self._held.items() if k in live}
@@ -180,6 +176,9 @@ class Dally:
         c = self.config
         if len(plan.preempts) + len(plan.migrations) >= c.max_preemptions_per_round:
             return None
+        if plan.attempts >= c.max_preemption_attempts_per_round:
+            return None  # each attempt looks at every running job: bound the work per round
+        plan.attempts += 1
         if not is_sensitive(job, c.insensitive_below, snapshot.congestion):
             return None
         now = snapshot.now
@@ -225,7 +224,7 @@ class Dally:
     def _reconsolidate(self, snapshot: ClusterSnapshot, free: FreeGpus, plan: _Round) -> None:
         c = self.config
         now = snapshot.now
-        for job in snapshot.running:
+        for job in snapshot.spread_running:
             if len(plan.migrations) >= c.max_migrations_per_round or free.total == 0:
                 return
             if job.job_id in plan.taken or len(job.placement) <= 1:
