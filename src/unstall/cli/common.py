@@ -73,7 +73,11 @@ def show_progress(quiet: bool) -> bool:
 def progress_bar(description: str, total: int, quiet: bool) -> Iterator[Callable[[int], None]]:
     """Yield ``advance(n)``; draws a rich bar on stderr unless quiet or not a tty."""
     if not show_progress(quiet):
-        yield lambda n=1: None
+
+        def ignore(n: int = 1) -> None:
+            return None
+
+        yield ignore
         return
     with Progress(
         TextColumn("{task.description}"),
@@ -84,7 +88,11 @@ def progress_bar(description: str, total: int, quiet: bool) -> Iterator[Callable
         transient=True,
     ) as progress:
         task = progress.add_task(description, total=total)
-        yield lambda n=1: progress.advance(task, n)
+
+        def advance(n: int = 1) -> None:
+            progress.advance(task, n)
+
+        yield advance
 
 
 def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[object]]) -> Table:
