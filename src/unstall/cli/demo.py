@@ -147,7 +147,9 @@ def _ps(out: Path, quiet: bool) -> None:
     )
     console.print(
         "real training with the reference check: `unstall ps train --data digits "
-        "--scenario bandwidth --strategy oracle -n 30 --check-reference`"
+        "--scenario bandwidth --strategy oracle -n 30 --check-reference`; PSLD with elastic "
+        "spare servers and a moving straggler: `unstall ps train --scenario dynamic "
+        "--strategy psld --spares 2 -n 30 --check-reference`"
     )
 
 
