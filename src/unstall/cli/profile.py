@@ -213,7 +213,7 @@ def print_fit(result: CommStallFit) -> None:
     c = result.coefficients
     console.print(
         f"stall = {result.intercept_s * MS:.4g} ms + {c['layers'] * 1e6:.4g} us/layer"
-        f" + {c['gradient_tensors'] * 1e6:.4g} us/tensor + {c['gradient_bytes'] * 1e9:.4g} ms/GB"
+        f" + {c['gradient_tensors'] * 1e6:.4g} us/tensor + {c['gradient_bytes'] * 1e9:.4g} s/GB"
         f"; R^2 {result.r2:.3f}, mean |rel err| {result.mean_abs_rel_error:.1%}",
         highlight=False,
     )
