@@ -168,12 +168,27 @@ def _sparse_cnn(out: Path, quiet: bool) -> None:
     console.print("trained for a while first: `unstall sparse analyze --warmup-steps 150 ...`")
 
 
+def _profile(out: Path, quiet: bool) -> None:
+    from typer.main import get_command
+
+    from unstall.cli.app import app
+
+    args = ["profile", "run", "--model", "mlp", "--workers", "2", "--network", "1,0.5"]
+    args += ["--iterations", "4", "--repeats", "3", "--json", str(out / "stalls_mlp.json")]
+    args += ["--plot", str(out / "stalls_mlp.png")]
+    get_command(app).main(args=args, standalone_mode=False)
+    console.print(
+        "with data stalls: `unstall profile data DIR` then `unstall profile run --data DIR ...`"
+    )
+
+
 # (title, runner): the parts that are built, in the order a new user meets them.
 SECTIONS: list[tuple[str, Callable[[Path, bool], None]]] = [
     ("model zoo: static facts computed from the torch modules", _zoo),
     ("perf model: iteration time on a placement, with congestion", _perf),
     ("traces: the embedded default trace", _trace),
     ("cluster simulator: every scheduler, Dally included, on the embedded trace", _sim),
+    ("stall profiler: compute, interconnect and network stalls of a DDP run", _profile),
     ("cost advisor: cheapest AWS configuration for ResNet-50 on ImageNet in 24 h", _recommend),
     ("parameter server on Ray: assignments under a bandwidth straggler", _ps),
     ("sparse training: structured dropout that really skips the dropped units", _sparse_lstm),
