@@ -64,6 +64,11 @@ def save_json(path: Path | None, result: Any, config: Any) -> None:
     console.print(f"wrote {path} (config: {cpath})", highlight=False)
 
 
+def comma_list(text: str) -> list[str]:
+    """``"a, b,,c"`` -> ``["a", "b", "c"]``: the parsing of every comma-separated option."""
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
 def show_progress(quiet: bool) -> bool:
     """Progress bars only for a person watching: not with --quiet, not when stderr is no tty."""
     return not quiet and sys.stderr.isatty()

@@ -13,6 +13,7 @@ import typer
 from unstall.cli.common import (
     JsonOpt,
     QuietOpt,
+    comma_list,
     console,
     handle_errors,
     progress_bar,
@@ -253,8 +254,8 @@ def bench(
     from unstall.ps.bench import grid_strategies, run_grid
     from unstall.ps.coordinator import session_pool
 
-    names = [s.strip() for s in strategies.split(",") if s.strip()]
-    cases = [s.strip() for s in scenarios.split(",") if s.strip()]
+    names = comma_list(strategies)
+    cases = comma_list(scenarios)
     base = PSConfig(
         model=model,
         model_options=parse_model_options(model_option),

@@ -12,6 +12,7 @@ import typer
 from unstall.cli.common import (
     JsonOpt,
     QuietOpt,
+    comma_list,
     console,
     handle_errors,
     progress_bar,
@@ -166,7 +167,7 @@ def compare(
     from unstall.sched.registry import POLICIES
     from unstall.sim.run import SimConfig, run_simulation
 
-    names = [p.strip() for p in policies.split(",") if p.strip()] or list(POLICIES)
+    names = comma_list(policies) or list(POLICIES)
     configs = [
         SimConfig(
             policy=name,

@@ -6,7 +6,15 @@ from typing import Annotated
 
 import typer
 
-from unstall.cli.common import JsonOpt, QuietOpt, console, handle_errors, progress_bar, save_json
+from unstall.cli.common import (
+    JsonOpt,
+    QuietOpt,
+    comma_list,
+    console,
+    handle_errors,
+    progress_bar,
+    save_json,
+)
 from unstall.cli.common import table as make_table
 
 app = typer.Typer(
@@ -121,7 +129,7 @@ def lstm_bench(
         seq_len=seq_len,
         num_layers=layers,
         repeats=repeats,
-        modes=tuple(m.strip() for m in modes.split(",") if m.strip()),
+        modes=tuple(comma_list(modes)),
         with_nn_lstm=nn_lstm,
         device=device,
         threads=threads,
