@@ -19,7 +19,9 @@ def tiny_config(scenario: str, **changes: Any) -> Any:
         scenario=scenario,
         iterations=3,
         batch_size=8,
-        timeout_s=60.0,
+        # Generous: starting actors on a loaded 2-core machine can take a minute; a hang is
+        # still caught (the timeout test sets its own 1 s).
+        timeout_s=300.0,
     )
     return dataclasses.replace(base, **changes)
 
