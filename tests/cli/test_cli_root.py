@@ -24,17 +24,6 @@ def test_version() -> None:
     assert __version__ in result.output
 
 
-def test_unbuilt_parts_exit_2_with_a_message() -> None:
-    from unstall.cli.app import app as root
-
-    unbuilt = [c.name for c in root.registered_commands if "not built yet" in (c.help or "")]
-    for name in unbuilt:
-        assert name is not None
-        result = runner.invoke(root, [name, "anything", "--flag"])
-        assert result.exit_code == 2, name
-        assert "not built yet" in result.output
-
-
 def test_python_dash_m_runs_the_same_cli() -> None:
     proc = subprocess.run(
         [sys.executable, "-m", "unstall", "--version"], capture_output=True, text=True, check=False
