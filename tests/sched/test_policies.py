@@ -54,6 +54,7 @@ def snapshot(
         free_by_rack=tuple(racks),
         queued=tuple(queued),
         running=tuple(running),
+        spread_running=tuple(r for r in running if len(r.placement) > 1),
     )
 
 

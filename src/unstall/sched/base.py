@@ -156,6 +156,10 @@ class ClusterLayout:
     def total_gpus(self) -> int:
         return self.gpus_per_node * len(self.node_rack)
 
+    def min_nodes(self, num_gpus: int) -> int:
+        """The fewest nodes that can hold ``num_gpus`` GPUs."""
+        return -(-num_gpus // self.gpus_per_node)
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ClusterSnapshot:

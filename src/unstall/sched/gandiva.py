@@ -98,12 +98,12 @@ class Gandiva:
         moved: set[str],
     ) -> None:
         """Move spread jobs onto fewer nodes when the free GPUs now allow it."""
-        gpn = snapshot.layout.gpus_per_node
-        for job in snapshot.running:
+        layout = snapshot.layout
+        # Only multi-node jobs can be over their minimum node count: no scan of every job.
+        for job in snapshot.spread_running:
             if len(migrations) >= self.max_migrations_per_round or free.total == 0:
                 return
-            min_nodes = -(-job.num_gpus // gpn)
-            if len(job.placement) <= min_nodes or job.job_id in moved:
+            if len(job.placement) <= layout.min_nodes(job.num_gpus) or job.job_id in moved:
                 continue
             free.give(job.placement)
             better = free.consolidated(job.num_gpus)

@@ -134,5 +134,4 @@ def most_consolidated(
     placement = at_level(level, free_by_node, free_by_rack, layout, num_gpus)
     if placement is None:
         return None
-    min_nodes = -(-num_gpus // layout.gpus_per_node)
-    return placement if len(placement) == min_nodes else None
+    return placement if len(placement) == layout.min_nodes(num_gpus) else None

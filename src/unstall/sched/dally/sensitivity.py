@@ -16,8 +16,7 @@ from unstall.sched.placement import Locality, best_locality_possible, locality_o
 
 
 def is_consolidated(placement: Placement, num_gpus: int, layout: ClusterLayout) -> bool:
-    min_nodes = -(-num_gpus // layout.gpus_per_node)
-    if len(placement) > min_nodes:
+    if len(placement) > layout.min_nodes(num_gpus):
         return False
     return locality_of(placement, layout) <= best_locality_possible(num_gpus, layout)
 
