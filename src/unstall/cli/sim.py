@@ -7,7 +7,6 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich import box
 from rich.table import Table
 
 from unstall.cli.common import JsonOpt, console, handle_errors, save_json, table
@@ -76,13 +75,9 @@ def _print_models_table(models: Sequence[ModelFacts], image_size: int) -> None:
 
 
 def _compact(out: Table, text_columns: int) -> Table:
-    """Borderless, unwrapped, numbers right-aligned: wide tables still fit 80 columns."""
-    out.box = box.SIMPLE_HEAD
-    out.pad_edge = False
-    out.collapse_padding = True
-    out.show_edge = False
+    """Right-align the preformatted number columns (``table`` already makes it borderless and
+    unwrapped, but sees strings here, which it would left-align)."""
     for i, column in enumerate(out.columns):
-        column.no_wrap = True
         column.justify = "left" if i < text_columns else "right"
     return out
 
