@@ -50,18 +50,22 @@ def test_bench_runs_the_grid_with_oracle_ratios(
     ray_session: Any, fast: str, tmp_path: Path
 ) -> None:
     out, png = tmp_path / "bench.json", tmp_path / "bench.png"
-    args = ["ps", "bench", "--strategies", "tf-greedy,round-robin", "--scenarios", fast]
+    args = ["ps", "bench", "--strategies", "tf-greedy,psld", "--scenarios", fast, "--spares", "1"]
     args += [*MODEL_ARGS, "--iterations", "2", "--json", str(out), "--plot", str(png)]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     rows = json.loads(out.read_text())["results"]
-    assert [r["strategy"] for r in rows] == ["tf-greedy", "round-robin", "oracle"]
+    assert [r["strategy"] for r in rows] == ["tf-greedy", "psld", "oracle"]
+    elastic = {"servers_over_time", "migrations", "scale_outs", "scale_ins", "max_pause_s"}
     for r in rows:
         assert set(r) >= {"scenario", "strategy", "model", "throughput_it_s", "mean_iter_s"}
+        assert set(r) >= elastic | {"total_pause_s"}
         assert r["scenario"] == "fast" and r["model"] == "mlp" and r["throughput_it_s"] > 0
+        assert r["servers_over_time"] == [3, 3]  # the tiny model: no move pays (test_psld)
+        assert r["migrations"] == r["scale_outs"] == r["scale_ins"] == 0
     assert rows[-1]["ratio_to_oracle"] == 1.0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    assert "vs oracle" in result.output
+    assert "vs oracle" in result.output and "migr." in result.output
 
 
 def test_bad_scenario_file_names_the_field(tmp_path: Path) -> None:

@@ -11,6 +11,8 @@ from unstall.ps.controller import (
     ClusterView,
     ControllerConfig,
     NoChange,
+    PauseModel,
+    PauseSample,
     PSLDController,
     Reassign,
     ScaleIn,
@@ -162,3 +164,44 @@ def test_follows_a_moving_straggler_in_one_decision() -> None:
     assert isinstance(d, Reassign)
     loads = loads_of(d.owner, servers)
     assert loads[2] < loads[0] / 3 and loads[0] == pytest.approx(loads[1], rel=0.15)
+
+
+def test_pause_model_learns_the_fixed_cost_then_the_rate() -> None:
+    config = ControllerConfig(migration_fixed_s=0.05, migration_mb_s=200.0)
+    m = PauseModel(config)
+    assert m.migration_s(2e6) == pytest.approx(0.05 + 0.01) and m.source() == "prior"
+    # Two moves of one size: the prior rate stays, the fixed part is what their pauses leave.
+    for pause in (0.300, 0.320):
+        m.observe(PauseSample(kind="Reassign", bytes_moved=2_000_000, pause_s=pause))
+    assert m.per_byte_s == pytest.approx(1 / 200e6)
+    assert m.fixed_s == pytest.approx(0.31 - 0.01)
+    # Moves of three sizes on an exact line (20 ms + 1 s per 10 MB): both terms fitted.
+    m = PauseModel(config)
+    for nbytes in (1_000_000, 2_000_000, 4_000_000, 8_000_000):
+        m.observe(PauseSample(kind="ScaleIn", bytes_moved=nbytes, pause_s=0.02 + nbytes * 1e-7))
+    assert m.fixed_s == pytest.approx(0.02) and m.per_byte_s == pytest.approx(1e-7)
+    # A scale-out's start: its pause less the migration part, learned apart from the moves.
+    m.observe(PauseSample(kind="ScaleOut", bytes_moved=1_000_000, pause_s=0.52))
+    assert m.start_s == pytest.approx(0.52 - 0.12) and m.scale_out_s(0) == pytest.approx(0.42)
+    assert m.source() == "learned from 5 pause(s)"
+
+
+def test_measured_pauses_change_the_hysteresis_decision() -> None:
+    """A 10% slower server: a move pays for itself at the prior 50 ms pause, not once the
+    pauses measured say a migration costs 5 s (and off, the prior stands)."""
+    servers = (0, 1)
+    owner = {i: i % 2 for i in CHUNKS}
+    per_byte = {0: FAST, 1: 1.1 * FAST}
+
+    def decision(config: ControllerConfig, pauses: list[float]) -> object:
+        c = PSLDController(config)
+        for pause in pauses:
+            c.observe_pause(PauseSample(kind="Reassign", bytes_moved=100_000, pause_s=pause))
+        for _ in range(3):
+            feed(c, view(owner, servers), per_byte)
+        return c.decide(view(owner, servers))
+
+    assert isinstance(decision(ControllerConfig(), []), Reassign)
+    slow = decision(ControllerConfig(), [5.0, 5.2, 4.9])
+    assert isinstance(slow, NoChange) and "learned from 3 pause(s)" in slow.reason
+    assert isinstance(decision(ControllerConfig(learn_pauses=False), [5.0, 5.2, 4.9]), Reassign)

@@ -58,6 +58,9 @@ def test_psld_matches_the_reference_through_migrations_and_scaling(
     assert r.servers_over_time == (4, 4, 3, 3, 3)
     assert r.max_pause_s > 0 and r.total_pause_s >= r.max_pause_s
     assert set(r.server_bytes) == {"1", "2", "3"}  # server 0 was drained and stopped
+    # Every pause went back to the controller, whose hysteresis now predicts from them.
+    assert controller.pauses.source() == "learned from 5 pause(s)"
+    assert controller.pauses.start_s != controller.config.scale_out_cost_s
 
 
 def test_ps_train_psld_writes_the_elastic_fields(fast_scenario: str, tmp_path: Path) -> None:

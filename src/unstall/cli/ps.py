@@ -278,13 +278,15 @@ def bench(
             r.mean_iter_s,
             r.predicted_iter_s,
             r.ratio_to_oracle,
+            r.servers_text(),
+            r.migrations,
         ]
         for r in result.results
     ]
     console.print(
         table(
             f"ps bench: {iterations} iterations, {workers} workers",
-            ["scenario", "strategy", "it/s", "mean s", "model s", "vs oracle"],
+            ["scenario", "strategy", "it/s", "mean s", "model s", "vs oracle", "servers", "migr."],
             rows,
         )
     )

@@ -25,6 +25,20 @@ class BenchRow:
     mean_iter_s: float
     predicted_iter_s: float
     ratio_to_oracle: float
+    # What the run's controller did (psld; a static strategy keeps its servers, moves nothing).
+    servers_over_time: tuple[int, ...] = ()
+    migrations: int = 0
+    scale_outs: int = 0
+    scale_ins: int = 0
+    max_pause_s: float = 0.0
+    total_pause_s: float = 0.0
+
+    def servers_text(self) -> str:
+        """Servers at the start and the end: ``4`` or ``4->6``."""
+        if not self.servers_over_time:
+            return ""
+        first, last = self.servers_over_time[0], self.servers_over_time[-1]
+        return str(first) if first == last else f"{first}->{last}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,6 +96,12 @@ def run_grid(
                     mean_iter_s=r.mean_iter_s,
                     predicted_iter_s=r.predicted_iter_s,
                     ratio_to_oracle=r.throughput_it_s / oracle,
+                    servers_over_time=r.servers_over_time,
+                    migrations=r.migrations,
+                    scale_outs=r.scale_outs,
+                    scale_ins=r.scale_ins,
+                    max_pause_s=r.max_pause_s,
+                    total_pause_s=r.total_pause_s,
                 )
                 for name, r in runs.items()
             ]

@@ -11,7 +11,8 @@ oracle's linear programme, :func:`~unstall.ps.assign.oracle.best_shares`, on the
 servers still uncertain (new, or too few samples) get a small exploration share instead, so that
 they are measured without risking much; the chunks then move the least needed to reach those
 shares (:func:`rebalance`). Hysteresis: a move is made only when the predicted time saved over
-the next ``horizon_iterations`` beats the migration's predicted pause by ``margin``. A spare
+the next ``horizon_iterations`` beats the migration's predicted pause by ``margin``, a pause
+learned from those the decisions already carried out caused (:class:`PauseModel`). A spare
 server is added when one more server is predicted to cut the slowest time by at least
 ``scale_out_gain`` and to pay for its start; a server whose share is near zero is drained and
 removed. Every decision says why.
@@ -28,7 +29,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from unstall.config import check, check_positive
+from unstall.config import check, check_non_negative, check_positive
 from unstall.ps.assign.base import CostPhase
 from unstall.ps.assign.oracle import best_shares
 from unstall.ps.links import ServerCost
@@ -49,10 +50,14 @@ class ControllerConfig:
     horizon_iterations: int = 50
     margin: float = 1.5  # predicted gain must beat the cost by this factor
     min_relative_gain: float = 0.03  # and cut the slowest server's time by at least this much
-    migration_mb_s: float = 200.0  # predicted speed of moving chunk state server to server
-    migration_fixed_s: float = 0.05  # predicted pause of any migration (routing switch)
+    # Priors of the pause a decision causes; replaced by what the pauses of the decisions
+    # already carried out measured (:class:`PauseModel`), when ``learn_pauses``.
+    migration_mb_s: float = 200.0  # speed of moving chunk state server to server
+    migration_fixed_s: float = 0.05  # pause of any migration (routing switch)
     scale_out_gain: float = 0.15  # relative cut of the slowest time an extra server must give
-    scale_out_cost_s: float = 1.0  # predicted pause of starting a server
+    scale_out_cost_s: float = 1.0  # pause of starting a server, on top of its migration
+    learn_pauses: bool = True
+    pause_window: int = 8  # measured pauses kept per kind of decision
     scale_in_share: float = 0.02  # a server predicted to deserve less than this is removed
 
     def __post_init__(self) -> None:
@@ -64,6 +69,10 @@ class ControllerConfig:
             margin=self.margin,
             migration_mb_s=self.migration_mb_s,
             horizon_iterations=self.horizon_iterations,
+            pause_window=self.pause_window,
+        )
+        check_non_negative(
+            self, migration_fixed_s=self.migration_fixed_s, scale_out_cost_s=self.scale_out_cost_s
         )
         check(0 < self.explore_share < 0.5, self, "explore_share", "must be in (0, 0.5)")
         check(0 <= self.scale_in_share < 0.5, self, "scale_in_share", "must be in [0, 0.5)")
@@ -209,6 +218,77 @@ def samples_from(servers: Sequence[ServerIteration]) -> list[ServerSample]:
     ]
 
 
+# --- the pause a decision causes -----------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class PauseSample:
+    """One decision carried out: its kind, the bytes it moved and the pause it caused."""
+
+    kind: str  # the decision's class name: "Reassign", "ScaleOut" or "ScaleIn"
+    bytes_moved: int
+    pause_s: float
+
+
+class PauseModel:
+    """The pause a decision will cause, learned from the pauses of those carried out.
+
+    A migration (a ``Reassign`` or ``ScaleIn``: both move chunk state and switch the routing)
+    costs ``fixed_s + bytes * per_byte_s``; a scale-out costs a start on top of its migration.
+    Until a pause of a kind is measured the config's priors stand. Once the window holds moves
+    of at least three sizes spanning 2x, both terms are fitted by least squares (a negative
+    term, noise, falls back); before that the prior rate stays and the fixed part is the median
+    of what the measured pauses leave (on one machine the fixed part dominates: a few MB move
+    in milliseconds, the routing switch and the actor calls take tens). The start of a
+    scale-out is the median of its pauses less their migration's predicted part."""
+
+    def __init__(self, config: ControllerConfig) -> None:
+        self.config = config
+        self.moves: deque[tuple[int, float]] = deque(maxlen=config.pause_window)
+        self.starts: deque[tuple[int, float]] = deque(maxlen=config.pause_window)
+        self.fixed_s = config.migration_fixed_s
+        self.per_byte_s = 1.0 / (config.migration_mb_s * 1e6)
+        self.start_s = config.scale_out_cost_s
+
+    def observe(self, sample: PauseSample) -> None:
+        if not self.config.learn_pauses or sample.pause_s < 0:
+            return
+        window = self.starts if sample.kind == "ScaleOut" else self.moves
+        window.append((sample.bytes_moved, sample.pause_s))
+        if self.moves:
+            self.fixed_s, self.per_byte_s = self._fit_moves()
+        if self.starts:
+            left = [p - self.migration_s(b) for b, p in self.starts]
+            self.start_s = max(statistics.median(left), 0.0)
+
+    def _fit_moves(self) -> tuple[float, float]:
+        prior_per_byte = 1.0 / (self.config.migration_mb_s * 1e6)
+        sizes = [float(b) for b, _ in self.moves]
+        pauses = [p for _, p in self.moves]
+        if len(set(sizes)) >= 3 and max(sizes) >= 2 * min(sizes):
+            mean_b, mean_p = statistics.fmean(sizes), statistics.fmean(pauses)
+            var = sum((b - mean_b) ** 2 for b in sizes)
+            slope = (
+                sum((b - mean_b) * (p - mean_p) for b, p in zip(sizes, pauses, strict=True)) / var
+            )
+            intercept = mean_p - slope * mean_b
+            if slope >= 0 and intercept >= 0:
+                return intercept, slope
+        fixed = statistics.median(p - b * prior_per_byte for b, p in self.moves)
+        return max(fixed, 0.0), prior_per_byte
+
+    def migration_s(self, nbytes: float) -> float:
+        return self.fixed_s + nbytes * self.per_byte_s
+
+    def scale_out_s(self, nbytes: float) -> float:
+        return self.start_s + self.migration_s(nbytes)
+
+    def source(self) -> str:
+        """Where the predictions come from, for a decision's reason."""
+        n = len(self.moves) + len(self.starts)
+        return f"learned from {n} pause(s)" if n else "prior"
+
+
 # --- moving chunks to target loads --------------------------------------------------------------
 
 
@@ -268,10 +348,15 @@ class PSLDController:
     def __init__(self, config: ControllerConfig | None = None) -> None:
         self.config = config or ControllerConfig()
         self.estimator = RateEstimator(self.config)
+        self.pauses = PauseModel(self.config)
 
     def observe(self, samples: Sequence[ServerSample]) -> list[int]:
         """Take one iteration's samples; the servers whose conditions changed."""
         return [s.server for s in samples if self.estimator.add(s)]
+
+    def observe_pause(self, sample: PauseSample) -> None:
+        """Take the pause a decision carried out caused: the hysteresis learns its cost."""
+        self.pauses.observe(sample)
 
     def estimates(self, servers: Sequence[int]) -> dict[int, RateEstimate]:
         out = {}
@@ -355,7 +440,7 @@ class PSLDController:
         with_extra = _split_time({**known, view.next_server: prior}, total)
         cut = (best - with_extra) / best if best > 0 else 0.0
         gain_s = (now - with_extra) * self.config.horizon_iterations
-        cost_s = self.config.scale_out_cost_s + self._migration_s(total * self.config.explore_share)
+        cost_s = self.pauses.scale_out_s(total * self.config.explore_share)
         if cut < self.config.scale_out_gain or gain_s <= self.config.margin * cost_s:
             return None
         target = self._target(view, known, [view.next_server])
@@ -365,7 +450,8 @@ class PSLDController:
             owner=owner,
             reason=f"one more server is predicted to cut the slowest server's time by {cut:.0%} "
             f"({best * 1e3:.1f} -> {with_extra * 1e3:.1f} ms), {gain_s:.2f} s over "
-            f"{self.config.horizon_iterations} iterations against {cost_s:.2f} s to start it; "
+            f"{self.config.horizon_iterations} iterations against {cost_s:.2f} s to start it "
+            f"({self.pauses.source()}); "
             "it starts with an exploration share",
         )
 
@@ -383,14 +469,15 @@ class PSLDController:
         if moved == 0:
             return NoChange(reason=f"the assignment is already the best ({before * 1e3:.1f} ms)")
         gain_s = (before - after) * self.config.horizon_iterations
-        cost_s = self._migration_s(moved)
+        cost_s = self.pauses.migration_s(moved)
         explore = [s for s in uncertain if view.loads()[s] == 0]
         relative = (before - after) / before if before > 0 else 0.0
         worth = gain_s > self.config.margin * cost_s and relative >= self.config.min_relative_gain
         if not (worth or explore):
             return NoChange(
                 reason=f"predicted gain {gain_s:.3f} s over {self.config.horizon_iterations} "
-                f"iterations ({relative:.1%}) does not beat the migration ({cost_s:.3f} s)"
+                f"iterations ({relative:.1%}) does not beat the migration ({cost_s:.3f} s, "
+                f"{self.pauses.source()})"
             )
         slowest = max(view.servers, key=lambda s: per_byte[s] * view.loads()[s])
         why = f"explore server(s) {explore}" if explore and not worth else "exploit"
@@ -402,11 +489,8 @@ class PSLDController:
             reason=f"{why}: slowest server {slowest} at {before * 1e3:.1f} ms, "
             f"predicted {after * 1e3:.1f} ms after moving {moved / 1e6:.2f} MB "
             f"(gain {gain_s:.2f} s over {self.config.horizon_iterations} iterations "
-            f"vs {cost_s:.3f} s migration)",
+            f"vs {cost_s:.3f} s migration, {self.pauses.source()})",
         )
-
-    def _migration_s(self, nbytes: float) -> float:
-        return self.config.migration_fixed_s + nbytes / (self.config.migration_mb_s * 1e6)
 
 
 def optimal_shares(per_byte: Mapping[int, float]) -> dict[int, float]:

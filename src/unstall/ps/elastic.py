@@ -6,7 +6,8 @@ PSLDController`, asks for a decision and applies it through the :class:`~unstall
 PSCluster` API before the next iteration starts: chunk state (parameters and momentum) moves
 server to server as ObjectRefs, new servers start with the spec the scenario gives their id,
 drained servers stop, and the workers' routing switches at the boundary. Each decision's pause is
-timed and recorded; the run's result carries the summary.
+timed, recorded and fed back to the controller (which learns what a decision costs); the
+run's result carries the summary.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from unstall.ps.controller import (
     ControllerConfig,
     Decision,
     NoChange,
+    PauseSample,
     PSLDController,
     Reassign,
     ScaleIn,
@@ -93,16 +95,19 @@ class ElasticPSLD:
         if not isinstance(decision, NoChange):
             started = time.perf_counter()
             chunks, nbytes = self._apply[type(decision)](cluster, telemetry.iteration, decision)
-            self.events.append(
-                ElasticEvent(
-                    iteration=telemetry.iteration,
-                    kind=type(decision).__name__,
-                    reason=decision.reason,
-                    chunks_moved=chunks,
-                    bytes_moved=nbytes,
-                    pause_s=time.perf_counter() - started,
-                    servers=tuple(sorted(cluster.servers)),
-                )
+            event = ElasticEvent(
+                iteration=telemetry.iteration,
+                kind=type(decision).__name__,
+                reason=decision.reason,
+                chunks_moved=chunks,
+                bytes_moved=nbytes,
+                pause_s=time.perf_counter() - started,
+                servers=tuple(sorted(cluster.servers)),
+            )
+            self.events.append(event)
+            # The hysteresis learns what a decision costs from what this one cost.
+            self.controller.observe_pause(
+                PauseSample(kind=event.kind, bytes_moved=nbytes, pause_s=event.pause_s)
             )
         self.servers_over_time.append(len(cluster.servers))
 
