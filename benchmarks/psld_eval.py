@@ -1,10 +1,16 @@
-"""PSLD evaluation: every scenario x strategy (x model), throughput, speed-ups of psld over the
-baselines, ratio to oracle, and a plot of the dynamic scenario's iteration time and servers.
+"""PSLD evaluation: every scenario x strategy x model, repeated; throughput, speed-ups of psld
+over the baselines, ratio to oracle, the issue's goal checks, and a plot of the dynamic
+scenario's iteration time and servers.
 
-    .venv/bin/python benchmarks/psld_eval.py --iterations 30 --json psld_eval.json \
-        --plot benchmarks/psld_dynamic.png
+    .venv/bin/python benchmarks/psld_eval.py --models big-tensor --repeats 3 \
+        --json psld_big.json --plot benchmarks/psld_dynamic.png
+    .venv/bin/python benchmarks/psld_eval.py --from-json psld_big.json psld_deep.json ...
 
-"settled" is the mean iteration time (with its boundary pause) over the run's second half.
+A long grid runs in pieces (one model, or a few scenarios, a command); ``--from-json`` merges
+the pieces' rows and prints the tables and goal checks of the whole. Each cell (model, scenario,
+strategy) is the median of its repeats, with the spread (max - min over the median) beside it;
+ratios are taken between medians. "settled" is the mean iteration time (with its boundary
+pause) over a run's second half.
 """
 
 from __future__ import annotations
@@ -12,7 +18,11 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import statistics
+import subprocess
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -20,19 +30,23 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from unstall.ps.coordinator import ActorPool, ensure_ray
+from unstall.ps.scenarios import IMBALANCED_MODEL
 from unstall.ps.train import PSConfig, PSRunResult, run_training
 
-BASELINES = ("mxnet", "byteps", "tf-greedy")
+BASELINES = ("mxnet", "byteps", "tf-greedy", "round-robin")
+STATIC_SCENARIOS = ("none", "bandwidth", "interference", "imbalance")
 MAX_SERVERS = 4  # the presets' server count
-# Models besides the scenarios' own MLPs (3.7 MB, or 4.5 MB with one 4.2 MB tensor): many small
-# tensors, and two sequence models of a few MB (the zoo's defaults are 33-53 MB, minutes a run
-# on these 25 MB/s links).
+# The models: the scenario's own MLP ("preset": 3.7 MB, or the big-tensor one in imbalance and
+# mixed), one very large tensor, many small tensors, and two sequence models of a few MB (the
+# zoo's defaults are 33-53 MB, minutes a run on these 25 MB/s links).
 MODELS: dict[str, tuple[str | None, dict[str, object]]] = {
     "preset": (None, {}),
+    "big-tensor": (IMBALANCED_MODEL[0], dict(IMBALANCED_MODEL[1])),
     "mlp-deep": ("mlp", {"in_features": 256, "width": 256, "depth": 16}),
     "transformer": ("transformer", {"d_model": 128, "layers": 4, "ff": 512, "vocab": 2000}),
     "lstm": ("lstm_lm", {"embed_dim": 256, "hidden": 256, "vocab": 2000}),
 }
+Row = dict[str, Any]
 
 
 def settled_s(r: PSRunResult) -> float:
@@ -40,88 +54,237 @@ def settled_s(r: PSRunResult) -> float:
     return sum(t.iter_s + t.boundary_s for t in tail) / len(tail)
 
 
-def recovery_iterations(r: PSRunResult, tolerance: float = 0.10) -> list[int]:
+def recovery_iterations(times: Sequence[float], tolerance: float = 0.10) -> list[int]:
     """Per change of the dynamic scenario (at 1/3 and 2/3 of the run): iterations until the
     iteration time is within ``tolerance`` of the new phase's optimum, taken as the best 3-run
     median of the phase's iterations."""
-    n = len(r.telemetry)
-    times = [t.iter_s + t.boundary_s for t in r.telemetry]
-    cuts = [n // 3, 2 * n // 3, n]
+    n = len(times)
     out = []
-    for start, stop in itertools.pairwise(cuts):
+    for start, stop in itertools.pairwise([n // 3, 2 * n // 3, n]):
         phase = times[start:stop]
         best = min(sorted(phase[i : i + 3])[1] for i in range(len(phase) - 2))
-        k = next((i for i, t in enumerate(phase) if t <= (1 + tolerance) * best), len(phase))
-        out.append(k)
+        out.append(
+            next((i for i, t in enumerate(phase) if t <= (1 + tolerance) * best), len(phase))
+        )
     return out
 
 
-def plot_dynamic(r: PSRunResult, path: Path, others: dict[str, PSRunResult]) -> None:
+def plot_dynamic(rows: Sequence[Row], path: Path) -> None:
+    """psld's iteration time and servers on ``dynamic`` (one run), against mxnet and oracle."""
+    by = {str(r["strategy"]): r for r in rows}
+    p = by["psld"]
     fig, ax = plt.subplots(figsize=(7, 3.5))
-    its = [t.iteration for t in r.telemetry]
-    for name, other in others.items():
-        times = [t.iter_s + t.boundary_s for t in other.telemetry]
-        ax.plot(its, times, linewidth=0.8, alpha=0.7, label=f"{name} (s)")
-    ax.plot(
-        its,
-        [t.iter_s + t.boundary_s for t in r.telemetry],
-        color="black",
-        label="psld iteration + pause (s)",
-    )
+    its = list(range(len(p["iter_s"])))
+    for name in ("mxnet", "oracle"):
+        if name in by:
+            ax.plot(its, by[name]["iter_s"], linewidth=0.8, alpha=0.7, label=f"{name} (s)")
+    ax.plot(its, p["iter_s"], color="black", label="psld iteration + pause (s)")
     ax.set_xlabel("iteration")
     ax.set_ylabel("seconds")
     ax2 = ax.twinx()
-    ax2.step(its, r.servers_over_time, where="post", color="tab:blue", label="servers")
+    ax2.step(its, p["servers_over_time"], where="post", color="tab:blue", label="servers")
     ax2.set_ylabel("servers")
-    ax2.set_ylim(0, max(r.servers_over_time) + 1)
+    ax2.set_ylim(0, max(p["servers_over_time"]) + 1)
     fig.legend(loc="upper right")
-    ax.set_title(f"psld on {r.scenario}")
+    ax.set_title(f"psld on dynamic ({p['model']} model)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
 
-def markdown(rows: list[dict[str, object]]) -> str:
-    """One table row per (model, scenario): throughput of each strategy, then psld's speed-ups,
-    its settled time against the oracle's, and its servers at the end."""
-    strategies = list(dict.fromkeys(str(r["strategy"]) for r in rows))
-    head = [*(f"{s} it/s" for s in strategies), "psld/mxnet", "psld/byteps", "psld/tf-greedy"]
-    head += ["psld/mxnet settled", "psld/oracle", "psld/oracle settled", "servers", "migr."]
-    lines = ["| model | scenario | " + " | ".join(head) + " |", "|---|---|" + "---:|" * len(head)]
-    cells: dict[tuple[str, str], dict[str, dict[str, object]]] = {}
+def run_row(model: str, scenario: str, strategy: str, repeat: int, r: PSRunResult) -> Row:
+    times = [t.iter_s + t.boundary_s for t in r.telemetry]
+    return {
+        "model": model,
+        "scenario": scenario,
+        "strategy": strategy,
+        "repeat": repeat,
+        "throughput_it_s": r.throughput_it_s,
+        "settled_s": settled_s(r),
+        "migrations": r.migrations,
+        "scale_outs": r.scale_outs,
+        "scale_ins": r.scale_ins,
+        "max_pause_s": r.max_pause_s,
+        "total_pause_s": r.total_pause_s,
+        "iter_s": times,
+        "servers_over_time": list(r.servers_over_time),
+        "recovery_iterations": recovery_iterations(times) if scenario == "dynamic" else None,
+    }
+
+
+def run_grid(a: argparse.Namespace, pool: ActorPool) -> list[Row]:
+    rows: list[Row] = []
+    # psld last: the pool then holds the baselines' idle server actors, so that a scale-out
+    # reuses one (a live cluster keeps spare machines warm) instead of starting a process.
+    strategies = sorted(a.strategies.split(","), key=lambda s: s == "psld")
+    cells = itertools.product(range(a.repeats), a.models.split(","), a.scenarios.split(","))
+    for repeat, model, scenario in cells:
+        name, options = MODELS[model]
+        for strategy in strategies:
+            config = PSConfig(
+                model=name,
+                model_options=options,
+                scenario=scenario,
+                strategy=strategy,
+                iterations=a.iterations,
+                spares=a.spares,
+            )
+            row = run_row(model, scenario, strategy, repeat, run_training(config, pool=pool))
+            rows.append(row)
+            print(
+                f"#{repeat} {model:11s} {scenario:12s} {strategy:11s} "
+                f"{row['throughput_it_s']:6.2f} it/s settled {row['settled_s']:.3f} s "
+                f"servers {row['servers_over_time'][-1]} migrations {row['migrations']}",
+                flush=True,
+            )
+    return rows
+
+
+# --- aggregation over repeats ------------------------------------------------------------------
+
+
+def cells_of(rows: Sequence[Row]) -> dict[tuple[str, str], dict[str, Row]]:
+    """(model, scenario) -> strategy -> the median cell of its repeats: median throughput and
+    settled time, their spread, the median recovery per change, psld's elastic counts."""
+    groups: dict[tuple[str, str, str], list[Row]] = {}
     for r in rows:
-        cells.setdefault((str(r["model"]), str(r["scenario"])), {})[str(r["strategy"])] = r
+        groups.setdefault((r["model"], r["scenario"], r["strategy"]), []).append(r)
+    out: dict[tuple[str, str], dict[str, Row]] = {}
+    for (model, scenario, strategy), runs in groups.items():
+        tput = [float(r["throughput_it_s"]) for r in runs]
+        median = statistics.median(tput)
+        cell: Row = {
+            "repeats": len(runs),
+            "throughput_it_s": median,
+            "spread": (max(tput) - min(tput)) / median,
+            "settled_s": statistics.median(float(r["settled_s"]) for r in runs),
+            "migrations": statistics.median(int(r["migrations"]) for r in runs),
+            "servers": sorted(
+                {f"{r['servers_over_time'][0]}->{r['servers_over_time'][-1]}" for r in runs}
+            ),
+            "max_pause_s": max(float(r.get("max_pause_s", 0.0)) for r in runs),
+        }
+        recoveries = [r["recovery_iterations"] for r in runs if r.get("recovery_iterations")]
+        if recoveries:
+            cell["recovery_iterations"] = [max(ks) for ks in zip(*recoveries, strict=True)]
+        out.setdefault((model, scenario), {})[strategy] = cell
+    return out
+
+
+def markdown(cells: dict[tuple[str, str], dict[str, Row]]) -> str:
+    """One row per (model, scenario): each strategy's median throughput, psld's speed-ups over
+    the baselines, its ratio to the oracle (throughput, and settled), servers, migrations."""
+    strategies = list(dict.fromkeys(s for by in cells.values() for s in by))
+    head = [f"{s} it/s" for s in strategies] + [f"psld/{b}" for b in BASELINES]
+    head += ["psld/oracle", "psld/oracle settled", "spread", "servers", "migr."]
+    lines = ["| model | scenario | " + " | ".join(head) + " |", "|---|---|" + "---:|" * len(head)]
     for (model, scenario), by in cells.items():
-        p = by.get("psld", {})
-        vals = [f"{float(by[s]['throughput_it_s']):.2f}" if s in by else "" for s in strategies]
-        for key in ("speedup_over_mxnet", "speedup_over_byteps", "speedup_over_tf-greedy"):
-            vals.append(f"{float(p[key]):.2f}x" if key in p else "")
-        if p and "mxnet" in by:
-            settled = float(by["mxnet"]["settled_s"]) / float(p["settled_s"])  # type: ignore[arg-type]
-            vals.append(f"{settled:.2f}x")
+        p = by.get("psld")
+        vals = [f"{by[s]['throughput_it_s']:.2f}" if s in by else "" for s in strategies]
+        for b in BASELINES:
+            if p is not None and b in by:
+                vals.append(f"{p['throughput_it_s'] / by[b]['throughput_it_s']:.2f}x")
+            else:
+                vals.append("")
+        o = by.get("oracle")
+        if p is not None and o is not None:
+            vals.append(f"{p['throughput_it_s'] / o['throughput_it_s']:.2f}")
+            vals.append(f"{o['settled_s'] / p['settled_s']:.2f}")
         else:
-            vals.append("")
-        for key in ("ratio_to_oracle", "settled_ratio_to_oracle"):
-            vals.append(f"{float(p[key]):.2f}" if key in p else "")
-        sot = p.get("servers_over_time") or [0]
-        vals += [f"{sot[0]}->{sot[-1]}", str(p.get("migrations", ""))]  # type: ignore[index]
+            vals += ["", ""]
+        vals.append(f"{max(c['spread'] for c in by.values()):.0%}")
+        vals += [",".join(p["servers"]), f"{p['migrations']:g}"] if p else ["", ""]
         lines.append(f"| {model} | {scenario} | " + " | ".join(vals) + " |")
     return "\n".join(lines)
+
+
+def goal_checks(cells: dict[tuple[str, str], dict[str, Row]]) -> list[str]:
+    """The issue's four goals, checked per model on the median cells."""
+    out = []
+    for model in dict.fromkeys(m for m, _ in cells):
+        mine = {s: by for (m, s), by in cells.items() if m == model and "psld" in by}
+        if not mine:
+            continue
+        ratio = {
+            s: by["mxnet"]["throughput_it_s"] / by["oracle"]["throughput_it_s"]
+            for s, by in mine.items()
+            if "mxnet" in by and "oracle" in by
+        }
+        if ratio:
+            worst = min(ratio, key=lambda s: ratio[s])
+            up = mine[worst]["psld"]["throughput_it_s"] / mine[worst]["mxnet"]["throughput_it_s"]
+            out.append(
+                f"{model}: worst scenario for mxnet {worst} (mxnet/oracle "
+                f"{ratio[worst]:.2f}): psld/mxnet {up:.2f}x [goal >= 2.86x: "
+                f"{'met' if up >= 2.86 else 'NOT met'}]"
+            )
+        static = {
+            s: by["oracle"]["settled_s"] / by["psld"]["settled_s"]
+            for s, by in mine.items()
+            if s in STATIC_SCENARIOS and "oracle" in by
+        }
+        if static:
+            low = min(static.values())
+            out.append(
+                f"{model}: settled psld/oracle in static scenarios min {low:.2f} "
+                f"({', '.join(f'{s} {v:.2f}' for s, v in static.items())}) "
+                f"[goal >= 0.90: {'met' if low >= 0.9 else 'NOT met'}]"
+            )
+        rec = mine.get("dynamic", {}).get("psld", {}).get("recovery_iterations")
+        if rec:
+            out.append(
+                f"{model}: dynamic recovery {rec} iterations (worst repeat) "
+                f"[goal <= 20: {'met' if max(rec) <= 20 else 'NOT met'}]"
+            )
+        margins = {}
+        for s, by in mine.items():
+            best = max((by[b]["throughput_it_s"] for b in BASELINES if b in by), default=None)
+            if best:
+                margins[s] = by["psld"]["throughput_it_s"] / best
+        if margins:
+            s_min = min(margins, key=lambda s: margins[s])
+            out.append(
+                f"{model}: psld / best static baseline min {margins[s_min]:.2f} ({s_min}) "
+                f"[goal >= 0.97: {'met' if margins[s_min] >= 0.97 else 'NOT met'}]"
+            )
+    return out
+
+
+def report(rows: Sequence[Row], plot: Path | None, plot_model: str | None) -> None:
+    cells = cells_of(rows)
+    print(markdown(cells))
+    print()
+    print("\n".join(goal_checks(cells)))
+    if plot is not None:
+        chosen = [
+            r
+            for r in rows
+            if r["scenario"] == "dynamic"
+            and r["repeat"] == 0
+            and r["model"] == (plot_model or r["model"])
+        ]
+        first = chosen[0]["model"] if chosen else None
+        if any(r["strategy"] == "psld" for r in chosen):
+            plot_dynamic([r for r in chosen if r["model"] == first], plot)
+            print(f"wrote {plot}")
 
 
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--scenarios", default="none,bandwidth,interference,imbalance,dynamic,mixed")
-    p.add_argument("--strategies", default="psld,mxnet,byteps,tf-greedy,oracle")
+    p.add_argument("--strategies", default="psld,mxnet,byteps,tf-greedy,round-robin,oracle")
     p.add_argument("--models", default="preset", help=f"comma-separated, of {', '.join(MODELS)}")
     p.add_argument("--iterations", type=int, default=30)
-    p.add_argument("--spares", type=int, default=1)
+    p.add_argument("--repeats", type=int, default=1)
+    p.add_argument("--spares", type=int, default=2)
     p.add_argument("--json", type=Path)
-    p.add_argument("--plot", type=Path)
-    p.add_argument("--from-json", type=Path, help="only print the tables of a saved run")
+    p.add_argument("--plot", type=Path, help="psld on dynamic (repeat 0 of --plot-model)")
+    p.add_argument("--plot-model", help="the model of the plot (default: the first with psld)")
+    p.add_argument("--from-json", type=Path, nargs="+", help="merge saved runs, print, plot")
     a = p.parse_args()
     if a.from_json:
-        print(markdown(json.loads(a.from_json.read_text())["rows"]))
+        rows = [r for f in a.from_json for r in json.loads(f.read_text())["rows"]]
+        report(rows, a.plot, a.plot_model)
         return
     ensure_ray(None, num_cpus=3)
     pool = ActorPool()
@@ -130,78 +293,17 @@ def main() -> None:
     warm = [pool.take_server() for _ in range(MAX_SERVERS + a.spares)]
     for server in warm:
         pool.give_back_server(server)
-    rows = []
-    models = [m for m in a.models.split(",") if m] or ["preset"]
-    # psld last: the pool then holds the baselines' idle server actors, so that a scale-out
-    # reuses one (a live cluster keeps spare machines warm) instead of starting a process.
-    strategies = sorted(a.strategies.split(","), key=lambda s: s == "psld")
     try:
-        for model in models:
-            for scenario in a.scenarios.split(","):
-                runs = {}
-                for strategy in strategies:
-                    name, options = MODELS[model]
-                    config = PSConfig(
-                        model=name,
-                        model_options=options,
-                        scenario=scenario,
-                        strategy=strategy,
-                        iterations=a.iterations,
-                        spares=a.spares,
-                    )
-                    runs[strategy] = r = run_training(config, pool=pool)
-                    print(
-                        f"{scenario:12s} {strategy:10s} {r.throughput_it_s:6.2f} it/s "
-                        f"settled {settled_s(r):.3f} s servers {r.servers_over_time[-1]}",
-                        flush=True,
-                    )
-                    if scenario == "dynamic" and strategy == "psld" and a.plot:
-                        others = {k: v for k, v in runs.items() if k in ("mxnet", "oracle")}
-                        plot_dynamic(r, a.plot, others)
-                for strategy, r in runs.items():
-                    row = {
-                        "model": model,
-                        "scenario": scenario,
-                        "strategy": strategy,
-                        "throughput_it_s": r.throughput_it_s,
-                        "settled_s": settled_s(r),
-                        "migrations": r.migrations,
-                        "scale_outs": r.scale_outs,
-                        "scale_ins": r.scale_ins,
-                        "max_pause_s": r.max_pause_s,
-                        "iter_s": [t.iter_s + t.boundary_s for t in r.telemetry],
-                        "servers_over_time": list(r.servers_over_time),
-                    }
-                    if "oracle" in runs:
-                        row["ratio_to_oracle"] = r.throughput_it_s / runs["oracle"].throughput_it_s
-                        row["settled_ratio_to_oracle"] = settled_s(runs["oracle"]) / settled_s(r)
-                    if strategy == "psld" and scenario == "dynamic":
-                        row["recovery_iterations"] = recovery_iterations(r)
-                    if strategy == "psld":
-                        for b in BASELINES:
-                            if b in runs:
-                                row[f"speedup_over_{b}"] = (
-                                    r.throughput_it_s / runs[b].throughput_it_s
-                                )
-                    rows.append(row)
+        rows = run_grid(a, pool)
     finally:
         pool.close()
-    for row in rows:
-        if row["strategy"] == "psld":
-            keys = [k for k in row if k.startswith(("speedup", "ratio", "settled_ratio"))]
-            print(
-                row["model"],
-                row["scenario"],
-                row.get("recovery_iterations", ""),
-                {k: round(row[k], 2) for k in keys},
-            )
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
+    ).stdout.strip()
     if a.json:
-        a.json.write_text(
-            json.dumps(
-                {"args": vars(a) | {"json": str(a.json), "plot": str(a.plot)}, "rows": rows},
-                indent=1,
-            )
-        )
+        args = vars(a) | {"json": str(a.json), "plot": str(a.plot), "commit": commit}
+        a.json.write_text(json.dumps({"args": args, "rows": rows}, indent=1))
+    report(rows, a.plot, a.plot_model)
 
 
 if __name__ == "__main__":
