@@ -1,16 +1,18 @@
-"""Predicted back-propagation speed-ups of a zero-skipping systolic array on five CNNs, measured
-after the networks have trained for a while, beside the published ranges.
+"""Predicted speed-ups of a zero-skipping systolic array on five CNNs, measured after the
+networks have trained for a while, beside the published ranges.
 
-Each model trains with SGD on the learnable synthetic classes (or ``--data`` image folder) for
-``--warmup-steps`` steps; the next ``--steps`` steps are recorded and fed to the speed model
-(SCALE-Sim dense cycles, tile-level zero skipping). The main array is the plain lockstep one;
-``--compare-skip-rows`` adds finer skipping granularities predicted from the same steps, and the
-ideal element-level bound is always reported.
+Each model trains with SGD on the learnable synthetic classes (or a ``--data`` image folder) for
+its warm-up steps (``--warmup-steps 300`` or per model, ``resnet18=1500,vgg16=300``); trained
+weights are cached under ``--cache`` (a rerun resumes from them, so training happens once:
+``--train-only`` does only that). The next ``--steps`` steps are recorded and fed to the speed
+model: SCALE-Sim dense cycles on every dataflow and skipping model named by ``--accelerators``
+(``DATAFLOW/MODEL[:LOOKAHEAD]``; the first is the main one), and the ideal element-level bound.
 
-    python benchmarks/sparsity_cnn.py --image-size 64 --batch-size 8 --warmup-steps 150 \\
+    python benchmarks/sparsity_cnn.py --image-size 32 --batch-size 16 \\
+        --warmup-steps alexnet=500,resnet18=1500,mobilenet_v2=1500,resnet50=800,vgg16=300 \\
         --steps 2 --threads 1 --json bench-results/sparsity_cnn.json
 
-Writes the JSON after every model, so a long run can be followed and keeps what it finished.
+Writes the JSON after every model, so a long run keeps what it finished; prints markdown tables.
 Models can run in separate processes and be put together afterwards:
 
     python benchmarks/sparsity_cnn.py --combine a.json b.json --json all.json
@@ -28,57 +30,35 @@ from typing import Any
 import torch
 
 from unstall.results import to_jsonable
-from unstall.sparse.accelerator import AcceleratorConfig
-from unstall.sparse.analyzer import AnalyzerConfig
+from unstall.sparse.accelerator import AcceleratorConfig, parse_accelerator
+from unstall.sparse.analyzer import AnalyzerConfig, profile_training
 from unstall.sparse.cnn_sparsity import (
     PUBLISHED_BACKPROP_SPEEDUP_VS_DENSE,
     PUBLISHED_SPEEDUP_VS_SPARSITY_AGNOSTIC,
     CNNSparsityConfig,
-    CNNSparsityResult,
     analyze_cnn,
 )
 from unstall.sparse.scalesim_adapter import ArrayConfig
 
 MODELS = "alexnet,resnet18,mobilenet_v2,resnet50,vgg16"
+ACCELERATORS = (
+    "os/lockstep,os/per-row:8,os/per-row,ws/lockstep,ws/per-row:8,ws/per-row,"
+    "is/lockstep,is/per-row:8,is/per-row"
+)
 
 
 class ProgressLog:
-    """A line every 25 steps with the rate: the run is followed in a log file."""
+    """A line every 25 steps with the time so far: the run is followed in a log file."""
 
     def __init__(self, model: str, total: int) -> None:
         self.model, self.total, self.seen = model, total, 0
         self.start = time.perf_counter()
 
     def __call__(self, n: int) -> None:
-        self.seen += n
-        if self.seen % 25 == 0 or self.seen == self.total:
+        before, self.seen = self.seen, self.seen + n
+        if self.seen // 25 > before // 25 or self.seen == self.total:
             elapsed = time.perf_counter() - self.start
             print(f"[{self.model}] step {self.seen}/{self.total} {elapsed:.0f}s", flush=True)
-
-
-def summary_row(r: CNNSparsityResult) -> dict[str, Any]:
-    s = r.summary
-    row: dict[str, Any] = {
-        "model": r.model,
-        "warmup_steps": r.training.warmup_steps,
-        "warmup_loss_start": r.training.warmup_loss_start,
-        "warmup_loss_end": r.training.warmup_loss_end,
-        "recorded_accuracy": r.training.recorded_accuracy,
-        "mean_input_density": _mean([x.sparsity.input_density for x in r.layers[1:]]),
-        "mean_relu_grad_density": _mean(
-            [x.sparsity.relu_grad_density for x in r.layers if x.sparsity.relu_grad_density]
-        ),
-        "forward_speedup": s.forward_speedup,
-        "backprop_speedup_vs_dense": s.backprop_speedup_vs_dense,
-        "speedup_vs_input_only": s.speedup_vs_input_only,
-        "ideal_backprop_speedup_vs_dense": s.ideal_backprop_speedup_vs_dense,
-        "ideal_speedup_vs_input_only": s.ideal_speedup_vs_input_only,
-    }
-    for c in r.comparisons:
-        key = c.accelerator.split(", ")[1]  # "skip_rows=N"
-        row[f"{key} backprop_speedup_vs_dense"] = c.summary.backprop_speedup_vs_dense
-        row[f"{key} speedup_vs_input_only"] = c.summary.speedup_vs_input_only
-    return row
 
 
 def _mean(values: list[float | None]) -> float:
@@ -86,93 +66,170 @@ def _mean(values: list[float | None]) -> float:
     return sum(kept) / len(kept) if kept else float("nan")
 
 
-def print_table(rows: list[dict[str, Any]]) -> None:
+def training_row(r: dict[str, Any]) -> dict[str, Any]:
+    """How long the model trained, how far it got, its mean densities (from the result JSON)."""
+    t, layers = r["training"], [x["sparsity"] for x in r["layers"]]
+    return {
+        "model": r["model"],
+        "image/batch": f"{r['image_size']}px/{r['batch_size']}",
+        "warm-up steps": t["warmup_steps"],
+        "loss start": t["warmup_loss_start"],
+        "loss end": t["warmup_loss_end"],
+        "train acc end": t["warmup_accuracy_end"],
+        "eval acc": t["eval_accuracy"],
+        "input density": _mean([x["input_density"] for x in layers[1:]]),
+        "dY density": _mean([x["grad_density"] for x in layers]),
+        "dZ density": _mean([x["relu_grad_density"] for x in layers]),
+        "known": _mean([x["known_zero_share"] for x in layers]),
+    }
+
+
+def speed_rows(r: dict[str, Any]) -> list[dict[str, Any]]:
+    """One row per dataflow and skipping model: the main accelerator, then the comparisons."""
+    first = {"dataflow": r["array"].split()[-1], "skipping": r["skipping"], "summary": r["summary"]}
+    rows = []
+    for c in [first, *r["comparisons"]]:
+        s = c["summary"]
+        rows.append(
+            {
+                "model": r["model"],
+                "dataflow": c["dataflow"],
+                "skipping": c["skipping"],
+                "fwd": s["forward_speedup"],
+                "dX": s["input_grad_speedup"],
+                "dW": s["weight_grad_speedup"],
+                "bprop vs dense": s["backprop_speedup_vs_dense"],
+                "bprop vs input-only": s["speedup_vs_input_only"],
+                "input-only bprop": s["input_only_backprop_speedup"],
+                "ideal bprop vs dense": s["ideal_backprop_speedup_vs_dense"],
+                "ideal vs input-only": s["ideal_speedup_vs_input_only"],
+            }
+        )
+    return rows
+
+
+def markdown(rows: list[dict[str, Any]]) -> str:
+    keys = list(rows[0])
+    lines = ["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)]
+    for row in rows:
+        cells = [f"{v:.2f}" if isinstance(v, float) else str(v) for v in row.values()]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def print_tables(models: dict[str, dict[str, Any]]) -> None:
     lo, hi = PUBLISHED_BACKPROP_SPEEDUP_VS_DENSE
     lo2, hi2 = PUBLISHED_SPEEDUP_VS_SPARSITY_AGNOSTIC
-    keys = [k for k in rows[0] if k not in ("model",)]
-    print("model".ljust(14) + " ".join(k[:22].rjust(22) for k in keys))
-    for row in rows:
-        cells = [f"{row[k]:.3f}" if isinstance(row[k], float) else str(row[k]) for k in keys]
-        print(row["model"].ljust(14) + " ".join(c.rjust(22) for c in cells))
+    print(markdown([training_row(r) for r in models.values()]))
+    print()
+    print(markdown([row for r in models.values() for row in speed_rows(r)]))
     print(
         f"published (Sarma et al. 2021, ImageNet): back-prop {lo}x-{hi}x over dense, "
-        f"{lo2}x-{hi2}x over sparsity-agnostic"
+        f"{lo2}x-{hi2}x over sparsity-agnostic",
+        flush=True,
     )
 
 
 def combine(paths: list[Path], out: Path | None) -> int:
-    """Put the models of several runs into one JSON and print their table; each row also says
-    how many warm-up steps its model had."""
-    merged: dict[str, Any] = {"args": [], "models": {}, "summary": []}
-    rows: dict[str, dict[str, Any]] = {}
-    for path in paths:  # a model in a later file replaces the same model in an earlier one
+    """Put the models of several runs into one JSON and print their tables (a model in a later
+    file replaces the same model in an earlier one)."""
+    merged: dict[str, Any] = {"args": [], "models": {}}
+    for path in paths:
         part = json.loads(path.read_text())
         merged["args"].append(part["args"])
         merged["models"].update(part["models"])
-        rows.update({row["model"]: row for row in part["summary"]})
-    for name, row in rows.items():
-        row.setdefault("warmup_steps", merged["models"][name]["training"]["warmup_steps"])
-    merged["summary"] = list(rows.values())
-    print_table(merged["summary"])
+    print_tables(merged["models"])
     if out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(merged, indent=1) + "\n")
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def warmup_steps(text: str, model: str) -> int:
+    """``"300"`` or ``"resnet18=1500,vgg16=300"`` (a model left out trains 0 steps)."""
+    if "=" not in text:
+        return int(text)
+    pairs = dict(p.split("=") for p in text.split(",") if p.strip())
+    return int(pairs.get(model, 0))
+
+
+def _analyzer_config(args: argparse.Namespace, model: str) -> AnalyzerConfig:
+    return AnalyzerConfig(
+        model=model,
+        image_size=args.image_size,
+        batch_size=args.batch_size,
+        warmup_steps=warmup_steps(args.warmup_steps, model),
+        steps=args.steps,
+        lr=args.lr,
+        data=args.data,
+        seed=args.seed,
+    )
+
+
+def train_only(args: argparse.Namespace) -> int:
+    """Train each model to its warm-up steps (resuming from the cache); print how far it got."""
+    for model in args.models.split(","):
+        config = _analyzer_config(args, model)
+        start = time.perf_counter()
+        progress = ProgressLog(model, config.warmup_steps + config.steps)
+        profile = profile_training(
+            config, progress=progress, cache_dir=args.cache, checkpoint_every=args.checkpoint_every
+        )
+        print(f"[{model}] trained in {time.perf_counter() - start:.0f}s: {profile.training}")
+    return 0
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     p.add_argument("--models", default=MODELS)
-    p.add_argument("--image-size", type=int, default=64)
-    p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--warmup-steps", type=int, default=150)
+    p.add_argument("--image-size", type=int, default=32)
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--warmup-steps", default="300", help="N, or MODEL=N,MODEL=N")
     p.add_argument("--steps", type=int, default=2)
     p.add_argument("--lr", type=float, default=0.01)
     p.add_argument("--array", default="32x32")
-    p.add_argument("--dataflow", default="os")
-    p.add_argument("--compare-skip-rows", default="1")
+    p.add_argument("--accelerators", default=ACCELERATORS, help="DATAFLOW/MODEL[:LOOKAHEAD],...")
     p.add_argument("--data", type=Path, default=None)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", type=Path, default=Path("bench-results/sparsity_cnn.json"))
     p.add_argument("--combine", type=Path, nargs="+", default=None, help="JSONs of earlier runs")
-    args = p.parse_args(argv)
+    p.add_argument(
+        "--cache",
+        type=Path,
+        default=Path("bench-results/cnn-weights"),
+        help="trained-weight checkpoints: a rerun resumes from them (see sparse/train_cache.py)",
+    )
+    p.add_argument("--checkpoint-every", type=int, default=50)
+    p.add_argument("--train-only", action="store_true", help="train (and cache) only")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     if args.combine:
         return combine(args.combine, args.json)
     torch.set_num_threads(args.threads)
-    array = ArrayConfig.parse(args.array, args.dataflow)
-    compare = tuple(
-        AcceleratorConfig(array=array, skip_rows=int(n))
-        for n in args.compare_skip_rows.split(",")
-        if n.strip()
-    )
-    results: dict[str, Any] = {"args": to_jsonable(vars(args)), "models": {}, "summary": []}
-    rows = []
+    if args.train_only:
+        return train_only(args)
+    base = AcceleratorConfig(array=ArrayConfig.parse(args.array))
+    accelerators = [parse_accelerator(a, base) for a in args.accelerators.split(",") if a.strip()]
+    results: dict[str, Any] = {"args": to_jsonable(vars(args)), "models": {}}
     for model in args.models.split(","):
         config = CNNSparsityConfig(
-            analyzer=AnalyzerConfig(
-                model=model,
-                image_size=args.image_size,
-                batch_size=args.batch_size,
-                warmup_steps=args.warmup_steps,
-                steps=args.steps,
-                lr=args.lr,
-                data=args.data,
-                seed=args.seed,
-            ),
-            accelerator=AcceleratorConfig(array=array),
-            compare=compare,
+            analyzer=_analyzer_config(args, model),
+            accelerator=accelerators[0],
+            compare=tuple(accelerators[1:]),
         )
         start = time.perf_counter()
-        result = analyze_cnn(config, ProgressLog(model, args.warmup_steps + args.steps))
+        total = config.analyzer.warmup_steps + config.analyzer.steps
+        result = analyze_cnn(config, ProgressLog(model, total), cache_dir=args.cache)
         print(f"[{model}] done in {time.perf_counter() - start:.0f}s", flush=True)
-        rows.append(summary_row(result))
-        results["models"][model] = result.to_dict()
-        results["summary"] = rows
+        results["models"][model] = to_jsonable(result.to_dict())
         if args.json is not None:
             args.json.parent.mkdir(parents=True, exist_ok=True)
-            args.json.write_text(json.dumps(to_jsonable(results), indent=1) + "\n")
-        print_table(rows)
+            args.json.write_text(json.dumps(results, indent=1) + "\n")
+        print_tables(results["models"])
     return 0
 
 

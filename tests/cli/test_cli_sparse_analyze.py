@@ -26,17 +26,19 @@ def test_analyze_writes_tables_json_and_plot(tmp_path: Path) -> None:
     out = tmp_path / "r18.json"
     args = ["sparse", "analyze", "--model", "resnet18", "--image-size", "32"]
     args += ["--batch-size", "2", "--steps", "1", "--warmup-steps", "1", "--array", "8x8"]
-    args += ["--compare-skip-rows", "1", "--threads", "1", "--json", str(out), "--quiet"]
+    args += ["--compare", "per-row:4,is/per-row", "--threads", "1", "--json", str(out), "--quiet"]
+    args += ["--cache", str(tmp_path / "weights")]
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "densities and predicted speed-ups per layer" in result.output
     assert "cycles per training step" in result.output
     assert "back-propagation speed-up over dense" in result.output
-    assert "skip_rows=1" in result.output  # the comparison table
+    assert "per-row depth 4" in result.output  # the comparison table
+    assert "accuracy" in result.output
     data = json.loads(out.read_text())
     assert data["backprop_speedup_vs_dense"] >= 1.0
     assert data["speedup_vs_input_only"] >= 1.0
-    assert data["array"] == "8x8 os" and data["skip_rows"] == 8
+    assert data["array"] == "8x8 os" and data["skipping"] == "lockstep"
     layers = data["layers"]
     assert len(layers) == 21 and layers[0]["sparsity"]["name"] == "stem.0"
     first = layers[1]
@@ -46,7 +48,11 @@ def test_analyze_writes_tables_json_and_plot(tmp_path: Path) -> None:
     assert {"forward_speedup", "backprop_speedup_vs_dense", "speedup_vs_input_only"} <= set(
         first["speed"]
     )
-    assert data["comparisons"][0]["accelerator"] == "8x8 os, skip_rows=1, bn=folded"
+    first_other, second_other = data["comparisons"]
+    assert first_other["accelerator"] == "8x8 os, per-row depth 4, bn=folded"
+    assert (second_other["dataflow"], second_other["skipping"]) == ("is", "per-row unbounded")
+    assert data["training"]["eval_accuracy"] is not None
+    assert len(list((tmp_path / "weights").glob("resnet18-32px-b2-*-step1.pt"))) == 1
     assert (tmp_path / "r18.densities.png").stat().st_size > 10_000
     config = json.loads((tmp_path / "r18.config.json").read_text())
     assert config["config"]["analyzer"]["model"] == "resnet18"
@@ -57,7 +63,9 @@ def test_analyze_writes_tables_json_and_plot(tmp_path: Path) -> None:
     [
         (["--array", "8by8"], "ROWSxCOLS"),
         (["--model", "lstm_lm"], "not an image CNN"),
-        (["--skip-rows", "3"], "skip_rows"),
+        (["--skipping", "per-pe"], "skipping"),
+        (["--lookahead", "4"], "per-row model only"),
+        (["--compare", "ws/sideways"], "compare"),
         (["--bn-gradient", "maybe"], "bn_gradient"),
     ],
 )

@@ -13,7 +13,12 @@ import pytest
 import torch
 
 from unstall.errors import ConfigError
-from unstall.sparse.accelerator import AcceleratorConfig, CycleCounter, model_speed
+from unstall.sparse.accelerator import (
+    AcceleratorConfig,
+    CycleCounter,
+    model_speed,
+    parse_accelerator,
+)
 from unstall.sparse.analyzer import LayerTensors
 from unstall.sparse.gemms import gemm_shapes, geometry_of
 from unstall.sparse.scalesim_adapter import (
@@ -116,9 +121,17 @@ def test_dense_cycles_grow_with_every_gemm_dimension() -> None:
 
 
 def _reference_busy(
-    masks: GemmMasks, m: int, n: int, k: int, g: int, arr: ArrayConfig, rows: int
+    masks: GemmMasks,
+    m: int,
+    n: int,
+    k: int,
+    g: int,
+    arr: ArrayConfig,
+    rows: int,
+    lookahead: int | None = None,
 ) -> int:
-    """Brute force: every (row group, column block, step) of every fold, one by one."""
+    """Brute force: every (row group, column block, step) of every fold, one by one; with a
+    lookahead the row groups meet every ``lookahead`` steps."""
     total = 0
     for gi in range(g):
         a = masks.a[gi] if masks.a is not None else torch.ones(m, k, dtype=torch.bool)
@@ -127,15 +140,19 @@ def _reference_busy(
         useful = a[:, None, :] & b.T[None, :, :] & need[:, :, None]  # (m, n, k)
         order = {"os": (0, 1, 2), "ws": (2, 1, 0), "is": (2, 0, 1)}[arr.dataflow]
         u = useful.permute(*order)  # (array rows, array columns, stream)
+        window = u.shape[2] if lookahead is None or rows == arr.rows else lookahead
         for rb in range(math.ceil(u.shape[0] / arr.rows)):
             for cb in range(math.ceil(u.shape[1] / arr.cols)):
-                busiest = 0
-                for grp in range(arr.rows // rows):
-                    r0 = rb * arr.rows + grp * rows
-                    block = u[r0 : r0 + rows, cb * arr.cols : (cb + 1) * arr.cols]
-                    if block.numel():
-                        busiest = max(busiest, int(block.any(0).any(0).sum()))
-                total += busiest
+                for w0 in range(0, u.shape[2], window):
+                    busiest = 0
+                    for grp in range(arr.rows // rows):
+                        r0 = rb * arr.rows + grp * rows
+                        block = u[
+                            r0 : r0 + rows, cb * arr.cols : (cb + 1) * arr.cols, w0 : w0 + window
+                        ]
+                        if block.numel():
+                            busiest = max(busiest, int(block.any(0).any(0).sum()))
+                    total += busiest
     return total
 
 
@@ -143,9 +160,10 @@ def _reference_busy(
 def test_busy_steps_match_brute_force(dataflow: str) -> None:
     rng = random.Random(dataflow)
     gen = torch.Generator().manual_seed(len(dataflow) + ord(dataflow[0]))
-    for _ in range(40):
+    for _ in range(60):
         rows, cols = rng.choice([1, 2, 4]), rng.choice([1, 3, 4])
         skip = rng.choice([d for d in range(1, rows + 1) if rows % d == 0])
+        lookahead = rng.choice([None, 1, 2, 3])
         m, n, k, g = rng.randint(1, 9), rng.randint(1, 9), rng.randint(1, 9), rng.randint(1, 3)
 
         def mask(shape: tuple[int, ...]) -> torch.Tensor | None:
@@ -154,8 +172,8 @@ def test_busy_steps_match_brute_force(dataflow: str) -> None:
 
         masks = GemmMasks(a=mask((g, m, k)), b=mask((g, k, n)), need=mask((g, m, n)))
         arr = ArrayConfig(rows=rows, cols=cols, dataflow=dataflow)  # type: ignore[arg-type]
-        assert busy_steps(masks, m, n, k, g, arr, skip) == _reference_busy(
-            masks, m, n, k, g, arr, skip
+        assert busy_steps(masks, m, n, k, g, arr, skip, lookahead) == _reference_busy(
+            masks, m, n, k, g, arr, skip, lookahead
         )
 
 
@@ -175,6 +193,95 @@ def test_lockstep_skips_only_whole_zero_vectors() -> None:
     assert busy_steps(GemmMasks(a=a), 2, 1, 3, 1, arr, skip_rows=2) == 2  # step 1 skipped
     assert busy_steps(GemmMasks(a=a), 2, 1, 3, 1, arr, skip_rows=1) == 2  # max(0, 2)
     assert busy_steps(GemmMasks(a=~a), 2, 1, 3, 1, arr, skip_rows=2) == 3  # no step all-zero
+
+
+def _os_rows(rows: list[str]) -> torch.Tensor:
+    """An ``a`` mask (1, m, k) from strings of 0/1: one string per array row (output-stationary:
+    GEMM row m is array row m, the string is what it streams)."""
+    return torch.tensor([[[c == "1" for c in row] for row in rows]])
+
+
+@pytest.mark.parametrize(
+    ("skipping", "lookahead", "expected"),
+    [
+        ("lockstep", None, 7),  # steps 0-6 have work in some row; step 7 is zero everywhere
+        ("per-row", None, 5),  # the densest row (row 1) has 5 non-zero steps
+        ("per-row", 1, 7),  # a one-step buffer is lockstep again
+        ("per-row", 4, 3 + 2),  # windows 0-3 and 4-7: busiest rows have 3, then 2
+        ("per-row", 8, 5),  # one window covers the stream: the unbounded answer
+    ],
+)
+def test_skipping_models_on_a_hand_made_fold(
+    skipping: str, lookahead: int | None, expected: int
+) -> None:
+    a = _os_rows(["10100000", "11101100", "00010010", "00000000"])
+    config = AcceleratorConfig(
+        array=ArrayConfig(rows=4, cols=2),
+        skipping=skipping,  # type: ignore[arg-type]
+        lookahead=lookahead,
+    )
+    busy = busy_steps(GemmMasks(a=a), 4, 2, 8, 1, config.array, config.group_rows, lookahead)
+    assert busy == expected
+
+
+def test_rows_whose_work_is_far_apart_need_a_deep_buffer() -> None:
+    # Row 0 works in the second half of the stream, row 1 in the first: unbounded per-row
+    # skipping runs both at once (4 cycles), a buffer of 4 steps cannot (the rows meet at step 4).
+    a = _os_rows(["00001111", "11110000"])
+    arr = ArrayConfig(rows=2, cols=1)
+    assert busy_steps(GemmMasks(a=a), 2, 1, 8, 1, arr, 2) == 8  # lockstep
+    assert busy_steps(GemmMasks(a=a), 2, 1, 8, 1, arr, 1, None) == 4
+    assert busy_steps(GemmMasks(a=a), 2, 1, 8, 1, arr, 1, 8) == 4
+    assert busy_steps(GemmMasks(a=a), 2, 1, 8, 1, arr, 1, 4) == 8
+    # a second fold (rows 2-3) adds its own time: folds run one after another
+    a2 = _os_rows(["00001111", "11110000", "10000000", "00000000"])
+    assert busy_steps(GemmMasks(a=a2), 4, 1, 8, 1, arr, 1, None) == 4 + 1
+
+
+def test_only_streamed_zeros_save_time_in_each_dataflow() -> None:
+    """The forward GEMM A = im2col(X) (sparse) @ W (dense): A streams through the array in os
+    (along rows, over K) and ws (along rows, over M), so per-row skipping gains; in is A is the
+    stationary operand: a PE holding a zero idles but the fold lasts as long, so nothing."""
+    gen = torch.Generator().manual_seed(11)
+    m, n, k = 64, 32, 64
+    a = torch.rand(1, m, k, generator=gen) < 0.5
+    dense = {}
+    sparse = {}
+    for flow in ("os", "ws", "is"):
+        arr = ArrayConfig(rows=8, cols=8, dataflow=flow)  # type: ignore[arg-type]
+        plan = fold_plan(m, n, k, arr)
+        dense[flow] = plan.folds * plan.stream
+        sparse[flow] = busy_steps(GemmMasks(a=a), m, n, k, 1, arr, 1, None)
+    assert sparse["os"] < 0.8 * dense["os"]
+    assert sparse["ws"] < 0.8 * dense["ws"]
+    assert sparse["is"] == dense["is"]
+    # lockstep: 8 independent half-dense elements are all zero with probability 1/256
+    for flow in ("os", "ws"):
+        arr = ArrayConfig(rows=8, cols=8, dataflow=flow)  # type: ignore[arg-type]
+        lock = busy_steps(GemmMasks(a=a), m, n, k, 1, arr, 8)
+        assert lock > 0.95 * dense[flow]
+
+
+def test_per_row_unbounded_is_bounded_by_the_ideal_and_by_lockstep() -> None:
+    gen = torch.Generator().manual_seed(5)
+    layer = _layer(
+        torch.rand(2, 4, 6, 6, generator=gen) < 0.4,
+        torch.rand(2, 8, 6, 6, generator=gen) < 0.4,
+        None,
+    )
+    arr = ArrayConfig(rows=4, cols=4)
+    speeds = {}
+    for name, cfg in {
+        "lockstep": AcceleratorConfig(array=arr),
+        "depth 2": AcceleratorConfig(array=arr, skipping="per-row", lookahead=2),
+        "unbounded": AcceleratorConfig(array=arr, skipping="per-row"),
+    }.items():
+        counter = CycleCounter(cfg)
+        counter.observe(layer)
+        speeds[name] = model_speed([counter.layer_speed("conv")])
+    bp = {name: s.backprop_speedup_vs_dense for name, s in speeds.items()}
+    assert 1.0 <= bp["lockstep"] <= bp["depth 2"] <= bp["unbounded"]
+    assert bp["unbounded"] < speeds["unbounded"].ideal_backprop_speedup_vs_dense
 
 
 def _layer(x_nz: torch.Tensor, dy_nz: torch.Tensor, alive: torch.Tensor | None) -> LayerTensors:
@@ -282,5 +389,26 @@ def test_array_config_parsing_and_errors() -> None:
         ArrayConfig.parse("32by16")
     with pytest.raises(ConfigError, match="dataflow"):
         ArrayConfig(dataflow="xs")  # type: ignore[arg-type]
-    with pytest.raises(ConfigError, match="skip_rows"):
-        AcceleratorConfig(array=ArrayConfig(rows=8, cols=8), skip_rows=3)
+    grid = ArrayConfig(rows=8, cols=8)
+    with pytest.raises(ConfigError, match="row_group"):
+        AcceleratorConfig(array=grid, skipping="per-row", row_group=3)
+    with pytest.raises(ConfigError, match="per-row model only"):
+        AcceleratorConfig(array=grid, lookahead=8)  # lockstep has no buffer to size
+    with pytest.raises(ConfigError, match="skipping"):
+        AcceleratorConfig(array=grid, skipping="per-pe")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="lookahead"):
+        AcceleratorConfig(array=grid, skipping="per-row", lookahead=0)
+
+
+def test_accelerator_specs_parse() -> None:
+    base = AcceleratorConfig(array=ArrayConfig(rows=16, cols=8), bn_gradient="exact")
+    ws = parse_accelerator("ws/per-row:16", base)
+    assert (ws.array.dataflow, ws.skipping, ws.lookahead) == ("ws", "per-row", 16)
+    assert (ws.array.rows, ws.array.cols, ws.bn_gradient) == (16, 8, "exact")
+    assert ws.label == "16x8 ws, per-row depth 16, bn=exact"
+    unbounded = parse_accelerator("per-row:inf", base)
+    assert unbounded.lookahead is None and unbounded.array.dataflow == "os"
+    assert parse_accelerator("is/lockstep", base).skipping_label == "lockstep"
+    for bad in ("per-pe", "lockstep:8", "xs/lockstep", "per-row:x"):
+        with pytest.raises(ConfigError):
+            parse_accelerator(bad, base)

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from unstall.errors import ConfigError, DataFileError
+from unstall.sparse import train_cache
 from unstall.sparse.analyzer import (
     AnalyzerConfig,
     build_model,
@@ -228,3 +229,33 @@ def test_warmup_lowers_the_loss() -> None:
     training = profile_training(config).training
     assert training.warmup_loss_end is not None and training.warmup_loss_start is not None
     assert training.warmup_loss_end < 0.8 * training.warmup_loss_start
+
+
+def test_a_resumed_warmup_equals_an_uninterrupted_one(tmp_path: Path) -> None:
+    """Checkpoints hold the weights, momentum, data and dropout RNG states: resuming from one
+    continues exactly (MobileNetV2 has dropout and BatchNorm running statistics)."""
+
+    def config(warmup: int) -> AnalyzerConfig:
+        return AnalyzerConfig(
+            model="mobilenet_v2",
+            image_size=32,
+            batch_size=2,
+            warmup_steps=warmup,
+            steps=1,
+            eval_images=8,
+        )
+
+    straight = profile_training(config(4))
+    profile_training(config(3), cache_dir=tmp_path, checkpoint_every=2)
+    assert [p.name.split("-step")[1] for p in tmp_path.iterdir()] == ["3.pt"]  # older dropped
+    seen: list[int] = []
+    resumed = profile_training(config(4), cache_dir=tmp_path, progress=seen.append)
+    assert seen[0] == 3  # the cached steps are reported at once
+    assert resumed.training == straight.training
+    assert resumed.layers == straight.layers
+    assert straight.training.eval_accuracy is not None
+    assert 0.0 <= straight.training.eval_accuracy <= 1.0
+    assert [p.name.split("-step")[1] for p in tmp_path.iterdir()] == ["4.pt"]
+    other = AnalyzerConfig(model="mobilenet_v2", image_size=32, batch_size=2, lr=0.02)
+    assert train_cache.cache_key(other) != train_cache.cache_key(config(4))
+    assert train_cache.cache_key(config(9)) == train_cache.cache_key(config(4))

@@ -165,12 +165,16 @@ def analyze(
     batch_size: Annotated[int, typer.Option("--batch-size", help="Images per step.")] = 8,
     array: Annotated[str, typer.Option("--array", help="Systolic array ROWSxCOLS.")] = "32x32",
     dataflow: Annotated[str, typer.Option("--dataflow", help="os, ws or is.")] = "os",
-    skip_rows: Annotated[
+    skipping: Annotated[
+        str, typer.Option("--skipping", help="Zero-skipping model: lockstep or per-row.")
+    ] = "lockstep",
+    lookahead: Annotated[
         int | None,
-        typer.Option("--skip-rows", help="Array rows that skip together (default: all)."),
+        typer.Option("--lookahead", help="per-row: shared-operand buffer steps (unbounded)."),
     ] = None,
-    compare_skip_rows: Annotated[
-        str, typer.Option("--compare-skip-rows", help="Also predict these, e.g. '1,8'.")
+    compare: Annotated[
+        str,
+        typer.Option("--compare", help="Also predict, e.g. 'per-row:16,ws/lockstep,is/per-row'."),
     ] = "",
     bn_gradient: Annotated[
         str, typer.Option("--bn-gradient", help="folded (ReLU-masked) or exact (autograd's).")
@@ -180,6 +184,10 @@ def analyze(
     ] = None,
     lr: Annotated[float, typer.Option("--lr", help="SGD learning rate.")] = 0.01,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the run.")] = 0,
+    cache: Annotated[
+        str | None,
+        typer.Option("--cache", help="Folder of trained-weight checkpoints to resume from."),
+    ] = None,
     threads: ThreadsOpt = None,
     plot: Annotated[
         str | None, typer.Option("--plot", help="Density plot PNG (default: beside --json).")
@@ -189,19 +197,21 @@ def analyze(
 ) -> None:
     """Train a zoo CNN, record per-layer input/output-gradient sparsity, and predict the
     speed-ups of a zero-skipping systolic array (SCALE-Sim dense cycles)."""
+    from pathlib import Path
+
     from unstall.cli import sparse_tables as views
     from unstall.report.sparsity_plot import plot_densities
     from unstall.sparse.cnn_sparsity import analyze_cnn
 
     config = views.analyze_config(
         model=model, image_size=image_size, steps=steps, warmup_steps=warmup_steps,
-        batch_size=batch_size, array=array, dataflow=dataflow, skip_rows=skip_rows,
-        compare_skip_rows=compare_skip_rows, bn_gradient=bn_gradient, data=data, lr=lr, seed=seed,
+        batch_size=batch_size, array=array, dataflow=dataflow, skipping=skipping,
+        lookahead=lookahead, compare=compare, bn_gradient=bn_gradient, data=data, lr=lr, seed=seed,
     )  # fmt: skip
     if threads is not None:
         views.set_threads(threads)
     with progress_bar(f"{model} steps", warmup_steps + steps, quiet) as advance:
-        result = analyze_cnn(config, advance)
+        result = analyze_cnn(config, advance, cache_dir=Path(cache) if cache else None)
     for view in views.all_tables(result):
         console.print(view)
     for line in views.headline(result):

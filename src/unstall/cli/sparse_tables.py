@@ -10,7 +10,12 @@ from rich.table import Table
 
 from unstall.cli.common import table
 from unstall.errors import ConfigError
-from unstall.sparse.accelerator import AcceleratorConfig, BnGradient
+from unstall.sparse.accelerator import (
+    AcceleratorConfig,
+    BnGradient,
+    SkippingModel,
+    parse_accelerator,
+)
 from unstall.sparse.analyzer import AnalyzerConfig
 from unstall.sparse.cnn_sparsity import (
     PUBLISHED_BACKPROP_SPEEDUP_VS_DENSE,
@@ -64,7 +69,7 @@ def layer_table(result: CNNSparsityResult) -> Table:
     ]
     title = (
         f"{result.model}: densities and predicted speed-ups per layer "
-        f"({result.array} array, skip_rows={result.skip_rows}, bn={result.bn_gradient})"
+        f"({result.array} array, {result.skipping} skipping, bn={result.bn_gradient})"
     )
     return table(title, columns, rows)
 
@@ -95,6 +100,7 @@ def headline(result: CNNSparsityResult) -> list[str]:
     t = result.training
     start = "-" if t.warmup_loss_start is None else f"{t.warmup_loss_start:.3f}"
     end = "-" if t.warmup_loss_end is None else f"{t.warmup_loss_end:.3f}"
+    evaluated = "-" if t.eval_accuracy is None else f"{t.eval_accuracy:.2f}"
     return [
         f"back-propagation speed-up over dense: {s.backprop_speedup_vs_dense:.3f}x "
         f"(published, ImageNet: {lo}x-{hi}x)",
@@ -104,25 +110,31 @@ def headline(result: CNNSparsityResult) -> list[str]:
         f"{s.ideal_speedup_vs_input_only:.3f}x over input-only",
         f"whole step: {s.step_speedup_vs_dense:.3f}x over dense; forward {s.forward_speedup:.3f}x",
         f"training: {t.warmup_steps} warm-up steps, loss {start} -> {end} "
-        f"(chance {t.chance_loss:.3f}); recorded batch accuracy {t.recorded_accuracy:.2f}",
+        f"(chance {t.chance_loss:.3f}); accuracy {evaluated} (eval, fresh images), "
+        f"{t.recorded_accuracy:.2f} (recorded batches)",
     ]
 
 
 def comparison_table(result: CNNSparsityResult) -> Table | None:
-    """The same recorded steps on the other arrays or skip granularities, if any."""
+    """The same recorded steps on the other dataflows or skipping models, if any."""
     if not result.comparisons:
         return None
     rows = [
         [
-            c.accelerator,
+            c.dataflow,
+            c.skipping,
             c.summary.forward_speedup,
+            c.summary.input_grad_speedup,
+            c.summary.weight_grad_speedup,
             c.summary.backprop_speedup_vs_dense,
             c.summary.speedup_vs_input_only,
         ]
         for c in result.comparisons
     ]
-    columns = ["accelerator", "fwd x", "bprop x dense", "bprop x in-only"]
-    return table(f"{result.model}: other arrays, same recorded steps", columns, rows)
+    columns = ["dataflow", "skipping", "fwd x", "dX x", "dW x", "bprop x dense", "bprop x in-only"]
+    return table(
+        f"{result.model}: other dataflows and skipping, same recorded steps", columns, rows
+    )
 
 
 def all_tables(result: CNNSparsityResult) -> list[Table]:
@@ -140,8 +152,9 @@ def analyze_config(
     batch_size: int,
     array: str,
     dataflow: str,
-    skip_rows: int | None,
-    compare_skip_rows: str,
+    skipping: str,
+    lookahead: int | None,
+    compare: str,
     bn_gradient: str,
     data: str | None,
     lr: float,
@@ -149,11 +162,13 @@ def analyze_config(
 ) -> CNNSparsityConfig:
     """The run's config from the command line (each part validates its own fields)."""
     grid = ArrayConfig.parse(array, cast(Dataflow, dataflow))
-    bn = cast(BnGradient, bn_gradient)
-    try:
-        others = tuple(int(p) for p in compare_skip_rows.split(",") if p.strip())
-    except ValueError as exc:
-        raise ConfigError("analyze", "compare_skip_rows", "must be integers, e.g. 1,8") from exc
+    accelerator = AcceleratorConfig(
+        array=grid,
+        skipping=cast(SkippingModel, skipping),
+        lookahead=lookahead,
+        bn_gradient=cast(BnGradient, bn_gradient),
+    )
+    others = tuple(parse_accelerator(p, accelerator) for p in compare.split(",") if p.strip())
     return CNNSparsityConfig(
         analyzer=AnalyzerConfig(
             model=model,
@@ -165,8 +180,8 @@ def analyze_config(
             lr=lr,
             seed=seed,
         ),
-        accelerator=AcceleratorConfig(array=grid, skip_rows=skip_rows, bn_gradient=bn),
-        compare=tuple(AcceleratorConfig(array=grid, skip_rows=n, bn_gradient=bn) for n in others),
+        accelerator=accelerator,
+        compare=others,
     )
 
 

@@ -45,7 +45,7 @@ def plot_densities(result: CNNSparsityResult, path: Path) -> Path:
     bottom.plot(x, [s.speedup_vs_input_only for s in speeds], "s-", label="vs input sparsity only")
     bottom.axhline(1.0, color="grey", linewidth=0.8)
     bottom.set_ylabel("back-prop speed-up")
-    bottom.set_title(f"{result.array} array, skip_rows={result.skip_rows}", fontsize=9)
+    bottom.set_title(f"{result.array} array, {result.skipping} skipping", fontsize=9)
     bottom.legend(fontsize=7)
     bottom.grid(True, alpha=0.3)
     bottom.set_xticks(x)

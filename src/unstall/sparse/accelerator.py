@@ -28,13 +28,13 @@ weight gradient) over dense and over ``input_only``; and the whole step.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, cast
 
 from unstall.config import check
 from unstall.results import JsonResult
 from unstall.sparse.analyzer import LayerTensors
 from unstall.sparse.gemms import GemmShape, im2col_mask, output_rows_mask
-from unstall.sparse.scalesim_adapter import ArrayConfig, fold_cycles, fold_plan
+from unstall.sparse.scalesim_adapter import ArrayConfig, Dataflow, fold_cycles, fold_plan
 from unstall.sparse.skipping import GemmMasks, busy_steps, effectual_macs
 
 Mode = Literal["dense", "input_only", "full"]
@@ -44,24 +44,88 @@ GEMMS: tuple[GemmName, ...] = ("forward", "input_grad", "weight_grad")
 BnGradient = Literal["folded", "exact"]
 
 
+SkippingModel = Literal["lockstep", "per-row"]
+# The skipping models (see unstall.sparse.skipping), by name.
+SKIPPING_MODELS: dict[str, str] = {
+    "lockstep": "a streamed step of a fold is skipped only when every PE of the fold idles on it",
+    "per-row": "each array row skips its own zero steps; rows meet every `lookahead` steps",
+}
+
+
 @dataclass(frozen=True, kw_only=True)
 class AcceleratorConfig:
-    """The array and what it may skip. ``skip_rows``: rows of the array that skip together
-    (None: all of them, the plain lockstep systolic array; 1: every row on its own)."""
+    """The array and what it may skip.
+
+    ``skipping``: a model of :data:`SKIPPING_MODELS`. For ``per-row``: ``lookahead``, the steps
+    of the buffer for the operand the rows share (None: unbounded, the fold lasts as long as its
+    densest row); ``row_group``, rows that share one queue and skip together (1: every row).
+    """
 
     array: ArrayConfig = field(default_factory=ArrayConfig)
-    skip_rows: int | None = None
+    skipping: SkippingModel = "lockstep"
+    lookahead: int | None = None
+    row_group: int = 1
     bn_gradient: BnGradient = "folded"
 
     def __post_init__(self) -> None:
-        rows = self.array.rows
-        ok = self.skip_rows is None or (1 <= self.skip_rows <= rows and rows % self.skip_rows == 0)
-        check(ok, self, "skip_rows", f"must divide the array's {rows} rows, got {self.skip_rows}")
+        rows, group = self.array.rows, self.row_group
+        names = tuple(SKIPPING_MODELS)
+        check(self.skipping in SKIPPING_MODELS, self, "skipping", f"must be one of {names}")
+        ok = isinstance(group, int) and 1 <= group <= rows and rows % group == 0
+        check(ok, self, "row_group", f"must divide the array's {rows} rows, got {group}")
+        ok = self.lookahead is None or (isinstance(self.lookahead, int) and self.lookahead >= 1)
+        check(ok, self, "lookahead", f"must be an int >= 1 or None, got {self.lookahead}")
+        plain = self.lookahead is None and group == 1
+        check(
+            self.skipping == "per-row" or plain,
+            self,
+            "skipping",
+            "lookahead and row_group apply to the per-row model only",
+        )
         check(self.bn_gradient in ("folded", "exact"), self, "bn_gradient", "folded or exact")
 
     @property
     def group_rows(self) -> int:
-        return self.array.rows if self.skip_rows is None else self.skip_rows
+        """Array rows that skip together."""
+        return self.array.rows if self.skipping == "lockstep" else self.row_group
+
+    @property
+    def skipping_label(self) -> str:
+        """``"lockstep"``, ``"per-row depth 16"``, ``"per-row unbounded, groups of 4"``."""
+        if self.skipping == "lockstep":
+            return "lockstep"
+        depth = "unbounded" if self.lookahead is None else f"depth {self.lookahead}"
+        groups = f", groups of {self.row_group}" if self.row_group > 1 else ""
+        return f"per-row {depth}{groups}"
+
+    @property
+    def label(self) -> str:
+        """``"32x32 os, per-row depth 16, bn=folded"``."""
+        return f"{self.array.label}, {self.skipping_label}, bn={self.bn_gradient}"
+
+
+def parse_accelerator(spec: str, base: AcceleratorConfig) -> AcceleratorConfig:
+    """``"[DATAFLOW/]MODEL[:DEPTH]"`` (e.g. ``ws/per-row:16``, ``per-row:inf``, ``is/lockstep``)
+    on ``base``'s array size and BN handling; a clear error otherwise."""
+    text = spec.strip().lower()
+    flow, _, rest = text.rpartition("/")
+    name, _, depth = rest.partition(":")
+    ok = name in SKIPPING_MODELS and (depth in ("", "inf") or depth.isdigit())
+    check(ok, "analyze", "compare", f"must look like [os|ws|is/]MODEL[:DEPTH|inf], got {spec!r}")
+    check(
+        not depth or name == "per-row", "analyze", "compare", f"only per-row has a depth: {spec!r}"
+    )
+    array = (
+        base.array
+        if not flow
+        else ArrayConfig.parse(f"{base.array.rows}x{base.array.cols}", cast(Dataflow, flow))
+    )
+    return AcceleratorConfig(
+        array=array,
+        skipping=cast(SkippingModel, name),
+        lookahead=int(depth) if depth.isdigit() else None,
+        bn_gradient=base.bn_gradient,
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -143,6 +207,7 @@ class CycleCounter:
                 shape.groups,
                 self.config.array,
                 self.config.group_rows,
+                self.config.lookahead,
             )
             macs = effectual_macs(masks, shape.m, shape.n, shape.k, shape.groups)
             key = (t.name, gemm, mode)

@@ -33,6 +33,7 @@ The first layer computes no input gradient (the images need none).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -44,6 +45,7 @@ from torch import nn
 
 from unstall.config import check
 from unstall.results import JsonResult
+from unstall.sparse import train_cache
 from unstall.sparse.cnn_data import FolderImages, ImageSource, PatternConfig, PatternImages
 from unstall.sparse.gemms import LayerGemms, LayerGeometry, LayerKind, gemm_shapes, geometry_of
 from unstall.workload import zoo
@@ -345,6 +347,7 @@ class AnalyzerConfig:
     clip_grad_norm: float | None = 5.0
     data: Path | None = None
     seed: int = 0
+    eval_images: int = 128  # accuracy after the warm-up, on this many fresh images (eval mode)
 
     def __post_init__(self) -> None:
         model = zoo.spec(self.model)
@@ -359,6 +362,7 @@ class AnalyzerConfig:
         check(self.weight_decay >= 0, self, "weight_decay", "must be >= 0")
         clip = self.clip_grad_norm
         check(clip is None or clip > 0, self, "clip_grad_norm", "must be > 0 or None")
+        check(self.eval_images >= 1, self, "eval_images", "must be >= 1")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -368,9 +372,11 @@ class TrainingSummary(JsonResult):
     warmup_steps: int
     warmup_loss_start: float | None  # mean over the first tenth of the warm-up steps
     warmup_loss_end: float | None  # mean over the last tenth
+    warmup_accuracy_end: float | None  # training-batch accuracy over the last tenth
     recorded_loss: float
     recorded_accuracy: float  # training-batch accuracy over the recorded steps
     chance_loss: float  # ln(classes): the loss of a uniform guess
+    eval_accuracy: float | None = None  # eval mode, fresh images, after the warm-up
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -407,18 +413,23 @@ def profile_training(
     *,
     on_layer: Callable[[LayerTensors], None] | None = None,
     progress: Callable[[int], None] | None = None,
+    cache_dir: Path | None = None,
+    checkpoint_every: int = 100,
 ) -> SparsityProfile:
     """Train ``config.model`` for ``warmup_steps`` + ``steps`` SGD steps; record the last
     ``steps``. ``on_layer`` sees every layer's masks of every recorded step (the speed model
-    uses them); ``progress(1)`` is called after each step."""
-    init_seed, data_seed, dropout_seed = np.random.SeedSequence(config.seed).generate_state(3)
-    source = _source(config, int(data_seed))
-    data_gen = torch.Generator().manual_seed(int(data_seed))
+    uses them); ``progress(n)`` is called as steps finish. With ``cache_dir`` the warm-up
+    resumes from the newest checkpoint of the same training (:mod:`unstall.sparse.train_cache`)
+    and saves one every ``checkpoint_every`` steps and at its end."""
+    seeds = np.random.SeedSequence(config.seed).generate_state(4)
+    init_seed, data_seed, dropout_seed, eval_seed = (int(s) for s in seeds)
+    source = _source(config, data_seed)
+    data_gen = torch.Generator().manual_seed(data_seed)
     loss_fn = zoo.loss_fn(config.model)
     with torch.random.fork_rng(devices=[]):  # model init and dropout, without touching the caller
-        torch.manual_seed(int(init_seed))
+        torch.manual_seed(init_seed)
         model = build_model(config, source.num_classes)
-        torch.manual_seed(int(dropout_seed))
+        torch.manual_seed(dropout_seed)
         model.train()
         optimizer = torch.optim.SGD(
             model.parameters(),
@@ -426,15 +437,15 @@ def profile_training(
             momentum=config.momentum,
             weight_decay=config.weight_decay,
         )
-        warmup = [
-            _plain_step(model, optimizer, loss_fn, source, data_gen, config, progress)
-            for _ in range(config.warmup_steps)
-        ]
-        counters, losses, correct = _recorded_steps(
-            model, optimizer, loss_fn, source, data_gen, config, on_layer, progress
+        run = _Run(model, optimizer, loss_fn, source, data_gen, config, progress)
+        warmup = run.warm_up(cache_dir, checkpoint_every)
+        eval_accuracy = (
+            _eval_accuracy(model, source, eval_seed, config.eval_images) if warmup.losses else None
         )
+        counters, losses, correct = _recorded_steps(run, on_layer)
     layers = tuple(c.result(i) for i, c in enumerate(counters.values()))
     training = _training_summary(warmup, losses, correct, config, source.num_classes)
+    training = dataclasses.replace(training, eval_accuracy=eval_accuracy)
     data = str(config.data) if config.data is not None else "synthetic patterns"
     return SparsityProfile(
         model=config.model,
@@ -446,24 +457,92 @@ def profile_training(
     )
 
 
+@dataclass
+class _Run:
+    """A training run's parts: the model, its optimizer and loss, and where batches come from."""
+
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    source: ImageSource
+    data_gen: torch.Generator
+    config: AnalyzerConfig
+    progress: Callable[[int], None] | None
+
+    def warm_up(self, cache_dir: Path | None, checkpoint_every: int) -> train_cache.TrainState:
+        """The unrecorded SGD steps, resumed from and saved to ``cache_dir`` when given."""
+        check(checkpoint_every >= 1, "profile_training", "checkpoint_every", "must be >= 1")
+        total = self.config.warmup_steps
+        state = (
+            None if cache_dir is None else train_cache.load_latest(cache_dir, self.config, total)
+        )
+        if state is not None:
+            self.model.load_state_dict(state.model)
+            self.optimizer.load_state_dict(state.optimizer)
+            self.data_gen.set_state(state.data_rng)
+            torch.set_rng_state(state.torch_rng)
+            if self.progress is not None and state.steps:
+                self.progress(state.steps)
+        else:
+            state = train_cache.TrainState(
+                0, {}, {}, self.data_gen.get_state(), torch.get_rng_state(), [], []
+            )
+        for step in range(state.steps, total):
+            loss, correct = self.plain_step()
+            state.losses.append(loss)
+            state.correct.append(correct)
+            done = step + 1
+            if cache_dir is not None and (done % checkpoint_every == 0 or done == total):
+                state.steps = done
+                state.model, state.optimizer = self.model.state_dict(), self.optimizer.state_dict()
+                state.data_rng, state.torch_rng = self.data_gen.get_state(), torch.get_rng_state()
+                train_cache.save(cache_dir, self.config, state)
+        state.steps = total
+        return state
+
+    def plain_step(self) -> tuple[float, int]:
+        """One unrecorded SGD step; returns its loss and its correct predictions."""
+        images, labels = self.source.batch(self.config.batch_size, self.data_gen)
+        self.optimizer.zero_grad(set_to_none=True)
+        logits = self.model(images)
+        loss = self.loss_fn(logits, labels)
+        loss.backward()
+        self.sgd_step()
+        if self.progress is not None:
+            self.progress(1)
+        return float(loss.item()), int((logits.argmax(dim=1) == labels).sum().item())
+
+    def sgd_step(self) -> None:
+        if self.config.clip_grad_norm is not None:
+            nn.utils.clip_grad_norm_(self.model.parameters(), self.config.clip_grad_norm)
+        self.optimizer.step()
+
+
+def _eval_accuracy(model: nn.Module, source: ImageSource, seed: int, count: int) -> float:
+    """Accuracy in eval mode on ``count`` images drawn with their own generator (fresh samples
+    for the synthetic classes; for a folder, images of the training set)."""
+    gen = torch.Generator().manual_seed(seed)
+    model.eval()
+    correct = 0
+    with torch.no_grad():
+        for lo in range(0, count, 32):
+            images, labels = source.batch(min(32, count - lo), gen)
+            correct += int((model(images).argmax(dim=1) == labels).sum().item())
+    model.train()
+    return correct / count
+
+
 def _recorded_steps(
-    model: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-    source: ImageSource,
-    generator: torch.Generator,
-    config: AnalyzerConfig,
-    on_layer: Callable[[LayerTensors], None] | None,
-    progress: Callable[[int], None] | None,
+    run: _Run, on_layer: Callable[[LayerTensors], None] | None
 ) -> tuple[dict[str, SparsityCounter], list[float], int]:
     """The recorded SGD steps: per-layer counters, losses, correct predictions."""
     counters: dict[str, SparsityCounter] = {}
     losses, correct = [], 0
-    for _ in range(config.steps):
-        images, labels = source.batch(config.batch_size, generator)
-        optimizer.zero_grad(set_to_none=True)
-        loss, logits, records = record_step(model, images, labels, loss_fn)
-        _sgd_step(model, optimizer, config)
+    for _ in range(run.config.steps):
+        images, labels = run.source.batch(run.config.batch_size, run.data_gen)
+        run.optimizer.zero_grad(set_to_none=True)
+        loss, logits, records = record_step(run.model, images, labels, run.loss_fn)
+        run.sgd_step()
         losses.append(float(loss.item()))
         correct += int((logits.argmax(dim=1) == labels).sum().item())
         for record in records:
@@ -471,45 +550,26 @@ def _recorded_steps(
             if on_layer is not None:
                 on_layer(record)
         del records  # the masks of a big model are hundreds of MB: free them before the next
-        if progress is not None:
-            progress(1)
+        if run.progress is not None:
+            run.progress(1)
     return counters, losses, correct
 
 
-def _plain_step(
-    model: nn.Module,
-    optimizer: torch.optim.Optimizer,
-    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
-    source: ImageSource,
-    generator: torch.Generator,
-    config: AnalyzerConfig,
-    progress: Callable[[int], None] | None,
-) -> float:
-    """One unrecorded SGD step; returns its loss."""
-    images, labels = source.batch(config.batch_size, generator)
-    optimizer.zero_grad(set_to_none=True)
-    loss = loss_fn(model(images), labels)
-    loss.backward()
-    _sgd_step(model, optimizer, config)
-    if progress is not None:
-        progress(1)
-    return float(loss.item())
-
-
-def _sgd_step(model: nn.Module, optimizer: torch.optim.Optimizer, config: AnalyzerConfig) -> None:
-    if config.clip_grad_norm is not None:
-        nn.utils.clip_grad_norm_(model.parameters(), config.clip_grad_norm)
-    optimizer.step()
-
-
 def _training_summary(
-    warmup: list[float], losses: list[float], correct: int, config: AnalyzerConfig, classes: int
+    warmup: train_cache.TrainState,
+    losses: list[float],
+    correct: int,
+    config: AnalyzerConfig,
+    classes: int,
 ) -> TrainingSummary:
-    tenth = max(1, len(warmup) // 10)
+    w = warmup.losses
+    tenth = max(1, len(w) // 10)
+    last_correct = sum(warmup.correct[-tenth:])
     return TrainingSummary(
-        warmup_steps=len(warmup),
-        warmup_loss_start=sum(warmup[:tenth]) / tenth if warmup else None,
-        warmup_loss_end=sum(warmup[-tenth:]) / tenth if warmup else None,
+        warmup_steps=len(w),
+        warmup_loss_start=sum(w[:tenth]) / tenth if w else None,
+        warmup_loss_end=sum(w[-tenth:]) / tenth if w else None,
+        warmup_accuracy_end=last_correct / (tenth * config.batch_size) if w else None,
         recorded_loss=sum(losses) / len(losses),
         recorded_accuracy=correct / (len(losses) * config.batch_size),
         chance_loss=math.log(classes),

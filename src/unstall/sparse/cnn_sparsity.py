@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from unstall.results import JsonResult
 from unstall.sparse.accelerator import (
@@ -41,20 +42,17 @@ class CNNSparsityConfig:
 
     analyzer: AnalyzerConfig = field(default_factory=AnalyzerConfig)
     accelerator: AcceleratorConfig = field(default_factory=AcceleratorConfig)
-    # Other arrays or skip granularities to predict from the same recorded steps (model totals).
+    # Other dataflows or skipping models to predict from the same recorded steps (model totals).
     compare: tuple[AcceleratorConfig, ...] = ()
-
-
-def accelerator_label(acc: AcceleratorConfig) -> str:
-    """``"32x32 os, skip_rows=32, bn=folded"``."""
-    return f"{acc.array.label}, skip_rows={acc.group_rows}, bn={acc.bn_gradient}"
 
 
 @dataclass(frozen=True, kw_only=True)
 class Comparison(JsonResult):
-    """The model's speed-ups on another array or skip granularity."""
+    """The model's speed-ups on another dataflow or skipping model."""
 
-    accelerator: str
+    accelerator: str  # AcceleratorConfig.label
+    dataflow: str
+    skipping: str  # AcceleratorConfig.skipping_label
     summary: ModelSpeed
 
 
@@ -76,7 +74,7 @@ class CNNSparsityResult(JsonResult):
     batch_size: int
     data: str
     array: str
-    skip_rows: int
+    skipping: str  # AcceleratorConfig.skipping_label
     bn_gradient: str
     backprop_speedup_vs_dense: float
     speedup_vs_input_only: float
@@ -87,9 +85,13 @@ class CNNSparsityResult(JsonResult):
 
 
 def analyze_cnn(
-    config: CNNSparsityConfig, progress: Callable[[int], None] | None = None
+    config: CNNSparsityConfig,
+    progress: Callable[[int], None] | None = None,
+    *,
+    cache_dir: Path | None = None,
 ) -> CNNSparsityResult:
-    """Run the analyser with the speed model listening to every recorded layer."""
+    """Run the analyser with the speed model listening to every recorded layer; with
+    ``cache_dir`` the training resumes from (and saves) checkpoints there."""
     counter = CycleCounter(config.accelerator)
     others = [CycleCounter(acc) for acc in config.compare]
 
@@ -97,7 +99,9 @@ def analyze_cnn(
         for c in (counter, *others):
             c.observe(record)
 
-    profile = profile_training(config.analyzer, on_layer=observe, progress=progress)
+    profile = profile_training(
+        config.analyzer, on_layer=observe, progress=progress, cache_dir=cache_dir
+    )
     records = tuple(
         LayerRecord(sparsity=layer, speed=counter.layer_speed(layer.name))
         for layer in profile.layers
@@ -110,14 +114,16 @@ def analyze_cnn(
         batch_size=profile.batch_size,
         data=profile.data,
         array=acc.array.label,
-        skip_rows=acc.group_rows,
+        skipping=acc.skipping_label,
         bn_gradient=acc.bn_gradient,
         backprop_speedup_vs_dense=summary.backprop_speedup_vs_dense,
         speedup_vs_input_only=summary.speedup_vs_input_only,
         summary=summary,
         comparisons=tuple(
             Comparison(
-                accelerator=accelerator_label(c.config),
+                accelerator=c.config.label,
+                dataflow=c.config.array.dataflow,
+                skipping=c.config.skipping_label,
                 summary=model_speed([c.layer_speed(layer.name) for layer in profile.layers]),
             )
             for c in others
