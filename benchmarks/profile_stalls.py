@@ -1,13 +1,27 @@
-"""Stall profile of a real DDP run, the 4x-slower-link check, and the profiler's own overhead.
+"""Stall profiler benchmarks: a real DDP run's breakdown, the 4x-slower-link check, the
+profiler's own overhead, and the comm-stall model's depth sweep and fit.
+
+Each subcommand is one timed piece (run each under the shared lock, normal priority)::
+
+    .venv/bin/python benchmarks/profile_stalls.py breakdown [--repeats 3] [--json OUT]
+    .venv/bin/python benchmarks/profile_stalls.py link [--json OUT]
+    .venv/bin/python benchmarks/profile_stalls.py overhead [--repeats 11] [--json OUT]
+    .venv/bin/python benchmarks/profile_stalls.py sweep --points PTS [--variant V ...]
+    .venv/bin/python benchmarks/profile_stalls.py fit --points PTS [--json OUT]
 
 1. ``breakdown``: ResNet-18 at 32x32, batch 8 per worker, 2 gloo workers on 127.0.0.1, a PNG
    dataset written to a temp dir (cold and warm passes, pre-decoded cache), an emulated link of
-   1 Gbit/s and 0.5 ms per bucket; the phase timers' overhead measured against the same compute
-   run without them.
-2. ``link check``: the same model over emulated links of 1 and 0.25 Gbit/s with no latency (so
-   the whole emulated delay is the bandwidth part): the network stall should grow about 4x.
-
-    .venv/bin/python benchmarks/profile_stalls.py [--model resnet18] [--repeats 3] [--json OUT]
+   1 Gbit/s and 0.5 ms per bucket.
+2. ``link``: the same model, and a compute-light MLP, over emulated links of 1 and 0.25 Gbit/s
+   with no latency (the whole emulated delay is the bandwidth part): the network stall should
+   grow about 4x.
+3. ``overhead``: the compute run (one worker) and the local DDP run, each with and without the
+   phase timers, alternated within every round (ABBA order across rounds); the overhead is the
+   median over rounds of timed / untimed - 1, and the timers' direct cost is measured too.
+4. ``sweep``: each variant's sweep point (DDP buckets, one-worker backward time, both comm stalls)
+   over the fit's link (1 Gbit/s, 1 ms per bucket), appended to ``PTS``; variants already in the
+   file are skipped, so the sweep can run in pieces. ``fit`` fits the comm-stall model on them and
+   predicts the held-out model (no measuring).
 """
 
 from __future__ import annotations
@@ -23,112 +37,229 @@ from typing import Any
 
 from unstall.profile.config import ProfileConfig
 from unstall.profile.data import write_image_dataset
+from unstall.profile.fit import (
+    DEFAULT_HELD_OUT,
+    DEFAULT_LINK,
+    DEFAULT_SWEEP,
+    fit_comm_stall,
+    load_points,
+    measure_points,
+)
 from unstall.profile.link import HookState, LinkSpec
 from unstall.profile.report import StallReport, profile_stalls
 from unstall.profile.runner import PHASES, phase_totals
 from unstall.profile.stalls import STALL_FIELDS
 
 MS = 1e3
+COMMON: dict[str, Any] = dict(model="resnet18", workers=2, batch=8, warmup=2)
+
+
+def _machine() -> str:
+    load = ", ".join(f"{v:.1f}" for v in os.getloadavg())
+    return f"{platform.machine()}, {os.cpu_count()} cores, load average {load}"
 
 
 def _row(label: str, r: StallReport) -> dict[str, Any]:
     row: dict[str, Any] = {"run": label}
     row |= {name: round(getattr(r, name) * MS, 2) for name in STALL_FIELDS}
     row |= {f"{n}_frac": round(r.fractions[n], 3) for n in STALL_FIELDS}
-    row["spread_ms"] = {k: round(v.spread_s * MS, 2) for k, v in r.runs.items()}
+    row["runs_ms"] = {
+        k: {
+            "median": round(v.median_s * MS, 2),
+            "min": round(v.min_s * MS, 2),
+            "max": round(v.max_s * MS, 2),
+        }
+        for k, v in r.runs.items()
+    }
     row["emulated_delay_ms"] = (
         None if r.emulated_delay_s is None else round(r.emulated_delay_s * MS, 2)
     )
-    row["profiler_overhead"] = r.profiler_overhead
     return row
 
 
-def _link_check(common: dict[str, Any], model: str, options: dict[str, object]) -> dict[str, Any]:
-    """Network stall over 1 and 0.25 Gbit/s links without latency: the bandwidth part only."""
-    check = {}
-    for gbps in (1.0, 0.25):
-        config = ProfileConfig(
-            **{**common, "model": model},
-            model_options=options,
-            iterations=4,
-            network=LinkSpec(gbps=gbps),
+def breakdown(args: argparse.Namespace) -> dict[str, Any]:
+    """The full differential profile of ResNet-18 with a dataset and an emulated link."""
+    with tempfile.TemporaryDirectory() as tmp:
+        write_image_dataset(Path(tmp), count=512, image_size=32, num_classes=10, seed=0)
+        report = profile_stalls(
+            ProfileConfig(
+                **COMMON,
+                repeats=args.repeats,
+                iterations=args.iterations,
+                data_dir=Path(tmp),
+                network=LinkSpec(gbps=1.0, latency_ms=0.5),
+            )
         )
-        check[gbps] = _row(f"{gbps} Gbit/s", profile_stalls(config))
-    return {
-        "fast": check[1.0],
-        "slow": check[0.25],
-        "stall_ratio": check[0.25]["network_stall_s"] / check[1.0]["network_stall_s"],
-        "emulated_delay_ratio": check[0.25]["emulated_delay_ms"] / check[1.0]["emulated_delay_ms"],
+    result = _row("1 Gbit/s, 0.5 ms", report)
+    result["phases_ms"] = {
+        run: {p: round(v * MS, 2) for p, v in per.items()} for run, per in report.phases.items()
     }
+    print(
+        "stall breakdown (ms/iter): "
+        + ", ".join(f"{n} {result[n]} ({result[n + '_frac']:.1%})" for n in STALL_FIELDS)
+    )
+    return result
+
+
+def link_check(args: argparse.Namespace) -> dict[str, Any]:
+    """Network stall over 1 and 0.25 Gbit/s links without latency: the bandwidth part only."""
+    models = (
+        ("resnet18", "resnet18", {}),
+        ("mlp 64-512x4", "mlp", {"in_features": 64, "width": 512, "depth": 4}),
+    )
+    results: dict[str, Any] = {}
+    for label, model, options in models:
+        rows = {}
+        for gbps in (1.0, 0.25):
+            config = ProfileConfig(
+                **{**COMMON, "model": model},
+                model_options=options,
+                iterations=4,
+                repeats=args.repeats,
+                network=LinkSpec(gbps=gbps),
+            )
+            rows[gbps] = _row(f"{gbps} Gbit/s", profile_stalls(config))
+        results[label] = {
+            "fast": rows[1.0],
+            "slow": rows[0.25],
+            "stall_ratio": rows[0.25]["network_stall_s"] / rows[1.0]["network_stall_s"],
+            "emulated_delay_ratio": rows[0.25]["emulated_delay_ms"]
+            / rows[1.0]["emulated_delay_ms"],
+        }
+        check = results[label]
+        print(
+            f"{label}: 4x slower link: network stall {rows[1.0]['network_stall_s']} ->"
+            f" {rows[0.25]['network_stall_s']} ms, x{check['stall_ratio']:.2f}"
+            f" (emulated delay x{check['emulated_delay_ratio']:.2f})"
+        )
+    return results
 
 
 def _instrumentation_cost_us(reps: int = 20000) -> float:
     """What the phase timers add to one iteration: five clock reads, the bucket-span records
-    of a four-bucket iteration, and the per-phase sums (measured directly, microseconds)."""
+    of a three-bucket iteration, and the per-phase sums (measured directly, microseconds)."""
     state = HookState(workers=2)
     started = time.perf_counter()
     for _ in range(reps):
         marks = [time.perf_counter() for _ in range(5)]
         state.spans.clear()
-        for _ in range(4):
-            state.spans.append((marks[0], time.perf_counter()))
+        for _ in range(3):
+            state.spans.append((time.perf_counter(), time.perf_counter()))
         spans = [(p, marks[i], marks[i + 1]) for i, p in enumerate(PHASES[:3])]
         spans += [("allreduce", a, b) for a, b in state.spans]
         phase_totals(spans)
     return (time.perf_counter() - started) / reps * 1e6
 
 
+def overhead(args: argparse.Namespace) -> dict[str, Any]:
+    """Timed against untimed runs, alternated; paired per round."""
+    report = profile_stalls(
+        ProfileConfig(
+            **COMMON, repeats=args.repeats, iterations=args.iterations, measure_overhead=True
+        )
+    )
+    assert report.profiler_overhead is not None
+    result: dict[str, Any] = {"runs_ms": _row("overhead", report)["runs_ms"]}
+    result["overhead"] = report.profiler_overhead
+    result["paired_ratios"] = report.profiler_overhead_samples
+    result["instrumentation_us_per_iteration"] = _instrumentation_cost_us()
+    compute_ms = report.runs["compute"].median_s * MS
+    result["instrumentation_fraction"] = (
+        result["instrumentation_us_per_iteration"] / 1e3 / compute_ms
+    )
+    for run, value in report.profiler_overhead.items():
+        ratios = report.profiler_overhead_samples[run]
+        print(
+            f"{run}: profiler overhead median {value:+.2%} over {len(ratios)} paired rounds"
+            f" (min {min(ratios):+.2%}, max {max(ratios):+.2%})"
+        )
+    print(
+        f"instrumentation {result['instrumentation_us_per_iteration']:.1f} us/iteration"
+        f" = {result['instrumentation_fraction']:.4%} of a {compute_ms:.1f} ms iteration"
+    )
+    return result
+
+
+def _fit_base(args: argparse.Namespace) -> ProfileConfig:
+    return ProfileConfig(
+        model="mlp",
+        workers=2,
+        network=LinkSpec.parse(DEFAULT_LINK),
+        batch=8,
+        image_size=32,
+        iterations=4,
+        warmup=2,
+        repeats=args.repeats,
+    )
+
+
+def sweep(args: argparse.Namespace) -> dict[str, Any]:
+    """Measure the variants not yet in ``--points`` (default: the sweep and the held-out)."""
+    variants = args.variant or [*DEFAULT_SWEEP, DEFAULT_HELD_OUT]
+    started = time.perf_counter()
+
+    def show(point: Any) -> None:
+        print(
+            f"{point.variant}: network {point.network_stall_s * MS:.1f} ms, interconnect"
+            f" {point.interconnect_stall_s * MS:.1f} ms, backward {point.backward_s * MS:.1f} ms,"
+            f" {len(point.bucket_bytes)} buckets ({time.perf_counter() - started:.0f} s)",
+            flush=True,
+        )
+
+    points = measure_points(
+        variants, _fit_base(args), profile_stalls, points_path=args.points, on_point=show
+    )
+    return {"points": {v: points[v].to_dict() for v in variants}}
+
+
+def fit(args: argparse.Namespace) -> dict[str, Any]:
+    """Fit on the saved sweep points (no measuring) and predict the held-out variant."""
+    points = load_points(args.points)
+    missing = [v for v in (*DEFAULT_SWEEP, DEFAULT_HELD_OUT) if v not in points]
+    if missing:
+        raise SystemExit(f"{args.points} lacks {missing}: run the sweep subcommand first")
+    results: dict[str, Any] = {}
+    for stall in ("network", "interconnect"):
+        result = fit_comm_stall(
+            [points[v] for v in DEFAULT_SWEEP],
+            stall=stall,
+            held_out=points[DEFAULT_HELD_OUT],
+            link=LinkSpec.parse(DEFAULT_LINK),
+        )
+        results[stall] = result.to_dict()
+        q, plain, m = result.quality, result.regression.quality, result.model
+        print(
+            f"{stall}: per bucket {m.per_bucket_s * MS:.3f} ms, {m.per_byte_s * 1e9:.3f} s/GB,"
+            f" overlap {m.overlap:.2f}; R^2 {q.r2:.3f}, mean |rel err| {q.mean_abs_rel_error:.1%}"
+            f"; held-out {DEFAULT_HELD_OUT} measured"
+            f" {points[DEFAULT_HELD_OUT].stall(stall) * MS:.1f}"
+            f" ms, predicted {q.held_out_predicted_s * MS:.1f} ms ({q.held_out_rel_error:+.1%});"
+            f" plain regression held-out {plain.held_out_rel_error:+.1%}, R^2 {plain.r2:.3f}"
+        )
+    return results
+
+
+COMMANDS = {"breakdown": breakdown, "link": link_check, "overhead": overhead}
+COMMANDS |= {"sweep": sweep, "fit": fit}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="resnet18")
+    parser.add_argument("command", choices=sorted(COMMANDS))
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--iterations", type=int, default=6)
+    parser.add_argument("--points", type=Path, default=Path("profile_fit_points.json"))
+    parser.add_argument("--variant", action="append", default=None)
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
-    common = dict(model=args.model, workers=2, batch=8, repeats=args.repeats, warmup=2)
-    results: dict[str, Any] = {
-        "machine": f"{platform.processor() or platform.machine()}, "
-        f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}"
-    }
-    with tempfile.TemporaryDirectory() as tmp:
-        write_image_dataset(Path(tmp), count=512, image_size=32, num_classes=10, seed=0)
-        full = profile_stalls(
-            ProfileConfig(
-                **common,  # type: ignore[arg-type]
-                iterations=args.iterations,
-                data_dir=Path(tmp),
-                network=LinkSpec(gbps=1.0, latency_ms=0.5),
-                measure_overhead=True,
-            )
-        )
-    results["breakdown"] = _row("1 Gbit/s, 0.5 ms", full)
-    results["phases_ms"] = {
-        run: {p: round(v * MS, 2) for p, v in per.items()} for run, per in full.phases.items()
-    }
-    results["link_check"] = {
-        label: _link_check(common, model, options)
-        for label, model, options in (
-            (args.model, args.model, {}),
-            ("mlp (compute ~1 ms)", "mlp", {"in_features": 64, "width": 512, "depth": 4}),
-        )
-    }
-    results["instrumentation_us_per_iteration"] = _instrumentation_cost_us()
-    print(json.dumps(results, indent=1))
-    print(
-        "\nstall breakdown (ms/iter): "
-        + ", ".join(f"{n} {results['breakdown'][n]}" for n in STALL_FIELDS)
-    )
-    print(
-        f"profiler overhead (differential) {full.profiler_overhead:+.1%}; instrumentation "
-        f"{results['instrumentation_us_per_iteration']:.1f} us/iteration"
-    )
-    for label, check in results["link_check"].items():
-        print(
-            f"{label}: 4x slower link: network stall x{check['stall_ratio']:.2f}"
-            f" (emulated delay x{check['emulated_delay_ratio']:.2f})"
-        )
+    machine_before = _machine()
+    started = time.perf_counter()
+    result = COMMANDS[args.command](args)
+    result["machine"] = {"before": machine_before, "after": _machine()}
+    result["wall_s"] = round(time.perf_counter() - started, 1)
+    print(f"{result['machine']}, {result['wall_s']} s")
     if args.json:
-        args.json.write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
+        args.json.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":

@@ -1,44 +1,103 @@
-"""The comm-stall model: recovers a known linear law and predicts a held-out point."""
+"""The comm-stall model: DDP's buckets, the bucket model recovering a known law and predicting a
+held-out variant, the plain regression beside it, and the resumable sweep."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+import torch.distributed as dist
 
 from unstall.errors import ConfigError
-from unstall.profile.fit import SweepPoint, fit_comm_stall, parse_variant
+from unstall.profile.config import ProfileConfig
+from unstall.profile.fit import (
+    FIRST_BUCKET_BYTES,
+    MIB,
+    CommStallModel,
+    SweepPoint,
+    ddp_bucket_bytes,
+    fit_comm_stall,
+    load_points,
+    measure_points,
+    parse_variant,
+)
+from unstall.profile.link import LinkSpec
+from unstall.profile.report import build_report
+from unstall.profile.runner import RawTimings
+from unstall.workload import zoo
+
+LAW = CommStallModel(per_bucket_s=1e-3, per_byte_s=8e-9, overlap=0.8)
 
 
-def _point(name: str, layers: int, tensors: int, nbytes: int) -> SweepPoint:
-    stall = 0.002 + 1e-4 * layers + 5e-5 * tensors + 8e-9 * nbytes  # the known law
+def test_buckets_follow_ddp() -> None:
+    # DDP's own assignment (reverse registration order, 1 MiB then 25 MiB) on resnet18's tensors.
+    params = list(zoo.build("resnet18", image_size=32).parameters())
+    limits = [FIRST_BUCKET_BYTES, 25 * MIB]
+    indices, _ = dist._compute_bucket_assignment_by_size(params[::-1], limits)
+    expected = tuple(sum(params[::-1][i].numel() * 4 for i in bucket) for bucket in indices)
+    sizes = [p.numel() * 4 for p in params]
+    assert ddp_bucket_bytes(sizes, cap_bytes=25 * MIB) == expected
+    # What a 1-worker DDP reported after rebuilding its buckets (rebuilt_bucket_sizes).
+    assert expected == (2_052_000, 28_852_224, 15_853_824)
+    assert ddp_bucket_bytes([10, 10, 10], cap_bytes=15, first_cap_bytes=5) == (10, 20)
+
+
+def _point(
+    name: str, buckets: tuple[int, ...], backward_s: float, law: CommStallModel
+) -> SweepPoint:
+    stall = law.predict(buckets, backward_s)
     return SweepPoint(
-        variant=name, layers=layers, gradient_tensors=tensors, gradient_bytes=nbytes, stall_s=stall
+        variant=name,
+        layers=len(buckets) * 7,
+        gradient_tensors=len(buckets) * 20,
+        gradient_bytes=sum(buckets),
+        bucket_bytes=buckets,
+        backward_s=backward_s,
+        interconnect_stall_s=stall / 2,
+        network_stall_s=stall,
     )
 
 
-def test_fit_recovers_the_law_and_predicts_the_held_out_model() -> None:
-    points = [
-        _point("a", 5, 10, 1_000_000),
-        _point("b", 10, 30, 3_000_000),
-        _point("c", 20, 45, 2_000_000),
-        _point("d", 40, 80, 10_000_000),
-        _point("e", 8, 30, 40_000_000),
-        _point("f", 60, 100, 500_000),
-    ]
-    held = _point("held", 50, 150, 14_000_000)
-    fit = fit_comm_stall(points, held_out=held)
-    assert fit.r2 == pytest.approx(1.0, abs=1e-6)
-    assert fit.intercept_s == pytest.approx(0.002, rel=1e-3)
-    assert fit.coefficients["gradient_bytes"] == pytest.approx(8e-9, rel=1e-3)
-    assert fit.held_out_rel_error == pytest.approx(0.0, abs=1e-4)
+SWEEP = [
+    ("mlp-a", (3_000_000,), 0.004),
+    ("mlp-b", (4_000_000, 8_000_000), 0.02),
+    ("mlp-c", (4_000_000, 24_000_000), 0.04),
+    ("resnet-a", (2_000_000, 28_000_000, 16_000_000), 0.09),
+    ("resnet-b", (8_000_000, 31_000_000, 26_000_000, 27_000_000, 10_000_000), 0.28),
+    ("vgg-a", (16_000_000, 67_000_000, 411_000_000, 28_000_000, 9_000_000), 1.0),
+]
 
 
-def test_fit_quality_drops_on_noise_the_features_cannot_explain() -> None:
-    points = [_point(str(i), 10, 20, 1_000_000) for i in range(4)]
+def test_bucket_model_recovers_the_law_and_predicts_the_held_out_model() -> None:
+    points = [_point(n, b, t, LAW) for n, b, t in SWEEP]
+    # Many small tensors, a large backward: its stall is the last bucket, not total - overlap.
+    held = _point("mobilenet-like", (5_000_000, 9_000_000), 0.08, LAW)
+    assert held.network_stall_s == pytest.approx(1e-3 + 8e-9 * 9_000_000)
+    fit = fit_comm_stall(points, held_out=held, link=LinkSpec(gbps=1.0, latency_ms=1.0))
+    assert fit.model.per_bucket_s == pytest.approx(1e-3, rel=1e-3)
+    assert fit.model.per_byte_s == pytest.approx(8e-9, rel=1e-3)
+    assert fit.model.overlap == pytest.approx(0.8, rel=1e-3)
+    assert fit.quality.r2 == pytest.approx(1.0, abs=1e-6)
+    assert fit.quality.held_out_rel_error == pytest.approx(0.0, abs=1e-3)
+    # The emulated link's own coefficients: ring factor 1 for 2 workers, 8 s/GB at 1 Gbit/s.
+    assert (fit.link_per_bucket_s, fit.link_per_byte_s) == pytest.approx((1e-3, 8e-9))
+    # The plain regression on layers, tensors and bytes cannot see the last-bucket regime.
+    assert abs(fit.regression.quality.held_out_rel_error or 0.0) > 0.2
+    interconnect = fit_comm_stall(points, stall="interconnect", link=LinkSpec(gbps=1.0))
+    assert interconnect.link is None and interconnect.model.per_byte_s == pytest.approx(4e-9)
+
+
+def test_fit_quality_drops_on_noise_the_model_cannot_explain() -> None:
+    points = [_point(n, b, t, LAW) for n, b, t in SWEEP]
     noisy = [
-        SweepPoint(**{**p.to_dict(), "stall_s": p.stall_s * (1 + 0.5 * (-1) ** i)})
+        SweepPoint(**{**p.to_dict(), "network_stall_s": p.network_stall_s * (1 + 0.6 * (-1) ** i)})
         for i, p in enumerate(points)
     ]
-    assert fit_comm_stall(noisy).r2 < 0.5
+    fit = fit_comm_stall(noisy)
+    assert fit.quality.mean_abs_rel_error > 0.2
+    assert fit.quality.r2 < 0.99
+    with pytest.raises(ConfigError, match="stall"):
+        fit_comm_stall(points, stall="fetch")
 
 
 def test_parse_variant() -> None:
@@ -48,3 +107,31 @@ def test_parse_variant() -> None:
     for bad in ("nosuch", "resnet:depth", "resnet:colour=3"):
         with pytest.raises(ConfigError):
             parse_variant(bad)
+
+
+def test_sweep_points_come_from_the_report_and_resume_from_the_file(tmp_path: Path) -> None:
+    profiled: list[str] = []
+
+    def fake_profile(config: ProfileConfig) -> object:
+        profiled.append(str(config.model_options))
+        raw = RawTimings(
+            runs={"compute": [0.1] * 3, "local": [0.13] * 3, "network": [0.3] * 3},
+            phases={"compute": {"backward": [0.06, 0.07, 0.08]}},
+        )
+        return build_report(config, raw)
+
+    base = ProfileConfig(model="mlp", network=LinkSpec(gbps=1.0))
+    path = tmp_path / "points.json"
+    first = measure_points(["mlp:depth=2", "mlp:depth=8"], base, fake_profile, points_path=path)  # type: ignore[arg-type]
+    point = first["mlp:depth=8"]
+    assert point.network_stall_s == pytest.approx(0.17)
+    assert point.interconnect_stall_s == pytest.approx(0.03)
+    assert point.backward_s == pytest.approx(0.07)
+    assert point.bucket_bytes == ddp_bucket_bytes(
+        [t.bytes for t in zoo.facts("mlp", depth=8).tensors], cap_bytes=25 * MIB
+    )
+    assert len(point.bucket_bytes) == 2  # 4.2 MB, then the 24.2 MB rest (as DDP rebuilt them)
+    again = measure_points(["mlp:depth=8", "mlp:depth=4"], base, fake_profile, points_path=path)  # type: ignore[arg-type]
+    assert profiled == ["{'depth': 2}", "{'depth': 8}", "{'depth': 4}"]  # depth 8 was read back
+    assert again["mlp:depth=8"] == point
+    assert set(load_points(path)) == {"mlp:depth=2", "mlp:depth=8", "mlp:depth=4"}

@@ -26,6 +26,7 @@ def test_report_from_known_delays(tmp_path: Path) -> None:
         runs={
             "compute": [c + 0.004, c, c - 0.001],
             "compute_untimed": [c * 0.99, c * 0.99, c * 0.99],
+            "local_untimed": [c + 0.05, c + 0.06, c + 0.04],
             "cached": [c, c, c],
             "warm": [c + 0.02] * 3,
             "cold": [c + 0.05, c + 0.05, c + 0.06],
@@ -45,7 +46,12 @@ def test_report_from_known_delays(tmp_path: Path) -> None:
     assert r.fractions["network_stall_s"] == pytest.approx(0.2 / 0.4)
     assert r.runs["compute"].max_s == pytest.approx(c + 0.004)
     assert r.phases["local"]["forward"] == pytest.approx(0.03)
-    assert r.profiler_overhead == pytest.approx(1 / 0.99 - 1)
+    # Paired per round: timed / untimed - 1 = (c + 0.004) / 0.99c - 1, c / 0.99c - 1, ...
+    assert r.profiler_overhead_samples is not None and r.profiler_overhead is not None
+    assert r.profiler_overhead_samples["compute"][0] == pytest.approx((c + 0.004) / (0.99 * c) - 1)
+    assert r.profiler_overhead["compute"] == pytest.approx(1 / 0.99 - 1)
+    assert r.profiler_overhead["local"] == pytest.approx(0.0)  # ratios 0, -0.0625, +0.0714
+    assert "local_untimed" not in r.raw_differences and r.interconnect_stall_s > 0
     assert r.emulated_delay_s == pytest.approx(0.21)
     facts = zoo.facts("resnet18", image_size=32)
     p = r.job_profile
@@ -65,3 +71,19 @@ def test_config_errors_name_the_field(tmp_path: Path) -> None:
         _config(workers=0)
     with pytest.raises(ConfigError):
         _config(delays=InjectedDelays(prep_s=-1.0))
+
+
+def test_placements_across_real_hosts() -> None:
+    # torchrun on 2 hosts of 2 workers: local = DDP within a host ("2"), network = "22".
+    config = ProfileConfig(model="mlp", workers=4, nodes=2)
+    raw = RawTimings(runs={"compute": [0.1], "local": [0.12], "network": [0.2]})
+    r = build_report(config, raw)
+    assert r.job_profile.measured == pytest.approx({"1": 0.1, "2": 0.12, "22": 0.2})
+    assert r.network_stall_s == pytest.approx(0.08)
+    assert r.profiler_overhead is None
+    one_per_host = build_report(ProfileConfig(model="mlp", workers=2, nodes=2), raw)
+    assert one_per_host.job_profile.measured == pytest.approx({"1": 0.1, "11": 0.2})
+    with pytest.raises(ConfigError, match="nodes"):
+        ProfileConfig(model="mlp", workers=3, nodes=2)
+    with pytest.raises(ConfigError, match="network"):
+        ProfileConfig(model="mlp", workers=2, nodes=2, network=LinkSpec(gbps=1.0))

@@ -18,7 +18,8 @@ from unstall.cli.common import (
 )
 
 if TYPE_CHECKING:
-    from unstall.profile.fit import CommStallFit
+    from unstall.profile.config import ProfileConfig
+    from unstall.profile.fit import CommStallFit, SweepPoint
     from unstall.profile.report import StallReport
 
 app = typer.Typer(
@@ -42,7 +43,13 @@ ImageOpt = Annotated[int, typer.Option("--image-size", min=32, help="Image side 
 ItersOpt = Annotated[int, typer.Option("--iterations", min=1, help="Timed iterations per run.")]
 WarmupOpt = Annotated[int, typer.Option("--warmup", min=0, help="Untimed iterations first.")]
 RepeatsOpt = Annotated[int, typer.Option("--repeats", min=1, help="Repeats of every run.")]
-DeviceOpt = Annotated[str, typer.Option("--device", help="cpu (gloo) or cuda (NCCL).")]
+DeviceOpt = Annotated[
+    str,
+    typer.Option(
+        "--device",
+        help="auto (cuda when each worker on a host has a GPU, else cpu), cpu (gloo), cuda (NCCL).",
+    ),
+]
 
 
 @app.command("run")
@@ -59,12 +66,12 @@ def run(
     iterations: ItersOpt = 10,
     warmup: WarmupOpt = 3,
     repeats: RepeatsOpt = 3,
-    device: DeviceOpt = "cpu",
+    device: DeviceOpt = "auto",
     profile_device: Annotated[
         str, typer.Option("--profile-device", help="Device preset that labels the JobProfile.")
     ] = "k80",
     overhead: Annotated[
-        bool, typer.Option("--overhead", help="Also time the loop without phase timers.")
+        bool, typer.Option("--overhead", help="Also time the loops without phase timers.")
     ] = False,
     trace: Annotated[
         Path | None, typer.Option("--trace", help="Chrome-trace JSON of one iteration.")
@@ -75,15 +82,38 @@ def run(
     ] = None,
     json_path: JsonOpt = None,
 ) -> None:
-    """Differential runs of a real DDP loop: the per-iteration stall breakdown."""
-    from unstall.profile.config import ProfileConfig
+    """Differential runs of a real DDP loop: the per-iteration stall breakdown.
+
+    On one host the command spawns its --workers itself (gloo on 127.0.0.1, or NCCL) and
+    measures the network stall over an emulated link (--network GBPS,MS). Across real hosts,
+    launch it with torchrun on every host; it then joins torchrun's group, takes the workers
+    from WORLD_SIZE and the hosts from WORLD_SIZE / LOCAL_WORLD_SIZE, and the network stall is
+    the real network's (local run: DDP within each host; network run: DDP across the hosts).
+    Only rank 0 prints and writes files. E.g. on each of 2 hosts (NODE_RANK 0 and 1):
+
+    torchrun --nnodes 2 --nproc-per-node 1 --node-rank NODE_RANK --master-addr HOST0
+    --master-port 29500 -m unstall profile run --model resnet50 --json r.json
+
+    and on one host, without spawning: torchrun --standalone --nproc-per-node 2
+    -m unstall profile run --model resnet18 --network 1,0.5
+    """
+    import os
+
+    import torch
+
+    from unstall.profile.config import ProfileConfig, resolve_device
+    from unstall.profile.launch import torchrun_launch
     from unstall.profile.link import LinkSpec
     from unstall.profile.report import profile_stalls
     from unstall.profile.trace import write_chrome_trace
 
+    launch = torchrun_launch(os.environ)
+    nodes = launch.nodes if launch else 1
+    workers = launch.world_size if launch else workers
     config = ProfileConfig(
         model=model,
         workers=workers,
+        nodes=nodes,
         network=LinkSpec.parse(network) if network else None,
         data_dir=data,
         batch=batch,
@@ -91,12 +121,22 @@ def run(
         iterations=iterations,
         warmup=warmup,
         repeats=repeats,
-        device=device,
+        device=resolve_device(
+            device, gpus=torch.cuda.device_count(), workers_per_node=workers // nodes
+        ),
         profile_device=profile_device,
         measure_overhead=overhead,
     )
-    console.print(f"profiling {model}: runs {', '.join(config.run_names())}", highlight=False)
+    lead = launch is None or launch.rank == 0
+    if lead:
+        console.print(
+            f"profiling {model}: {workers} workers on {nodes} host(s), {config.device}"
+            f" ({config.backend}); runs {', '.join(config.run_names())}",
+            highlight=False,
+        )
     report = profile_stalls(config)
+    if not lead:
+        return
     print_report(report)
     if trace is not None:
         console.print(f"wrote {write_chrome_trace(trace, report.chrome_trace())}", highlight=False)
@@ -134,8 +174,8 @@ def print_report(report: StallReport) -> None:
     extras = []
     if report.emulated_delay_s is not None:
         extras.append(f"emulated link delay {report.emulated_delay_s * MS:.3g} ms/iter")
-    if report.profiler_overhead is not None:
-        extras.append(f"profiler overhead {report.profiler_overhead:+.1%}")
+    for run_name, value in (report.profiler_overhead or {}).items():
+        extras.append(f"profiler overhead ({run_name} run) {value:+.1%}")
     if extras:
         console.print("; ".join(extras), highlight=False)
 
@@ -151,24 +191,36 @@ def fit(
         str, typer.Option("--held-out", help="Variant not in the sweep, to predict.")
     ] = "mobilenet_v2",
     workers: WorkersOpt = 2,
-    network: NetworkOpt = None,
+    network: Annotated[
+        str,
+        typer.Option("--network", help="Emulated link GBPS,LATENCY_MS the sweep runs over."),
+    ] = "1,1",
+    stall: Annotated[
+        str, typer.Option("--stall", help="Stall to model: network or interconnect.")
+    ] = "network",
+    points_path: Annotated[
+        Path | None,
+        typer.Option(
+            "--points",
+            help="JSON of measured points: reused, and each new point appended (resumable).",
+        ),
+    ] = None,
     batch: BatchOpt = 8,
     image_size: ImageOpt = 32,
-    iterations: ItersOpt = 5,
+    iterations: ItersOpt = 4,
     warmup: WarmupOpt = 2,
     repeats: RepeatsOpt = 3,
     quiet: QuietOpt = False,
     json_path: JsonOpt = None,
 ) -> None:
-    """Fit communication stall against layers, gradient tensors and bytes over depth sweeps."""
+    """Fit the DDP bucket model of the communication stall over depth sweeps; predict a
+    held-out model (and, for comparison, the plain regression on layers, tensors and bytes)."""
     from unstall.profile.config import ProfileConfig
-    from unstall.profile.fit import DEFAULT_SWEEP, fit_comm_stall, measure_point
+    from unstall.profile.fit import DEFAULT_SWEEP, fit_comm_stall
     from unstall.profile.link import LinkSpec
-    from unstall.profile.report import profile_stalls
 
     sweep = tuple(variants) if variants else DEFAULT_SWEEP
-    link = LinkSpec.parse(network) if network else None
-    stall = "network" if link else "interconnect"
+    link = LinkSpec.parse(network)
     base = ProfileConfig(
         model="mlp",
         workers=workers,
@@ -179,47 +231,84 @@ def fit(
         warmup=warmup,
         repeats=repeats,
     )
-    points = []
-    with progress_bar("profiling variants", len(sweep) + 1, quiet) as advance:
-        for variant in sweep:
-            points.append(measure_point(variant, base, stall, profile_stalls))
-            advance(1)
-        held = measure_point(held_out, base, stall, profile_stalls)
-        advance(1)
-    result = fit_comm_stall(points, stall=stall, held_out=held)
+    measured = _measure_points([*sweep, held_out], base, points_path, quiet)
+    result = fit_comm_stall(
+        [measured[v] for v in sweep],
+        stall=stall,
+        held_out=measured[held_out],
+        link=link,
+        workers=workers,
+    )
     print_fit(result)
     save_json(json_path, result, {"sweep": sweep, "held_out": held_out, "base": base})
 
 
-def print_fit(result: CommStallFit) -> None:
-    rows = [
-        (p.variant, p.layers, p.gradient_tensors, p.gradient_bytes / 1e6, p.stall_s * MS, f * MS)
-        for p, f in zip(result.points, result.fitted_s, strict=True)
-    ]
-    if result.held_out is not None and result.held_out_predicted_s is not None:
-        h = result.held_out
-        rows.append(
-            (
-                f"{h.variant} (held out)",
-                h.layers,
-                h.gradient_tensors,
-                h.gradient_bytes / 1e6,
-                h.stall_s * MS,
-                result.held_out_predicted_s * MS,
-            )
+def _measure_points(
+    variants: list[str], base: ProfileConfig, points_path: Path | None, quiet: bool
+) -> dict[str, SweepPoint]:
+    from unstall.profile.fit import load_points, measure_points
+    from unstall.profile.report import profile_stalls
+
+    known = load_points(points_path) if points_path is not None else {}
+    missing = [v for v in dict.fromkeys(variants) if v not in known]
+    with progress_bar("profiling variants", len(missing), quiet) as advance:
+        return measure_points(
+            variants,
+            base,
+            profile_stalls,
+            points_path=points_path,
+            on_point=lambda _: advance(1),
         )
-    columns = ["variant", "layers", "tensors", "grad MB", "measured ms", "fitted ms"]
+
+
+def print_fit(result: CommStallFit) -> None:
+    points = [*result.points, *([result.held_out] if result.held_out else [])]
+    quality, plain = result.quality, result.regression.quality
+    fitted = [*quality.fitted_s, quality.held_out_predicted_s or 0.0]
+    plain_fitted = [*plain.fitted_s, plain.held_out_predicted_s or 0.0]
+    rows = [
+        (
+            p.variant + (" (held out)" if p is result.held_out else ""),
+            p.layers,
+            p.gradient_tensors,
+            p.gradient_bytes / 1e6,
+            len(p.bucket_bytes),
+            p.backward_s * MS,
+            p.stall(result.stall) * MS,
+            f * MS,
+            g * MS,
+        )
+        for p, f, g in zip(points, fitted, plain_fitted, strict=False)
+    ]
+    columns = ["variant", "layers", "tensors", "grad MB", "buckets", "backward ms"]
+    columns += ["measured ms", "bucket model ms", "regression ms"]
     console.print(table(f"{result.stall} stall per iteration", columns, rows))
-    c = result.coefficients
+    m = result.model
     console.print(
-        f"stall = {result.intercept_s * MS:.4g} ms + {c['layers'] * 1e6:.4g} us/layer"
-        f" + {c['gradient_tensors'] * 1e6:.4g} us/tensor + {c['gradient_bytes'] * 1e9:.4g} s/GB"
-        f"; R^2 {result.r2:.3f}, mean |rel err| {result.mean_abs_rel_error:.1%}",
+        f"bucket model: t_k = {m.per_bucket_s * MS:.4g} ms + {m.per_byte_s * 1e9:.4g} s/GB x bytes;"
+        f" stall = max(t_last, sum t_k - {m.overlap:.3g} x backward); R^2 {quality.r2:.3f},"
+        f" mean |rel err| {quality.mean_abs_rel_error:.1%}, max {quality.max_abs_rel_error:.1%}",
         highlight=False,
     )
-    if result.held_out_rel_error is not None:
+    if result.link_per_byte_s is not None and result.link_per_bucket_s is not None:
         console.print(
-            f"held-out prediction error {result.held_out_rel_error:+.1%}", highlight=False
+            f"the emulated link itself: {result.link_per_bucket_s * MS:.4g} ms per bucket,"
+            f" {result.link_per_byte_s * 1e9:.4g} s/GB (ring bytes over bandwidth)",
+            highlight=False,
+        )
+    r = result.regression
+    c = r.coefficients
+    console.print(
+        f"plain regression: stall = {r.intercept_s * MS:.4g} ms + {c['layers'] * 1e6:.4g} us/layer"
+        f" + {c['gradient_tensors'] * 1e6:.4g} us/tensor + {c['gradient_bytes'] * 1e9:.4g} s/GB"
+        f"; R^2 {plain.r2:.3f}, mean |rel err| {plain.mean_abs_rel_error:.1%}",
+        highlight=False,
+    )
+    if quality.held_out_rel_error is not None and plain.held_out_rel_error is not None:
+        console.print(
+            f"held-out prediction error: bucket model {quality.held_out_rel_error:+.1%},"
+            f" plain regression {plain.held_out_rel_error:+.1%}",
+            highlight=False,
         )
 
 

@@ -11,6 +11,26 @@ from unstall.workload import zoo
 from unstall.workload.devices import DEVICE_PRESETS
 
 BACKENDS = {"cpu": "gloo", "cuda": "nccl"}
+DEVICE_CHOICES = ("auto", *BACKENDS)
+
+
+def resolve_device(requested: str, *, gpus: int, workers_per_node: int) -> str:
+    """The device the workers train on: ``cpu`` (gloo) or ``cuda`` (NCCL, one GPU per worker).
+
+    ``auto`` takes CUDA when this host has a GPU for each of its workers (NCCL cannot share one
+    GPU between two ranks) and the CPU otherwise; ``cuda`` without enough GPUs is an error.
+    """
+    check(requested in DEVICE_CHOICES, "ProfileConfig", "device", f"one of {DEVICE_CHOICES}")
+    if requested == "auto":
+        return "cuda" if gpus >= workers_per_node >= 1 else "cpu"
+    if requested == "cuda":
+        check(
+            gpus >= workers_per_node,
+            "ProfileConfig",
+            "device",
+            f"cuda needs a GPU per worker on each host: {workers_per_node} workers, {gpus} GPUs",
+        )
+    return requested
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,6 +71,7 @@ class ProfileConfig:
     model: str
     model_options: dict[str, object] = field(default_factory=dict)
     workers: int = 2
+    nodes: int = 1
     batch: int = 8
     image_size: int = 32
     iterations: int = 10
@@ -69,7 +90,7 @@ class ProfileConfig:
 
     def __post_init__(self) -> None:
         zoo.spec(self.model)
-        for name in ("workers", "batch", "iterations", "repeats"):
+        for name in ("workers", "nodes", "batch", "iterations", "repeats"):
             value = getattr(self, name)
             check(
                 isinstance(value, int) and value >= 1,
@@ -81,6 +102,13 @@ class ProfileConfig:
         check(self.image_size >= 32, self, "image_size", "must be >= 32 (zoo image models)")
         check(self.device in BACKENDS, self, "device", f"must be one of {sorted(BACKENDS)}")
         check(self.threads is None or self.threads >= 1, self, "threads", "must be >= 1")
+        check(self.workers % self.nodes == 0, self, "nodes", "must divide workers")
+        check(
+            self.nodes == 1 or self.network is None,
+            self,
+            "network",
+            "across several hosts the network run is real: no emulated link",
+        )
         check_positive(self, bucket_mb=self.bucket_mb, timeout_s=self.timeout_s)
         check(
             self.profile_device in DEVICE_PRESETS,
@@ -100,6 +128,10 @@ class ProfileConfig:
     def backend(self) -> str:
         return BACKENDS[self.device]
 
+    @property
+    def workers_per_node(self) -> int:
+        return self.workers // self.nodes
+
     def zoo_options(self) -> dict[str, object]:
         """The model's options: ``image_size`` for image models, then ``model_options``."""
         options: dict[str, object] = {}
@@ -116,6 +148,8 @@ class ProfileConfig:
         if self.data_dir is not None:
             names += ["cold", "warm", "cached"]
         names.append("local")
-        if self.network is not None:
+        if self.measure_overhead:
+            names.append("local_untimed")
+        if self.network is not None or self.nodes > 1:
             names.append("network")
         return names

@@ -1,31 +1,50 @@
-"""The comm-stall model: communication stall as a function of a network's layers, gradient
-tensors and gradient bytes, fitted on depth sweeps of zoo models and tested on a held-out one.
+"""The comm-stall model: the communication stall of DDP training from how DDP communicates,
+fitted on depth sweeps of zoo models and tested on a held-out one.
 
-The model is linear with non-negative coefficients (a stall cannot shrink as a model grows)::
+DDP does not reduce gradient tensors one by one: it packs them, in reverse registration order,
+into buckets (the first closes at 1 MiB, the others at ``bucket_mb``, default 25 MiB) and
+all-reduces each bucket as soon as backward has produced all of its gradients. Each bucket
+costs a fixed time per call plus a time per byte, and the link carries the buckets one after the
+other. The buckets finish while backward still runs, except the last one (the first layers'
+gradients), which is ready only when backward ends. So the exposed communication, the stall, is::
 
-    stall = c0 + c_layers * layers + c_tensors * tensors + c_bytes * bytes
+    t_k   = per_bucket_s + per_byte_s * bytes_k                      (each bucket's transfer)
+    stall = max(t_last, sum_k t_k - overlap * backward_s)
 
-fitted by non-negative least squares on the measured stalls of the sweep's variants. Fit
-quality is R^2 and the mean absolute relative error over the sweep; the held-out model's
-stall is predicted and compared with its measurement.
+with ``per_bucket_s, per_byte_s >= 0`` and ``0 <= overlap <= 1`` (the link cannot hide more than
+the backward pass it runs beside). ``backward_s`` is the backward time of the one-worker run
+(RUN0), which every profile measures, so the model predicts the distributed stall of a job from
+its one-worker profile and its gradient tensors alone. On an emulated link the fitted
+coefficients can be checked against the link: ``per_byte_s`` should be the ring's
+``2 (N - 1) / N * 8 / bandwidth`` and ``per_bucket_s`` its latency.
+
+The fit minimises the squared *relative* error (the stalls of the sweep span two orders of
+magnitude) under those bounds. For comparison, :func:`fit_feature_regression` is the plain
+non-negative linear regression on layers, gradient tensors and gradient bytes.
 """
 
 from __future__ import annotations
 
+import itertools
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import numpy as np
 
 from unstall.config import check
 from unstall.errors import ConfigError
 from unstall.profile.config import ProfileConfig
+from unstall.profile.link import LinkSpec
 from unstall.profile.report import StallReport
 from unstall.results import JsonResult
 from unstall.workload import zoo
 
 FEATURES = ("layers", "gradient_tensors", "gradient_bytes")
 STALL_KINDS = {"interconnect": "interconnect_stall_s", "network": "network_stall_s"}
+FIRST_BUCKET_BYTES = 1024 * 1024  # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES
+MIB = 1024 * 1024
 
 DEFAULT_SWEEP = (
     "resnet:depth=18",
@@ -39,6 +58,10 @@ DEFAULT_SWEEP = (
     "mlp:depth=8",
 )
 DEFAULT_HELD_OUT = "mobilenet_v2"
+DEFAULT_LINK = "1,1"
+# Relative errors are taken against at least this stall: a fully hidden stall measures ~0 +- the
+# timing noise of the machine (about a millisecond here), and must not weigh like a real one.
+NOISE_FLOOR_S = 1e-3
 
 
 def parse_variant(text: str) -> tuple[str, dict[str, object]]:
@@ -59,88 +82,280 @@ def parse_variant(text: str) -> tuple[str, dict[str, object]]:
     return name.strip(), options
 
 
+def ddp_bucket_bytes(
+    tensor_bytes: Sequence[int], *, cap_bytes: int, first_cap_bytes: int = FIRST_BUCKET_BYTES
+) -> tuple[int, ...]:
+    """The bytes of each DDP gradient bucket, in the order DDP reduces them.
+
+    ``tensor_bytes`` in registration order (``model.parameters()``). DDP walks them in reverse
+    (the order backward produces them) and closes a bucket once it holds at least its limit:
+    ``first_cap_bytes`` for the first, ``cap_bytes`` for every other; the rest is the last.
+    """
+    check(cap_bytes > 0 and first_cap_bytes > 0, "ddp_bucket_bytes", "cap_bytes", "must be > 0")
+    buckets: list[int] = []
+    current = 0
+    for size in reversed(tensor_bytes):
+        current += size
+        if current >= (first_cap_bytes if not buckets else cap_bytes):
+            buckets.append(current)
+            current = 0
+    if current:
+        buckets.append(current)
+    return tuple(buckets)
+
+
 @dataclass(frozen=True, kw_only=True)
 class SweepPoint(JsonResult):
-    """One variant: its features and its measured stall (seconds per iteration)."""
+    """One variant: its static facts, its DDP buckets (bytes, in reduction order), its one-worker
+    backward time, and both measured communication stalls (seconds per iteration)."""
 
     variant: str
     layers: int
     gradient_tensors: int
     gradient_bytes: int
-    stall_s: float
+    bucket_bytes: tuple[int, ...]
+    backward_s: float
+    interconnect_stall_s: float
+    network_stall_s: float
 
-    def features(self) -> list[float]:
-        return [1.0, float(self.layers), float(self.gradient_tensors), float(self.gradient_bytes)]
+    def stall(self, kind: str) -> float:
+        check(kind in STALL_KINDS, "SweepPoint", "stall", f"must be one of {sorted(STALL_KINDS)}")
+        return float(getattr(self, STALL_KINDS[kind]))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, object]) -> SweepPoint:
+        values = dict(data)
+        values["bucket_bytes"] = tuple(values["bucket_bytes"])  # type: ignore[arg-type]
+        return cls(**values)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True, kw_only=True)
+class CommStallModel(JsonResult):
+    """``stall = max(t_last, sum_k t_k - overlap * backward_s)``, ``t_k = per_bucket_s +
+    per_byte_s * bytes_k`` (see the module docstring)."""
+
+    per_bucket_s: float
+    per_byte_s: float
+    overlap: float
+
+    def predict(self, bucket_bytes: Sequence[int], backward_s: float) -> float:
+        transfers = [self.per_bucket_s + self.per_byte_s * b for b in bucket_bytes]
+        if not transfers:
+            return 0.0
+        return max(transfers[-1], sum(transfers) - self.overlap * backward_s)
+
+    def predict_point(self, point: SweepPoint) -> float:
+        return self.predict(point.bucket_bytes, point.backward_s)
+
+
+@dataclass(frozen=True, kw_only=True)
+class FitQuality(JsonResult):
+    """How a model fits the sweep, and how it predicts the held-out variant (when one is given)."""
+
+    r2: float
+    mean_abs_rel_error: float
+    max_abs_rel_error: float
+    fitted_s: tuple[float, ...]
+    held_out_predicted_s: float | None = None
+    held_out_rel_error: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class FeatureRegression(JsonResult):
+    """The plain model, for comparison: ``stall = c0 + sum c_f * f`` over :data:`FEATURES`."""
+
+    intercept_s: float
+    coefficients: dict[str, float]
+    quality: FitQuality
+
+    def predict(self, point: SweepPoint) -> float:
+        return self.intercept_s + sum(
+            self.coefficients[name] * float(getattr(point, name)) for name in FEATURES
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
 class CommStallFit(JsonResult):
-    """The fitted model, its quality on the sweep, and the held-out prediction."""
+    """The fitted bucket model and its quality, the plain regression beside it, the points, the
+    held-out variant, and (on an emulated link) the coefficients the link itself implies."""
 
     stall: str
-    intercept_s: float
-    coefficients: dict[str, float]
-    r2: float
-    mean_abs_rel_error: float
+    model: CommStallModel
+    quality: FitQuality
+    regression: FeatureRegression
     points: tuple[SweepPoint, ...]
-    fitted_s: tuple[float, ...]
     held_out: SweepPoint | None = None
-    held_out_predicted_s: float | None = None
-    held_out_rel_error: float | None = None
-
-    def predict(self, layers: int, gradient_tensors: int, gradient_bytes: int) -> float:
-        values = {"layers": layers, "gradient_tensors": gradient_tensors}
-        values["gradient_bytes"] = gradient_bytes
-        return self.intercept_s + sum(self.coefficients[f] * values[f] for f in FEATURES)
+    link: LinkSpec | None = None
+    link_per_bucket_s: float | None = None
+    link_per_byte_s: float | None = None
 
 
-def fit_comm_stall(
-    points: Sequence[SweepPoint], *, stall: str = "interconnect", held_out: SweepPoint | None = None
-) -> CommStallFit:
-    """Fit the model on ``points`` by non-negative least squares (features scaled first)."""
+def _quality(
+    predicted: Sequence[float],
+    points: Sequence[SweepPoint],
+    stall: str,
+    held_out: SweepPoint | None,
+    held_out_predicted: float | None,
+) -> FitQuality:
+    target = np.array([p.stall(stall) for p in points])
+    fitted = np.array(predicted, dtype=float)
+    spread = float(np.sum((target - target.mean()) ** 2))
+    r2 = 1.0 - float(np.sum((target - fitted) ** 2)) / spread if spread > 0 else 1.0
+    rel = np.abs(fitted - target) / np.maximum(np.abs(target), NOISE_FLOOR_S)
+    error = None
+    if held_out is not None and held_out_predicted is not None:
+        measured = held_out.stall(stall)
+        error = (held_out_predicted - measured) / max(abs(measured), NOISE_FLOOR_S)
+    return FitQuality(
+        r2=r2,
+        mean_abs_rel_error=float(rel.mean()),
+        max_abs_rel_error=float(rel.max()),
+        fitted_s=tuple(float(v) for v in fitted),
+        held_out_predicted_s=held_out_predicted,
+        held_out_rel_error=error,
+    )
+
+
+def fit_feature_regression(
+    points: Sequence[SweepPoint], *, stall: str = "network", held_out: SweepPoint | None = None
+) -> FeatureRegression:
+    """Non-negative least squares of the stall on 1, layers, gradient tensors, gradient bytes."""
     from scipy.optimize import nnls
 
-    check(len(points) >= 2, "fit_comm_stall", "points", "needs at least two sweep points")
-    design = np.array([p.features() for p in points])
-    target = np.array([p.stall_s for p in points])
+    check(len(points) >= 2, "fit_feature_regression", "points", "needs at least two points")
+    design = np.array([[1.0, *(float(getattr(p, f)) for f in FEATURES)] for p in points])
+    target = np.array([p.stall(stall) for p in points])
     scale = np.where(design.max(axis=0) > 0, design.max(axis=0), 1.0)
     solution, _ = nnls(design / scale, target)
     coefs = solution / scale
-    fitted = design @ coefs
-    residual = float(np.sum((target - fitted) ** 2))
-    spread = float(np.sum((target - target.mean()) ** 2))
-    rel = np.abs(fitted - target) / np.maximum(np.abs(target), 1e-12)
-    result = CommStallFit(
-        stall=stall,
+    regression = FeatureRegression(
         intercept_s=float(coefs[0]),
         coefficients={name: float(c) for name, c in zip(FEATURES, coefs[1:], strict=True)},
-        r2=1.0 - residual / spread if spread > 0 else 1.0,
-        mean_abs_rel_error=float(rel.mean()),
+        quality=FitQuality(r2=0.0, mean_abs_rel_error=0.0, max_abs_rel_error=0.0, fitted_s=()),
+    )
+    held = regression.predict(held_out) if held_out is not None else None
+    fitted = [regression.predict(p) for p in points]
+    return replace(regression, quality=_quality(fitted, points, stall, held_out, held))
+
+
+# Parameters are fitted in units of similar size: ms per bucket, s per GB, the overlap fraction.
+_UNITS = np.array([1e-3, 1e-9, 1.0])
+
+
+def _fit_bucket_model(points: Sequence[SweepPoint], stall: str) -> CommStallModel:
+    """Least squares on relative residuals from a few starting overlaps; the best wins."""
+    from scipy.optimize import least_squares
+
+    target = np.array([p.stall(stall) for p in points])
+    weight = 1.0 / np.maximum(np.abs(target), NOISE_FLOOR_S)
+
+    def residuals(x: np.ndarray) -> np.ndarray:
+        per_bucket, per_byte, overlap = x * _UNITS
+        model = CommStallModel(per_bucket_s=per_bucket, per_byte_s=per_byte, overlap=overlap)
+        return (np.array([model.predict_point(p) for p in points]) - target) * weight
+
+    total_bytes = np.array([p.gradient_bytes for p in points], dtype=float)
+    per_byte0 = float(np.median(target / np.maximum(total_bytes, 1.0))) / _UNITS[1]
+    best = None
+    for per_bucket0, overlap0 in itertools.product((0.1, 1.0, 10.0), (0.0, 0.5, 1.0)):
+        result = least_squares(
+            residuals,
+            x0=np.array([per_bucket0, per_byte0, overlap0]),
+            bounds=([0.0, 0.0, 0.0], [np.inf, np.inf, 1.0]),
+        )
+        if best is None or result.cost < best.cost:
+            best = result
+    assert best is not None
+    values = best.x * _UNITS
+    return CommStallModel(per_bucket_s=values[0], per_byte_s=values[1], overlap=values[2])
+
+
+def fit_comm_stall(
+    points: Sequence[SweepPoint],
+    *,
+    stall: str = "network",
+    held_out: SweepPoint | None = None,
+    link: LinkSpec | None = None,
+    workers: int = 2,
+) -> CommStallFit:
+    """Fit the bucket model (and the plain regression) on ``points``; predict ``held_out``.
+
+    ``link`` is the emulated link the points were measured over (when ``stall`` is the network
+    stall): its latency and ring bytes per bandwidth are reported beside the fitted values.
+    """
+    check(stall in STALL_KINDS, "fit_comm_stall", "stall", f"must be one of {sorted(STALL_KINDS)}")
+    check(len(points) >= 3, "fit_comm_stall", "points", "needs at least three sweep points")
+    model = _fit_bucket_model(points, stall)
+    held = model.predict_point(held_out) if held_out is not None else None
+    fitted = [model.predict_point(p) for p in points]
+    on_link = link is not None and stall == "network"
+    return CommStallFit(
+        stall=stall,
+        model=model,
+        quality=_quality(fitted, points, stall, held_out, held),
+        regression=fit_feature_regression(points, stall=stall, held_out=held_out),
         points=tuple(points),
-        fitted_s=tuple(float(v) for v in fitted),
-    )
-    if held_out is None:
-        return result
-    predicted = result.predict(held_out.layers, held_out.gradient_tensors, held_out.gradient_bytes)
-    error = (predicted - held_out.stall_s) / max(abs(held_out.stall_s), 1e-12)
-    return replace(
-        result, held_out=held_out, held_out_predicted_s=predicted, held_out_rel_error=error
+        held_out=held_out,
+        link=link if on_link else None,
+        link_per_bucket_s=link.latency_ms / 1e3 if on_link and link else None,
+        link_per_byte_s=link.bandwidth_delay_s(1, workers) if on_link and link else None,
     )
 
 
-def measure_point(
-    variant: str, base: ProfileConfig, stall: str, profile: Callable[[ProfileConfig], StallReport]
-) -> SweepPoint:
-    """Profile one variant with ``base``'s settings and read its stall of kind ``stall``."""
-    check(stall in STALL_KINDS, "fit", "stall", f"must be one of {sorted(STALL_KINDS)}")
-    name, options = parse_variant(variant)
-    config = replace(base, model=name, model_options=options, data_dir=None)
-    report = profile(config)
-    facts = zoo.facts(name, **config.zoo_options())
+def sweep_point(variant: str, config: ProfileConfig, report: StallReport) -> SweepPoint:
+    """The sweep point of ``variant`` from its profile ``report`` (run with ``config``)."""
+    facts = zoo.facts(config.model, **config.zoo_options())
     return SweepPoint(
         variant=variant,
         layers=facts.layers,
         gradient_tensors=facts.gradient_tensors,
         gradient_bytes=facts.gradient_bytes,
-        stall_s=getattr(report, STALL_KINDS[stall]),
+        bucket_bytes=ddp_bucket_bytes(
+            [t.bytes for t in facts.tensors], cap_bytes=int(config.bucket_mb * MIB)
+        ),
+        backward_s=report.phases["compute"]["backward"],
+        interconnect_stall_s=report.interconnect_stall_s,
+        network_stall_s=report.network_stall_s,
     )
+
+
+def measure_point(
+    variant: str, base: ProfileConfig, profile: Callable[[ProfileConfig], StallReport]
+) -> SweepPoint:
+    """Profile one variant with ``base``'s settings (no dataset) and return its sweep point."""
+    name, options = parse_variant(variant)
+    config = replace(base, model=name, model_options=options, data_dir=None)
+    return sweep_point(variant, config, profile(config))
+
+
+def load_points(path: Path) -> dict[str, SweepPoint]:
+    """The points saved by :func:`measure_points` (none when the file does not exist yet)."""
+    if not path.exists():
+        return {}
+    return {
+        item["variant"]: SweepPoint.from_dict(item)
+        for item in json.loads(path.read_text(encoding="utf-8"))
+    }
+
+
+def measure_points(
+    variants: Sequence[str],
+    base: ProfileConfig,
+    profile: Callable[[ProfileConfig], StallReport],
+    *,
+    points_path: Path | None = None,
+    on_point: Callable[[SweepPoint], None] | None = None,
+) -> dict[str, SweepPoint]:
+    """Each variant's sweep point: read from ``points_path`` when there, else profiled and
+    written back to the file at once (so that a long sweep can run in several pieces)."""
+    known = load_points(points_path) if points_path is not None else {}
+    for variant in dict.fromkeys(variants):
+        if variant in known:
+            continue
+        known[variant] = measure_point(variant, base, profile)
+        if points_path is not None:
+            rows = [p.to_dict() for p in known.values()]
+            points_path.write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
+        if on_point is not None:
+            on_point(known[variant])
+    return known

@@ -59,11 +59,13 @@ class LinkSpec:
 @dataclass(kw_only=True)
 class HookState:
     """Mutable state of :func:`timed_allreduce_hook`: the link (``None``: none emulated), an
-    injected extra delay per bucket, and the (start, end) times of this iteration's buckets."""
+    injected extra delay per bucket, and the (start, end) times of this iteration's buckets
+    (recorded only while ``record_spans``: off in the overhead runs without timers)."""
 
     workers: int
     link: LinkSpec | None = None
     extra_delay_s: float = 0.0
+    record_spans: bool = True
     spans: list[tuple[float, float]] = field(default_factory=list)
     delay_total_s: float = 0.0
     link_free_at: float = 0.0
@@ -90,7 +92,7 @@ def timed_allreduce_hook(state, bucket):  # type: ignore[no-untyped-def]
     import torch.distributed as dist
 
     tensor = bucket.buffer()
-    started = time.perf_counter()
+    started = time.perf_counter() if state.record_spans else 0.0
     link_delay = 0.0
     if state.link is not None:
         link_delay = state.link.delay_s(tensor.numel() * tensor.element_size(), state.workers)
@@ -100,7 +102,8 @@ def timed_allreduce_hook(state, bucket):  # type: ignore[no-untyped-def]
     def finish(fut: Any) -> Any:
         if delay > 0:
             time.sleep(max(0.0, state.occupy_link(delay, link_delay) - time.perf_counter()))
-        state.spans.append((started, time.perf_counter()))
+        if state.record_spans:
+            state.spans.append((started, time.perf_counter()))
         return fut.value()[0].div_(state.workers)
 
     return future.then(finish)

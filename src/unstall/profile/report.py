@@ -29,8 +29,9 @@ class StallReport(JsonResult):
     ``device`` is where it ran ("cpu" or the GPU's name); ``job_profile.device`` is the preset
     the profile is labelled with (see :class:`ProfileConfig`). ``emulated_delay_s`` is the delay
     the emulated link added per iteration (the network stall cannot be smaller unless it hides
-    behind backward compute). ``profiler_overhead`` is (timed - untimed) / untimed of the
-    compute run, when measured.
+    behind backward compute). ``profiler_overhead`` is, for the compute run and the local DDP
+    run, the median over the rounds of timed / untimed - 1 (the phase timers' cost), when
+    measured; ``profiler_overhead_samples`` holds each round's ratio.
     """
 
     model: str
@@ -54,7 +55,8 @@ class StallReport(JsonResult):
     runs: dict[str, RunSummary]
     phases: dict[str, dict[str, float]]
     emulated_delay_s: float | None
-    profiler_overhead: float | None
+    profiler_overhead: dict[str, float] | None
+    profiler_overhead_samples: dict[str, list[float]] | None
     trace: tuple[PhaseSpan, ...]
     job_profile: JobProfile
 
@@ -64,13 +66,26 @@ class StallReport(JsonResult):
 
 
 def _placements(config: ProfileConfig, medians: dict[str, float]) -> dict[str, float]:
-    """Measured iteration times per placement: "1" alone, "N" on one host, "11.." over the net."""
+    """Measured iteration times per placement (workers per host): "1" alone, "N" on one host;
+    over the network "11.." (the emulated link: one worker a host) or "LL.." (L per host)."""
     measured = {"1": medians["compute"]}
-    if config.workers > 1:
-        measured[str(config.workers)] = medians["local"]
-        if "network" in medians:
-            measured["1" * config.workers] = medians["network"]
+    if config.workers_per_node > 1:
+        measured[str(config.workers_per_node)] = medians["local"]
+    if "network" in medians:
+        per_host = config.workers_per_node if config.nodes > 1 else 1
+        measured[str(per_host) * (config.workers // per_host)] = medians["network"]
     return measured
+
+
+def _overhead(raw: RawTimings) -> dict[str, list[float]]:
+    """Per timed run with an untimed twin: each round's timed / untimed - 1 (paired)."""
+    return {
+        name: [
+            t / u - 1.0 for t, u in zip(raw.runs[name], raw.runs[f"{name}_untimed"], strict=True)
+        ]
+        for name in raw.runs
+        if f"{name}_untimed" in raw.runs
+    }
 
 
 def _job_profile(
@@ -93,16 +108,13 @@ def _job_profile(
 def build_report(config: ProfileConfig, raw: RawTimings) -> StallReport:
     """The report of ``config``'s runs from their raw timings (pure)."""
     runs = {name: summarize(name, samples) for name, samples in raw.runs.items()}
-    medians = {name: run.median_s for name, run in runs.items() if name != "compute_untimed"}
+    medians = {name: run.median_s for name, run in runs.items() if not name.endswith("_untimed")}
     breakdown = stall_breakdown(medians)
     phases = {
         name: {p: statistics.median(per[p]) for p in PHASES if p in per}
         for name, per in raw.phases.items()
     }
-    overhead = None
-    if "compute_untimed" in runs:
-        untimed = runs["compute_untimed"].median_s
-        overhead = (runs["compute"].median_s - untimed) / untimed
+    overhead = _overhead(raw)
     data_s = breakdown.fetch_stall_s + breakdown.prep_stall_s if config.data_dir else None
     return StallReport(
         model=config.model,
@@ -122,7 +134,8 @@ def build_report(config: ProfileConfig, raw: RawTimings) -> StallReport:
         runs=runs,
         phases=phases,
         emulated_delay_s=statistics.median(raw.emulated_delay_s) if raw.emulated_delay_s else None,
-        profiler_overhead=overhead,
+        profiler_overhead={k: statistics.median(v) for k, v in overhead.items()} or None,
+        profiler_overhead_samples=overhead or None,
         trace=tuple(
             PhaseSpan(
                 name=s["name"],

@@ -4,6 +4,15 @@ One spawn serves all runs: rank 0 times the one-worker runs (compute, data) whil
 ranks wait at a barrier, then all ranks time the DDP runs (local, then over the emulated link;
 the same DDP model, its hook state switched between them). gloo binds to 127.0.0.1 only.
 Rank 0 writes the raw timings as JSON; :func:`run_workers` reads them back.
+
+Under torchrun (see :mod:`unstall.profile.launch`) this process is one of the workers: it joins
+the launched group (``env://``) instead of spawning, and rank 0's timings are broadcast to every
+rank. On several hosts the local run is DDP within each host and the network run DDP across
+all hosts, over the real network.
+
+The overhead runs (``compute_untimed``, ``local_untimed``: the same loops without the phase
+timers) are timed beside their timed twins in every round, in alternating order (timed first in
+even rounds, untimed first in odd ones), so that drift on a shared machine cancels in the pairs.
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ from torch import nn
 from unstall.errors import UnstallError
 from unstall.profile import data as datafeed
 from unstall.profile.config import ProfileConfig
+from unstall.profile.launch import TorchrunLaunch, torchrun_launch
 from unstall.profile.link import HookState, timed_allreduce_hook
 from unstall.workload import zoo
 
@@ -182,86 +192,167 @@ def _optimizer(model: nn.Module) -> torch.optim.Optimizer:
     return torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 
 
-def _solo_round(config: ProfileConfig, raw: RawTimings, solo: _Loop, feeds: dict[str, Any]) -> None:
+def _paired_order(names: list[str], round_index: int) -> list[str]:
+    """``names`` with each timed run and its untimed twin swapped in odd rounds (ABBA)."""
+    order = list(names)
+    if round_index % 2 == 1:
+        for timed in [n for n in order if f"{n}_untimed" in order]:
+            i, j = order.index(timed), order.index(f"{timed}_untimed")
+            order[i], order[j] = order[j], order[i]
+    return order
+
+
+def _solo_round(
+    config: ProfileConfig, raw: RawTimings, solo: _Loop, feeds: dict[str, Any], round_index: int
+) -> None:
     """Rank 0 alone: compute (and its untimed twin), then cold, warm and cached data."""
-    for name in config.run_names():
-        if name in ("local", "network"):
+    for name in _paired_order(config.run_names(), round_index):
+        if name in DDP_RUNS:
             continue
         if name == "cold":
             datafeed.drop_page_cache(datafeed.list_dataset(config.data_dir))  # type: ignore[arg-type]
         solo.feed = feeds[name]
-        seconds, phases, _ = _time_run(solo, config, timed=name != "compute_untimed")
+        seconds, phases, _ = _time_run(solo, config, timed=not name.endswith("_untimed"))
         _record(raw, name, seconds, phases)
 
 
-def _ddp_round(config: ProfileConfig, raw: RawTimings | None, ddp: _Loop, last: bool) -> None:
-    """All ranks: the local run, then the run over the emulated link."""
-    assert ddp.hook is not None
-    for name in ("local", "network"):
-        if name not in config.run_names():
-            continue
+DDP_RUNS = ("local", "local_untimed", "network")
+
+
+def _ddp_round(
+    config: ProfileConfig,
+    raw: RawTimings | None,
+    loops: dict[str, _Loop],
+    round_index: int,
+) -> None:
+    """All ranks: the local run (and its untimed twin), then the run over the network (the
+    emulated link on one host; the real network across hosts)."""
+    last = round_index == config.repeats - 1
+    for name in _paired_order([n for n in config.run_names() if n in DDP_RUNS], round_index):
+        ddp = loops[name]
+        assert ddp.hook is not None
         ddp.hook.link = config.network if name == "network" else None
-        seconds, phases, spans = _time_run(ddp, config)
+        ddp.hook.record_spans = not name.endswith("_untimed")
+        seconds, phases, spans = _time_run(ddp, config, timed=ddp.hook.record_spans)
         if raw is not None:
             _record(raw, name, seconds, phases)
-            if name == "network":
+            if name == "network" and config.network is not None:
                 raw.emulated_delay_s.append(ddp.hook.delay_total_s / config.iterations)
-            if last:
+            if last and not name.endswith("_untimed"):  # the network run comes last
                 raw.trace = [{"name": p, "start_s": s, "end_s": e} for p, s, e in spans]
 
 
-def _worker(rank: int, config: ProfileConfig, port: int, out_path: str) -> None:
-    os.environ["GLOO_SOCKET_IFNAME"] = "lo"
-    threads = config.threads or max(1, (os.cpu_count() or 1) // config.workers)
+def _join(config: ProfileConfig, rank: int, init_method: str) -> torch.device:
+    threads = config.threads or max(1, (os.cpu_count() or 1) // config.workers_per_node)
     torch.set_num_threads(threads)
-    device = torch.device("cuda", rank) if config.device == "cuda" else torch.device("cpu")
+    local_rank = rank % config.workers_per_node
+    device = torch.device("cpu")
+    if config.device == "cuda":
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
     dist.init_process_group(
-        config.backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=config.workers
+        config.backend, init_method=init_method, rank=rank, world_size=config.workers
     )
+    return device
+
+
+def _worker(rank: int, config: ProfileConfig, port: int, out_path: str) -> None:
+    """A spawned worker on this host; rank 0 writes the raw timings to ``out_path``."""
+    os.environ["GLOO_SOCKET_IFNAME"] = "lo"
+    device = _join(config, rank, f"tcp://127.0.0.1:{port}")
     try:
-        _worker_rounds(rank, config, device, out_path)
+        raw = _worker_rounds(rank, config, device)
+        if rank == 0:
+            Path(out_path).write_text(json.dumps(raw.__dict__), encoding="utf-8")
     finally:
         dist.destroy_process_group()
 
 
-def _worker_rounds(rank: int, config: ProfileConfig, device: torch.device, out_path: str) -> None:
+def _ddp_loop(
+    config: ProfileConfig, rank: int, device: torch.device, group: Any, workers: int
+) -> _Loop:
+    """A DDP copy of the model on ``group`` (``None``: all workers), its comm hook attached."""
     from torch.nn.parallel import DistributedDataParallel
 
-    options = config.zoo_options()
-    solo_model = zoo.build(config.model, **options).to(device)
-    solo = _Loop(solo_model, _optimizer(solo_model), _synthetic_feed(config, 0), None, device)
-    ddp_model = DistributedDataParallel(
-        zoo.build(config.model, **options).to(device),
-        device_ids=[rank] if device.type == "cuda" else None,
+    model = DistributedDataParallel(
+        zoo.build(config.model, **config.zoo_options()).to(device),
+        device_ids=[device.index] if device.type == "cuda" else None,
         bucket_cap_mb=config.bucket_mb,
+        process_group=group,
     )
-    hook = HookState(workers=config.workers, extra_delay_s=config.delays.allreduce_s)
-    ddp_model.register_comm_hook(hook, timed_allreduce_hook)
-    ddp = _Loop(ddp_model, _optimizer(ddp_model), _synthetic_feed(config, rank), hook, device)
+    hook = HookState(workers=workers, extra_delay_s=config.delays.allreduce_s)
+    model.register_comm_hook(hook, timed_allreduce_hook)
+    return _Loop(model, _optimizer(model), _synthetic_feed(config, rank), hook, device)
+
+
+def _ddp_loops(config: ProfileConfig, rank: int, device: torch.device) -> dict[str, _Loop]:
+    """The loop of each DDP run: one model on one host (the hook switches the link on and
+    off); on several hosts one model per host for the local runs and one across all."""
+    if config.nodes == 1:
+        shared = _ddp_loop(config, rank, device, None, config.workers)
+        return dict.fromkeys(DDP_RUNS, shared)
+    host_group, _ = dist.new_subgroups(group_size=config.workers_per_node)
+    local = _ddp_loop(config, rank, device, host_group, config.workers_per_node)
+    return {
+        "local": local,
+        "local_untimed": local,
+        "network": _ddp_loop(config, rank, device, None, config.workers),
+    }
+
+
+def _worker_rounds(rank: int, config: ProfileConfig, device: torch.device) -> RawTimings:
+    """Every round of every run; rank 0's timings (the other ranks' are empty)."""
+    solo_model = zoo.build(config.model, **config.zoo_options()).to(device)
+    solo = _Loop(solo_model, _optimizer(solo_model), _synthetic_feed(config, 0), None, device)
+    loops = _ddp_loops(config, rank, device)
     raw = RawTimings(
         device_name=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     )
     feeds = _solo_feeds(config) if rank == 0 else {}
     for round_index in range(config.repeats):
         if rank == 0:
-            _solo_round(config, raw, solo, feeds)
+            _solo_round(config, raw, solo, feeds, round_index)
         dist.barrier()
-        _ddp_round(config, raw if rank == 0 else None, ddp, round_index == config.repeats - 1)
+        _ddp_round(config, raw if rank == 0 else None, loops, round_index)
         dist.barrier()
-    if rank == 0:
-        Path(out_path).write_text(json.dumps(raw.__dict__), encoding="utf-8")
+    return raw
+
+
+def _run_under_torchrun(config: ProfileConfig, launch: TorchrunLaunch) -> RawTimings:
+    """This process is worker ``launch.rank``: join the group, run, share rank 0's timings."""
+    device = _join(config, launch.rank, "env://")
+    try:
+        raw = _worker_rounds(launch.rank, config, device)
+        shared: list[Any] = [raw.__dict__ if launch.rank == 0 else None]
+        dist.broadcast_object_list(shared, src=0, device=device)
+        return RawTimings(**shared[0])
+    finally:
+        dist.destroy_process_group()
 
 
 def run_workers(config: ProfileConfig) -> RawTimings:
-    """Spawn ``config.workers`` processes, run every round, return rank 0's raw timings."""
+    """Spawn ``config.workers`` processes, run every round, return rank 0's raw timings.
+
+    Under torchrun the launched processes are the workers: each runs its part and returns rank
+    0's timings (``config.workers`` must then be torchrun's world size)."""
     import torch.multiprocessing as mp
 
+    if config.data_dir is not None:
+        datafeed.list_dataset(config.data_dir)  # a missing dataset fails here, not in a worker
+    launch = torchrun_launch(os.environ)
+    if launch is not None:
+        if (launch.world_size, launch.nodes) != (config.workers, config.nodes):
+            raise UnstallError(
+                f"torchrun started {launch.world_size} workers on {launch.nodes} hosts; the"
+                f" config wants {config.workers} on {config.nodes}"
+            )
+        return _run_under_torchrun(config, launch)
+    if config.nodes > 1:
+        raise UnstallError("workers on several hosts need torchrun (see unstall profile run)")
     if config.device == "cuda" and torch.cuda.device_count() < config.workers:
         raise UnstallError(
             f"--workers {config.workers} needs as many GPUs; found {torch.cuda.device_count()}"
         )
-    if config.data_dir is not None:
-        datafeed.list_dataset(config.data_dir)  # a missing dataset fails here, not in a worker
     with tempfile.TemporaryDirectory(prefix="unstall-profile-") as tmp:
         out_path = str(Path(tmp) / "raw.json")
         try:
