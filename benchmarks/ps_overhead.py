@@ -90,7 +90,9 @@ class RawRoundTrip:
             ray.kill(actor)
 
 
-def ps_push_pull(mb: float, workers: int, servers: int, iterations: int) -> dict[str, float]:
+def ps_push_pull(
+    mb: float, workers: int, servers: int, iterations: int, piece_mb: float
+) -> dict[str, float]:
     width = int(math.sqrt(mb * 1e6 / 4 / 2))  # two width x width layers
     with tempfile.TemporaryDirectory() as tmp:
         scenario = Path(tmp) / "unlimited.toml"
@@ -103,6 +105,7 @@ def ps_push_pull(mb: float, workers: int, servers: int, iterations: int) -> dict
             strategy="oracle",  # equal servers: an even split
             iterations=iterations + 1,
             batch_size=1,
+            piece_mb=piece_mb,
         )
         result = run_training(config, pool=session_pool())
     steps = result.telemetry[1:]  # iteration 0 also has the run's first pull
@@ -123,7 +126,9 @@ def ps_push_pull(mb: float, workers: int, servers: int, iterations: int) -> dict
     }
 
 
-def best_of_rounds(mb: float, servers: int, iterations: int, rounds: int) -> dict[str, float]:
+def best_of_rounds(
+    mb: float, servers: int, iterations: int, rounds: int, piece_mb: float
+) -> dict[str, float]:
     """PS and raw, alternated ``rounds`` times so that both see the same load on a shared
     machine; for each figure the best round (the least disturbed), as the medians inside a
     round already smooth single hiccups."""
@@ -131,7 +136,7 @@ def best_of_rounds(mb: float, servers: int, iterations: int, rounds: int) -> dic
     raw: RawRoundTrip | None = None
     try:
         for _ in range(rounds):
-            ps = ps_push_pull(mb, 1, servers, iterations)
+            ps = ps_push_pull(mb, 1, servers, iterations, piece_mb)
             if raw is None:
                 raw = RawRoundTrip(int(ps["param_mb"] * 1e6), servers)
             ps["raw_bytes_s"] = raw.bytes_s(iterations)
@@ -148,14 +153,24 @@ def main() -> None:
     parser.add_argument("--servers", type=int, nargs="+", default=[1, 4])
     parser.add_argument("--iterations", type=int, default=10, help="per round")
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument(
+        "--piece-mb", type=float, default=PSConfig().piece_mb, help="pipelined pieces"
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
+    # Ray starts its worker processes at nice 15: a timing run's actors run at normal priority
+    # (a shared machine's niced jobs would otherwise take the CPU from them).
+    os.environ.setdefault("RAY_worker_niceness", "0")
     ensure_ray(num_cpus=os.cpu_count() or 2)
     rows = []
     for mb in args.mb:
         for servers in args.servers:
             rows.append(
-                {"servers": servers, **best_of_rounds(mb, servers, args.iterations, args.rounds)}
+                {
+                    "servers": servers,
+                    "piece_mb": args.piece_mb,
+                    **best_of_rounds(mb, servers, args.iterations, args.rounds, args.piece_mb),
+                }
             )
     head = ("MB", "S", "raw", "PS", "PS/raw", "transport", "tr./raw", "iteration")
     print("{:>6} {:>2} {:>7} {:>7} {:>7} {:>10} {:>8} {:>10}   (MB/s)".format(*head))

@@ -11,7 +11,7 @@ from unstall.ps.assign import STRATEGIES, CostPhase, assign
 from unstall.ps.assign.byteps import PARTITION_BYTES, djb2, partition_server
 from unstall.ps.assign.mxnet import BIGARRAY_BOUND, slice_bounds
 from unstall.ps.assign.oracle import best_shares
-from unstall.ps.chunks import TensorInfo
+from unstall.ps.chunks import Chunk, TensorInfo, plan_pieces
 from unstall.ps.links import ServerSpec, server_cost
 
 
@@ -161,3 +161,26 @@ def test_every_strategy_tiles_every_tensor_and_oracle_is_never_worse(
     # The oracle's LP charges every server its fixed cost; allow that much on top.
     slack = max(c.fixed_s for c in cs[0].servers) + 1e-9
     assert predicted["oracle"] <= min(predicted.values()) * (1 + 1e-6) + slack
+
+
+def test_plan_pieces_packs_small_chunks_and_cuts_big_ones() -> None:
+    chunks = [
+        Chunk(id=0, tensor=0, start=0, stop=1000),  # 4,000 bytes
+        Chunk(id=1, tensor=1, start=0, stop=100),  # 400
+        Chunk(id=2, tensor=2, start=0, stop=250),  # 1,000
+        Chunk(id=3, tensor=3, start=10, stop=60),  # 200
+    ]
+    # Everything within one piece's bytes: one call with every whole chunk, as without pieces.
+    assert plan_pieces(chunks, 10_000) == (((0, 0, 1000), (1, 0, 100), (2, 0, 250), (3, 0, 50)),)
+    pieces = plan_pieces(chunks, 1_500)
+    # chunk 0 (4,000 bytes) in 3 near-equal segments; then 400 + 1,000 packed; then 200
+    assert pieces == (
+        ((0, 0, 334),),
+        ((0, 334, 667),),
+        ((0, 667, 1000),),
+        ((1, 0, 100), (2, 0, 250)),
+        ((3, 0, 50),),
+    )
+    assert plan_pieces([], 1_500) == ()
+    with pytest.raises(ConfigError, match="piece_bytes"):
+        plan_pieces(chunks, 0)

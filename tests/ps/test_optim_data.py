@@ -7,7 +7,7 @@ import torch
 
 from unstall.ps.data import DataSpec, global_indices, worker_batch
 from unstall.ps.links import ServerSpec
-from unstall.ps.optim import SGDConfig, sgd_momentum_step
+from unstall.ps.optim import STEP_BLOCK, SGDConfig, sgd_momentum_step
 from unstall.ps.server import ServerCore
 
 rng = np.random.default_rng(0)
@@ -48,13 +48,54 @@ def test_server_core_steps_once_every_push_is_in_summing_in_rank_order() -> None
         1: np.array([1.0], np.float32),
         2: np.array([-1e8], np.float32),
     }
-    assert not core.add_push(0, 2, {7: g[2]})  # arrival order 2, 0, 1 would sum to 1
-    assert not core.add_push(0, 0, {7: g[0]})
-    assert core.add_push(0, 1, {7: g[1]})
-    core.apply(0)
+    assert not core.add_push(0, 0, 2, [g[2]])  # arrival order 2, 0, 1 would sum to 1
+    assert not core.add_push(0, 0, 0, [g[0]])
+    assert core.add_push(0, 0, 1, [g[1]])
+    assert core.apply(0, 0, [(7, 0, 1)])  # the iteration's step is complete
     # rank order in float32: (1e8 + 1) + -1e8 = 0, as 1 is lost beside 1e8
     assert core.state[7][0].tolist() == [0.0]
     assert core.pending == {}
+
+
+def test_server_core_steps_piece_by_piece_as_the_whole() -> None:
+    """Two pieces (a chunk cut in two, and another chunk): each stepped when its pushes are
+    in; the iteration is complete only with the last, and equals the step on whole arrays."""
+    config = SGDConfig()
+    core = ServerCore(0, workers=2, spec=ServerSpec(), sgd=config)
+    a, b = rng.standard_normal(300).astype(np.float32), rng.standard_normal(5).astype(np.float32)
+    core.load({0: (a, np.zeros(300, np.float32)), 1: (b, np.zeros(5, np.float32))})
+    ga = [rng.standard_normal(300).astype(np.float32) for _ in range(2)]
+    gb = [rng.standard_normal(5).astype(np.float32) for _ in range(2)]
+    pieces = [[(0, 0, 150)], [(0, 150, 300), (1, 0, 5)]]
+    for rank in (1, 0):
+        assert core.add_push(3, 1, rank, [ga[rank][150:], gb[rank]]) == (rank == 0)
+    assert not core.apply(3, 1, pieces[1])  # half of chunk 0 is still to come
+    for rank in (0, 1):
+        core.add_push(3, 0, rank, [ga[rank][:150]])
+    assert core.apply(3, 0, pieces[0])
+    want_a, want_b = a.copy(), b.copy()
+    sgd_momentum_step(want_a, np.zeros(300, np.float32), ga, config)
+    sgd_momentum_step(want_b, np.zeros(5, np.float32), gb, config)
+    assert np.array_equal(core.state[0][0], want_a) and np.array_equal(core.state[1][0], want_b)
+    assert [v.tolist() for v in core.values(pieces[0])] == [want_a[:150].tolist()]
+
+
+def test_blocked_step_equals_whole_array_arithmetic_bit_for_bit() -> None:
+    """Three blocks and a ragged end: the same float32 operations as on whole arrays."""
+    config = SGDConfig(lr=0.05, momentum=0.9)
+    n = 2 * STEP_BLOCK + 1234
+    param = rng.standard_normal(n).astype(np.float32)
+    buf = rng.standard_normal(n).astype(np.float32)
+    grads = [rng.standard_normal(n).astype(np.float32) for _ in range(3)]
+    mean = (grads[0] + grads[1] + grads[2]) / np.float32(3)
+    want_buf = buf * np.float32(0.9) + mean
+    want = param - want_buf * np.float32(0.05)
+    sgd_momentum_step(param, buf, grads, config)
+    assert np.array_equal(buf, want_buf) and np.array_equal(param, want)
+    one = rng.standard_normal(n).astype(np.float32)
+    want_one = param - (buf * np.float32(0.9) + one) * np.float32(0.05)
+    sgd_momentum_step(param, buf, [one], config, scratch=np.empty(10, np.float32))
+    assert np.array_equal(param, want_one)
 
 
 def test_global_batches_take_every_sample_once_per_epoch() -> None:

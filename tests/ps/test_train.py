@@ -3,6 +3,7 @@ iteration boundaries, the emulated link's timing, a falling loss on real data, d
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
@@ -75,13 +76,15 @@ class Shuffler:
             cluster.remove_server(ids[0])  # scale in: it owns nothing now
 
 
-def test_reassign_and_scale_in_out_keep_the_invariant(ps_pool: Any, fast_scenario: str) -> None:
+@pytest.mark.parametrize("piece_mb", [8.0, 0.002])  # one call a server; pieces of 2 KB
+def test_reassign_and_scale_in_out_keep_the_invariant(
+    ps_pool: Any, fast_scenario: str, piece_mb: float
+) -> None:
+    """With 2 KB pieces the 9 KB weight chunks are cut into segments, exchanged and stepped
+    piece by piece, and loaded into the replicas in parts (after a whole first pull)."""
     hook = Shuffler()
-    r = run_training(
-        tiny_config(fast_scenario, strategy="round-robin", iterations=4, check_reference=True),
-        pool=ps_pool,
-        hook=hook,
-    )
+    config = tiny_config(fast_scenario, strategy="round-robin", iterations=4, check_reference=True)
+    r = run_training(dataclasses.replace(config, piece_mb=piece_mb), pool=ps_pool, hook=hook)
     assert r.params_match_reference is True
     assert hook.migrations[0].chunks == 6 and hook.migrations[0].bytes > 0
     assert set(r.server_bytes) == {"1", "2", "3"}  # server 0 removed, server 3 added

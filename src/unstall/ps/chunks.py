@@ -159,3 +159,36 @@ class ChunkList:
             strategy=strategy,
             notes=notes,
         )
+
+
+# A piece of one server's push-pull: elements ``[start, stop)`` of chunk ``chunk id``, relative
+# to the chunk's own first element.
+Segment = tuple[int, int, int]
+
+
+def plan_pieces(chunks: Sequence[Chunk], piece_bytes: int) -> tuple[tuple[Segment, ...], ...]:
+    """Cut one server's chunks (in order) into the pieces of its push-pull, each at most about
+    ``piece_bytes``: whole chunks packed together, a chunk larger than ``piece_bytes`` cut into
+    near-equal segments of its own. Everything fits in one piece when the server owns at most
+    ``piece_bytes``: one call moves it all, as before pipelining. With several pieces, the
+    server steps a piece as soon as every worker's push of it is in and sends it back while
+    the next pieces still travel (the step overlaps the transfers)."""
+    check(piece_bytes > 0, "plan_pieces", "piece_bytes", f"must be > 0, got {piece_bytes}")
+    if sum(c.nbytes for c in chunks) <= piece_bytes:
+        return (tuple((c.id, 0, c.numel) for c in chunks),) if chunks else ()
+    pieces: list[tuple[Segment, ...]] = []
+    packed: list[Segment] = []
+    packed_bytes = 0
+    for c in chunks:
+        if c.nbytes > piece_bytes:
+            parts = -(-c.nbytes // piece_bytes)
+            pieces += [((c.id, lo, hi),) for lo, hi in even_bounds(c.numel, parts)]
+            continue
+        if packed_bytes + c.nbytes > piece_bytes:
+            pieces.append(tuple(packed))
+            packed, packed_bytes = [], 0
+        packed.append((c.id, 0, c.numel))
+        packed_bytes += c.nbytes
+    if packed:
+        pieces.append(tuple(packed))
+    return tuple(pieces)

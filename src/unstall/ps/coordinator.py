@@ -27,7 +27,7 @@ import ray
 from ray.exceptions import ActorDiedError, GetTimeoutError, RayActorError, RayTaskError
 
 from unstall.errors import UnstallError
-from unstall.ps.chunks import Chunk
+from unstall.ps.chunks import Chunk, plan_pieces
 from unstall.ps.data import Dataset
 from unstall.ps.links import ServerSpec
 from unstall.ps.optim import SGDConfig
@@ -36,6 +36,10 @@ from unstall.ps.server import PSServer, ServerIteration
 from unstall.ps.worker import PSWorker, WorkerIteration
 
 PING_TIMEOUT_S = 10.0
+# A server owning more than this exchanges it in pieces of this size, pipelined (plan_pieces):
+# above it the step of one piece hides behind the transfer of the next; below it one call a
+# server costs less (each call has its fixed cost, a millisecond here).
+DEFAULT_PIECE_BYTES = 8_000_000
 
 
 class PSActorDiedError(UnstallError):
@@ -191,8 +195,10 @@ class PSCluster:
         *,
         dataset: Dataset | None = None,
         timeout_s: float = 300.0,
+        piece_bytes: int = DEFAULT_PIECE_BYTES,
     ) -> None:
         self.job = job
+        self.piece_bytes = piece_bytes
         self.sgd = sgd
         self.pool = pool
         self.workers = pool.take_workers(job.workers)
@@ -299,10 +305,10 @@ class PSCluster:
         return out
 
     def _send_routes(self) -> None:
-        routes = {
-            sid: (handle, tuple(c for c in self.chunks if self.owner[c.id] == sid))
-            for sid, handle in self.servers.items()
-        }
+        routes = {}
+        for sid, handle in self.servers.items():
+            mine = tuple(c for c in self.chunks if self.owner[c.id] == sid)
+            routes[sid] = (handle, mine, plan_pieces(mine, self.piece_bytes))
         self._gather(
             {f"worker {r}": w.set_routes.remote(routes) for r, w in enumerate(self.workers)}
         )

@@ -30,6 +30,12 @@ class SGDConfig:
         check(0 <= self.momentum < 1, self, "momentum", f"must be in [0, 1), got {self.momentum}")
 
 
+# Elements per block of the step: three float32 blocks (gradient sum, momentum, parameters) of
+# 256 KB stay in the core's cache between the step's passes, so the memory traffic is one read of
+# each gradient and one read and write of momentum and parameters, not one per pass.
+STEP_BLOCK = 65_536
+
+
 def sgd_momentum_step(
     param: np.ndarray,
     momentum_buf: np.ndarray,
@@ -39,20 +45,31 @@ def sgd_momentum_step(
 ) -> None:
     """Update ``param`` and ``momentum_buf`` in place from the workers' ``grads`` (rank order).
 
-    Four passes over the elements with one worker, W + 3 with W; the gradients (read-only,
-    straight from the object store) are never written. ``scratch``, a float32 array of the
-    same size, saves an allocation (and its page faults) per step.
+    Block by block (:data:`STEP_BLOCK` elements): the same elementwise operations in the same
+    order as on whole arrays, so the result is bit for bit the same, at a fraction of the
+    memory traffic. The gradients (read-only, straight from the object store) are never
+    written. ``scratch``, a float32 array of at least ``min(size, STEP_BLOCK)`` elements, saves
+    an allocation per step.
     """
-    if len(grads) == 1:
-        mean = grads[0]  # the mean of one gradient is itself: dividing by 1 is exact
-        scratch = np.empty_like(param) if scratch is None else scratch
-    else:
-        mean = np.add(grads[0], grads[1], dtype=np.float32)
-        for g in grads[2:]:
-            mean += g
-        mean /= np.float32(len(grads))
-        scratch = mean
-    momentum_buf *= np.float32(config.momentum)
-    momentum_buf += mean
-    np.multiply(momentum_buf, np.float32(config.lr), out=scratch)
-    param -= scratch
+    n = param.size
+    block = min(n, STEP_BLOCK)
+    if scratch is None or scratch.size < block:
+        scratch = np.empty(block, np.float32)
+    momentum = np.float32(config.momentum)
+    lr = np.float32(config.lr)
+    workers = np.float32(len(grads))
+    for lo in range(0, n, STEP_BLOCK):
+        hi = min(lo + STEP_BLOCK, n)
+        buf = scratch[: hi - lo]
+        if len(grads) == 1:
+            mean = grads[0][lo:hi]  # the mean of one gradient is itself: dividing by 1 is exact
+        else:
+            mean = np.add(grads[0][lo:hi], grads[1][lo:hi], out=buf)
+            for g in grads[2:]:
+                mean += g[lo:hi]
+            mean /= workers
+        m = momentum_buf[lo:hi]
+        m *= momentum
+        m += mean
+        np.multiply(m, lr, out=buf)
+        param[lo:hi] -= buf

@@ -69,7 +69,8 @@ class ModelReplica:
         self.model = _build(job, 0)  # its values are overwritten by the first pull
         self.model.train()
         self.params = [p for p in self.model.parameters() if p.requires_grad]
-        self.flat = [p.detach().view(-1).numpy() for p in self.params]
+        self.own = [p.data for p in self.params]  # the replica's own storage, writable
+        self.flat = [p.view(-1).numpy() for p in self.own]
         self.loss_fn = zoo.loss_fn(job.model)
 
     def load(self, chunk: Chunk, values: np.ndarray) -> None:
@@ -82,7 +83,23 @@ class ModelReplica:
                 warnings.simplefilter("ignore", UserWarning)
                 param.data = torch.from_numpy(values).view(param.shape)
         else:
-            np.copyto(self.flat[chunk.tensor][chunk.start : chunk.stop], values)
+            self._copy_in(chunk.tensor, chunk.start, chunk.stop, values)
+
+    def load_part(self, chunk: Chunk, start: int, stop: int, values: np.ndarray) -> None:
+        """Set elements ``[start, stop)`` of the chunk (a piece of a pipelined push-pull)."""
+        if start == 0 and stop == chunk.numel:
+            self.load(chunk, values)
+        else:
+            self._copy_in(chunk.tensor, chunk.start + start, chunk.start + stop, values)
+
+    def _copy_in(self, tensor: int, start: int, stop: int, values: np.ndarray) -> None:
+        """Copy into the replica's own storage, which becomes the parameter's again if a
+        whole-tensor load had replaced it (a run's first pull loads whole chunks that its
+        push-pulls then return in parts; every part arrives before the next compute)."""
+        param = self.params[tensor]
+        if param.data.data_ptr() != self.own[tensor].data_ptr():
+            param.data = self.own[tensor]
+        np.copyto(self.flat[tensor][start:stop], values)
 
     def load_all(self, values: list[np.ndarray]) -> None:
         for dst, src in zip(self.flat, values, strict=True):

@@ -1,9 +1,13 @@
 """The parameter-server actor: owns chunks (parameters and momentum), emulates its link and
 compute, and applies SGD once every worker's push of an iteration has arrived.
 
-Each iteration a worker calls :meth:`PSServer.push_pull` once (as ps-lite's and BytePS's
-push-pull do): its gradients go in, and the parameters after the step come back, so one round
-trip moves the bytes both ways (a worker pulls separately only at the start of a run).
+Each iteration a worker calls :meth:`PSServer.push_pull` once per piece of what the server owns
+(as ps-lite's and BytePS's push-pull do): its gradients go in, and the parameters after the step
+come back, so one round trip moves the bytes both ways (a worker pulls separately only at the
+start of a run). A server owning up to a piece's bytes (8 MB by default) is one piece; above
+that, pieces pipeline: a piece is stepped as soon as every worker's push of it is in and goes
+back while the later pieces still travel, so the step hides behind the transfers instead of
+adding to them (:func:`~unstall.ps.chunks.plan_pieces`).
 
 An async actor: push-pulls from several workers are in flight at once, each waiting for
 its turn on the emulated link (:class:`~unstall.ps.links.LinkQueue`) with ``asyncio.sleep``, so
@@ -15,16 +19,19 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Coroutine
+from collections.abc import Coroutine, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import ray
 
 from unstall.errors import UnstallError
 from unstall.ps.links import LinkQueue, ServerSpec
-from unstall.ps.optim import SGDConfig, sgd_momentum_step
+from unstall.ps.optim import STEP_BLOCK, SGDConfig, sgd_momentum_step
+
+if TYPE_CHECKING:  # chunks imports torch, which a server process has no need to load
+    from unstall.ps.chunks import Segment
 
 T = TypeVar("T")
 ChunkState = tuple[np.ndarray, np.ndarray]  # (parameters, momentum), flat float32
@@ -60,7 +67,11 @@ class ServerIteration:
 
 
 class ServerCore:
-    """The server without Ray: chunk state, link queues, pending pushes, per-iteration stats."""
+    """The server without Ray: chunk state, link queues, pending pushes, per-iteration stats.
+
+    Pushes come piece by piece (:func:`~unstall.ps.chunks.plan_pieces`: one piece holding every
+    owned chunk unless the server owns more than a piece's bytes); a piece is stepped when every
+    worker's push of it is in, and the iteration's step is done when every owned element is."""
 
     def __init__(self, server_id: int, workers: int, spec: ServerSpec, sgd: SGDConfig) -> None:
         self.server_id = server_id
@@ -70,12 +81,17 @@ class ServerCore:
         self.state: dict[int, ChunkState] = {}
         self.ingress = LinkQueue()
         self.egress = LinkQueue()
-        self.pending: dict[int, dict[int, dict[int, np.ndarray]]] = {}
+        self.compute = LinkQueue()  # the emulated step: pieces' steps serialize on it
+        self.pending: dict[tuple[int, int], dict[int, Sequence[np.ndarray]]] = {}
+        self.stepped: dict[int, int] = {}  # iteration -> elements stepped so far
         self.stats: dict[int, ServerIteration] = {}
-        self.scratch: dict[int, np.ndarray] = {}  # per chunk, reused by every step
+        self.scratch = np.empty(STEP_BLOCK, np.float32)  # reused by every step
 
     def owned_bytes(self) -> int:
         return sum(p.nbytes for p, _ in self.state.values())
+
+    def owned_elements(self) -> int:
+        return sum(p.size for p, _ in self.state.values())
 
     def stat(self, iteration: int) -> ServerIteration:
         if iteration not in self.stats:
@@ -88,21 +104,28 @@ class ServerCore:
         for cid, (param, momentum) in chunks.items():
             self.state[cid] = (np.array(param, np.float32), np.array(momentum, np.float32))
 
-    def add_push(self, iteration: int, rank: int, grads: dict[int, np.ndarray]) -> bool:
-        """Record ``rank``'s push; True when every worker's push for ``iteration`` is in."""
-        arrived = self.pending.setdefault(iteration, {})
+    def add_push(self, iteration: int, piece: int, rank: int, grads: Sequence[np.ndarray]) -> bool:
+        """Record ``rank``'s push of ``piece``; True when every worker's push of it is in."""
+        arrived = self.pending.setdefault((iteration, piece), {})
         arrived[rank] = grads
         return len(arrived) == self.workers
 
-    def apply(self, iteration: int) -> None:
-        """The SGD step of ``iteration``: gradients summed in worker-rank order."""
-        arrived = self.pending.pop(iteration)
+    def apply(self, iteration: int, piece: int, segments: Sequence[Segment]) -> bool:
+        """The SGD step of one piece (gradients summed in worker-rank order); True when it
+        completes the iteration's step (every owned element stepped)."""
+        arrived = self.pending.pop((iteration, piece))
         ranks = sorted(arrived)
-        for cid, (param, momentum) in self.state.items():
-            if cid not in self.scratch:
-                self.scratch[cid] = np.empty_like(param)
-            grads = [arrived[r][cid] for r in ranks]
-            sgd_momentum_step(param, momentum, grads, self.sgd, self.scratch[cid])
+        for i, (cid, lo, hi) in enumerate(segments):
+            param, momentum = self.state[cid]
+            grads = [arrived[r][i] for r in ranks]
+            sgd_momentum_step(param[lo:hi], momentum[lo:hi], grads, self.sgd, self.scratch)
+        done = self.stepped.get(iteration, 0) + sum(hi - lo for _, lo, hi in segments)
+        self.stepped[iteration] = done
+        return done >= self.owned_elements()
+
+    def values(self, segments: Sequence[Segment]) -> list[np.ndarray]:
+        """The parameters of ``segments`` (views: see :meth:`PSServer.push_pull`)."""
+        return [self.state[cid][0][lo:hi] for cid, lo, hi in segments]
 
 
 @ray.remote(num_cpus=0)
@@ -114,7 +137,8 @@ class PSServer:
 
     def _reset(self, server_id: int, workers: int, spec: ServerSpec, sgd: SGDConfig) -> None:
         self.core = ServerCore(server_id, workers, spec, sgd)
-        self.applied = -1
+        self.applied = -1  # the last iteration whose step is complete
+        self.finished: set[tuple[int, int]] = set()  # (iteration, piece) stepped
         self.aborted = False
         self.changed = asyncio.Condition()
         self.inflight: set[asyncio.Future[Any]] = set()  # pulls and push-pulls being served
@@ -170,7 +194,6 @@ class PSServer:
     async def drop_chunks(self, cids: list[int]) -> None:
         for cid in cids:
             del self.core.state[cid]
-            self.core.scratch.pop(cid, None)
 
     async def params(self) -> dict[int, np.ndarray]:
         """Current parameters of every owned chunk, without emulated delay (for checks)."""
@@ -192,36 +215,48 @@ class PSServer:
 
     async def _pull(self, iteration: int) -> dict[int, np.ndarray]:
         values = {cid: p for cid, (p, _) in self.core.state.items()}
-        await self._send(iteration, values)
+        await self._send(iteration, list(values.values()))
         return values
 
     async def push_pull(
-        self, iteration: int, rank: int, grads: dict[int, np.ndarray]
-    ) -> tuple[dict[int, np.ndarray], PushPullTiming]:
-        """Take ``rank``'s gradients (after the emulated ingress transfer), wait until every
-        worker's push of ``iteration`` is in and the step is done (the last push runs it), and
-        return the new parameters (after the emulated egress transfer)."""
-        return await self._tracked(self._push_pull(iteration, rank, grads))
+        self,
+        iteration: int,
+        rank: int,
+        piece: int,
+        segments: tuple[Segment, ...],
+        grads: list[np.ndarray],
+    ) -> tuple[list[np.ndarray], PushPullTiming]:
+        """Take ``rank``'s gradients of one piece (``grads[i]`` for ``segments[i]``) after the
+        emulated ingress transfer, wait until every worker's push of the piece is in and its
+        step is done (the last push runs it), and return the piece's new parameters (after the
+        emulated egress transfer)."""
+        return await self._tracked(self._push_pull(iteration, rank, piece, segments, grads))
 
     async def _push_pull(
-        self, iteration: int, rank: int, grads: dict[int, np.ndarray]
-    ) -> tuple[dict[int, np.ndarray], PushPullTiming]:
+        self,
+        iteration: int,
+        rank: int,
+        piece: int,
+        segments: tuple[Segment, ...],
+        grads: list[np.ndarray],
+    ) -> tuple[list[np.ndarray], PushPullTiming]:
         started = time.perf_counter()
         stat = self.core.stat(iteration)
-        stat.bytes_in += sum(g.nbytes for g in grads.values())
-        hold = await self._link_wait(self.core.ingress, sum(g.nbytes for g in grads.values()))
+        nbytes = sum(g.nbytes for g in grads)
+        stat.bytes_in += nbytes
+        hold = await self._link_wait(self.core.ingress, nbytes)
         stat.ingress_busy_s += hold  # after the await: concurrent pushes add to it meanwhile
         arrived = time.perf_counter()
-        if self.core.add_push(iteration, rank, grads):
-            await self._apply(iteration)
+        if self.core.add_push(iteration, piece, rank, grads):
+            await self._apply(iteration, piece, segments)
         async with self.changed:
-            await self.changed.wait_for(lambda: self.applied >= iteration or self.aborted)
+            await self.changed.wait_for(lambda: (iteration, piece) in self.finished or self.aborted)
         if self.aborted:
             raise UnstallError(f"server {self.core.server_id}: run aborted")
         released = time.perf_counter()
-        # No step can run while this reply waits on the link: the next step needs this
-        # worker's next push. So the arrays are returned as they are, not copied.
-        values = {cid: p for cid, (p, _) in self.core.state.items()}
+        # No step can touch this piece while its reply waits on the link: the next step needs
+        # this worker's next push. So the arrays are returned as they are (views), not copied.
+        values = self.core.values(segments)
         await self._send(iteration, values)
         return values, PushPullTiming(
             ingress_s=arrived - started,
@@ -229,24 +264,27 @@ class PSServer:
             egress_s=time.perf_counter() - released,
         )
 
-    async def _send(self, iteration: int, values: dict[int, np.ndarray]) -> None:
-        nbytes = sum(v.nbytes for v in values.values())
+    async def _send(self, iteration: int, values: Sequence[np.ndarray]) -> None:
+        nbytes = sum(v.nbytes for v in values)
         stat = self.core.stat(iteration)
         stat.bytes_out += nbytes
         hold = await self._link_wait(self.core.egress, nbytes)
         stat.egress_busy_s += hold
 
-    async def _apply(self, iteration: int) -> None:
+    async def _apply(self, iteration: int, piece: int, segments: Sequence[Segment]) -> None:
         started = time.perf_counter()
         stat = self.core.stat(iteration)
-        self.core.apply(iteration)
-        emulated = self.core.spec.apply_s(stat.owned_bytes * self.core.workers)
-        stat.apply_s = emulated
-        left = emulated - (time.perf_counter() - started)
+        complete = self.core.apply(iteration, piece, segments)
+        nbytes = 4 * sum(hi - lo for _, lo, hi in segments)  # float32
+        emulated = self.core.spec.apply_s(nbytes * self.core.workers)
+        stat.apply_s += emulated
+        left = self.core.compute.reserve(started, emulated, 0.0) - time.perf_counter()
         if left > 0:
             await asyncio.sleep(left)
         async with self.changed:
-            self.applied = iteration
+            self.finished.add((iteration, piece))
+            if complete:
+                self.applied = max(self.applied, iteration)
             self.changed.notify_all()
 
     async def wait_applied(self, iteration: int) -> ServerIteration:
@@ -255,4 +293,6 @@ class PSServer:
             self.applied = max(self.applied, iteration)
         async with self.changed:
             await self.changed.wait_for(lambda: self.applied >= iteration or self.aborted)
+        self.finished = {key for key in self.finished if key[0] > iteration}
+        self.core.stepped.pop(iteration, None)
         return self.core.stats.pop(iteration, ServerIteration(server=self.core.server_id))

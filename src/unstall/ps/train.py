@@ -22,7 +22,13 @@ from unstall.config import check
 from unstall.errors import ConfigError
 from unstall.ps.assign import STRATEGIES, CostPhase, assign
 from unstall.ps.chunks import Assignment
-from unstall.ps.coordinator import ActorPool, IterationTelemetry, PSCluster, ensure_ray
+from unstall.ps.coordinator import (
+    DEFAULT_PIECE_BYTES,
+    ActorPool,
+    IterationTelemetry,
+    PSCluster,
+    ensure_ray,
+)
 from unstall.ps.data import DATA_SOURCES, Dataset, DataSpec
 from unstall.ps.elastic import ElasticEvent, ElasticPSLD
 from unstall.ps.links import server_cost
@@ -56,6 +62,7 @@ class PSConfig:
     check_reference: bool = False
     timeout_s: float = 300.0
     address: str | None = None
+    piece_mb: float = DEFAULT_PIECE_BYTES / 1e6  # pipelined push-pull pieces (plan_pieces)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "model_options", MappingProxyType(dict(self.model_options)))
@@ -67,6 +74,7 @@ class PSConfig:
         check(self.iterations >= 1, self, "iterations", f"must be >= 1, got {self.iterations}")
         check(self.batch_size >= 1, self, "batch_size", f"must be >= 1, got {self.batch_size}")
         check(self.timeout_s > 0, self, "timeout_s", f"must be > 0, got {self.timeout_s}")
+        check(self.piece_mb > 0, self, "piece_mb", f"must be > 0, got {self.piece_mb}")
         known = ", ".join(STRATEGIES)
         check(self.strategy in STRATEGIES, self, "strategy", f"must be one of {known}")
         check(self.data in DATA_SOURCES, self, "data", f"must be one of {', '.join(DATA_SOURCES)}")
@@ -207,7 +215,12 @@ def run_training(
     cluster: PSCluster | None = None
     try:
         cluster = PSCluster(
-            run.job, config.sgd, actors, dataset=dataset, timeout_s=config.timeout_s
+            run.job,
+            config.sgd,
+            actors,
+            dataset=dataset,
+            timeout_s=config.timeout_s,
+            piece_bytes=max(1, int(config.piece_mb * 1e6)),
         )
         cluster.start(
             assignment.chunks,

@@ -1,8 +1,9 @@
 """The worker actor: pulls its parameters from every server that owns some (once, at the start
 of a run), computes real gradients of a real torch model on its shard of the global batch, and
 each iteration exchanges with every server the gradient slices of the chunks it owns for their
-new values (one push-pull round trip), timing each exchange per server (what a load balancer
-reads).
+new values (one push-pull round trip a piece: one piece unless the server owns more than a
+piece's bytes; see :func:`~unstall.ps.chunks.plan_pieces`), loading each piece as it comes
+back, and times each exchange per server (what a load balancer reads).
 
 A worker is set up for a run (model, data, rank) and can be set up again for the next one, so a
 benchmark grid does not start a process (and import torch) per run.
@@ -19,7 +20,7 @@ import numpy as np
 import ray
 import torch
 
-from unstall.ps.chunks import Chunk
+from unstall.ps.chunks import Chunk, Segment
 from unstall.ps.data import Dataset
 from unstall.ps.replica import ModelJob, ModelReplica
 
@@ -58,7 +59,8 @@ class WorkerIteration:
     transfers: tuple[Transfer, ...] = field(default=())
 
 
-Route = tuple[Any, tuple[Chunk, ...]]  # (server actor handle, the chunks it owns)
+# (server actor handle, the chunks it owns, the pieces of its push-pull: see plan_pieces)
+Route = tuple[Any, tuple[Chunk, ...], tuple[tuple[Segment, ...], ...]]
 
 
 def wait_timed(refs: Mapping[int, Any], since: float) -> dict[int, tuple[float, Any]]:
@@ -104,6 +106,14 @@ class PSWorker:
             replica.load(chunk, values[chunk.id])
         return sum(v.nbytes for v in values.values())
 
+    def _load_piece(self, sid: int, segments: tuple[Segment, ...], values: list[np.ndarray]) -> int:
+        replica = self.replica
+        assert replica is not None
+        chunks = {c.id: c for c in self.routes[sid][1]}
+        for (cid, lo, hi), value in zip(segments, values, strict=True):
+            replica.load_part(chunks[cid], lo, hi, value)
+        return sum(v.nbytes for v in values)
+
     def step(self, iteration: int) -> WorkerIteration:
         """Compute this worker's gradients and exchange them for the next parameters."""
         replica = self.replica
@@ -111,35 +121,23 @@ class PSWorker:
         started = time.perf_counter()
         pulled: dict[int, tuple[float, Any]] = {}
         if not self.fresh:
-            refs = {sid: handle.pull.remote(iteration) for sid, (handle, _) in self.routes.items()}
+            refs = {sid: route[0].pull.remote(iteration) for sid, route in self.routes.items()}
             pulled = wait_timed(refs, started)
             for sid, (_, values) in pulled.items():
                 self._load(sid, values)
         computed = time.perf_counter()
         loss, grads = replica.gradients(iteration, self.rank)
         pushed = time.perf_counter()
-        refs, push_bytes = {}, {}
-        for sid, (handle, chunks) in self.routes.items():
-            slices = {c.id: grads[c.tensor][c.start : c.stop] for c in chunks}
-            push_bytes[sid] = sum(g.nbytes for g in slices.values())
-            refs[sid] = handle.push_pull.remote(iteration, self.rank, slices)
-        replies = wait_timed(refs, pushed)
-        transfers = []
-        for sid in sorted(replies):
-            seconds, (values, timing) = replies[sid]
-            transfers.append(
-                Transfer(
-                    worker=self.rank,
-                    server=sid,
-                    push_pull_s=seconds,
-                    ingress_s=timing.ingress_s,
-                    wait_s=timing.wait_s,
-                    egress_s=timing.egress_s,
-                    pull_s=pulled[sid][0] if sid in pulled else 0.0,
-                    push_bytes=push_bytes[sid],
-                    pull_bytes=self._load(sid, values),
-                )
+        replies = self._push_pull(iteration, grads, pushed)
+        transfers = [
+            Transfer(
+                worker=self.rank,
+                server=sid,
+                pull_s=pulled[sid][0] if sid in pulled else 0.0,
+                **replies[sid],
             )
+            for sid in sorted(replies)
+        ]
         self.fresh = True
         return WorkerIteration(
             worker=self.rank,
@@ -149,3 +147,40 @@ class PSWorker:
             push_pull_s=time.perf_counter() - pushed,
             transfers=tuple(transfers),
         )
+
+    def _push_pull(
+        self, iteration: int, grads: list[np.ndarray], since: float
+    ) -> dict[int, dict[str, Any]]:
+        """Send every server its gradient pieces (the first piece of every server, then the
+        second, ...: each server starts stepping early) and load each piece's new parameters
+        as it comes back, while later pieces still travel. Per server: the exchange's figures
+        (with several pieces, seconds until its last piece is loaded, and the longest piece's
+        ingress, wait and egress as the server saw them)."""
+        refs: dict[Any, tuple[int, tuple[Segment, ...]]] = {}
+        out: dict[int, dict[str, Any]] = {}
+        depth = max((len(route[2]) for route in self.routes.values()), default=0)
+        for k in range(depth):
+            for sid, (handle, chunks, pieces) in self.routes.items():
+                if k >= len(pieces):
+                    continue
+                by_id = {c.id: c for c in chunks}
+                slices = [
+                    grads[by_id[cid].tensor][by_id[cid].start + lo : by_id[cid].start + hi]
+                    for cid, lo, hi in pieces[k]
+                ]
+                ref = handle.push_pull.remote(iteration, self.rank, k, pieces[k], slices)
+                refs[ref] = (sid, pieces[k])
+                row = out.setdefault(sid, {"push_bytes": 0, "pull_bytes": 0})
+                row["push_bytes"] += sum(g.nbytes for g in slices)
+        pending = list(refs)
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            for ref in ready:
+                sid, segments = refs[ref]
+                values, timing = ray.get(ref)
+                row = out[sid]
+                row["pull_bytes"] += self._load_piece(sid, segments, values)
+                row["push_pull_s"] = time.perf_counter() - since
+                for key in ("ingress_s", "wait_s", "egress_s"):
+                    row[key] = max(row.get(key, 0.0), getattr(timing, key))
+        return out
