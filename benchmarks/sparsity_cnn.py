@@ -41,9 +41,10 @@ from unstall.sparse.cnn_sparsity import (
 from unstall.sparse.scalesim_adapter import ArrayConfig
 
 MODELS = "alexnet,resnet18,mobilenet_v2,resnet50,vgg16"
-ACCELERATORS = (
-    "os/lockstep,os/per-row:8,os/per-row,ws/lockstep,ws/per-row:8,ws/per-row,"
-    "is/lockstep,is/per-row:8,is/per-row"
+ACCELERATORS = ",".join(
+    f"{flow}/{model}"
+    for flow in ("os", "ws", "is")
+    for model in ("lockstep", "per-row:8", "per-row:64", "per-row")
 )
 
 
@@ -81,7 +82,19 @@ def training_row(r: dict[str, Any]) -> dict[str, Any]:
         "dY density": _mean([x["grad_density"] for x in layers]),
         "dZ density": _mean([x["relu_grad_density"] for x in layers]),
         "known": _mean([x["known_zero_share"] for x in layers]),
+        "padding": _weighted_padding(layers),
     }
+
+
+def _weighted_padding(layers: list[dict[str, Any]]) -> float:
+    """The share of the forward im2col operands that is zero padding, weighted by MACs."""
+    macs = [_macs(x["gemms"]["forward"]) for x in layers]
+    padded = sum(x.get("padding_share", 0.0) * m for x, m in zip(layers, macs, strict=True))
+    return padded / sum(macs)
+
+
+def _macs(g: dict[str, int]) -> int:
+    return g["m"] * g["n"] * g["k"] * g["groups"]
 
 
 def speed_rows(r: dict[str, Any]) -> list[dict[str, Any]]:

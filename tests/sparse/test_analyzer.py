@@ -259,3 +259,13 @@ def test_a_resumed_warmup_equals_an_uninterrupted_one(tmp_path: Path) -> None:
     other = AnalyzerConfig(model="mobilenet_v2", image_size=32, batch_size=2, lr=0.02)
     assert train_cache.cache_key(other) != train_cache.cache_key(config(4))
     assert train_cache.cache_key(config(9)) == train_cache.cache_key(config(4))
+
+
+def test_padding_share_counts_the_im2col_padding() -> None:
+    # 3x3 convolution, padding 1, on 2x2 images: each of the 4 output pixels sees the 4 image
+    # pixels and 5 padding positions of its 9 taps.
+    net = nn.Sequential(nn.Conv2d(1, 2, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(8, 1))
+    _, _, records = record_step(net, torch.randn(3, 1, 2, 2), torch.zeros(3), _sum_loss)
+    conv, linear = summarize(records)
+    assert conv.padding_share == pytest.approx(20 / 36)
+    assert linear.padding_share == 0.0

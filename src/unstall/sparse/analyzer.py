@@ -47,7 +47,14 @@ from unstall.config import check
 from unstall.results import JsonResult
 from unstall.sparse import train_cache
 from unstall.sparse.cnn_data import FolderImages, ImageSource, PatternConfig, PatternImages
-from unstall.sparse.gemms import LayerGemms, LayerGeometry, LayerKind, gemm_shapes, geometry_of
+from unstall.sparse.gemms import (
+    LayerGemms,
+    LayerGeometry,
+    LayerKind,
+    gemm_shapes,
+    geometry_of,
+    im2col_mask,
+)
 from unstall.workload import zoo
 
 # --- what the hooks record ------------------------------------------------------------------------
@@ -264,6 +271,7 @@ class LayerSparsity(JsonResult):
     mask_zero_fraction: float | None  # share of outputs whose gradient the forward mask zeroes
     known_zero_share: float | None  # share of dL/dZ's zeros that the forward mask predicts
     input_dead_fraction: float | None  # share of inputs whose gradient is known to be unused
+    padding_share: float = 0.0  # share of the im2col operand (forward A) that is zero padding
     gemms: LayerGemms
 
 
@@ -289,6 +297,8 @@ class SparsityCounter:
         assert t.dy_nz is not None, "backward pass not recorded"
         self.about = (t.name, t.geometry.kind, t.activation, t.gemms)
         self._add("input", t.x_nz)
+        if "padding" not in self.sums:  # geometry only: the same every step
+            self._add("padding", ~im2col_mask(torch.ones_like(t.x_nz[:1]), t.geometry))
         self._add("grad", t.dy_nz)
         if t.x_alive is not None:
             self._add("input_dead", ~t.x_alive)
@@ -311,6 +321,7 @@ class SparsityCounter:
             mask_zero_fraction=self._ratio("mask_zero"),
             known_zero_share=self._ratio("known_share"),
             input_dead_fraction=self._ratio("input_dead"),
+            padding_share=self._ratio("padding") or 0.0,
             gemms=gemms,
         )
 
