@@ -4,13 +4,16 @@ actor round trip of the same bytes on the same machine (the engine's own limit).
 PS side: ``unstall.ps`` trains an MLP of about ``--mb`` MB of float32 parameters (two square
 layers, batch of 1 so that compute is small) with one worker and S servers whose links and
 compute are unlimited (10^15 bytes/s, no latency), split evenly by ``oracle``. Per iteration the
-worker pushes every gradient and gets every new parameter back, one push-pull call per server;
-"PS" is ``(pushed + pulled bytes) / push-pull seconds`` as the worker measures them, which
-includes the servers' SGD step (summing, momentum, update: several passes over the bytes) and
-loading the parameters into the model. "transport" leaves out the step (the push-pull less the
-slowest server's wait for pushes and step, as the server reports it): the PS's own push and pull
-machinery. "iteration" is the same bytes over the whole iteration less the worker's compute: the
-coordinator's barrier and bookkeeping on top.
+worker pushes every gradient and gets every new parameter back: one push-pull call per server,
+or, for a server owning more than ``--piece-mb``, one per piece, pipelined (each piece stepped
+as soon as it is in and sent back while the next travel); a piece size above the model's gives
+the unpipelined exchange. "PS" is ``(pushed + pulled bytes) / push-pull seconds`` as the worker
+measures them, which includes the servers' SGD step (summing, momentum, update) and loading the
+parameters into the model. "transport" leaves out the step (the push-pull less the longest wait
+of a piece for its pushes and step, as the server reports it; with pieces the other pieces'
+steps overlap the transfers and stay in): the PS's own push and pull machinery. "iteration" is
+the same bytes over the whole iteration less the worker's compute: the coordinator's barrier
+and bookkeeping on top.
 
 Raw side: an actor sends one array of the same bytes to each of S actors and gets one back from
 each, one call per callee (``ray.get`` of S calls in flight together), from inside an actor as
@@ -18,7 +21,7 @@ the PS worker is, with actors kept across rounds as the PS's are. Medians over `
 (after warm-up), the best of ``--rounds`` alternated rounds.
 
     .venv/bin/python benchmarks/ps_overhead.py [--mb 4 16 64] [--servers 1 4] [--rounds 5]
-        [--json OUT]
+        [--piece-mb 8 1000] [--json OUT]
 """
 
 from __future__ import annotations
@@ -127,20 +130,23 @@ def ps_push_pull(
 
 
 def best_of_rounds(
-    mb: float, servers: int, iterations: int, rounds: int, piece_mb: float
-) -> dict[str, float]:
-    """PS and raw, alternated ``rounds`` times so that both see the same load on a shared
-    machine; for each figure the best round (the least disturbed), as the medians inside a
-    round already smooth single hiccups."""
-    best: dict[str, float] = {}
+    mb: float, servers: int, iterations: int, rounds: int, pieces_mb: list[float]
+) -> list[dict[str, float]]:
+    """PS (once per piece size) and raw, alternated ``rounds`` times so that all see the same
+    load on a shared machine; for each figure the best round (the least disturbed), as the
+    medians inside a round already smooth single hiccups. One row per piece size."""
+    best: list[dict[str, float]] = [{"piece_mb": p} for p in pieces_mb]
     raw: RawRoundTrip | None = None
     try:
         for _ in range(rounds):
-            ps = ps_push_pull(mb, 1, servers, iterations, piece_mb)
+            for row, piece_mb in zip(best, pieces_mb, strict=True):
+                ps = ps_push_pull(mb, 1, servers, iterations, piece_mb)
+                row.update({k: max(v, row.get(k, 0.0)) for k, v in ps.items()})
             if raw is None:
-                raw = RawRoundTrip(int(ps["param_mb"] * 1e6), servers)
-            ps["raw_bytes_s"] = raw.bytes_s(iterations)
-            best = {k: max(v, best.get(k, 0.0)) for k, v in ps.items()}
+                raw = RawRoundTrip(int(best[0]["param_mb"] * 1e6), servers)
+            rate = raw.bytes_s(iterations)
+            for row in best:
+                row["raw_bytes_s"] = max(rate, row.get("raw_bytes_s", 0.0))
     finally:
         if raw is not None:
             raw.close()
@@ -154,7 +160,11 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=10, help="per round")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument(
-        "--piece-mb", type=float, default=PSConfig().piece_mb, help="pipelined pieces"
+        "--piece-mb",
+        type=float,
+        nargs="+",
+        default=[PSConfig().piece_mb],
+        help="pipelined pieces (several: one row each; larger than the model: no pipelining)",
     )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
@@ -165,21 +175,16 @@ def main() -> None:
     rows = []
     for mb in args.mb:
         for servers in args.servers:
-            rows.append(
-                {
-                    "servers": servers,
-                    "piece_mb": args.piece_mb,
-                    **best_of_rounds(mb, servers, args.iterations, args.rounds, args.piece_mb),
-                }
-            )
-    head = ("MB", "S", "raw", "PS", "PS/raw", "transport", "tr./raw", "iteration")
-    print("{:>6} {:>2} {:>7} {:>7} {:>7} {:>10} {:>8} {:>10}   (MB/s)".format(*head))
+            for row in best_of_rounds(mb, servers, args.iterations, args.rounds, args.piece_mb):
+                rows.append({"servers": servers, **row})
+    head = ("MB", "S", "piece", "raw", "PS", "PS/raw", "transport", "tr./raw", "iteration")
+    print("{:>6} {:>2} {:>6} {:>7} {:>7} {:>7} {:>10} {:>8} {:>10}   (MB/s)".format(*head))
     for r in rows:
         raw = r["raw_bytes_s"]
         r["ratio"] = r["ps_push_pull_bytes_s"] / raw
         r["transport_ratio"] = r["ps_transport_bytes_s"] / raw
         print(
-            f"{r['param_mb']:6.1f} {r['servers']:2d} {raw / 1e6:7.0f} "
+            f"{r['param_mb']:6.1f} {r['servers']:2d} {r['piece_mb']:6g} {raw / 1e6:7.0f} "
             f"{r['ps_push_pull_bytes_s'] / 1e6:7.0f} {r['ratio']:7.0%} "
             f"{r['ps_transport_bytes_s'] / 1e6:10.0f} {r['transport_ratio']:8.0%} "
             f"{r['ps_iteration_bytes_s'] / 1e6:10.0f}"
