@@ -3,7 +3,12 @@ under congestion none, low, medium and high; plus an ablation of Dally's three m
 
     .venv/bin/python benchmarks/dally_eval.py [--out bench-results/dally] [--workers 2]
         [--congestion none,low,medium,high] [--philly-congestion none,low,medium,high]
-        [--skip-philly] [--synthetic-jobs 3000]
+        [--skip-philly] [--synthetic-jobs 3000] [--only fifo,dally] [--no-ablation]
+        [--skip-synthetic] [--append]
+
+``--only`` runs just those policies/variants, ``--append`` merges into an existing results.json
+(a run replaces the earlier one of the same trace, congestion and variant), so the long
+baseline runs on Philly and Dally's own runs can happen at different times.
 
 Writes ``results.json`` (every run's SimResult), ``summary.md`` (the tables BENCHMARKS.md shows)
 and plots into ``--out``. Runs go to a pool of worker processes, one simulation each.
@@ -79,12 +84,14 @@ def run_one(job: Job) -> dict[str, object]:
     out.update(trace_kind=job.trace, variant=job.policy, wall_total_s=time.perf_counter() - started)
     factor = run.telemetry[run.telemetry["name"] == "dally.wait_factor"]
     out["wait_factor_over_time"] = factor[["time_s", "value"]].values.tolist()[:2000]
+    gave_up = run.telemetry[run.telemetry["name"] == "dally.sensitive_spread_starts"]
+    out["sensitive_spread_starts"] = float(gave_up["value"].max()) if len(gave_up) else 0.0
     return out
 
 
 def plan(args: argparse.Namespace) -> list[Job]:
     jobs: list[Job] = []
-    traces = [("synthetic-multi-gpu", "medium")]
+    traces = [] if args.skip_synthetic else [("synthetic-multi-gpu", "medium")]
     if not args.skip_philly:
         if PHILLY.exists():
             traces.append(("philly", PHILLY_CLUSTER))  # last: its runs are the long ones
@@ -95,12 +102,16 @@ def plan(args: argparse.Namespace) -> list[Job]:
         for congestion in levels[trace].split(","):
             for policy in (*BASELINES, "dally"):
                 jobs.append(Job(trace, cluster, congestion, policy, args.synthetic_jobs))
-    ablation = [
-        Job("synthetic-multi-gpu", "medium", congestion, variant, args.synthetic_jobs)
-        for congestion in ("medium", "high")
-        for variant in ABLATIONS
-        if variant != "dally"
-    ]
+    ablation = (
+        []
+        if args.skip_synthetic
+        else [
+            Job("synthetic-multi-gpu", "medium", congestion, variant, args.synthetic_jobs)
+            for congestion in ("medium", "high")
+            for variant in ABLATIONS
+            if variant != "dally"
+        ]
+    )
     # The synthetic runs and the ablation first: they are quick, Philly's are the long ones.
     quick = [j for j in jobs if j.trace != "philly"]
     # On Philly the locality-blind baselines drown in spread jobs and take many minutes: last.
@@ -108,7 +119,15 @@ def plan(args: argparse.Namespace) -> list[Job]:
     philly = sorted(
         (j for j in jobs if j.trace == "philly"), key=lambda j: slow_last.index(j.policy)
     )
-    return quick + ablation + philly
+    ordered = quick + ([] if args.no_ablation else ablation) + philly
+    if args.only:
+        wanted = set(args.only.split(","))
+        ordered = [j for j in ordered if j.policy in wanted]
+    return ordered
+
+
+def key(result: dict[str, object]) -> tuple[str, str, str]:
+    return (str(result["trace_kind"]), str(result["congestion"]), str(result["variant"]))
 
 
 def improvement(base: float, ours: float) -> float:
@@ -229,13 +248,22 @@ def main() -> None:
     )
     parser.add_argument("--skip-philly", action="store_true")
     parser.add_argument("--synthetic-jobs", type=int, default=3000)
+    parser.add_argument("--only", default="", help="comma-separated policies/variants to run")
+    parser.add_argument("--no-ablation", action="store_true")
+    parser.add_argument("--skip-synthetic", action="store_true")
+    parser.add_argument("--append", action="store_true", help="merge into results.json")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     jobs = plan(args)
     results: list[dict[str, object]] = []
+    if args.append and (args.out / "results.json").exists():
+        results = json.loads((args.out / "results.json").read_text())
     with ProcessPoolExecutor(max_workers=args.workers) as pool:
         for i, result in enumerate(pool.map(run_one, jobs), start=1):
-            results.append(result)
+            # Re-read before merging: another invocation may be appending to the same file.
+            if args.append and (args.out / "results.json").exists():
+                results = json.loads((args.out / "results.json").read_text())
+            results = [r for r in results if key(r) != key(result)] + [result]
             # Saved after every run, so a long evaluation cut short keeps what it has.
             (args.out / "results.json").write_text(json.dumps(results, indent=1))
             (args.out / "summary.md").write_text(summarise(results))

@@ -34,9 +34,16 @@ class DelayTuner:
     # Moving average of how long started jobs waited in the queue: what a preempted job can
     # expect to wait before it runs again.
     mean_wait_s: float = 0.0
+    # The same, over restarts of jobs that had been preempted.
+    mean_requeue_wait_s: float = 0.0
+    requeues_seen: int = 0
     # Sorted run times of finished jobs, by size class (GPU count rounded down to a power of 2):
     # big jobs run longer than small ones in every public trace.
     _runtimes: dict[int, list[float]] = field(default_factory=dict)
+    # Memo of expected_remaining_s by (size class or 0 for all, bisect index), and of all run
+    # times sorted: asked for every spread job every round, they only change when a job finishes.
+    _residual_memo: dict[tuple[int, int], float] = field(default_factory=dict)
+    _all_sorted: list[float] | None = None
 
     @staticmethod
     def _size_class(gpus: int) -> int:
@@ -47,21 +54,48 @@ class DelayTuner:
         residual life of finished jobs of its size class that ran longer than that (run times are
         heavy-tailed: the mean, not the median, is what a slowdown costs on average); past every
         finished job, as long again."""
-        runtimes = self._runtimes.get(self._size_class(gpus)) or self._all()
+        size_class = self._size_class(gpus)
+        runtimes = self._runtimes.get(size_class)
+        if not runtimes:
+            size_class, runtimes = 0, self._all()
         if not runtimes:
             return max(self.prior_runtime_s - ran_s, ran_s, 1.0)
-        longer = runtimes[bisect.bisect_right(runtimes, ran_s) :]
-        if not longer:
+        at = bisect.bisect_right(runtimes, ran_s)
+        if at == len(runtimes):
             return max(ran_s, 1.0)
-        return max(sum(longer) / len(longer) - ran_s, 1.0)
+        mean_longer = self._residual_memo.get((size_class, at))
+        if mean_longer is None:
+            longer = runtimes[at:]
+            mean_longer = sum(longer) / len(longer)
+            self._residual_memo[(size_class, at)] = mean_longer
+        return max(mean_longer - ran_s, 1.0)
 
     def _all(self) -> list[float]:
-        return sorted(t for ts in self._runtimes.values() for t in ts)
+        if self._all_sorted is None:
+            self._all_sorted = sorted(t for ts in self._runtimes.values() for t in ts)
+        return self._all_sorted
 
-    def observe_wait(self, waited_s: float, weight: float = 0.05) -> None:
+    def observe_wait(
+        self, waited_s: float, weight: float = 0.05, *, requeued: bool = False
+    ) -> None:
         self.mean_wait_s += weight * (waited_s - self.mean_wait_s)
+        if requeued:  # a job that was preempted before: what preempting a job costs it
+            if self.requeues_seen == 0:
+                self.mean_requeue_wait_s = waited_s
+            self.mean_requeue_wait_s += weight * (waited_s - self.mean_requeue_wait_s)
+            self.requeues_seen += 1
+
+    def expected_requeue_wait_s(self, learnt: bool = True) -> float:
+        """How long a job preempted now can expect to wait before it runs again: what earlier
+        preempted jobs waited (they queue behind everyone that outranks them), else the mean
+        wait of every start."""
+        if learnt and self.requeues_seen:
+            return max(self.mean_requeue_wait_s, self.mean_wait_s)
+        return self.mean_wait_s
 
     def observe_finish(self, runtime_s: float, gpus: int = 1) -> None:
+        self._residual_memo.clear()
+        self._all_sorted = None
         runtimes = self._runtimes.setdefault(self._size_class(gpus), [])
         bisect.insort(runtimes, runtime_s)
         if len(runtimes) > 2000:  # keep the recent past only, roughly

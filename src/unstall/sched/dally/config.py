@@ -6,13 +6,20 @@ from dataclasses import dataclass
 
 from unstall.config import check, check_non_negative, check_positive
 
-ORDERS = ("fifo", "las")
+ORDERS = ("fifo", "las", "gittins")
 
 
 @dataclass(frozen=True, kw_only=True)
 class DallyConfig:
-    # Base order of the queue: arrival (fifo) or least attained service (las, Tiresias-like).
+    # Base order of the queue: arrival (fifo), least attained service (las, Tiresias-like), or
+    # least expected remaining GPU-time given the service attained (gittins), learnt from the
+    # run times of jobs that finished so far (never from the job's own duration).
     order: str = "las"
+    # gittins: a job may preempt one expected to hold its GPUs this many times longer.
+    preempt_ratio: float = 4.0
+    # Preemption cost counts the wait that preempted jobs were seen to pay before running again
+    # (else the mean wait of all starts).
+    learn_requeue: bool = False
     las_thresholds_gpu_s: tuple[float, ...] = (3600.0, 36000.0)
     # The three mechanisms (off = ablation).
     delay: bool = True
@@ -49,6 +56,7 @@ class DallyConfig:
             self,
             max_wait_s=self.max_wait_s,
             gain_margin=self.gain_margin,
+            preempt_ratio=self.preempt_ratio,
             prior_runtime_s=self.prior_runtime_s,
             tune_every=self.tune_every,
             tune_min=self.tune_min,

@@ -6,6 +6,7 @@ telemetry (``dally.wait_factor``) so its course over time is part of the result.
 from __future__ import annotations
 
 import bisect
+import functools
 import random
 from dataclasses import dataclass, field
 
@@ -22,7 +23,7 @@ from unstall.sched.dally.autotune import DelayTuner
 from unstall.sched.dally.config import DallyConfig
 from unstall.sched.dally.delay import accept_after_s
 from unstall.sched.dally.preemption import cheapest_node_room, reconsolidation
-from unstall.sched.dally.sensitivity import is_sensitive, placement_slowdown
+from unstall.sched.dally.sensitivity import is_consolidated, is_sensitive, placement_slowdown
 from unstall.sched.free import FreeGpus
 from unstall.sched.placement import Locality
 
@@ -69,20 +70,38 @@ class Dally:
         self._held: dict[str, _Held] = {}
         self._timers_set: set[tuple[str, float]] = set()
         self._congestion = 0.0
+        self._consolidated_since: dict[str, float] = {}
+        self.gave_up = 0  # sensitive jobs started below their best level so far
 
     # --- helpers -------------------------------------------------------------------------------
 
-    def _priority(self, job: JobView, now: float) -> tuple[int, float, int]:
+    def _priority(self, job: JobView, now: float) -> tuple[float, float, int]:
         if self.config.order == "fifo":
             return (0, job.submit_s, job.index)
+        if self.config.order == "gittins":
+            return (self._expected_gpu_s(job, now), job.submit_s, job.index)
         level = bisect.bisect_right(self.config.las_thresholds_gpu_s, job.attained_gpu_s(now))
         return (level, job.submit_s, job.index)
+
+    def _expected_gpu_s(self, job: JobView, now: float) -> float:
+        """GPU-seconds the job is expected to hold still, from finished jobs of its size."""
+        return job.num_gpus * self._expected_remaining(job, now)
+
+    def _outranks(self, job: JobView, victim: JobView, now: float) -> bool:
+        """May ``job`` preempt ``victim`` for priority? (LAS: a lower level; gittins: expected
+        to hold its GPUs ``preempt_ratio`` times less long; fifo: never.)"""
+        if self.config.order == "gittins":
+            return self._expected_gpu_s(victim, now) > self.config.preempt_ratio * (
+                self._expected_gpu_s(job, now)
+            )
+        return self._priority(victim, now)[0] > self._priority(job, now)[0]
 
     def _expected_remaining(self, job: JobView, now: float) -> float:
         return self.tuner.expected_remaining_s(job.attained_gpu_s(now) / job.num_gpus, job.num_gpus)
 
     def _observe_finishes(self, snapshot: ClusterSnapshot) -> None:
         for view in snapshot.finished:
+            self._consolidated_since.pop(view.job_id, None)
             self.tuner.observe_finish(
                 view.attained_gpu_s(snapshot.now) / view.num_gpus, view.num_gpus
             )
@@ -101,15 +120,19 @@ class Dally:
             self._place(job, snapshot, free, plan)
         if self.config.preemption and snapshot.spread_running:
             self._reconsolidate(snapshot, free, plan)
-        live = {j.job_id for j in snapshot.queued}
-        self._held = {k: v for k, v in self._held.items() if k in live}
-        self._timers_set = {t for t in self._timers_set if t[0] in live}
+        if self._held or self._timers_set:  # forget jobs that left the queue
+            live = {j.job_id for j in snapshot.queued}
+            self._held = {k: v for k, v in self._held.items() if k in live}
+            self._timers_set = {t for t in self._timers_set if t[0] in live}
         return Decision(
             starts=tuple(plan.starts),
             preemptions=tuple(plan.preempts),
             migrations=tuple(plan.migrations),
             timers=tuple(plan.timers),
-            telemetry=(("dally.wait_factor", self.tuner.factor),),
+            telemetry=(
+                ("dally.wait_factor", self.tuner.factor),
+                ("dally.sensitive_spread_starts", float(self.gave_up)),
+            ),
         )
 
     def _place(self, job: JobView, snapshot: ClusterSnapshot, free: FreeGpus, plan: _Round) -> None:
@@ -138,6 +161,8 @@ class Dally:
                 insensitive_below=c.insensitive_below,
             )
         if job.waiting_s(now) >= after:
+            if slowdown >= c.insensitive_below:
+                self.gave_up += 1  # a sensitive job accepted a worse level
             self._start(job, fallback, slowdown, free, plan, now)
             return
         held = self._held.setdefault(job.job_id, _Held(since_s=now, turned_down=1.0))
@@ -158,7 +183,7 @@ class Dally:
     ) -> None:
         free.take(placement)
         plan.starts.append(Start(job.job_id, placement))
-        self.tuner.observe_wait(job.waiting_s(now))
+        self.tuner.observe_wait(job.waiting_s(now), requeued=job.preemptions > 0)
         held = self._held.pop(job.job_id, None)
         if held is None and slowdown < self.config.insensitive_below:
             return  # neither held nor hurt: nothing for the tuner to learn
@@ -182,7 +207,6 @@ class Dally:
         if not is_sensitive(job, c.insensitive_below, snapshot.congestion):
             return None
         now = snapshot.now
-        mine = self._priority(job, now)
         sensitivity = job.sensitivity.at(False, snapshot.congestion)
 
         def may_move(victim: JobView) -> bool:
@@ -193,7 +217,7 @@ class Dally:
         def may_preempt(victim: JobView) -> bool:
             if victim.job_id in plan.taken:
                 return False
-            return self._priority(victim, now)[0] > mine[0]
+            return self._outranks(job, victim, now)
 
         room = cheapest_node_room(
             job,
@@ -203,7 +227,7 @@ class Dally:
             may_preempt,
             move_cost_s=c.restore_s,
             # A preempted job restores its checkpoint and first waits in the queue again.
-            preempt_cost_s=c.restore_s + self.tuner.mean_wait_s,
+            preempt_cost_s=c.restore_s + self.tuner.expected_requeue_wait_s(c.learn_requeue),
         )
         if room is None:
             return None
@@ -229,10 +253,17 @@ class Dally:
                 return
             if job.job_id in plan.taken or len(job.placement) <= 1:
                 continue
+            # A running job's placement only changes with its state (``changed_s``): most spread
+            # jobs are consolidated over a rack already, so remember that instead of re-checking.
+            if self._consolidated_since.get(job.job_id) == job.changed_s:
+                continue
+            if is_consolidated(job.placement, job.num_gpus, snapshot.layout):
+                self._consolidated_since[job.job_id] = job.changed_s
+                continue
             target = reconsolidation(
                 job,
                 free,
-                self._expected_remaining(job, now),
+                functools.partial(self._expected_remaining, job, now),
                 c.restore_s,
                 c.gain_margin,
                 snapshot.congestion,

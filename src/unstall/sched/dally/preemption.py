@@ -109,19 +109,22 @@ def cheapest_node_room(
 def reconsolidation(
     job: JobView,
     free: FreeGpus,
-    expected_remaining_s: float,
+    expected_remaining_s: Callable[[], float],
     restore_s: float,
     margin: float,
     congestion: float,
     spread_jobs_by_node: Sequence[int] = (),
 ) -> Placement | None:
-    """A consolidated placement to move ``job`` to, if one is free and the move pays."""
+    """A consolidated placement to move ``job`` to, if one is free and the move pays.
+    ``expected_remaining_s`` is asked only when the job is slowed down at all (it is the costly
+    part, and most spread jobs are already consolidated over a rack)."""
     # The job's own NIC use is among the counts: the others on its busiest NIC are one fewer.
-    others = [max(0, k - 1) for k in spread_jobs_by_node]
-    slowdown = placement_slowdown(job, job.placement, free.layout, congestion, others)
+    slowdown = placement_slowdown(
+        job, job.placement, free.layout, congestion, spread_jobs_by_node, own_share=True
+    )
     if slowdown <= 1.0:
         return None
-    saved_s = expected_remaining_s * (1.0 - 1.0 / slowdown)
+    saved_s = expected_remaining_s() * (1.0 - 1.0 / slowdown)
     if saved_s <= margin * restore_s:
         return None
     free.give(job.placement)

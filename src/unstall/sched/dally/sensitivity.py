@@ -27,15 +27,20 @@ def placement_slowdown(
     layout: ClusterLayout,
     congestion: float = 0.0,
     spread_jobs_by_node: Sequence[int] = (),
+    *,
+    own_share: bool = False,
 ) -> float:
     """Iteration-time ratio of ``job`` on ``placement`` vs consolidated, under ``congestion``
-    and sharing its NICs with the spread jobs already on those nodes."""
+    and sharing its NICs with the spread jobs already on those nodes (``own_share``: the job
+    itself runs there and is among those counts, so the others are one fewer)."""
     if is_consolidated(placement, job.num_gpus, layout):
         return 1.0
     across_racks = locality_of(placement, layout) == Locality.CLUSTER
-    sharing = max((spread_jobs_by_node[n] for n, _ in placement), default=0)
-    if not spread_jobs_by_node:
-        sharing = 0
+    sharing = 0
+    if spread_jobs_by_node:
+        sharing = max(spread_jobs_by_node[n] for n, _ in placement)
+        if own_share:
+            sharing = max(0, sharing - 1)
     return max(1.0, job.sensitivity.spread_slowdown(across_racks, congestion, sharing))
 
 
