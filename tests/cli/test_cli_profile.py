@@ -62,4 +62,30 @@ def test_fit_reports_coefficients_and_held_out_error(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     fit = json.loads(out.read_text())
     assert fit["stall"] == "network" and len(fit["points"]) == 4
-    assert fit["r2"] > 0.5 and abs(fit["held_out_rel_error"]) < 0.5
+    # One bucket each (under 1 MiB): the stall is that bucket's transfer, 1 ms + 80 s/GB x bytes.
+    assert all(len(p["bucket_bytes"]) == 1 for p in fit["points"])
+    assert fit["quality"]["r2"] > 0.5 and abs(fit["quality"]["held_out_rel_error"]) < 0.5
+    assert "bucket model" in result.output and "plain regression" in result.output
+
+
+@pytest.mark.slow
+def test_run_under_torchrun_joins_the_launched_workers(tmp_path: Path) -> None:
+    # torchrun starts the 2 workers; the command joins them (env://) instead of spawning, and
+    # only rank 0 prints and writes the report.
+    import os
+    import subprocess
+    import sys
+
+    out = tmp_path / "r.json"
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
+    command += ["--nproc-per-node", "2", "-m", "unstall", "profile", "run", "--model", "mlp"]
+    command += ["--network", "1,2", "--iterations", "2", "--warmup", "1", "--repeats", "1"]
+    command += ["--batch", "2", "--json", str(out)]
+    env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo"}
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.count("stalls of mlp") == 1, done.stdout
+    assert "2 workers on 1 host(s), cpu (gloo)" in done.stdout
+    report = json.loads(out.read_text())
+    assert report["workers"] == 2 and report["backend"] == "gloo"
+    assert report["emulated_delay_s"] > 0.03

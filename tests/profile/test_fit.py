@@ -115,7 +115,12 @@ def test_sweep_points_come_from_the_report_and_resume_from_the_file(tmp_path: Pa
     def fake_profile(config: ProfileConfig) -> object:
         profiled.append(str(config.model_options))
         raw = RawTimings(
-            runs={"compute": [0.1] * 3, "local": [0.13] * 3, "network": [0.3] * 3},
+            # The fastest repeats: compute 0.1, local 0.13, network 0.3 (others disturbed).
+            runs={
+                "compute": [0.1, 0.15, 0.12],
+                "local": [0.2, 0.13, 0.2],
+                "network": [0.3, 0.4, 0.5],
+            },
             phases={"compute": {"backward": [0.06, 0.07, 0.08]}},
         )
         return build_report(config, raw)

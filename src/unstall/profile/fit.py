@@ -302,8 +302,20 @@ def fit_comm_stall(
     )
 
 
+def _fastest_difference(report: StallReport, later: str, earlier: str) -> float:
+    """``later - earlier`` between the two runs' fastest repeats (0 when either is absent)."""
+    if later not in report.runs or earlier not in report.runs:
+        return 0.0
+    return max(0.0, report.runs[later].min_s - report.runs[earlier].min_s)
+
+
 def sweep_point(variant: str, config: ProfileConfig, report: StallReport) -> SweepPoint:
-    """The sweep point of ``variant`` from its profile ``report`` (run with ``config``)."""
+    """The sweep point of ``variant`` from its profile ``report`` (run with ``config``).
+
+    The stalls are differences of each run's *fastest* repeat, not of the medians the report
+    shows: on a shared machine other work only ever adds time to a run, so the fastest repeat
+    is the best estimate of the undisturbed time, and the fit should not learn the disturbance.
+    """
     facts = zoo.facts(config.model, **config.zoo_options())
     return SweepPoint(
         variant=variant,
@@ -314,8 +326,8 @@ def sweep_point(variant: str, config: ProfileConfig, report: StallReport) -> Swe
             [t.bytes for t in facts.tensors], cap_bytes=int(config.bucket_mb * MIB)
         ),
         backward_s=report.phases["compute"]["backward"],
-        interconnect_stall_s=report.interconnect_stall_s,
-        network_stall_s=report.network_stall_s,
+        interconnect_stall_s=_fastest_difference(report, "local", "compute"),
+        network_stall_s=_fastest_difference(report, "network", "local"),
     )
 
 
