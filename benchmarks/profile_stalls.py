@@ -103,7 +103,7 @@ def breakdown(args: argparse.Namespace) -> dict[str, Any]:
 
 def link_check(args: argparse.Namespace) -> dict[str, Any]:
     """Network stall over 1 and 0.25 Gbit/s links without latency: the bandwidth part only."""
-    models = (
+    models: tuple[tuple[str, str, dict[str, object]], ...] = (
         ("resnet18", "resnet18", {}),
         ("mlp 64-512x4", "mlp", {"in_features": 64, "width": 512, "depth": 4}),
     )
@@ -158,7 +158,7 @@ def overhead(args: argparse.Namespace) -> dict[str, Any]:
             **COMMON, repeats=args.repeats, iterations=args.iterations, measure_overhead=True
         )
     )
-    assert report.profiler_overhead is not None
+    assert report.profiler_overhead is not None and report.profiler_overhead_samples is not None
     result: dict[str, Any] = {"runs_ms": _row("overhead", report)["runs_ms"]}
     result["overhead"] = report.profiler_overhead
     result["paired_ratios"] = report.profiler_overhead_samples
@@ -228,6 +228,8 @@ def fit(args: argparse.Namespace) -> dict[str, Any]:
         )
         results[stall] = result.to_dict()
         q, plain, m = result.quality, result.regression.quality, result.model
+        assert q.held_out_predicted_s is not None and q.held_out_rel_error is not None
+        assert plain.held_out_rel_error is not None
         print(
             f"{stall}: per bucket {m.per_bucket_s * MS:.3f} ms, {m.per_byte_s * 1e9:.3f} s/GB,"
             f" overlap {m.overlap:.2f}; R^2 {q.r2:.3f}, mean |rel err| {q.mean_abs_rel_error:.1%}"
