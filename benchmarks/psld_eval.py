@@ -205,18 +205,28 @@ def goal_checks(cells: dict[tuple[str, str], dict[str, Row]]) -> list[str]:
         mine = {s: by for (m, s), by in cells.items() if m == model and "psld" in by}
         if not mine:
             continue
+        # The worst scenario for MXNet's default: where it is furthest from the best
+        # throughput any strategy reached there (the static oracle cannot follow a moving
+        # straggler, so it is not the yardstick in dynamic scenarios); its ratio to the oracle
+        # is shown too.
+        best = {s: max(c["throughput_it_s"] for c in by.values()) for s, by in mine.items()}
         ratio = {
-            s: by["mxnet"]["throughput_it_s"] / by["oracle"]["throughput_it_s"]
+            s: by["mxnet"]["throughput_it_s"] / best[s]
             for s, by in mine.items()
-            if "mxnet" in by and "oracle" in by
+            if "mxnet" in by and s != "none"
         }
         if ratio:
             worst = min(ratio, key=lambda s: ratio[s])
-            up = mine[worst]["psld"]["throughput_it_s"] / mine[worst]["mxnet"]["throughput_it_s"]
+            ups = {
+                s: mine[s]["psld"]["throughput_it_s"] / mine[s]["mxnet"]["throughput_it_s"]
+                for s in ratio
+            }
+            up = ups[worst]
+            each = ", ".join(f"{s} {v:.2f}x" for s, v in ups.items())
             out.append(
-                f"{model}: worst scenario for mxnet {worst} (mxnet/oracle "
+                f"{model}: worst straggler scenario for mxnet {worst} (mxnet/best "
                 f"{ratio[worst]:.2f}): psld/mxnet {up:.2f}x [goal >= 2.86x: "
-                f"{'met' if up >= 2.86 else 'NOT met'}]"
+                f"{'met' if up >= 2.86 else 'NOT met'}] (every scenario: {each})"
             )
         static = {
             s: by["oracle"]["settled_s"] / by["psld"]["settled_s"]
