@@ -70,3 +70,70 @@ def check_against_full_recompute(ops: list[tuple[str, object]]) -> None:
         )
         for job in flows:
             assert net.rate(job) == pytest.approx(expected[job], rel=1e-9), job
+
+
+regular_flow = st.tuples(
+    st.lists(st.sampled_from(LINKS), min_size=1, max_size=4, unique=True),
+    st.sampled_from([1.0, 1.0, 2.0]),
+)
+regular_ops = st.lists(
+    st.one_of(
+        st.tuples(st.just("add"), regular_flow),
+        st.tuples(st.just("remove"), st.integers(0, 30)),
+        st.tuples(st.just("congest"), st.sampled_from([0.0, 0.3, 0.7, 0.95])),
+    ),
+    min_size=1,
+    max_size=60,
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(ops=regular_ops)
+def test_regular_flows_rescale_on_congestion_and_equal_a_full_recompute(
+    ops: list[tuple[str, object]],
+) -> None:
+    """Flows capped by their slowest link, as the perf model makes them: a congestion change
+    re-scales idle-link rates instead of re-sharing, and the rates stay the exact allocation."""
+    regular: list[tuple[str, object]] = []
+    for kind, arg in ops:
+        if kind == "add":
+            links, weight = arg  # type: ignore[misc]
+            arg = (links, cap_of_slowest(links, weight), weight)
+        regular.append((kind, arg))
+    check_against_full_recompute(regular)
+
+
+def cap_of_slowest(links: list[tuple[str, int]], weight: float) -> float:
+    return min(CAPACITY[link] / weight for link in links)
+
+
+def test_a_congestion_change_moves_every_regular_flow_without_a_sharing_step(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    net = NetworkState(CAPACITY.__getitem__)
+    for job, links in enumerate([[("nic", 0), ("nic", 1)], [("nic", 1), ("nic", 2)]]):
+        net.add(job, Flow(weights=dict.fromkeys(links, 1.0), cap=10.0))
+    assert net.recompute() == {0: 5.0, 1: 5.0}  # they share nic 1
+    shared: list[float] = []
+    share_dirty = NetworkState._share_dirty
+
+    def spy(self: NetworkState, keep: float) -> dict[int, float]:
+        shared.append(keep)
+        return share_dirty(self, keep)
+
+    monkeypatch.setattr(NetworkState, "_share_dirty", spy)
+    net.set_congestion(0.3)
+    assert net.recompute() == pytest.approx({0: 3.5, 1: 3.5}, rel=1e-12)
+    assert shared == []
+    net.set_congestion(0.3)  # the same level again: no rate moves
+    assert net.recompute() == {}
+
+
+def test_with_scaling_off_every_change_re_shares(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(network, "SCALE_WITH_CONGESTION", False)
+    net = NetworkState(CAPACITY.__getitem__)
+    net.add(0, Flow(weights={("nic", 0): 1.0}, cap=10.0))
+    net.recompute()
+    net.set_congestion(0.5)
+    assert net.dirty == {("nic", 0)}
+    assert net.recompute() == {0: 5.0}

@@ -3,10 +3,15 @@
 After all events of one instant are handled, the policy sees one snapshot and returns one
 decision; the engine checks and applies it, re-shares the network links that changed and
 re-plans the finish events of every job whose iteration time changed.
+
+``events`` counts what happened: arrivals, finishes, congestion changes, timer expiries and ticks.
+Finish events superseded by re-planning are not events (they are skipped, or dropped in bulk when
+they crowd the queue).
 """
 
 from __future__ import annotations
 
+import math
 import random
 from array import array
 from collections.abc import Callable, Sequence
@@ -26,6 +31,10 @@ from unstall.sim.events import EventKind, EventQueue
 from unstall.sim.network import NetworkState
 from unstall.sim.speed import SpeedModel
 from unstall.sim.state import ClusterState, JobState, SimInvariantError, SimJob
+
+# Compact the event queue once this many superseded finish events wait in it (and they are half
+# of it): popping them one by one costs more than one pass that drops them all.
+COMPACT_FROM = 4096
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -92,6 +101,10 @@ class Engine:
         self._telemetry_last: dict[str, float] = {}
         self._finished_since_round: list[JobView] = []
         self.spread_running: set[int] = set()  # running jobs placed over several nodes
+        # Per running job on shared links: its iteration time as a function of its share.
+        self._timing: dict[int, Callable[[float], float]] = {}
+        self._unplanned: set[int] = set()  # placed on links, finish not planned yet
+        self._finish_queued = 0  # finish events in the queue, superseded ones included
         self.rounds = 0
         self.preemptions = 0
         self.migrations = 0
@@ -100,44 +113,68 @@ class Engine:
 
     def run(self, on_finish: Callable[[int], None] | None = None) -> EngineOutcome:
         q = self.queue
-        for job in self.jobs:
-            q.push(job.submit_s, EventKind.ARRIVAL, job.index)
-        for i, t in enumerate(self.congestion.times_s):
-            q.push(t, EventKind.CONGESTION, payload=i)
+        # Arrivals and congestion changes are known up front: they stay in two sorted lists
+        # instead of the heap, which then holds only finish events, timers and ticks.
+        arrivals = sorted(range(len(self.jobs)), key=lambda i: self.jobs[i].submit_s)
+        submit = [self.jobs[i].submit_s for i in arrivals]
+        changes = self.congestion.times_s
+        next_arrival = next_change = 0
         self.policy.reset()
         events = 0
         tick_pending = False
-        while q:
-            now = q.peek_time()
+        inf = math.inf
+        while True:
+            now = q.peek_time() if q else inf
+            if next_arrival < len(submit) and submit[next_arrival] < now:
+                now = submit[next_arrival]
+            if next_change < len(changes) and changes[next_change] < now:
+                now = changes[next_change]
+            if now == inf:
+                break
             fired: list[str] = []
-            wake = False
+            wake = changed = False
+            while next_change < len(changes) and changes[next_change] == now:
+                self.net.set_congestion(self.congestion.fractions[next_change])
+                next_change += 1
+                events += 1
+                changed = True
+            while next_arrival < len(submit) and submit[next_arrival] == now:
+                self._arrive(self.jobs[arrivals[next_arrival]])
+                next_arrival += 1
+                events += 1
+                wake = True
             while q and q.peek_time() == now:
                 _, kind, _, idx, payload = q.pop()
-                events += 1
                 if kind == EventKind.FINISH:
+                    self._finish_queued -= 1
                     job = self.jobs[idx]
                     if job.version == payload and job.state == JobState.RUNNING:
+                        events += 1
                         self._finish(job, now)
                         wake = True
                         if on_finish is not None:
                             on_finish(1)
-                elif kind == EventKind.ARRIVAL:
-                    self._arrive(self.jobs[idx])
-                    wake = True
-                elif kind == EventKind.CONGESTION:
-                    self.net.set_congestion(self.congestion.fractions[payload])
-                elif kind == EventKind.TIMER:
+                    continue
+                events += 1
+                if kind == EventKind.TIMER:
                     fired.append(self.timers[payload])
                     wake = True
                 else:  # TICK
                     tick_pending = False
                     wake = True
+            if not (wake or changed):
+                continue  # only superseded finish events: nothing changed at this instant
             # Shares are re-computed once per instant, after the round: the policy does not see
             # rates, and flows that leave and join at the same instant then cost one sharing step.
             if wake:
                 self._round(now, tuple(fired))
             self._reshare(now)
             self._sample(now)
+            # Every running job has exactly one live finish event once the instant is done.
+            superseded = self._finish_queued - len(self.running)
+            if superseded > COMPACT_FROM and 2 * superseded > len(q):
+                q.compact(self._is_live)
+                self._finish_queued = len(self.running)
             if self.settings.tick_s and self.queued and not tick_pending:
                 q.push(now + self.settings.tick_s, EventKind.TICK)
                 tick_pending = True
@@ -149,6 +186,13 @@ class Engine:
             preemptions=self.preemptions,
             migrations=self.migrations,
         )
+
+    def _is_live(self, event: tuple[float, int, int, int, int]) -> bool:
+        """False for a finish event that re-planning or a stop has superseded."""
+        if event[1] != EventKind.FINISH:
+            return True
+        job = self.jobs[event[3]]
+        return job.version == event[4] and job.state == JobState.RUNNING
 
     # --- one scheduling round --------------------------------------------------------------------
 
@@ -166,7 +210,7 @@ class Engine:
             running=running,
             congestion=self.net.congestion,
             spread_jobs_by_node=tuple(self.cluster.spread_by_node),
-            spread_running=tuple(self.running_views[i] for i in self.spread_running),
+            spread_running=tuple(map(self.running_views.__getitem__, self.spread_running)),
             finished=tuple(self._finished_since_round),
             fired_timers=fired,
         )
@@ -239,6 +283,8 @@ class Engine:
         if flow is not None:
             # The finish event is planned once the links are re-shared (the rate is then known).
             self.net.add(job.index, flow)
+            self._timing[job.index] = self._rate_timing(job.model, job.num_gpus, placement)
+            self._unplanned.add(job.index)
         else:
             self._set_iter_s(job, self.speed.iter_s(job.model, job.num_gpus, placement, None), now)
 
@@ -250,6 +296,8 @@ class Engine:
         job.version += 1  # invalidates the planned finish event
         self.cluster.release(job.placement)
         self.net.remove(job.index)
+        self._timing.pop(job.index, None)
+        self._unplanned.discard(job.index)
         del self.running[job.index]
         del self.running_views[job.index]
 
@@ -289,13 +337,32 @@ class Engine:
         if self.oracle:  # an oracle's view carries the rate at which work runs down
             self.running_views[job.index] = job.make_view(True)
         self.queue.push(job.finish_time(now), EventKind.FINISH, job.index, job.version)
+        self._finish_queued += 1
 
     def _reshare(self, now: float) -> None:
-        for index, rate in self.net.recompute().items():
-            job = self.jobs[index]
+        changed = self.net.recompute()
+        if not changed:
+            return
+        jobs, timing, unplanned = self.jobs, self._timing, self._unplanned
+        for index, rate in changed.items():
+            job = jobs[index]
             if job.state == JobState.RUNNING:
-                iter_s = self.speed.iter_s(job.model, job.num_gpus, job.placement, rate)
-                self._set_iter_s(job, iter_s, now)
+                iter_s = timing[index](rate)
+                # A new share that leaves the iteration time as it was (communication hidden
+                # behind compute, or another link the bottleneck) keeps the planned finish.
+                if iter_s != job.iter_s or index in unplanned:
+                    self._set_iter_s(job, iter_s, now)
+        unplanned.clear()
+
+    def _rate_timing(
+        self, model: str, num_gpus: int, placement: Placement
+    ) -> Callable[[float], float]:
+        fast = getattr(self.speed, "rate_timing", None)
+        if fast is not None:
+            found: Callable[[float], float] = fast(model, num_gpus, placement)
+            return found
+        speed = self.speed
+        return lambda rate: speed.iter_s(model, num_gpus, placement, rate)
 
     def _sample(self, now: float) -> None:
         tl = self.timeline

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 import heapq
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 
@@ -45,6 +46,12 @@ class EventQueue:
 
     def peek_time(self) -> float:
         return self._heap[0][0]
+
+    def compact(self, keep: Callable[[Event], bool]) -> None:
+        """Drop the events ``keep`` rejects (superseded ones). Pop order is unchanged: events are
+        totally ordered by ``(time, priority, seq)``, whatever the heap's layout."""
+        self._heap = [event for event in self._heap if keep(event)]
+        heapq.heapify(self._heap)
 
     def __len__(self) -> int:
         return len(self._heap)

@@ -39,7 +39,7 @@ class SimResult(JsonResult):
     max_slowdown: float
     preemptions: int
     migrations: int
-    events: int
+    events: int  # arrivals, finishes, congestion changes, timers, ticks (not re-planned finishes)
     rounds: int
     sim_wall_s: float
     events_per_s: float

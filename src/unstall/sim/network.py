@@ -4,12 +4,19 @@ Each running job that spans nodes is a flow over the NICs of its nodes (and the 
 racks when it spans racks). A link's capacity, less what background congestion takes, is shared
 max-min fair among the flows crossing it. When flows come or go only the connected component of
 links they touch is recomputed, so a change on one rack does not re-plan every job in the cluster.
+
+Background congestion scales every shared link's capacity by the same factor ``keep``. While no
+flow's own cap can bind below what its links allow it alone (*regular* flows: true of every flow
+the perf model makes, whose cap is its slowest link), the max-min fair allocation is homogeneous
+in the capacities: the rates at ``keep`` are ``keep`` times the rates on idle links. The state
+then keeps those idle-link *base* rates and a congestion change re-scales them without a sharing
+step. With an irregular flow present it re-shares the touched components at the current ``keep``.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import numpy as np
 
@@ -18,6 +25,9 @@ from unstall.sim.speed import Flow, LinkId
 
 # From this many flows in one component on, the numpy version of the sharing step is faster.
 ARRAY_SHARING_FROM = 24
+# Re-scale the idle-link rates at a congestion change while every flow is regular (module
+# docstring); off, every change re-shares at the new level (tests compare the two).
+SCALE_WITH_CONGESTION = True
 
 
 def _share_with_arrays(
@@ -45,16 +55,49 @@ def _share_with_arrays(
 
 
 class NetworkState:
-    __slots__ = ("_capacity", "_flow", "_flows_on", "_links_of", "_rates", "congestion", "dirty")
+    __slots__ = (
+        "_base",
+        "_capacity",
+        "_demand",
+        "_flow",
+        "_flows_on",
+        "_irregular",
+        "_link_capacity",
+        "_links_of",
+        "_rates",
+        "_rescale",
+        "_scaling",
+        "congestion",
+        "dirty",
+    )
 
     def __init__(self, capacity: Callable[[LinkId], float]) -> None:
         self._capacity = capacity
+        self._link_capacity: dict[LinkId, float] = {}  # memo of ``capacity``
         self._flow: dict[int, Flow] = {}
         self._links_of: dict[int, tuple[LinkId, ...]] = {}
         self._flows_on: dict[LinkId, set[int]] = {}
         self._rates: dict[int, float] = {}
+        # Rates on idle links (``keep`` = 1), kept while every flow is regular.
+        self._base: dict[int, float] = {}
+        self._irregular: set[int] = set()
+        # Per link: what its flows ask at their caps; dropped when the link's flow set changes.
+        self._demand: dict[LinkId, float] = {}
+        self._rescale = False  # congestion changed since the last recompute (regular mode)
+        self._scaling = SCALE_WITH_CONGESTION
         self.congestion = 0.0
         self.dirty: set[LinkId] = set()
+
+    def _cap_of(self, link: LinkId) -> float:
+        found = self._link_capacity.get(link)
+        if found is None:
+            found = self._link_capacity[link] = self._capacity(link)
+        return found
+
+    def _regular(self, flow: Flow) -> bool:
+        """The flow's cap never binds: its links alone hold it at or below the cap."""
+        alone = min((self._cap_of(link) / w for link, w in flow.weights.items()), default=None)
+        return alone is not None and flow.cap >= alone
 
     def add(self, job: int, flow: Flow) -> None:
         links = tuple(flow.weights)
@@ -62,7 +105,15 @@ class NetworkState:
         self._links_of[job] = links
         for link in links:
             self._flows_on.setdefault(link, set()).add(job)
+            self._demand.pop(link, None)
         self.dirty.update(links)
+        if not (self._scaling and self._regular(flow)):
+            if not self._irregular:  # leaving regular mode: base rates no longer apply
+                self._base.clear()
+                if self._rescale:
+                    self._rescale = False
+                    self.dirty.update(self._flows_on)
+            self._irregular.add(job)
 
     def remove(self, job: int) -> None:
         links = self._links_of.pop(job, ())
@@ -72,34 +123,66 @@ class NetworkState:
             flows.discard(job)
             if not flows:
                 del self._flows_on[link]
+            self._demand.pop(link, None)
         self._rates.pop(job, None)
+        self._base.pop(job, None)
         self.dirty.update(links)
+        if job in self._irregular:
+            self._irregular.discard(job)
+            if not self._irregular:  # back to regular mode: every flow needs its base rate
+                self.dirty.update(self._flows_on)
 
     def set_congestion(self, fraction: float) -> None:
         self.congestion = fraction
-        self.dirty.update(self._flows_on)
+        if self._irregular:
+            self.dirty.update(self._flows_on)
+        else:
+            self._rescale = True
 
     def rate(self, job: int) -> float | None:
         """The job's rate from the last sharing step; None if it crosses no shared link."""
         return self._rates.get(job)
 
     def recompute(self) -> dict[int, float]:
-        """Re-share the links touched since the last call; returns the flows whose rate changed.
+        """Re-share the links touched since the last call; returns the flows whose rate changed."""
+        keep = 1.0 - self.congestion
+        changed: dict[int, float] = {}
+        if self._irregular:
+            if self.dirty:
+                self._update(self._share_dirty(keep), 1.0, changed)
+            return changed
+        if self.dirty:
+            base = self._share_dirty(1.0)
+            self._base.update(base)
+            if not self._rescale:
+                self._update(base, keep, changed)
+        if self._rescale:
+            self._rescale = False
+            self._update(self._base, keep, changed)
+        return changed
+
+    def _update(self, rates: dict[int, float], scale: float, changed: dict[int, float]) -> None:
+        old = self._rates
+        for job, rate in rates.items():
+            rate *= scale
+            if old.get(job) != rate:
+                changed[job] = rate
+                old[job] = rate
+
+    def _share_dirty(self, keep: float) -> dict[int, float]:
+        """Max-min fair rates at ``keep`` of every flow whose rate the dirty links can move.
 
         Only *coupling* links enter the sharing step: links whose flows, each at its cap, would
         ask for more than the link has. Any other link can never bind more than the flow's own
         cap does, so it is folded into the caps (``rate <= usable / weight``); this is exact and
         keeps components small, because most NICs carry a single spread job.
         """
-        if not self.dirty:
-            return {}
-        keep = 1.0 - self.congestion
-        coupling = self._coupling_links(keep)
+        coupling = _Coupling(self, keep)
         component_links, component_flows = self._component(self.dirty, coupling)
         self.dirty = set()
         if not component_flows:
             return {}
-        capacity = {link: self._capacity(link) * keep for link in component_links}
+        capacity = {link: self._cap_of(link) * keep for link in component_links}
         flows: dict[int, dict[LinkId, float]] = {}
         caps: dict[int, float] = {}
         for job in component_flows:
@@ -110,34 +193,29 @@ class NetworkState:
                 if link in component_links:
                     mine[link] = weight
                 else:
-                    cap = min(cap, self._capacity(link) * keep / weight)
+                    cap = min(cap, self._cap_of(link) * keep / weight)
             flows[job] = mine
             caps[job] = cap
         if len(flows) >= ARRAY_SHARING_FROM:
-            new_rates = _share_with_arrays(capacity, flows, caps)
-        else:
-            new_rates = max_min_fair(capacity, flows, caps=caps)
-        changed: dict[int, float] = {}
-        for job, rate in new_rates.items():
-            if self._rates.get(job) != rate:
-                changed[job] = rate
-                self._rates[job] = rate
-        return changed
-
-    def _coupling_links(self, keep: float) -> _Coupling:
-        return _Coupling(self, keep)
+            return _share_with_arrays(capacity, flows, caps)
+        return max_min_fair(capacity, flows, caps=caps)
 
     def _is_coupling(self, link: LinkId, keep: float) -> bool:
         flows = self._flows_on.get(link)
         if not flows or len(flows) < 2:
             return False
-        demand = 0.0
-        for job in flows:
-            flow = self._flow[job]
-            demand += flow.weights[link] * flow.cap
-        return demand > self._capacity(link) * keep
+        demand = self._demand.get(link)
+        if demand is None:
+            demand = 0.0
+            for job in flows:
+                flow = self._flow[job]
+                demand += flow.weights[link] * flow.cap
+            self._demand[link] = demand
+        return demand > self._cap_of(link) * keep
 
-    def _component(self, start: set[LinkId], coupling: _Coupling) -> tuple[set[LinkId], set[int]]:
+    def _component(
+        self, start: Iterable[LinkId], coupling: _Coupling
+    ) -> tuple[set[LinkId], set[int]]:
         """Every flow on a ``start`` link, and everything connected to those flows through
         coupling links (the only links through which one flow's rate can move another's)."""
         links: set[LinkId] = set()

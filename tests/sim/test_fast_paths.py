@@ -1,0 +1,90 @@
+"""The engine's shortcuts change nothing but speed: each is checked against the plain way.
+
+Shortcuts: idle-link rates re-scaled at congestion changes (instead of re-sharing), the
+per-placement iteration-time closure (instead of ``perf.plan_time``), finish events kept when a
+new share leaves the iteration time as it was, and compaction of superseded finish events.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from unstall.net.topology import TOPOLOGY_PRESETS, topology_preset
+from unstall.sched.base import Placement, Sensitivity
+from unstall.sim import engine, network
+from unstall.sim.perf_speed import PerfSpeedModel
+from unstall.sim.run import SimConfig, run_simulation
+from unstall.sim.speed import Flow, LinkId
+from unstall.traces import SyntheticTraceConfig, generate
+from unstall.workload import perf
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    name=st.sampled_from(sorted(TOPOLOGY_PRESETS)),
+    model=st.sampled_from(["resnet50", "vgg16", "transformer", "ncf"]),
+    n=st.integers(2, 64),
+    racks=st.booleans(),
+    scale=st.floats(0.0, 2.0),
+)
+def test_rate_timing_is_plan_time_to_the_bit(
+    name: str, model: str, n: int, racks: bool, scale: float
+) -> None:
+    speed = PerfSpeedModel(topology_preset(name))
+    n = min(n, speed.topology.n_gpus)
+    placement = speed.spread(n, across_racks=racks)
+    flow = speed.flow(model, n, placement)
+    rate = (flow.cap if flow is not None else 1e9) * scale
+    plan = speed.plan(model, placement)
+    expected = perf.plan_time(plan, plan.bandwidth_at_rate(rate)).total_s
+    assert speed.rate_timing(model, n, placement)(rate) == expected
+
+
+class PlainSpeed:
+    """The perf model without its ``rate_timing`` shortcut (the engine then calls ``iter_s``)."""
+
+    def __init__(self, inner: PerfSpeedModel) -> None:
+        self.inner = inner
+
+    def consolidated_iter_s(self, model: str, num_gpus: int) -> float:
+        return self.inner.consolidated_iter_s(model, num_gpus)
+
+    def sensitivity(self, model: str, num_gpus: int) -> Sensitivity:
+        return self.inner.sensitivity(model, num_gpus)
+
+    def flow(self, model: str, num_gpus: int, placement: Placement) -> Flow | None:
+        return self.inner.flow(model, num_gpus, placement)
+
+    def capacity(self, link: LinkId) -> float:
+        return self.inner.capacity(link)
+
+    def iter_s(self, model: str, num_gpus: int, placement: Placement, rate: float | None) -> float:
+        return self.inner.iter_s(model, num_gpus, placement, rate)
+
+
+def jobs_of(policy: str, *, fast: bool, monkeypatch: pytest.MonkeyPatch) -> pd.DataFrame:
+    monkeypatch.setattr(network, "SCALE_WITH_CONGESTION", fast)
+    monkeypatch.setattr(engine, "COMPACT_FROM", 0 if fast else 10**9)
+    trace = generate(
+        SyntheticTraceConfig(jobs=400, seed=5, load=1.5, cluster_gpus=64, multi_gpu_share=0.6)
+    )
+    config = SimConfig(policy=policy, cluster="small", congestion="high", seed=2)
+    speed = PerfSpeedModel(config.topology())
+    run = run_simulation(trace, config, speed=speed if fast else PlainSpeed(speed))  # type: ignore[arg-type]
+    return run.jobs
+
+
+@pytest.mark.parametrize("policy", ["first-fit", "gandiva"])
+def test_shortcuts_keep_every_finish_time(policy: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    fast = jobs_of(policy, fast=True, monkeypatch=monkeypatch)
+    plain = jobs_of(policy, fast=False, monkeypatch=monkeypatch)
+    assert fast["finished"].all()
+    # Spreading under heavy contention: many jobs lose time to the network.
+    assert (fast["comm_overhead_s"] > 0).sum() > 50
+    for column in ("finish_s", "first_start_s", "queue_s", "comm_overhead_s"):
+        np.testing.assert_allclose(fast[column], plain[column], rtol=1e-9, atol=0)
+    assert (fast["migrations"] == plain["migrations"]).all()
