@@ -219,7 +219,7 @@ def fit(args: argparse.Namespace) -> dict[str, Any]:
     if missing:
         raise SystemExit(f"{args.points} lacks {missing}: run the sweep subcommand first")
     results: dict[str, Any] = {}
-    for stall in ("network", "interconnect"):
+    for stall in ("comm", "network", "interconnect"):
         result = fit_comm_stall(
             [points[v] for v in DEFAULT_SWEEP],
             stall=stall,

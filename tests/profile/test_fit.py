@@ -73,7 +73,8 @@ def test_bucket_model_recovers_the_law_and_predicts_the_held_out_model() -> None
     # Many small tensors, a large backward: its stall is the last bucket, not total - overlap.
     held = _point("mobilenet-like", (5_000_000, 9_000_000), 0.08, LAW)
     assert held.network_stall_s == pytest.approx(1e-3 + 8e-9 * 9_000_000)
-    fit = fit_comm_stall(points, held_out=held, link=LinkSpec(gbps=1.0, latency_ms=1.0))
+    link = LinkSpec(gbps=1.0, latency_ms=1.0)
+    fit = fit_comm_stall(points, stall="network", held_out=held, link=link)
     assert fit.model.per_bucket_s == pytest.approx(1e-3, rel=1e-3)
     assert fit.model.per_byte_s == pytest.approx(8e-9, rel=1e-3)
     assert fit.model.overlap == pytest.approx(0.8, rel=1e-3)
@@ -83,8 +84,12 @@ def test_bucket_model_recovers_the_law_and_predicts_the_held_out_model() -> None
     assert (fit.link_per_bucket_s, fit.link_per_byte_s) == pytest.approx((1e-3, 8e-9))
     # The plain regression on layers, tensors and bytes cannot see the last-bucket regime.
     assert abs(fit.regression.quality.held_out_rel_error or 0.0) > 0.2
-    interconnect = fit_comm_stall(points, stall="interconnect", link=LinkSpec(gbps=1.0))
+    interconnect = fit_comm_stall(points, stall="interconnect", link=link)
     assert interconnect.link is None and interconnect.model.per_byte_s == pytest.approx(4e-9)
+    comm = fit_comm_stall(points, link=link)  # interconnect + network: 1.5 x the law
+    assert comm.stall == "comm" and comm.link == link
+    assert points[0].stall("comm") == pytest.approx(1.5 * points[0].network_stall_s)
+    assert comm.model.per_byte_s > 1.4 * fit.model.per_byte_s
 
 
 def test_fit_quality_drops_on_noise_the_model_cannot_explain() -> None:
@@ -93,7 +98,7 @@ def test_fit_quality_drops_on_noise_the_model_cannot_explain() -> None:
         SweepPoint(**{**p.to_dict(), "network_stall_s": p.network_stall_s * (1 + 0.6 * (-1) ** i)})
         for i, p in enumerate(points)
     ]
-    fit = fit_comm_stall(noisy)
+    fit = fit_comm_stall(noisy, stall="network")
     assert fit.quality.mean_abs_rel_error > 0.2
     assert fit.quality.r2 < 0.99
     with pytest.raises(ConfigError, match="stall"):

@@ -196,8 +196,11 @@ def fit(
         typer.Option("--network", help="Emulated link GBPS,LATENCY_MS the sweep runs over."),
     ] = "1,1",
     stall: Annotated[
-        str, typer.Option("--stall", help="Stall to model: network or interconnect.")
-    ] = "network",
+        str,
+        typer.Option(
+            "--stall", help="Stall to model: comm (interconnect + network), network, interconnect."
+        ),
+    ] = "comm",
     points_path: Annotated[
         Path | None,
         typer.Option(

@@ -42,7 +42,13 @@ from unstall.results import JsonResult
 from unstall.workload import zoo
 
 FEATURES = ("layers", "gradient_tensors", "gradient_bytes")
-STALL_KINDS = {"interconnect": "interconnect_stall_s", "network": "network_stall_s"}
+# The stalls a fit can model: each one, or "comm", all communication over the link (their sum:
+# what N workers over the network add to the one-worker iteration).
+STALL_KINDS = {
+    "comm": ("interconnect_stall_s", "network_stall_s"),
+    "interconnect": ("interconnect_stall_s",),
+    "network": ("network_stall_s",),
+}
 FIRST_BUCKET_BYTES = 1024 * 1024  # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES
 MIB = 1024 * 1024
 
@@ -120,7 +126,7 @@ class SweepPoint(JsonResult):
 
     def stall(self, kind: str) -> float:
         check(kind in STALL_KINDS, "SweepPoint", "stall", f"must be one of {sorted(STALL_KINDS)}")
-        return float(getattr(self, STALL_KINDS[kind]))
+        return float(sum(getattr(self, name) for name in STALL_KINDS[kind]))
 
     @classmethod
     def from_dict(cls, data: dict[str, object]) -> SweepPoint:
@@ -217,7 +223,7 @@ def _quality(
 
 
 def fit_feature_regression(
-    points: Sequence[SweepPoint], *, stall: str = "network", held_out: SweepPoint | None = None
+    points: Sequence[SweepPoint], *, stall: str = "comm", held_out: SweepPoint | None = None
 ) -> FeatureRegression:
     """Non-negative least squares of the stall on 1, layers, gradient tensors, gradient bytes."""
     from scipy.optimize import nnls
@@ -273,22 +279,24 @@ def _fit_bucket_model(points: Sequence[SweepPoint], stall: str) -> CommStallMode
 def fit_comm_stall(
     points: Sequence[SweepPoint],
     *,
-    stall: str = "network",
+    stall: str = "comm",
     held_out: SweepPoint | None = None,
     link: LinkSpec | None = None,
     workers: int = 2,
 ) -> CommStallFit:
     """Fit the bucket model (and the plain regression) on ``points``; predict ``held_out``.
 
-    ``link`` is the emulated link the points were measured over (when ``stall`` is the network
-    stall): its latency and ring bytes per bandwidth are reported beside the fitted values.
+    ``link`` is the emulated link the points were measured over (when ``stall`` is ``network``
+    or ``comm``): its latency and ring bytes per bandwidth are reported beside the fitted values.
+    The link bounds the per-byte cost of ``comm`` from below only: each bucket is reduced on the
+    host first and then crosses the link, so the slower of the two sets the pace.
     """
     check(stall in STALL_KINDS, "fit_comm_stall", "stall", f"must be one of {sorted(STALL_KINDS)}")
     check(len(points) >= 3, "fit_comm_stall", "points", "needs at least three sweep points")
     model = _fit_bucket_model(points, stall)
     held = model.predict_point(held_out) if held_out is not None else None
     fitted = [model.predict_point(p) for p in points]
-    on_link = link is not None and stall == "network"
+    on_link = link is not None and stall != "interconnect"
     return CommStallFit(
         stall=stall,
         model=model,
