@@ -5,10 +5,12 @@ PS side: ``unstall.ps`` trains an MLP of about ``--mb`` MB of float32 parameters
 layers, batch of 1 so that compute is small) with one worker and S servers whose links and
 compute are unlimited (10^15 bytes/s, no latency), split evenly by ``oracle``. Per iteration the
 worker pushes every gradient and gets every new parameter back: one push-pull call per server,
-or, for a server owning more than ``--piece-mb``, one per piece, pipelined (each piece stepped
-as soon as it is in and sent back while the next travel); a piece size above the model's gives
-the unpipelined exchange. "PS" is ``(pushed + pulled bytes) / push-pull seconds`` as the worker
-measures them, which includes the servers' SGD step (summing, momentum, update) and loading the
+or, for a server owning more than PIECE_MB, one per piece, pipelined (each piece stepped as soon
+as it is in and sent back while the next travel); a piece above the model's size gives the
+unpipelined exchange. A server steps a segment of >= 1 M elements with STEP_THREADS threads,
+each on a part (``--variants PIECE_MB:STEP_THREADS``). "PS" is ``(pushed + pulled bytes) /
+push-pull seconds`` as the worker measures them, which includes the servers' SGD step (summing,
+momentum, update) and loading the
 parameters into the model. "transport" leaves out the step (the push-pull less the longest wait
 of a piece for its pushes and step, as the server reports it; with pieces the other pieces'
 steps overlap the transfers and stay in): the PS's own push and pull machinery. "iteration" is
@@ -21,7 +23,7 @@ the PS worker is, with actors kept across rounds as the PS's are. Medians over `
 (after warm-up), the best of ``--rounds`` alternated rounds.
 
     .venv/bin/python benchmarks/ps_overhead.py [--mb 4 16 64] [--servers 1 4] [--rounds 5]
-        [--piece-mb 8 1000] [--json OUT]
+        [--variants 1000:1 1000:2 8:2] [--json OUT]
 """
 
 from __future__ import annotations
@@ -94,7 +96,7 @@ class RawRoundTrip:
 
 
 def ps_push_pull(
-    mb: float, workers: int, servers: int, iterations: int, piece_mb: float
+    mb: float, workers: int, servers: int, iterations: int, piece_mb: float, step_threads: int
 ) -> dict[str, float]:
     width = int(math.sqrt(mb * 1e6 / 4 / 2))  # two width x width layers
     with tempfile.TemporaryDirectory() as tmp:
@@ -109,6 +111,7 @@ def ps_push_pull(
             iterations=iterations + 1,
             batch_size=1,
             piece_mb=piece_mb,
+            step_threads=step_threads,
         )
         result = run_training(config, pool=session_pool())
     steps = result.telemetry[1:]  # iteration 0 also has the run's first pull
@@ -130,17 +133,17 @@ def ps_push_pull(
 
 
 def best_of_rounds(
-    mb: float, servers: int, iterations: int, rounds: int, pieces_mb: list[float]
+    mb: float, servers: int, iterations: int, rounds: int, variants: list[tuple[float, int]]
 ) -> list[dict[str, float]]:
-    """PS (once per piece size) and raw, alternated ``rounds`` times so that all see the same
-    load on a shared machine; for each figure the best round (the least disturbed), as the
-    medians inside a round already smooth single hiccups. One row per piece size."""
-    best: list[dict[str, float]] = [{"piece_mb": p} for p in pieces_mb]
+    """PS (once per variant: piece size, step threads) and raw, alternated ``rounds`` times so
+    that all see the same load on a shared machine; for each figure the best round (the least
+    disturbed), as the medians inside a round already smooth single hiccups. One row a variant."""
+    best: list[dict[str, float]] = [{"piece_mb": p, "step_threads": t} for p, t in variants]
     raw: RawRoundTrip | None = None
     try:
         for _ in range(rounds):
-            for row, piece_mb in zip(best, pieces_mb, strict=True):
-                ps = ps_push_pull(mb, 1, servers, iterations, piece_mb)
+            for row, (piece_mb, threads) in zip(best, variants, strict=True):
+                ps = ps_push_pull(mb, 1, servers, iterations, piece_mb, threads)
                 row.update({k: max(v, row.get(k, 0.0)) for k, v in ps.items()})
             if raw is None:
                 raw = RawRoundTrip(int(best[0]["param_mb"] * 1e6), servers)
@@ -159,12 +162,12 @@ def main() -> None:
     parser.add_argument("--servers", type=int, nargs="+", default=[1, 4])
     parser.add_argument("--iterations", type=int, default=10, help="per round")
     parser.add_argument("--rounds", type=int, default=5)
+    default = PSConfig()
     parser.add_argument(
-        "--piece-mb",
-        type=float,
+        "--variants",
         nargs="+",
-        default=[PSConfig().piece_mb],
-        help="pipelined pieces (several: one row each; larger than the model: no pipelining)",
+        default=[f"{default.piece_mb:g}:{default.step_threads}"],
+        help="PIECE_MB:STEP_THREADS, one row each (a piece above the model: no pipelining)",
     )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
@@ -172,19 +175,22 @@ def main() -> None:
     # (a shared machine's niced jobs would otherwise take the CPU from them).
     os.environ.setdefault("RAY_worker_niceness", "0")
     ensure_ray(num_cpus=os.cpu_count() or 2)
+    variants = [(float(v.split(":")[0]), int(v.split(":")[1])) for v in args.variants]
     rows = []
     for mb in args.mb:
         for servers in args.servers:
-            for row in best_of_rounds(mb, servers, args.iterations, args.rounds, args.piece_mb):
+            runs = best_of_rounds(mb, servers, args.iterations, args.rounds, variants)
+            for row in runs:
                 rows.append({"servers": servers, **row})
-    head = ("MB", "S", "piece", "raw", "PS", "PS/raw", "transport", "tr./raw", "iteration")
-    print("{:>6} {:>2} {:>6} {:>7} {:>7} {:>7} {:>10} {:>8} {:>10}   (MB/s)".format(*head))
+    head = ("MB", "S", "piece:thr", "raw", "PS", "PS/raw", "transport", "tr./raw", "iteration")
+    print("{:>6} {:>2} {:>9} {:>7} {:>7} {:>7} {:>10} {:>8} {:>10}   (MB/s)".format(*head))
     for r in rows:
         raw = r["raw_bytes_s"]
         r["ratio"] = r["ps_push_pull_bytes_s"] / raw
         r["transport_ratio"] = r["ps_transport_bytes_s"] / raw
         print(
-            f"{r['param_mb']:6.1f} {r['servers']:2d} {r['piece_mb']:6g} {raw / 1e6:7.0f} "
+            f"{r['param_mb']:6.1f} {r['servers']:2d} "
+            f"{r['piece_mb']:>6g}:{r['step_threads']:<2g} {raw / 1e6:7.0f} "
             f"{r['ps_push_pull_bytes_s'] / 1e6:7.0f} {r['ratio']:7.0%} "
             f"{r['ps_transport_bytes_s'] / 1e6:10.0f} {r['transport_ratio']:8.0%} "
             f"{r['ps_iteration_bytes_s'] / 1e6:10.0f}"

@@ -8,7 +8,7 @@ import torch
 from unstall.ps.data import DataSpec, global_indices, worker_batch
 from unstall.ps.links import ServerSpec
 from unstall.ps.optim import STEP_BLOCK, SGDConfig, sgd_momentum_step
-from unstall.ps.server import ServerCore
+from unstall.ps.server import PARALLEL_STEP_ELEMENTS, ServerCore
 
 rng = np.random.default_rng(0)
 
@@ -125,3 +125,19 @@ def test_synthetic_batches_depend_on_iteration_and_rank_only() -> None:
     b = worker_batch(spec, "mlp", opts, iteration=1, rank=0, workers=2, dataset=None)
     c = worker_batch(spec, "mlp", opts, iteration=1, rank=1, workers=2, dataset=None)
     assert torch.equal(a[0], b[0]) and not torch.equal(a[0], c[0])
+
+
+def test_server_core_steps_a_large_segment_with_threads_exactly() -> None:
+    """Two threads each stepping half of a 1 M-element segment: the step of the whole."""
+    n = PARALLEL_STEP_ELEMENTS + 7
+    config = SGDConfig()
+    param = rng.standard_normal(n).astype(np.float32)
+    grads = [rng.standard_normal(n).astype(np.float32) for _ in range(2)]
+    core = ServerCore(0, workers=2, spec=ServerSpec(), sgd=config, step_threads=2)
+    core.load({0: (param, np.zeros(n, np.float32))})
+    for rank in (0, 1):
+        core.add_push(0, 0, rank, [grads[rank]])
+    assert core.apply(0, 0, [(0, 0, n)])
+    want = param.copy()
+    sgd_momentum_step(want, np.zeros(n, np.float32), grads, config)
+    assert np.array_equal(core.state[0][0], want)

@@ -196,9 +196,11 @@ class PSCluster:
         dataset: Dataset | None = None,
         timeout_s: float = 300.0,
         piece_bytes: int = DEFAULT_PIECE_BYTES,
+        step_threads: int = 1,
     ) -> None:
         self.job = job
         self.piece_bytes = piece_bytes
+        self.step_threads = step_threads
         self.sgd = sgd
         self.pool = pool
         self.workers = pool.take_workers(job.workers)
@@ -248,7 +250,13 @@ class PSCluster:
         self._next_server += 1
         server = self.pool.take_server()
         self._labels[f"server {sid}"] = server
-        self._gather({f"server {sid}": server.reset.remote(sid, len(self.workers), spec, self.sgd)})
+        self._gather(
+            {
+                f"server {sid}": server.reset.remote(
+                    sid, len(self.workers), spec, self.sgd, self.step_threads
+                )
+            }
+        )
         self.servers[sid] = server
         self.specs[sid] = spec
         return sid

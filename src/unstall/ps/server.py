@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Coroutine, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -34,6 +35,19 @@ if TYPE_CHECKING:  # chunks imports torch, which a server process has no need to
     from unstall.ps.chunks import Segment
 
 T = TypeVar("T")
+# A segment this large is stepped by several threads (when the server has more than one): the
+# step is memory-bound, and while one worker waits for it the machine's other cores are idle.
+PARALLEL_STEP_ELEMENTS = 1 << 20
+_STEP_POOLS: dict[int, ThreadPoolExecutor] = {}
+
+
+def step_pool(threads: int) -> ThreadPoolExecutor:
+    """This process's pool of ``threads`` step threads (made once, kept across runs)."""
+    if threads not in _STEP_POOLS:
+        _STEP_POOLS[threads] = ThreadPoolExecutor(threads, thread_name_prefix="ps-step")
+    return _STEP_POOLS[threads]
+
+
 ChunkState = tuple[np.ndarray, np.ndarray]  # (parameters, momentum), flat float32
 
 
@@ -73,7 +87,14 @@ class ServerCore:
     owned chunk unless the server owns more than a piece's bytes); a piece is stepped when every
     worker's push of it is in, and the iteration's step is done when every owned element is."""
 
-    def __init__(self, server_id: int, workers: int, spec: ServerSpec, sgd: SGDConfig) -> None:
+    def __init__(
+        self,
+        server_id: int,
+        workers: int,
+        spec: ServerSpec,
+        sgd: SGDConfig,
+        step_threads: int = 1,
+    ) -> None:
         self.server_id = server_id
         self.workers = workers
         self.spec = spec
@@ -85,7 +106,9 @@ class ServerCore:
         self.pending: dict[tuple[int, int], dict[int, Sequence[np.ndarray]]] = {}
         self.stepped: dict[int, int] = {}  # iteration -> elements stepped so far
         self.stats: dict[int, ServerIteration] = {}
-        self.scratch = np.empty(STEP_BLOCK, np.float32)  # reused by every step
+        self.step_threads = max(1, step_threads)
+        # one per thread, reused by every step
+        self.scratch = [np.empty(STEP_BLOCK, np.float32) for _ in range(self.step_threads)]
 
     def owned_bytes(self) -> int:
         return sum(p.nbytes for p, _ in self.state.values())
@@ -117,11 +140,28 @@ class ServerCore:
         ranks = sorted(arrived)
         for i, (cid, lo, hi) in enumerate(segments):
             param, momentum = self.state[cid]
-            grads = [arrived[r][i] for r in ranks]
-            sgd_momentum_step(param[lo:hi], momentum[lo:hi], grads, self.sgd, self.scratch)
+            self._step(param[lo:hi], momentum[lo:hi], [arrived[r][i] for r in ranks])
         done = self.stepped.get(iteration, 0) + sum(hi - lo for _, lo, hi in segments)
         self.stepped[iteration] = done
         return done >= self.owned_elements()
+
+    def _step(self, param: np.ndarray, momentum: np.ndarray, grads: list[np.ndarray]) -> None:
+        """The step of one segment; a large one by ``step_threads`` threads, each on a part
+        (the step is elementwise: the parts' steps are exactly the step of the whole, and
+        numpy lets go of the GIL while it computes)."""
+        n = param.size
+        parts = self.step_threads if n >= PARALLEL_STEP_ELEMENTS else 1
+        if parts == 1:
+            sgd_momentum_step(param, momentum, grads, self.sgd, self.scratch[0])
+            return
+        cuts = [n * k // parts for k in range(parts + 1)]
+
+        def part(k: int) -> None:
+            lo, hi = cuts[k], cuts[k + 1]
+            part_grads = [g[lo:hi] for g in grads]
+            sgd_momentum_step(param[lo:hi], momentum[lo:hi], part_grads, self.sgd, self.scratch[k])
+
+        list(step_pool(parts).map(part, range(parts)))
 
     def values(self, segments: Sequence[Segment]) -> list[np.ndarray]:
         """The parameters of ``segments`` (views: see :meth:`PSServer.push_pull`)."""
@@ -135,19 +175,23 @@ class PSServer:
     def __init__(self, server_id: int, workers: int, spec: ServerSpec, sgd: SGDConfig) -> None:
         self._reset(server_id, workers, spec, sgd)
 
-    def _reset(self, server_id: int, workers: int, spec: ServerSpec, sgd: SGDConfig) -> None:
-        self.core = ServerCore(server_id, workers, spec, sgd)
+    def _reset(
+        self, server_id: int, workers: int, spec: ServerSpec, sgd: SGDConfig, step_threads: int = 1
+    ) -> None:
+        self.core = ServerCore(server_id, workers, spec, sgd, step_threads)
         self.applied = -1  # the last iteration whose step is complete
         self.finished: set[tuple[int, int]] = set()  # (iteration, piece) stepped
         self.aborted = False
         self.changed = asyncio.Condition()
         self.inflight: set[asyncio.Future[Any]] = set()  # pulls and push-pulls being served
 
-    async def reset(self, server_id: int, workers: int, spec: ServerSpec, sgd: SGDConfig) -> None:
+    async def reset(
+        self, server_id: int, workers: int, spec: ServerSpec, sgd: SGDConfig, step_threads: int = 1
+    ) -> None:
         """Forget everything and serve a new run as ``server_id`` (pooled actors are reused:
-        starting a process costs seconds)."""
+        starting a process costs seconds), stepping large segments with ``step_threads``."""
         self._cancel_inflight()
-        self._reset(server_id, workers, spec, sgd)
+        self._reset(server_id, workers, spec, sgd, step_threads)
 
     async def abort(self) -> None:
         """Fail every push-pull still waiting for the step (the run stopped: a worker whose

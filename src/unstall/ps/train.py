@@ -63,6 +63,7 @@ class PSConfig:
     timeout_s: float = 300.0
     address: str | None = None
     piece_mb: float = DEFAULT_PIECE_BYTES / 1e6  # pipelined push-pull pieces (plan_pieces)
+    step_threads: int = 2  # threads a server steps a large (>= 1 M elements) segment with
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "model_options", MappingProxyType(dict(self.model_options)))
@@ -75,6 +76,8 @@ class PSConfig:
         check(self.batch_size >= 1, self, "batch_size", f"must be >= 1, got {self.batch_size}")
         check(self.timeout_s > 0, self, "timeout_s", f"must be > 0, got {self.timeout_s}")
         check(self.piece_mb > 0, self, "piece_mb", f"must be > 0, got {self.piece_mb}")
+        ok = self.step_threads >= 1
+        check(ok, self, "step_threads", f"must be >= 1, got {self.step_threads}")
         known = ", ".join(STRATEGIES)
         check(self.strategy in STRATEGIES, self, "strategy", f"must be one of {known}")
         check(self.data in DATA_SOURCES, self, "data", f"must be one of {', '.join(DATA_SOURCES)}")
@@ -221,6 +224,7 @@ def run_training(
             dataset=dataset,
             timeout_s=config.timeout_s,
             piece_bytes=max(1, int(config.piece_mb * 1e6)),
+            step_threads=config.step_threads,
         )
         cluster.start(
             assignment.chunks,
