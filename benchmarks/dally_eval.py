@@ -33,6 +33,8 @@ ABLATIONS = {
     "dally-no-delay": {"delay": False},
     "dally-no-preemption": {"preemption": False},
     "dally-no-autotune": {"autotune": False},
+    # The base order: LAS (the previous default, with the plain preemption cost) and FIFO.
+    "dally-las-order": {"order": "las", "learn_requeue": False},
     "dally-fifo-order": {"order": "fifo"},
 }
 PUBLISHED = {"makespan": 69.0, "avg JCT": 83.0, "comm overhead": 98.0}  # "up to" reductions, %
@@ -172,15 +174,15 @@ def summarise(results: list[dict[str, object]]) -> str:
             lines.append("\nAblation:\n")
             lines.append(
                 "| variant | makespan h | avg JCT h | p99 JCT h | comm overhead | preemptions "
-                "| migrations |"
+                "| migrations | sensitive jobs started spread |"
             )
-            lines.append("|---|---:|---:|---:|---:|---:|---:|")
+            lines.append("|---|---:|---:|---:|---:|---:|---:|---:|")
             for r in sorted(ablation, key=lambda r: list(ABLATIONS).index(str(r["variant"]))):
                 lines.append(
                     f"| {r['variant']} | {float(r['makespan_s']) / 3600:.1f} | "
                     f"{float(r['avg_jct_s']) / 3600:.2f} | {float(r['p99_jct_s']) / 3600:.1f} | "
                     f"{float(r['comm_overhead_frac']):.3f} | {r['preemptions']} | "
-                    f"{r['migrations']} |"
+                    f"{r['migrations']} | {float(r.get('sensitive_spread_starts', 0.0)):.0f} |"
                 )
     return "\n".join(lines) + "\n"
 

@@ -134,11 +134,11 @@ def test_a_preemption_that_does_not_pay_is_not_made() -> None:
         job("r3", 2, sens=SENSITIVE, placement=((2, 2),)),
     ]
     mild = Sensitivity.flat(1.1, 1.2)
-    policy = quiet_dally(prior_runtime_s=600.0, restore_s=60.0)
+    policy = quiet_dally(order="las", prior_runtime_s=600.0, restore_s=60.0)
     d = policy.decide(snap((0, 2, 2), [job("q1", 4, sens=mild)], running, 10.0), RNG)
     assert d.preemptions == () and d.migrations == ()
     # The same tenant is preempted for a very sensitive job with a long expected run time.
-    policy = quiet_dally(prior_runtime_s=36000.0, restore_s=60.0)
+    policy = quiet_dally(order="las", prior_runtime_s=36000.0, restore_s=60.0)
     d = policy.decide(snap((0, 2, 2), [job("q1", 4, sens=SENSITIVE)], running, 10.0), RNG)
     assert [p.job_id for p in d.preemptions] == ["r1"]
     assert [(s.job_id, s.placement) for s in d.starts] == [("q1", ((0, 4),))]
@@ -212,3 +212,54 @@ def test_timer_factor_is_reported_as_telemetry_and_config_is_validated() -> None
         DallyConfig(order="random")
     with pytest.raises(ConfigError, match="tune_step"):
         DallyConfig(tune_step=1.0)
+
+
+def test_gittins_order_starts_the_job_expected_to_hold_its_gpus_least_first() -> None:
+    # Two free GPUs on one node; a 2-GPU job queued first, a 1-GPU job after it. Finished jobs
+    # taught the policy that 2-GPU jobs run ~10,000 s and 1-GPU jobs ~100 s.
+    queue = [job("q1", 2, submit=0.0), job("q2", 1, sens=INSENSITIVE, submit=5.0)]
+    running = [job("r1", 2, placement=((0, 2),)), job("r2", 4, placement=((1, 4),))]
+    running.append(job("r3", 4, placement=((2, 4),)))
+    started = {}
+    for order in ("las", "gittins"):
+        policy = quiet_dally(order=order, preemption=False, delay=False)
+        for runtime in (9000.0, 11000.0):
+            policy.tuner.observe_finish(runtime, gpus=2)
+        for runtime in (90.0, 110.0):
+            policy.tuner.observe_finish(runtime, gpus=1)
+        d = policy.decide(snap((2, 0, 0), queue, running, 10.0), RNG)
+        started[order] = [s.job_id for s in d.starts]
+    assert started == {"las": ["q1"], "gittins": ["q2"]}
+
+
+def test_gittins_preempts_only_jobs_expected_to_hold_their_gpus_much_longer() -> None:
+    policy = quiet_dally(order="gittins", preempt_ratio=2.0)
+    for runtime in (100.0, 200.0, 50_000.0):
+        policy.tuner.observe_finish(runtime, gpus=4)
+    short = job("q1", 4)  # fresh: expects the class mean, ~16,800 s
+    veteran = job("r1", 4, placement=((0, 4),), attained=4 * 1000.0)  # past the short ones
+    fresh = job("r2", 4, placement=((1, 4),), attained=4 * 10.0)
+    assert policy._outranks(short, veteran, 0.0)  # 49,000 s left > 2 x 16,800
+    assert not policy._outranks(short, fresh, 0.0)  # about as long as the waiting job
+
+
+def test_no_preemption_when_preempted_jobs_were_seen_to_wait_long() -> None:
+    running = [
+        job("r1", 4, sens=SENSITIVE, placement=((0, 4),), attained=1e6, changed=0.0),
+        job("r2", 2, sens=SENSITIVE, placement=((1, 2),)),
+        job("r3", 2, sens=SENSITIVE, placement=((2, 2),)),
+    ]
+    decisions = {}
+    for learn in (False, True):
+        policy = quiet_dally(
+            order="las", prior_runtime_s=36000.0, restore_s=60.0, learn_requeue=learn
+        )
+        # Restarts of preempted jobs waited days; many ordinary starts since, minutes.
+        for _ in range(5):
+            policy.tuner.observe_wait(400_000.0, requeued=True)
+        for _ in range(300):
+            policy.tuner.observe_wait(100.0)
+        d = policy.decide(snap((0, 2, 2), [job("q1", 4)], running, 10.0), RNG)
+        decisions[learn] = [p.job_id for p in d.preemptions]
+    # Gain 4 x (3 - 1) x 36,000 s; cost 4 x (60 s + the expected wait) at the margin of 2.
+    assert decisions == {False: ["r1"], True: []}

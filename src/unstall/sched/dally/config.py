@@ -14,12 +14,12 @@ class DallyConfig:
     # Base order of the queue: arrival (fifo), least attained service (las, Tiresias-like), or
     # least expected remaining GPU-time given the service attained (gittins), learnt from the
     # run times of jobs that finished so far (never from the job's own duration).
-    order: str = "las"
+    order: str = "gittins"
     # gittins: a job may preempt one expected to hold its GPUs this many times longer.
-    preempt_ratio: float = 4.0
+    preempt_ratio: float = 8.0
     # Preemption cost counts the wait that preempted jobs were seen to pay before running again
     # (else the mean wait of all starts).
-    learn_requeue: bool = False
+    learn_requeue: bool = True
     las_thresholds_gpu_s: tuple[float, ...] = (3600.0, 36000.0)
     # The three mechanisms (off = ablation).
     delay: bool = True
