@@ -99,10 +99,15 @@ def _macs(g: dict[str, int]) -> int:
 
 def speed_rows(r: dict[str, Any]) -> list[dict[str, Any]]:
     """One row per dataflow and skipping model: the main accelerator, then the comparisons."""
-    first = {"dataflow": r["array"].split()[-1], "skipping": r["skipping"], "summary": r["summary"]}
+    first = {
+        "dataflow": r["array"].split()[-1],
+        "skipping": r["skipping"],
+        "summary": r["summary"],
+        "conv_summary": r["conv_summary"],
+    }
     rows = []
     for c in [first, *r["comparisons"]]:
-        s = c["summary"]
+        s, conv = c["summary"], c["conv_summary"]
         rows.append(
             {
                 "model": r["model"],
@@ -116,6 +121,9 @@ def speed_rows(r: dict[str, Any]) -> list[dict[str, Any]]:
                 "input-only bprop": s["input_only_backprop_speedup"],
                 "ideal bprop vs dense": s["ideal_backprop_speedup_vs_dense"],
                 "ideal vs input-only": s["ideal_speedup_vs_input_only"],
+                "conv bprop vs dense": conv["backprop_speedup_vs_dense"],
+                "conv vs input-only": conv["speedup_vs_input_only"],
+                "conv ideal vs dense": conv["ideal_backprop_speedup_vs_dense"],
             }
         )
     return rows

@@ -52,6 +52,10 @@ def test_analyze_writes_tables_json_and_plot(tmp_path: Path) -> None:
     assert first_other["accelerator"] == "8x8 os, per-row depth 4, bn=folded"
     assert (second_other["dataflow"], second_other["skipping"]) == ("is", "per-row unbounded")
     assert data["training"]["eval_accuracy"] is not None
+    assert "convolutions only" in result.output
+    # resnet18's only Linear layer is the classifier: the convolutions carry nearly all the work
+    conv, whole = data["conv_summary"]["cycles"], data["summary"]["cycles"]
+    assert 0.9 * whole["forward"]["dense"] < conv["forward"]["dense"] < whole["forward"]["dense"]
     assert len(list((tmp_path / "weights").glob("resnet18-32px-b2-*-step1.pt"))) == 1
     assert (tmp_path / "r18.densities.png").stat().st_size > 10_000
     config = json.loads((tmp_path / "r18.config.json").read_text())

@@ -101,6 +101,7 @@ def headline(result: CNNSparsityResult) -> list[str]:
     start = "-" if t.warmup_loss_start is None else f"{t.warmup_loss_start:.3f}"
     end = "-" if t.warmup_loss_end is None else f"{t.warmup_loss_end:.3f}"
     evaluated = "-" if t.eval_accuracy is None else f"{t.eval_accuracy:.2f}"
+    c = result.conv_summary
     return [
         f"back-propagation speed-up over dense: {s.backprop_speedup_vs_dense:.3f}x "
         f"(published, ImageNet: {lo}x-{hi}x)",
@@ -108,6 +109,8 @@ def headline(result: CNNSparsityResult) -> list[str]:
         f"(published over sparsity-agnostic: {lo2}x-{hi2}x)",
         f"ideal (element-level) skipping: {s.ideal_backprop_speedup_vs_dense:.3f}x over dense, "
         f"{s.ideal_speedup_vs_input_only:.3f}x over input-only",
+        f"convolutions only: back-propagation {c.backprop_speedup_vs_dense:.3f}x over dense, "
+        f"{c.speedup_vs_input_only:.3f}x over input-only",
         f"whole step: {s.step_speedup_vs_dense:.3f}x over dense; forward {s.forward_speedup:.3f}x",
         f"training: {t.warmup_steps} warm-up steps, loss {start} -> {end} "
         f"(chance {t.chance_loss:.3f}); accuracy {evaluated} (eval, fresh images), "

@@ -21,6 +21,22 @@ Which output gradient counts as ``dY`` for a layer followed by BatchNorm and a R
 ``bn_gradient`` (see :mod:`unstall.sparse.analyzer`): ``folded`` (default) takes the ReLU-masked
 gradient, ``exact`` autograd's dense one.
 
+How many streamed steps skipping removes depends on the skipping model (``lockstep`` or
+``per-row`` with a ``lookahead``, :data:`SKIPPING_MODELS`) and on the dataflow, which decides
+which operand streams along the array's rows (the one whose zeros a row can skip on its own),
+which streams down its columns (columns move together) and which stays in the PEs (a zero there
+idles one PE for the whole fold and saves no time):
+
+=========  ======================  ======================  ===================
+dataflow   along rows              down columns            stationary
+=========  ======================  ======================  ===================
+``os``     A (forward: im2col X;   B (forward: W;          outputs (dX: which
+           dX: dY; dW: dY^T)       dX: W^T; dW: im2col X)  are needed)
+``ws``     A^T (the same as os)    needed outputs^T        B
+``is``     B (forward: W;          needed outputs          A (im2col X, dY,
+           dX: W^T; dW: im2col X)                          dY^T)
+=========  ======================  ======================  ===================
+
 Speed-ups are cycle ratios: forward, input gradient, weight gradient; back-propagation (input +
 weight gradient) over dense and over ``input_only``; and the whole step.
 """
