@@ -6,7 +6,8 @@ Goals (BENCHMARKS.md): >= 1.23x per epoch, validation perplexity within 3% of st
 
     python benchmarks/lstm_ptb.py --modes standard,structured --epochs 1 --json out.json
     # or one process per mode (e.g. in parallel), then:
-    python benchmarks/lstm_ptb.py --compare std.json structured.json --json out.json
+    python benchmarks/lstm_ptb.py --compare std.json structured.json --json out.json \
+        --plot lstm_ptb.png   # validation perplexity against cumulative training time per mode
 """
 
 from __future__ import annotations
@@ -103,6 +104,32 @@ def print_table(report: dict[str, Any]) -> None:
         )
 
 
+def plot_curves(report: dict[str, Any], path: Path) -> None:
+    """Validation perplexity after each epoch against the cumulative training time, per mode."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for mode, run_ in report["runs"].items():
+        epochs = run_["result"]["epochs"]
+        elapsed, seconds = [], 0.0
+        for e in epochs:
+            seconds += e["train_s"]
+            elapsed.append(seconds / 60.0)
+        ax.plot(elapsed, [e["valid_ppl"] for e in epochs], marker="o", label=mode)
+    first = next(iter(report["runs"].values()))["config"]
+    ax.set_xlabel("training time (min, evaluation excluded)")
+    ax.set_ylabel("validation perplexity")
+    ax.set_title(f"PTB, hidden {first['hidden']}, {first['layers']} layers, p={first['p']}")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--modes", default="standard,structured")
@@ -116,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--compare", nargs="+", type=Path, help="merge earlier --json outputs")
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--plot", type=Path, default=None, help="PNG: validation ppl vs time")
     args = parser.parse_args(argv)
     if args.compare:
         runs: dict[str, Any] = {}
@@ -128,6 +156,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.json is not None:
         args.json.write_text(json.dumps(report, indent=2) + "\n")
         print(f"wrote {args.json}")
+    if args.plot is not None:
+        plot_curves(report, args.plot)
+        print(f"wrote {args.plot}")
     return 0
 
 
