@@ -4,7 +4,7 @@ compute, and applies SGD once every worker's push of an iteration has arrived.
 Each iteration a worker calls :meth:`PSServer.push_pull` once per piece of what the server owns
 (as ps-lite's and BytePS's push-pull do): its gradients go in, and the parameters after the step
 come back, so one round trip moves the bytes both ways (a worker pulls separately only at the
-start of a run). A server owning up to a piece's bytes (8 MB by default) is one piece; above
+start of a run). A server owning up to a piece's bytes (256 MB by default) is one piece; above
 that, pieces pipeline: a piece is stepped as soon as every worker's push of it is in and goes
 back while the later pieces still travel, so the step hides behind the transfers instead of
 adding to them (:func:`~unstall.ps.chunks.plan_pieces`).
