@@ -215,13 +215,15 @@ def sweep(args: argparse.Namespace) -> dict[str, Any]:
 def fit(args: argparse.Namespace) -> dict[str, Any]:
     """Fit on the saved sweep points (no measuring) and predict the held-out variant."""
     points = load_points(args.points)
-    missing = [v for v in (*DEFAULT_SWEEP, DEFAULT_HELD_OUT) if v not in points]
-    if missing:
-        raise SystemExit(f"{args.points} lacks {missing}: run the sweep subcommand first")
-    results: dict[str, Any] = {}
+    sweep_variants = [v for v in DEFAULT_SWEEP if v in points]
+    if DEFAULT_HELD_OUT not in points or len(sweep_variants) < 3:
+        raise SystemExit(f"{args.points}: too few points; run the sweep subcommand first")
+    results: dict[str, Any] = {"sweep": sweep_variants, "held_out": DEFAULT_HELD_OUT}
+    results["not_measured"] = [v for v in DEFAULT_SWEEP if v not in points]
+    print(f"sweep {sweep_variants}; not measured {results['not_measured']}")
     for stall in ("comm", "network", "interconnect"):
         result = fit_comm_stall(
-            [points[v] for v in DEFAULT_SWEEP],
+            [points[v] for v in sweep_variants],
             stall=stall,
             held_out=points[DEFAULT_HELD_OUT],
             link=LinkSpec.parse(DEFAULT_LINK),

@@ -249,16 +249,19 @@ _UNITS = np.array([1e-3, 1e-9, 1.0])
 
 
 def _fit_bucket_model(points: Sequence[SweepPoint], stall: str) -> CommStallModel:
-    """Least squares on relative residuals from a few starting overlaps; the best wins."""
+    """Least squares on symmetric relative residuals, ``(fit - measured) / mean(fit, measured)``,
+    from a few starting points; the best wins. Symmetric, so that a point whose stall noise wiped
+    out (measured ~0) costs at most 2 instead of dragging every other prediction to zero."""
     from scipy.optimize import least_squares
 
     target = np.array([p.stall(stall) for p in points])
-    weight = 1.0 / np.maximum(np.abs(target), NOISE_FLOOR_S)
 
     def residuals(x: np.ndarray) -> np.ndarray:
         per_bucket, per_byte, overlap = x * _UNITS
         model = CommStallModel(per_bucket_s=per_bucket, per_byte_s=per_byte, overlap=overlap)
-        return (np.array([model.predict_point(p) for p in points]) - target) * weight
+        fitted = np.array([model.predict_point(p) for p in points])
+        scale = np.maximum((np.abs(fitted) + np.abs(target)) / 2, NOISE_FLOOR_S)
+        return (fitted - target) / scale
 
     total_bytes = np.array([p.gradient_bytes for p in points], dtype=float)
     per_byte0 = float(np.median(target / np.maximum(total_bytes, 1.0))) / _UNITS[1]
