@@ -85,7 +85,7 @@ def plot_dynamic(rows: Sequence[Row], path: Path) -> None:
     ax2.step(its, p["servers_over_time"], where="post", color="tab:blue", label="servers")
     ax2.set_ylabel("servers")
     ax2.set_ylim(0, max(p["servers_over_time"]) + 1)
-    fig.legend(loc="upper right")
+    fig.legend(loc="upper right", bbox_to_anchor=(0.86, 0.86), fontsize=8)
     ax.set_title(f"psld on dynamic ({p['model']} model)")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
