@@ -248,9 +248,9 @@ def goal_checks(cells: dict[tuple[str, str], dict[str, Row]]) -> list[str]:
             )
         margins = {}
         for s, by in mine.items():
-            best = max((by[b]["throughput_it_s"] for b in BASELINES if b in by), default=None)
-            if best:
-                margins[s] = by["psld"]["throughput_it_s"] / best
+            top = max((by[b]["throughput_it_s"] for b in BASELINES if b in by), default=0.0)
+            if top > 0:
+                margins[s] = by["psld"]["throughput_it_s"] / top
         if margins:
             s_min = min(margins, key=lambda s: margins[s])
             out.append(
