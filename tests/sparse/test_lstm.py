@@ -11,6 +11,7 @@ from torch import Tensor, nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from unstall.errors import ConfigError
+from unstall.sparse import kernels
 from unstall.sparse.kernels import LSTMLayerFn, reference_lstm_layer
 from unstall.sparse.lstm import StructuredDropoutLSTM
 from unstall.sparse.masks import DenseMask, LayerMasks, StructuredMask, WindowMask, sample_mask
@@ -103,6 +104,25 @@ def test_matches_dense_masked_reference_with_the_same_masks(mode: str) -> None:
     x = torch.randn(6, 4, 7, generator=gen(6), dtype=F64, requires_grad=True)
     out, _ = model(x)
     assert model.last_masks is not None
+    ref_out = reference_forward(model, x, model.last_masks)
+    torch.testing.assert_close(out, ref_out, rtol=1e-12, atol=1e-12)
+    params = [x, *model.parameters()]
+    for a, b in zip(grads(out, params), grads(ref_out, params), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_structured_chunked_gathers_match_the_reference(
+    threads: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One thread: kept rows gathered 16 at a time (several chunks a step); two: all at once."""
+    monkeypatch.setattr(kernels, "GATHER_CHUNK_BYTES", 1)  # the 16-row floor
+    torch.set_num_threads(threads)
+    model = make("structured", 0.3, inp=40, hid=40, layers=2)
+    x = torch.randn(5, 3, 40, generator=gen(17), dtype=F64, requires_grad=True)
+    out, _ = model(x)
+    assert model.last_masks is not None
+    assert max(k.numel() for k in model.last_masks[0].recurrent.keep) > 16  # type: ignore[union-attr]
     ref_out = reference_forward(model, x, model.last_masks)
     torch.testing.assert_close(out, ref_out, rtol=1e-12, atol=1e-12)
     params = [x, *model.parameters()]
