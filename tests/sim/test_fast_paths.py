@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from unstall.net.topology import TOPOLOGY_PRESETS, topology_preset
+from unstall.sched import placement as pl
 from unstall.sched.base import Placement, Sensitivity
 from unstall.sim import engine, network
 from unstall.sim.perf_speed import PerfSpeedModel
@@ -88,3 +89,11 @@ def test_shortcuts_keep_every_finish_time(policy: str, monkeypatch: pytest.Monke
     for column in ("finish_s", "first_start_s", "queue_s", "comm_overhead_s"):
         np.testing.assert_allclose(fast[column], plain[column], rtol=1e-9, atol=0)
     assert (fast["migrations"] == plain["migrations"]).all()
+
+
+@settings(max_examples=200, deadline=None)
+@given(free=st.lists(st.integers(0, 8), max_size=40), n=st.integers(1, 9))
+def test_best_fit_on_one_node_is_the_fewest_free_that_hold_the_job(free: list[int], n: int) -> None:
+    fits = [(k, node) for node, k in enumerate(free) if k >= n]
+    expected = ((min(fits)[1], n),) if fits else None
+    assert pl.on_one_node(free, n) == expected

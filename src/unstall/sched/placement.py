@@ -37,14 +37,15 @@ def best_locality_possible(num_gpus: int, layout: ClusterLayout) -> Locality:
 
 
 def on_one_node(free_by_node: Sequence[int], num_gpus: int) -> Placement | None:
-    """Best fit on one node: the node with the fewest free GPUs that still holds the job."""
-    best_node, best_free = -1, 1 << 30
-    for node, free in enumerate(free_by_node):
-        if num_gpus <= free < best_free:
-            best_node, best_free = node, free
-            if free == num_gpus:
-                break
-    return ((best_node, num_gpus),) if best_node >= 0 else None
+    """Best fit on one node: the node with the fewest free GPUs that still holds the job (the
+    lowest index among equals)."""
+    if not free_by_node:
+        return None
+    # One C-level scan per candidate count, smallest first, instead of a Python loop over nodes.
+    for free in range(num_gpus, max(free_by_node) + 1):
+        if free in free_by_node:
+            return ((free_by_node.index(free), num_gpus),)
+    return None
 
 
 def _take_largest_first(

@@ -18,40 +18,12 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Iterable
 
-import numpy as np
-
-from unstall.net.sharing import max_min_fair, max_min_fair_arrays
+from unstall.net.sharing import max_min_fair_dense
 from unstall.sim.speed import Flow, LinkId
 
-# From this many flows in one component on, the numpy version of the sharing step is faster.
-ARRAY_SHARING_FROM = 24
 # Re-scale the idle-link rates at a congestion change while every flow is regular (module
 # docstring); off, every change re-shares at the new level (tests compare the two).
 SCALE_WITH_CONGESTION = True
-
-
-def _share_with_arrays(
-    capacity: dict[LinkId, float],
-    flows: dict[int, dict[LinkId, float]],
-    caps: dict[int, float],
-) -> dict[int, float]:
-    links = list(capacity)
-    index = {link: i for i, link in enumerate(links)}
-    jobs = list(flows)
-    pair_flow, pair_link, pair_weight = [], [], []
-    for f, job in enumerate(jobs):
-        for link, weight in flows[job].items():
-            pair_flow.append(f)
-            pair_link.append(index[link])
-            pair_weight.append(weight)
-    rates = max_min_fair_arrays(
-        np.array([capacity[link] for link in links]),
-        np.array(pair_flow, dtype=np.int64),
-        np.array(pair_link, dtype=np.int64),
-        np.array(pair_weight),
-        np.array([caps[job] for job in jobs]),
-    )
-    return dict(zip(jobs, rates.tolist(), strict=True))
 
 
 class NetworkState:
@@ -182,23 +154,28 @@ class NetworkState:
         self.dirty = set()
         if not component_flows:
             return {}
-        capacity = {link: self._cap_of(link) * keep for link in component_links}
-        flows: dict[int, dict[LinkId, float]] = {}
-        caps: dict[int, float] = {}
-        for job in component_flows:
+        # Dense link indices in order of first use, as max_min_fair numbers them.
+        index: dict[LinkId, int] = {}
+        capacity: list[float] = []
+        flows: list[list[tuple[int, float]]] = []
+        caps: list[float] = []
+        jobs = list(component_flows)
+        for job in jobs:
             flow = self._flow[job]
             cap = flow.cap
-            mine: dict[LinkId, float] = {}
+            pairs: list[tuple[int, float]] = []
             for link, weight in flow.weights.items():
                 if link in component_links:
-                    mine[link] = weight
+                    i = index.get(link)
+                    if i is None:
+                        i = index[link] = len(capacity)
+                        capacity.append(self._cap_of(link) * keep)
+                    pairs.append((i, weight))
                 else:
                     cap = min(cap, self._cap_of(link) * keep / weight)
-            flows[job] = mine
-            caps[job] = cap
-        if len(flows) >= ARRAY_SHARING_FROM:
-            return _share_with_arrays(capacity, flows, caps)
-        return max_min_fair(capacity, flows, caps=caps)
+            flows.append(pairs)
+            caps.append(cap)
+        return dict(zip(jobs, max_min_fair_dense(capacity, flows, caps), strict=True))
 
     def _is_coupling(self, link: LinkId, keep: float) -> bool:
         flows = self._flows_on.get(link)
