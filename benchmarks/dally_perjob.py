@@ -32,7 +32,7 @@ def main() -> None:
     args = parser.parse_args()
     ours = jobs_of("dally", args.congestion, args.order)
     theirs = jobs_of("consolidate", args.congestion, None)
-    d = ours.join(theirs[["jct_s", "queue_s"]], rsuffix="_consolidate")
+    d = ours.join(theirs[["jct_s", "queue_s"]].add_suffix("_consolidate"))
     d["diff_h"] = (d["jct_s"] - d["jct_s_consolidate"]) / 3600
     d["size_class"] = 2 ** np.floor(np.log2(d["num_gpus"])).astype(int)
     by_class = d.groupby("size_class").agg(
