@@ -8,6 +8,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
+
+# No per-example deadline anywhere: these are correctness properties, and a deadline only turns a
+# busy machine (CI, or a benchmark running beside the tests) into a spurious failure. Speed is
+# checked by benchmarks/, not by tests.
+settings.register_profile("unstall", deadline=None)
+settings.load_profile("unstall")
 
 # Zero-copy torch tensors through Ray's object store; must be set before Ray starts.
 os.environ.setdefault("RAY_ENABLE_ZERO_COPY_TORCH_TENSORS", "1")
