@@ -30,6 +30,20 @@ ops = st.lists(
 )
 
 
+def assert_rates_are_max_min_fair(
+    net: NetworkState, capacity: dict[tuple[str, int], float], flows: dict[int, Flow]
+) -> None:
+    """Every flow's rate equals a from-scratch max-min fair share of the congested links."""
+    keep = 1.0 - net.congestion
+    expected = max_min_fair(
+        {link: c * keep for link, c in capacity.items()},
+        {job: f.weights for job, f in flows.items()},
+        caps={job: f.cap for job, f in flows.items()},
+    )
+    for job in flows:
+        assert net.rate(job) == pytest.approx(expected[job], rel=1e-9), job
+
+
 @settings(max_examples=150, deadline=None)
 @given(ops=ops)
 def test_incremental_rates_equal_a_full_recompute(ops: list[tuple[str, object]]) -> None:
@@ -54,14 +68,7 @@ def check_against_full_recompute(ops: list[tuple[str, object]]) -> None:
         elif kind == "congest":
             net.set_congestion(float(arg))  # type: ignore[arg-type]
         net.recompute()
-        keep = 1.0 - net.congestion
-        expected = max_min_fair(
-            {link: c * keep for link, c in CAPACITY.items()},
-            {job: f.weights for job, f in flows.items()},
-            caps={job: f.cap for job, f in flows.items()},
-        )
-        for job in flows:
-            assert net.rate(job) == pytest.approx(expected[job], rel=1e-9), job
+        assert_rates_are_max_min_fair(net, CAPACITY, flows)
 
 
 regular_flow = st.tuples(
@@ -162,11 +169,4 @@ def test_long_chains_of_jobs_equal_a_full_recompute(ops: list[tuple[str, object]
         elif kind == "congest":
             net.set_congestion(float(arg))  # type: ignore[arg-type]
         net.recompute()
-        keep = 1.0 - net.congestion
-        expected = max_min_fair(
-            {link: c * keep for link, c in chain_capacity.items()},
-            {job: f.weights for job, f in flows.items()},
-            caps={job: f.cap for job, f in flows.items()},
-        )
-        for job in flows:
-            assert net.rate(job) == pytest.approx(expected[job], rel=1e-9), job
+        assert_rates_are_max_min_fair(net, chain_capacity, flows)
