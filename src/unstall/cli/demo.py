@@ -161,6 +161,9 @@ def _sparse_cnn(out: Path, quiet: bool) -> None:
     # Through the CLI itself: the command has many options, all with sensible defaults.
     args = ["sparse", "analyze", "--model", "resnet18", "--image-size", "32", "--batch-size", "4"]
     args += ["--warmup-steps", "2", "--steps", "1", "--array", "16x16", "--threads", "1"]
+    # Per-row skipping (each array row skips its own zeros), with lockstep and a weight-stationary
+    # array beside it: the granularity of skipping is what decides the speed-up.
+    args += ["--skipping", "per-row", "--compare", "os/lockstep,ws/per-row"]
     args += ["--json", str(out / "sparsity_resnet18.json")]
     if quiet:
         args.append("--quiet")
