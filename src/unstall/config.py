@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -54,6 +54,44 @@ def from_mapping(cls: type[T], data: Mapping[str, Any], *, source: str) -> T:
         return cls(**data)
     except TypeError as exc:  # a missing required field
         raise DataFileError(source, str(exc)) from exc
+
+
+def parse_text_options(
+    cls: type[Any], pairs: Sequence[tuple[str, str]], *, owner: str
+) -> dict[str, Any]:
+    """Command-line ``KEY=VALUE`` text for fields of the dataclass ``cls``, each typed like the
+    field's default (bool, int, float, str, or a comma-separated tuple of floats)."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    parsed: dict[str, Any] = {}
+    for key, text in pairs:
+        field = fields.get(key)
+        if field is None:
+            raise ConfigError(owner, key, f"unknown option; known: {sorted(fields)}")
+        default = field.default
+        try:
+            parsed[key] = _parse_like(default, text)
+        except ValueError:
+            kind = type(default).__name__
+            raise ConfigError(owner, key, f"{text!r} is not a {kind}") from None
+    return parsed
+
+
+def _parse_like(default: object, text: str) -> object:
+    # bool before int: bool is a subclass of int.
+    if isinstance(default, bool):
+        word = text.strip().lower()
+        if word in ("true", "yes", "on", "1"):
+            return True
+        if word in ("false", "no", "off", "0"):
+            return False
+        raise ValueError(text)
+    if isinstance(default, int):
+        return int(text)
+    if isinstance(default, float):
+        return float(text)
+    if isinstance(default, tuple):
+        return tuple(float(part) for part in text.split(",") if part.strip())
+    return text
 
 
 def load_table_file(path: str | Path) -> dict[str, Any]:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from unstall.sched.base import ClusterLayout, ClusterSnapshot, JobView, Placement, Sensitivity
 from unstall.sched.fifo import Consolidate, Fifo, FirstFit
 from unstall.sched.gandiva import Gandiva
@@ -171,3 +173,36 @@ def test_gandiva_leaves_the_free_count_intact_when_defragmenting_fails() -> None
     assert d.migrations == ()
     (start,) = d.starts
     assert all(k <= free[node] for node, k in start.placement), start
+
+
+def test_policy_options_are_typed_by_the_policy_config() -> None:
+    from unstall.sched.dally import Dally
+
+    policy = make_policy("dally", [("order", "las"), ("preemption", "no"), ("wait_factor", "4")])
+    assert isinstance(policy, Dally)
+    assert policy.config.order == "las"
+    assert policy.config.preemption is False
+    assert policy.config.wait_factor == 4.0
+    thresholds = make_policy("dally", [("las_thresholds_gpu_s", "10,20")])
+    assert isinstance(thresholds, Dally)
+    assert thresholds.config.las_thresholds_gpu_s == (10.0, 20.0)
+
+
+@pytest.mark.parametrize(
+    ("name", "options", "named"),
+    [
+        ("dally", [("no_such_knob", "1")], "no_such_knob"),
+        ("dally", [("preemption", "maybe")], "preemption"),
+        ("dally", [("wait_factor", "fast")], "wait_factor"),
+        ("dally", [("order", "random")], "order"),
+        ("fifo", [("order", "las")], "options"),
+    ],
+)
+def test_bad_policy_options_name_the_field(
+    name: str, options: list[tuple[str, str]], named: str
+) -> None:
+    from unstall.errors import ConfigError
+
+    with pytest.raises(ConfigError) as err:
+        make_policy(name, options)
+    assert named in str(err.value)

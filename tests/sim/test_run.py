@@ -113,3 +113,21 @@ def test_cli_run_and_compare_write_results(tmp_path: Path) -> None:
     bad = runner.invoke(app, ["sim", "run", "--policy", "nope"])
     assert bad.exit_code == 1
     assert "SimConfig.policy" in bad.output
+
+
+def test_cli_policy_options_reach_the_policy_and_bad_ones_are_named(tmp_path: Path) -> None:
+    runner = CliRunner()
+    out = tmp_path / "dally.json"
+    args = ["sim", "run", "--policy", "dally", "--max-jobs", "40", "--json", str(out)]
+    options = ["--policy-option", "order=las", "--policy-option", "delay=off"]
+    res = runner.invoke(app, [*args, *options])
+    assert res.exit_code == 0, res.output
+    config = json.loads((tmp_path / "dally.config.json").read_text())
+    assert config["config"]["sim"]["policy_options"] == [["order", "las"], ["delay", "off"]]
+    assert json.loads(out.read_text())["jobs_finished"] == 40
+    bad = runner.invoke(app, [*args, "--policy-option", "delay=sometimes"])
+    assert bad.exit_code == 1
+    assert "DallyConfig.delay" in bad.output
+    malformed = runner.invoke(app, [*args, "--policy-option", "order"])
+    assert malformed.exit_code == 1
+    assert "KEY=VALUE" in malformed.output

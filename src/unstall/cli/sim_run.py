@@ -50,6 +50,28 @@ MaxJobsOpt = Annotated[
 ]
 
 
+PolicyOptionOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--policy-option",
+        help="A knob of the policy as KEY=VALUE, repeatable (e.g. dally: order=las, "
+        "preemption=false, wait_factor=4).",
+    ),
+]
+
+
+def _policy_options(texts: list[str] | None) -> tuple[tuple[str, str], ...]:
+    from unstall.errors import ConfigError
+
+    pairs = []
+    for text in texts or []:
+        key, sep, value = text.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError("--policy-option", text, "expected KEY=VALUE")
+        pairs.append((key.strip(), value.strip()))
+    return tuple(pairs)
+
+
 def _load_trace(trace: Path | None, fmt: str):  # type: ignore[no-untyped-def]
     from unstall.traces import default_trace, read_trace
 
@@ -101,6 +123,7 @@ def run(
     seed: SeedOpt = 0,
     restore_s: RestoreOpt = 60.0,
     max_jobs: MaxJobsOpt = None,
+    policy_option: PolicyOptionOpt = None,
     jobs_out: Annotated[
         Path | None, typer.Option("--jobs-out", help="Write per-job records (.csv or .parquet).")
     ] = None,
@@ -112,6 +135,7 @@ def run(
 
     config = SimConfig(
         policy=policy,
+        policy_options=_policy_options(policy_option),
         cluster=cluster,
         congestion=congestion,
         seed=seed,

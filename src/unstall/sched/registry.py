@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
+from unstall.config import parse_text_options
 from unstall.errors import ConfigError
 from unstall.sched.base import Policy
-from unstall.sched.dally import Dally
+from unstall.sched.dally import Dally, DallyConfig
 from unstall.sched.fifo import Consolidate, Fifo, FirstFit
 from unstall.sched.gandiva import Gandiva
 from unstall.sched.srtf import Srtf
@@ -34,8 +36,23 @@ DESCRIPTIONS: dict[str, str] = {
 }
 
 
-def make_policy(name: str) -> Policy:
+# Policies with knobs of their own: name -> (config class, factory taking that config). Options
+# given as text (`sim run --policy-option KEY=VALUE`) are typed by the config's fields.
+CONFIGURABLE: dict[str, tuple[type[Any], Callable[[Any], Policy]]] = {
+    "dally": (DallyConfig, Dally),
+}
+
+
+def make_policy(name: str, options: Sequence[tuple[str, str]] = ()) -> Policy:
     factory = POLICIES.get(name)
     if factory is None:
         raise ConfigError("policy", "name", f"unknown policy {name!r}; known: {sorted(POLICIES)}")
-    return factory()
+    if not options:
+        return factory()
+    configurable = CONFIGURABLE.get(name)
+    if configurable is None:
+        raise ConfigError(
+            "policy", "options", f"{name!r} has no options; these do: {sorted(CONFIGURABLE)}"
+        )
+    config_cls, build = configurable
+    return build(config_cls(**parse_text_options(config_cls, options, owner=config_cls.__name__)))

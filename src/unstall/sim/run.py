@@ -25,6 +25,8 @@ class SimConfig:
     """Everything that decides a run besides the trace itself."""
 
     policy: str = "fifo"
+    # The policy's own knobs as (field, text) pairs, e.g. (("order", "las"),) for dally.
+    policy_options: tuple[tuple[str, str], ...] = ()
     cluster: str = "small"  # a preset name or a TOML/JSON topology file
     congestion: str = "none"  # a level or a CSV schedule file (time_s,fraction)
     seed: int = 0
@@ -36,6 +38,8 @@ class SimConfig:
 
     def __post_init__(self) -> None:
         check(self.policy in POLICIES, self, "policy", f"unknown; known: {sorted(POLICIES)}")
+        if self.policy_options:
+            make_policy(self.policy, self.policy_options)  # rejects unknown or mistyped options
         check(
             self.cluster in TOPOLOGY_PRESETS or Path(self.cluster).suffix in (".toml", ".json"),
             self,
@@ -103,7 +107,7 @@ def run_simulation(
     """Simulate ``trace`` under ``config``; ``policy`` overrides ``config.policy`` (ablations)."""
     topology = config.topology()
     speed = speed or PerfSpeedModel(topology)
-    policy = policy or make_policy(config.policy)
+    policy = policy or make_policy(config.policy, config.policy_options)
     trace = prepare_trace(trace, config)
     arrays = trace.arrays()
     fits = arrays.num_gpus <= topology.n_gpus
