@@ -158,8 +158,11 @@ def test_every_strategy_tiles_every_tensor_and_oracle_is_never_worse(
         predicted[name] = max(
             c.seconds(b) for c, b in zip(phase.servers, a.server_bytes(), strict=True) if b
         )
-    # The oracle's LP charges every server its fixed cost; allow that much on top.
-    slack = max(c.fixed_s for c in cs[0].servers) + 1e-9
+    # The oracle's LP charges every server its fixed cost, and its continuous shares are rounded
+    # to whole elements (a server may get one 4-byte element more than its share); allow that.
+    slack = (
+        max(c.fixed_s for c in cs[0].servers) + max(c.per_byte_s for c in cs[0].servers) * 4 + 1e-9
+    )
     assert predicted["oracle"] <= min(predicted.values()) * (1 + 1e-6) + slack
 
 
