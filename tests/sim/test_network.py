@@ -30,6 +30,16 @@ ops = st.lists(
 )
 
 
+def remove_or_congest(net: NetworkState, flows: dict[int, Flow], kind: str, arg: object) -> None:
+    """The operations every sequence shares: drop one live flow, or set the congestion."""
+    if kind == "remove" and flows:
+        job = sorted(flows)[int(arg) % len(flows)]  # type: ignore[call-overload]
+        del flows[job]
+        net.remove(job)
+    elif kind == "congest":
+        net.set_congestion(float(arg))  # type: ignore[arg-type]
+
+
 def assert_rates_are_max_min_fair(
     net: NetworkState, capacity: dict[tuple[str, int], float], flows: dict[int, Flow]
 ) -> None:
@@ -61,12 +71,8 @@ def check_against_full_recompute(ops: list[tuple[str, object]]) -> None:
             flows[next_id] = flow
             net.add(next_id, flow)
             next_id += 1
-        elif kind == "remove" and flows:
-            job = sorted(flows)[int(arg) % len(flows)]  # type: ignore[call-overload]
-            del flows[job]
-            net.remove(job)
-        elif kind == "congest":
-            net.set_congestion(float(arg))  # type: ignore[arg-type]
+        else:
+            remove_or_congest(net, flows, kind, arg)
         net.recompute()
         assert_rates_are_max_min_fair(net, CAPACITY, flows)
 
@@ -162,11 +168,7 @@ def test_long_chains_of_jobs_equal_a_full_recompute(ops: list[tuple[str, object]
             first, span = arg  # type: ignore[misc]
             flows[i] = Flow(weights=dict.fromkeys(CHAIN[first : first + span], 1.0), cap=10.0)
             net.add(i, flows[i])
-        elif kind == "remove" and flows:
-            job = sorted(flows)[int(arg) % len(flows)]  # type: ignore[call-overload]
-            del flows[job]
-            net.remove(job)
-        elif kind == "congest":
-            net.set_congestion(float(arg))  # type: ignore[arg-type]
+        else:
+            remove_or_congest(net, flows, kind, arg)
         net.recompute()
         assert_rates_are_max_min_fair(net, chain_capacity, flows)
