@@ -7,7 +7,7 @@ Each subcommand is one timed piece (run each under the shared lock, normal prior
     .venv/bin/python benchmarks/profile_stalls.py link [--json OUT]
     .venv/bin/python benchmarks/profile_stalls.py overhead [--repeats 11] [--json OUT]
     .venv/bin/python benchmarks/profile_stalls.py sweep --points PTS [--variant V ...]
-    .venv/bin/python benchmarks/profile_stalls.py fit --points PTS [--json OUT]
+    .venv/bin/python benchmarks/profile_stalls.py fit --points PTS [--cv model|variant] [--json OUT]
 
 1. ``breakdown``: ResNet-18 at 32x32, batch 8 per worker, 2 gloo workers on 127.0.0.1, a PNG
    dataset written to a temp dir (cold and warm passes, pre-decoded cache), an emulated link of
@@ -20,8 +20,9 @@ Each subcommand is one timed piece (run each under the shared lock, normal prior
    median over rounds of timed / untimed - 1, and the timers' direct cost is measured too.
 4. ``sweep``: each variant's sweep point (DDP buckets, one-worker backward time, both comm stalls)
    over the fit's link (1 Gbit/s, 1 ms per bucket), appended to ``PTS``; variants already in the
-   file are skipped, so the sweep can run in pieces. ``fit`` fits the comm-stall model on them and
-   predicts the held-out model (no measuring).
+   file are skipped, so the sweep can run in pieces. ``fit`` fits every candidate form of the
+   comm-stall model on them, picks one by cross-validation over the sweep (leave one zoo model
+   out, or with ``--cv variant`` one point out) and predicts the held-out model (no measuring).
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ from unstall.profile.fit import (
 from unstall.profile.link import HookState, LinkSpec
 from unstall.profile.report import StallReport, profile_stalls
 from unstall.profile.runner import PHASES, phase_totals
+from unstall.profile.select import CV_GROUPS
 from unstall.profile.stalls import STALL_FIELDS
 
 MS = 1e3
@@ -213,33 +215,38 @@ def sweep(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def fit(args: argparse.Namespace) -> dict[str, Any]:
-    """Fit on the saved sweep points (no measuring) and predict the held-out variant."""
+    """Fit every candidate on the saved sweep points (no measuring), pick one by
+    cross-validation (``--cv``), and predict the held-out variant with each."""
     points = load_points(args.points)
     sweep_variants = [v for v in DEFAULT_SWEEP if v in points]
     if DEFAULT_HELD_OUT not in points or len(sweep_variants) < 3:
         raise SystemExit(f"{args.points}: too few points; run the sweep subcommand first")
     results: dict[str, Any] = {"sweep": sweep_variants, "held_out": DEFAULT_HELD_OUT}
     results["not_measured"] = [v for v in DEFAULT_SWEEP if v not in points]
+    results["cv"] = args.cv
     print(f"sweep {sweep_variants}; not measured {results['not_measured']}")
+    held = points[DEFAULT_HELD_OUT]
     for stall in ("comm", "network", "interconnect"):
         result = fit_comm_stall(
             [points[v] for v in sweep_variants],
             stall=stall,
-            held_out=points[DEFAULT_HELD_OUT],
+            held_out=held,
             link=LinkSpec.parse(DEFAULT_LINK),
+            cv_groups=args.cv,
         )
         results[stall] = result.to_dict()
-        q, plain, m = result.quality, result.regression.quality, result.model
-        assert q.held_out_predicted_s is not None and q.held_out_rel_error is not None
-        assert plain.held_out_rel_error is not None
-        print(
-            f"{stall}: per bucket {m.per_bucket_s * MS:.3f} ms, {m.per_byte_s * 1e9:.3f} s/GB,"
-            f" overlap {m.overlap:.2f}; R^2 {q.r2:.3f}, mean |rel err| {q.mean_abs_rel_error:.1%}"
-            f"; held-out {DEFAULT_HELD_OUT} measured"
-            f" {points[DEFAULT_HELD_OUT].stall(stall) * MS:.1f}"
-            f" ms, predicted {q.held_out_predicted_s * MS:.1f} ms ({q.held_out_rel_error:+.1%});"
-            f" plain regression held-out {plain.held_out_rel_error:+.1%}, R^2 {plain.r2:.3f}"
-        )
+        print(f"{stall} stall; {DEFAULT_HELD_OUT} measured {held.stall(stall) * MS:.1f} ms")
+        for c in result.candidates:
+            q, cv = c.quality, c.cross_validation
+            assert q.held_out_predicted_s is not None and q.held_out_rel_error is not None
+            print(
+                f"  {c.name}{' (picked)' if c.name == result.selected else ''}:"
+                f" {c.model.describe()}; R^2 {q.r2:.4f}, mean |rel err| {q.mean_abs_rel_error:.1%};"
+                f" leave-one-{cv.groups}-out mean {cv.mean_abs_rel_error:.1%}"
+                f" (max {cv.max_abs_rel_error:.1%}); held-out predicted"
+                f" {q.held_out_predicted_s * MS:.1f} ms ({q.held_out_rel_error:+.1%})"
+            )
+        print(f"  picked {result.selected}: {result.reason}")
     return results
 
 
@@ -255,6 +262,7 @@ def main() -> None:
     parser.add_argument("--points", type=Path, default=Path("profile_fit_points.json"))
     parser.add_argument("--variant", action="append", default=None)
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--cv", choices=sorted(CV_GROUPS), default="model")
     args = parser.parse_args()
     machine_before = _machine()
     started = time.perf_counter()

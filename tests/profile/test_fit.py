@@ -1,8 +1,10 @@
 """The comm-stall model: DDP's buckets, the bucket model recovering a known law and predicting a
-held-out variant, the plain regression beside it, and the resumable sweep."""
+held-out variant, selection picking the form that generated the points, and the resumable
+sweep."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,6 +16,7 @@ from unstall.profile.fit import (
     FIRST_BUCKET_BYTES,
     MIB,
     CommStallModel,
+    FeatureRegression,
     SweepPoint,
     ddp_bucket_bytes,
     fit_comm_stall,
@@ -24,6 +27,7 @@ from unstall.profile.fit import (
 from unstall.profile.link import LinkSpec
 from unstall.profile.report import build_report
 from unstall.profile.runner import RawTimings
+from unstall.profile.select import TIE_TOLERANCE
 from unstall.workload import zoo
 
 LAW = CommStallModel(per_bucket_s=1e-3, per_byte_s=8e-9, overlap=0.8)
@@ -75,21 +79,28 @@ def test_bucket_model_recovers_the_law_and_predicts_the_held_out_model() -> None
     assert held.network_stall_s == pytest.approx(1e-3 + 8e-9 * 9_000_000)
     link = LinkSpec(gbps=1.0, latency_ms=1.0)
     fit = fit_comm_stall(points, stall="network", held_out=held, link=link)
-    assert fit.model.per_bucket_s == pytest.approx(1e-3, rel=1e-3)
-    assert fit.model.per_byte_s == pytest.approx(8e-9, rel=1e-3)
-    assert fit.model.overlap == pytest.approx(0.8, rel=1e-3)
-    assert fit.quality.r2 == pytest.approx(1.0, abs=1e-6)
-    assert fit.quality.held_out_rel_error == pytest.approx(0.0, abs=1e-3)
+    bucket = fit.candidate("ddp-buckets")
+    assert isinstance(bucket.model, CommStallModel)
+    assert bucket.model.per_bucket_s == pytest.approx(1e-3, rel=1e-3)
+    assert bucket.model.per_byte_s == pytest.approx(8e-9, rel=1e-3)
+    assert bucket.model.overlap == pytest.approx(0.8, rel=1e-3)
+    assert bucket.quality.r2 == pytest.approx(1.0, abs=1e-6)
+    assert bucket.quality.held_out_rel_error == pytest.approx(0.0, abs=1e-3)
+    assert fit.selected == "ddp-buckets"
+    assert fit.predict(held) == pytest.approx(held.network_stall_s, rel=1e-3)
     # The emulated link's own coefficients: ring factor 1 for 2 workers, 8 s/GB at 1 Gbit/s.
     assert (fit.link_per_bucket_s, fit.link_per_byte_s) == pytest.approx((1e-3, 8e-9))
     # The plain regression on layers, tensors and bytes cannot see the last-bucket regime.
-    assert abs(fit.regression.quality.held_out_rel_error or 0.0) > 0.2
+    assert abs(fit.candidate("regression").quality.held_out_rel_error or 0.0) > 0.2
     interconnect = fit_comm_stall(points, stall="interconnect", link=link)
-    assert interconnect.link is None and interconnect.model.per_byte_s == pytest.approx(4e-9)
+    assert interconnect.link is None
+    assert interconnect.candidate("ddp-buckets").model.to_dict()["per_byte_s"] == pytest.approx(
+        4e-9
+    )
     comm = fit_comm_stall(points, link=link)  # interconnect + network: 1.5 x the law
     assert comm.stall == "comm" and comm.link == link
     assert points[0].stall("comm") == pytest.approx(1.5 * points[0].network_stall_s)
-    assert comm.model.per_byte_s > 1.4 * fit.model.per_byte_s
+    assert comm.candidate("ddp-buckets").model.to_dict()["per_byte_s"] > 1.4 * 8e-9
 
 
 def test_fit_quality_drops_on_noise_the_model_cannot_explain() -> None:
@@ -98,11 +109,73 @@ def test_fit_quality_drops_on_noise_the_model_cannot_explain() -> None:
         SweepPoint(**{**p.to_dict(), "network_stall_s": p.network_stall_s * (1 + 0.6 * (-1) ** i)})
         for i, p in enumerate(points)
     ]
-    fit = fit_comm_stall(noisy, stall="network")
-    assert fit.quality.mean_abs_rel_error > 0.2
-    assert fit.quality.r2 < 0.99
+    fit = fit_comm_stall(noisy, stall="network", candidates=["ddp-buckets"])
+    assert [c.name for c in fit.candidates] == ["ddp-buckets"]
+    quality = fit.chosen.quality
+    assert quality.mean_abs_rel_error > 0.2
+    assert quality.r2 < 0.99
+    assert fit.chosen.cross_validation.mean_abs_rel_error > quality.mean_abs_rel_error
     with pytest.raises(ConfigError, match="stall"):
         fit_comm_stall(points, stall="fetch")
+    with pytest.raises(ConfigError, match="candidates"):
+        fit_comm_stall(points, candidates=["spline"])
+
+
+# Three zoo models, three depths each; layers and tensors do not follow the buckets, so each
+# candidate form has points the others cannot fit: (variant, layers, tensors, buckets, backward).
+FAMILIES = [
+    ("mlp:depth=2", 2, 4, (3_000_000,), 0.004),
+    ("mlp:depth=4", 4, 8, (4_000_000, 8_000_000), 0.02),
+    ("mlp:depth=8", 8, 16, (4_000_000, 24_000_000), 0.04),
+    ("resnet:depth=18", 21, 62, (2_000_000, 28_000_000, 16_000_000), 0.09),
+    ("resnet:depth=34", 37, 110, (2_000_000, 28_000_000, 26_000_000, 27_000_000, 4_000_000), 0.15),
+    ("resnet:depth=50", 54, 161, (8_000_000, 31_000_000, 26_000_000, 27_000_000, 10_000_000), 0.28),
+    ("vgg:depth=11", 11, 22, (16_000_000, 67_000_000, 411_000_000, 28_000_000, 9_000_000), 1.0),
+    ("vgg:depth=13", 13, 26, (16_000_000, 67_000_000, 411_000_000, 29_000_000, 9_500_000), 1.3),
+    ("vgg:depth=16", 16, 32, (16_000_000, 67_000_000, 411_000_000, 40_000_000, 9_500_000), 1.6),
+]
+LAWS: dict[str, CommStallModel | FeatureRegression] = {
+    "ddp-buckets": CommStallModel(per_bucket_s=1e-3, per_byte_s=8e-9, overlap=0.8),
+    "ddp-buckets-no-overlap": CommStallModel(per_bucket_s=20e-3, per_byte_s=8e-9, overlap=0.0),
+    "regression": FeatureRegression(
+        intercept_s=5e-3,
+        coefficients={"layers": 5e-3, "gradient_tensors": 1e-3, "gradient_bytes": 6e-9},
+    ),
+}
+
+
+def _law_points(law: CommStallModel | FeatureRegression) -> list[SweepPoint]:
+    points = []
+    for variant, layers, tensors, buckets, backward in FAMILIES:
+        point = SweepPoint(
+            variant=variant,
+            layers=layers,
+            gradient_tensors=tensors,
+            gradient_bytes=sum(buckets),
+            bucket_bytes=buckets,
+            backward_s=backward,
+            interconnect_stall_s=0.0,
+            network_stall_s=0.0,
+        )
+        points.append(replace(point, network_stall_s=law.predict_point(point)))
+    return points
+
+
+@pytest.mark.parametrize("law_name", list(LAWS))
+def test_selection_picks_the_form_that_generated_the_points(law_name: str) -> None:
+    fit = fit_comm_stall(_law_points(LAWS[law_name]), stall="network")
+    errors = {c.name: c.cross_validation.mean_abs_rel_error for c in fit.candidates}
+    assert fit.selected == law_name, errors
+    assert fit.reason.startswith("leave-one-model-out: ")
+    assert all(c.cross_validation.groups == "model" for c in fit.candidates)
+    # The true form predicts left-out models well; every form that is not nested in it, badly.
+    assert errors[law_name] < 0.05
+    nested = {("ddp-buckets-no-overlap", "ddp-buckets")}  # the second can express the first
+    rivals = [n for n in LAWS if n != law_name and (law_name, n) not in nested]
+    assert all(errors[n] > 0.03 + errors[law_name] for n in rivals), errors
+    if law_name == "ddp-buckets-no-overlap":  # nested in ddp-buckets: a tie, the leaner law wins
+        assert errors["ddp-buckets"] == pytest.approx(0.0, abs=TIE_TOLERANCE)
+        assert "fewest parameters (2)" in fit.reason
 
 
 def test_parse_variant() -> None:

@@ -201,6 +201,14 @@ def fit(
             "--stall", help="Stall to model: comm (interconnect + network), network, interconnect."
         ),
     ] = "comm",
+    cv: Annotated[
+        str,
+        typer.Option(
+            "--cv",
+            help="Cross-validation folds that pick the model: model (leave one zoo model's"
+            " variants out) or variant (leave one sweep point out).",
+        ),
+    ] = "model",
     points_path: Annotated[
         Path | None,
         typer.Option(
@@ -216,12 +224,17 @@ def fit(
     quiet: QuietOpt = False,
     json_path: JsonOpt = None,
 ) -> None:
-    """Fit the DDP bucket model of the communication stall over depth sweeps; predict a
-    held-out model (and, for comparison, the plain regression on layers, tensors and bytes)."""
+    """Fit the communication stall over depth sweeps with every candidate model (DDP buckets,
+    DDP buckets without overlap, the plain regression on layers, tensors and bytes), pick the
+    one with the lowest cross-validated error, and predict a held-out model with it."""
+    from unstall.config import check
     from unstall.profile.config import ProfileConfig
-    from unstall.profile.fit import DEFAULT_SWEEP, fit_comm_stall
+    from unstall.profile.fit import DEFAULT_SWEEP, STALL_KINDS, fit_comm_stall
     from unstall.profile.link import LinkSpec
+    from unstall.profile.select import CV_GROUPS
 
+    check(stall in STALL_KINDS, "profile fit", "--stall", f"must be one of {sorted(STALL_KINDS)}")
+    check(cv in CV_GROUPS, "profile fit", "--cv", f"must be one of {sorted(CV_GROUPS)}")
     sweep = tuple(variants) if variants else DEFAULT_SWEEP
     link = LinkSpec.parse(network)
     base = ProfileConfig(
@@ -241,9 +254,11 @@ def fit(
         held_out=measured[held_out],
         link=link,
         workers=workers,
+        cv_groups=cv,
     )
     print_fit(result)
-    save_json(json_path, result, {"sweep": sweep, "held_out": held_out, "base": base})
+    config = {"sweep": sweep, "held_out": held_out, "cv": cv, "base": base}
+    save_json(json_path, result, config)
 
 
 def _measure_points(
@@ -265,10 +280,8 @@ def _measure_points(
 
 
 def print_fit(result: CommStallFit) -> None:
+    """The points with every candidate's fit, the candidates' scores, and the pick."""
     points = [*result.points, *([result.held_out] if result.held_out else [])]
-    quality, plain = result.quality, result.regression.quality
-    fitted = [*quality.fitted_s, quality.held_out_predicted_s or 0.0]
-    plain_fitted = [*plain.fitted_s, plain.held_out_predicted_s or 0.0]
     rows = [
         (
             p.variant + (" (held out)" if p is result.held_out else ""),
@@ -278,39 +291,46 @@ def print_fit(result: CommStallFit) -> None:
             len(p.bucket_bytes),
             p.backward_s * MS,
             p.stall(result.stall) * MS,
-            f * MS,
-            g * MS,
+            *(c.model.predict_point(p) * MS for c in result.candidates),
         )
-        for p, f, g in zip(points, fitted, plain_fitted, strict=False)
+        for p in points
     ]
-    columns = ["variant", "layers", "tensors", "grad MB", "buckets", "backward ms"]
-    columns += ["measured ms", "bucket model ms", "regression ms"]
+    columns = ["variant", "layers", "tensors", "grad MB", "buckets", "backward ms", "measured ms"]
+    columns += [f"{c.name} ms" for c in result.candidates]
     console.print(table(f"{result.stall} stall per iteration", columns, rows))
-    m = result.model
-    console.print(
-        f"bucket model: t_k = {m.per_bucket_s * MS:.4g} ms + {m.per_byte_s * 1e9:.4g} s/GB x bytes;"
-        f" stall = max(t_last, sum t_k - {m.overlap:.3g} x backward); R^2 {quality.r2:.3f},"
-        f" mean |rel err| {quality.mean_abs_rel_error:.1%}, max {quality.max_abs_rel_error:.1%}",
-        highlight=False,
-    )
+    held = result.held_out.variant if result.held_out else None
+    groups = result.candidates[0].cross_validation.groups
+    scores = [
+        (
+            c.name + (" *" if c.name == result.selected else ""),
+            c.parameters,
+            c.quality.r2,
+            f"{c.quality.mean_abs_rel_error:.1%}",
+            f"{c.cross_validation.mean_abs_rel_error:.1%}",
+            f"{c.cross_validation.max_abs_rel_error:.1%}",
+            "-" if c.quality.held_out_rel_error is None else f"{c.quality.held_out_rel_error:+.1%}",
+        )
+        for c in result.candidates
+    ]
+    columns = ["model (* picked)", "params", "R^2", "mean |err|", f"leave-one-{groups}-out"]
+    columns += ["max", f"{held} err" if held else "held out"]
+    console.print(table("candidates: in-sample fit and cross-validated error", columns, scores))
+    for c in result.candidates:
+        console.print(f"{c.name}: {c.formula}; {c.model.describe()}", highlight=False)
     if result.link_per_byte_s is not None and result.link_per_bucket_s is not None:
         console.print(
             f"the emulated link itself: {result.link_per_bucket_s * MS:.4g} ms per bucket,"
             f" {result.link_per_byte_s * 1e9:.4g} s/GB (ring bytes over bandwidth)",
             highlight=False,
         )
-    r = result.regression
-    c = r.coefficients
-    console.print(
-        f"plain regression: stall = {r.intercept_s * MS:.4g} ms + {c['layers'] * 1e6:.4g} us/layer"
-        f" + {c['gradient_tensors'] * 1e6:.4g} us/tensor + {c['gradient_bytes'] * 1e9:.4g} s/GB"
-        f"; R^2 {plain.r2:.3f}, mean |rel err| {plain.mean_abs_rel_error:.1%}",
-        highlight=False,
-    )
-    if quality.held_out_rel_error is not None and plain.held_out_rel_error is not None:
+    console.print(f"picked {result.selected}: {result.reason}", highlight=False)
+    if result.held_out is not None:
+        chosen = result.chosen.quality
+        assert chosen.held_out_predicted_s is not None and chosen.held_out_rel_error is not None
         console.print(
-            f"held-out prediction error: bucket model {quality.held_out_rel_error:+.1%},"
-            f" plain regression {plain.held_out_rel_error:+.1%}",
+            f"{held}: predicted {chosen.held_out_predicted_s * MS:.4g} ms by {result.selected},"
+            f" measured {result.held_out.stall(result.stall) * MS:.4g} ms"
+            f" ({chosen.held_out_rel_error:+.1%})",
             highlight=False,
         )
 

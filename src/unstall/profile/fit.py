@@ -19,8 +19,14 @@ coefficients can be checked against the link: ``per_byte_s`` should be the ring'
 ``2 (N - 1) / N * 8 / bandwidth`` and ``per_bucket_s`` its latency.
 
 The fit minimises the squared *relative* error (the stalls of the sweep span two orders of
-magnitude) under those bounds. For comparison, :func:`fit_feature_regression` is the plain
-non-negative linear regression on layers, gradient tensors and gradient bytes.
+magnitude) under those bounds.
+
+The bucket model is one of several candidate forms (:data:`CANDIDATES`): the same model with no
+overlap (every transfer exposed), and the plain non-negative linear regression on layers,
+gradient tensors and gradient bytes (:func:`fit_feature_regression`). A user wants the form that
+predicts a model *not* in the sweep, which the best in-sample fit need not be, so
+:func:`fit_comm_stall` fits them all, cross-validates each leaving one zoo model out at a time
+(:mod:`unstall.profile.select`) and picks the one with the lowest out-of-sample error.
 """
 
 from __future__ import annotations
@@ -38,6 +44,13 @@ from unstall.errors import ConfigError
 from unstall.profile.config import ProfileConfig
 from unstall.profile.link import LinkSpec
 from unstall.profile.report import StallReport
+from unstall.profile.select import (
+    NOISE_FLOOR_S,
+    CrossValidation,
+    choose,
+    cross_validate,
+    relative_error,
+)
 from unstall.results import JsonResult
 from unstall.workload import zoo
 
@@ -65,9 +78,6 @@ DEFAULT_SWEEP = (
 )
 DEFAULT_HELD_OUT = "mobilenet_v2"
 DEFAULT_LINK = "1,1"
-# Relative errors are taken against at least this stall: a fully hidden stall measures ~0 +- the
-# timing noise of the machine (about a millisecond here), and must not weigh like a real one.
-NOISE_FLOOR_S = 1e-3
 
 
 def parse_variant(text: str) -> tuple[str, dict[str, object]]:
@@ -153,6 +163,35 @@ class CommStallModel(JsonResult):
     def predict_point(self, point: SweepPoint) -> float:
         return self.predict(point.bucket_bytes, point.backward_s)
 
+    def describe(self) -> str:
+        return (
+            f"{self.per_bucket_s * 1e3:.4g} ms per bucket + {self.per_byte_s * 1e9:.4g} s/GB,"
+            f" overlap {self.overlap:.3g}"
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class FeatureRegression(JsonResult):
+    """The plain model: ``stall = c0 + sum c_f * f`` over :data:`FEATURES`."""
+
+    intercept_s: float
+    coefficients: dict[str, float]
+
+    def predict_point(self, point: SweepPoint) -> float:
+        return self.intercept_s + sum(
+            self.coefficients[name] * float(getattr(point, name)) for name in FEATURES
+        )
+
+    def describe(self) -> str:
+        c = self.coefficients
+        return (
+            f"{self.intercept_s * 1e3:.4g} ms + {c['layers'] * 1e6:.4g} us/layer"
+            f" + {c['gradient_tensors'] * 1e6:.4g} us/tensor + {c['gradient_bytes'] * 1e9:.4g} s/GB"
+        )
+
+
+StallModel = CommStallModel | FeatureRegression
+
 
 @dataclass(frozen=True, kw_only=True)
 class FitQuality(JsonResult):
@@ -166,65 +205,30 @@ class FitQuality(JsonResult):
     held_out_rel_error: float | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
-class FeatureRegression(JsonResult):
-    """The plain model, for comparison: ``stall = c0 + sum c_f * f`` over :data:`FEATURES`."""
-
-    intercept_s: float
-    coefficients: dict[str, float]
-    quality: FitQuality
-
-    def predict(self, point: SweepPoint) -> float:
-        return self.intercept_s + sum(
-            self.coefficients[name] * float(getattr(point, name)) for name in FEATURES
-        )
-
-
-@dataclass(frozen=True, kw_only=True)
-class CommStallFit(JsonResult):
-    """The fitted bucket model and its quality, the plain regression beside it, the points, the
-    held-out variant, and (on an emulated link) the coefficients the link itself implies."""
-
-    stall: str
-    model: CommStallModel
-    quality: FitQuality
-    regression: FeatureRegression
-    points: tuple[SweepPoint, ...]
-    held_out: SweepPoint | None = None
-    link: LinkSpec | None = None
-    link_per_bucket_s: float | None = None
-    link_per_byte_s: float | None = None
-
-
 def _quality(
-    predicted: Sequence[float],
-    points: Sequence[SweepPoint],
-    stall: str,
-    held_out: SweepPoint | None,
-    held_out_predicted: float | None,
+    model: StallModel, points: Sequence[SweepPoint], stall: str, held_out: SweepPoint | None
 ) -> FitQuality:
     target = np.array([p.stall(stall) for p in points])
-    fitted = np.array(predicted, dtype=float)
+    fitted = np.array([model.predict_point(p) for p in points], dtype=float)
     spread = float(np.sum((target - target.mean()) ** 2))
     r2 = 1.0 - float(np.sum((target - fitted) ** 2)) / spread if spread > 0 else 1.0
     rel = np.abs(fitted - target) / np.maximum(np.abs(target), NOISE_FLOOR_S)
-    error = None
-    if held_out is not None and held_out_predicted is not None:
-        measured = held_out.stall(stall)
-        error = (held_out_predicted - measured) / max(abs(measured), NOISE_FLOOR_S)
+    held = model.predict_point(held_out) if held_out is not None else None
     return FitQuality(
         r2=r2,
         mean_abs_rel_error=float(rel.mean()),
         max_abs_rel_error=float(rel.max()),
         fitted_s=tuple(float(v) for v in fitted),
-        held_out_predicted_s=held_out_predicted,
-        held_out_rel_error=error,
+        held_out_predicted_s=held,
+        held_out_rel_error=(
+            relative_error(held, held_out.stall(stall))
+            if held is not None and held_out is not None
+            else None
+        ),
     )
 
 
-def fit_feature_regression(
-    points: Sequence[SweepPoint], *, stall: str = "comm", held_out: SweepPoint | None = None
-) -> FeatureRegression:
+def fit_feature_regression(points: Sequence[SweepPoint], stall: str = "comm") -> FeatureRegression:
     """Non-negative least squares of the stall on 1, layers, gradient tensors, gradient bytes."""
     from scipy.optimize import nnls
 
@@ -234,49 +238,139 @@ def fit_feature_regression(
     scale = np.where(design.max(axis=0) > 0, design.max(axis=0), 1.0)
     solution, _ = nnls(design / scale, target)
     coefs = solution / scale
-    regression = FeatureRegression(
+    return FeatureRegression(
         intercept_s=float(coefs[0]),
         coefficients={name: float(c) for name, c in zip(FEATURES, coefs[1:], strict=True)},
-        quality=FitQuality(r2=0.0, mean_abs_rel_error=0.0, max_abs_rel_error=0.0, fitted_s=()),
     )
-    held = regression.predict(held_out) if held_out is not None else None
-    fitted = [regression.predict(p) for p in points]
-    return replace(regression, quality=_quality(fitted, points, stall, held_out, held))
 
 
 # Parameters are fitted in units of similar size: ms per bucket, s per GB, the overlap fraction.
 _UNITS = np.array([1e-3, 1e-9, 1.0])
 
 
-def _fit_bucket_model(points: Sequence[SweepPoint], stall: str) -> CommStallModel:
-    """Least squares on symmetric relative residuals, ``(fit - measured) / mean(fit, measured)``,
+def fit_bucket_model(
+    points: Sequence[SweepPoint], stall: str = "comm", *, overlap: float | None = None
+) -> CommStallModel:
+    """The bucket model of ``points``' ``stall``; ``overlap`` fixed when given, else fitted.
+
+    Least squares on symmetric relative residuals, ``(fit - measured) / mean(fit, measured)``,
     from a few starting points; the best wins. Symmetric, so that a point whose stall noise wiped
-    out (measured ~0) costs at most 2 instead of dragging every other prediction to zero."""
+    out (measured ~0) costs at most 2 instead of dragging every other prediction to zero.
+    """
     from scipy.optimize import least_squares
 
+    check(len(points) >= 1, "fit_bucket_model", "points", "needs at least one point")
+    check(overlap is None or 0 <= overlap <= 1, "fit_bucket_model", "overlap", "must be in [0,1]")
     target = np.array([p.stall(stall) for p in points])
+    free = 3 if overlap is None else 2  # parameters fitted
+
+    def model_of(x: np.ndarray) -> CommStallModel:
+        values = x * _UNITS[:free]
+        fraction = float(values[2]) if overlap is None else overlap
+        return CommStallModel(
+            per_bucket_s=float(values[0]), per_byte_s=float(values[1]), overlap=fraction
+        )
 
     def residuals(x: np.ndarray) -> np.ndarray:
-        per_bucket, per_byte, overlap = x * _UNITS
-        model = CommStallModel(per_bucket_s=per_bucket, per_byte_s=per_byte, overlap=overlap)
-        fitted = np.array([model.predict_point(p) for p in points])
+        fitted = np.array([model_of(x).predict_point(p) for p in points])
         scale = np.maximum((np.abs(fitted) + np.abs(target)) / 2, NOISE_FLOOR_S)
         return (fitted - target) / scale
 
     total_bytes = np.array([p.gradient_bytes for p in points], dtype=float)
     per_byte0 = float(np.median(target / np.maximum(total_bytes, 1.0))) / _UNITS[1]
+    overlaps0 = (0.0, 0.5, 1.0) if overlap is None else (None,)
     best = None
-    for per_bucket0, overlap0 in itertools.product((0.1, 1.0, 10.0), (0.0, 0.5, 1.0)):
+    for per_bucket0, overlap0 in itertools.product((0.1, 1.0, 10.0), overlaps0):
+        start = [per_bucket0, per_byte0, overlap0][:free]
         result = least_squares(
             residuals,
-            x0=np.array([per_bucket0, per_byte0, overlap0]),
-            bounds=([0.0, 0.0, 0.0], [np.inf, np.inf, 1.0]),
+            x0=np.array(start, dtype=float),
+            bounds=([0.0] * free, [np.inf, np.inf, 1.0][:free]),
         )
         if best is None or result.cost < best.cost:
             best = result
     assert best is not None
-    values = best.x * _UNITS
-    return CommStallModel(per_bucket_s=values[0], per_byte_s=values[1], overlap=values[2])
+    return model_of(best.x)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A form of the comm-stall model that selection can pick: how it reads, how many
+    parameters it fits, and its fitter ``(points, stall) -> model``."""
+
+    formula: str
+    parameters: int
+    fit: Callable[[Sequence[SweepPoint], str], StallModel]
+
+
+def _fit_without_overlap(points: Sequence[SweepPoint], stall: str) -> CommStallModel:
+    return fit_bucket_model(points, stall, overlap=0.0)
+
+
+# In order of preference on a full tie. "ddp-buckets-no-overlap" is the bucket model with
+# overlap 0: every bucket's transfer exposed, as when the all-reduce's CPU work competes with
+# backward for the same cores instead of hiding behind it.
+CANDIDATES: dict[str, Candidate] = {
+    "ddp-buckets": Candidate(
+        formula="max(t_last, sum t_k - overlap x backward), t_k = a + b x bytes_k",
+        parameters=3,
+        fit=fit_bucket_model,
+    ),
+    "ddp-buckets-no-overlap": Candidate(
+        formula="sum t_k = a x buckets + b x bytes", parameters=2, fit=_fit_without_overlap
+    ),
+    "regression": Candidate(
+        formula="c0 + c1 x layers + c2 x tensors + c3 x bytes",
+        parameters=4,
+        fit=fit_feature_regression,
+    ),
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class CandidateFit(JsonResult):
+    """One candidate fitted on the whole sweep: its coefficients, its in-sample quality (and
+    held-out prediction), and its cross-validated errors, on which selection decides."""
+
+    name: str
+    formula: str
+    parameters: int
+    model: StallModel
+    quality: FitQuality
+    cross_validation: CrossValidation
+
+
+@dataclass(frozen=True, kw_only=True)
+class CommStallFit(JsonResult):
+    """Every candidate's fit, the one picked by cross-validation (``selected``) and why
+    (``reason``), the points, the held-out variant, and (on an emulated link) the coefficients
+    the link itself implies, to set beside the bucket model's."""
+
+    stall: str
+    selected: str
+    reason: str
+    candidates: tuple[CandidateFit, ...]
+    points: tuple[SweepPoint, ...]
+    held_out: SweepPoint | None = None
+    link: LinkSpec | None = None
+    link_per_bucket_s: float | None = None
+    link_per_byte_s: float | None = None
+
+    def candidate(self, name: str) -> CandidateFit:
+        """The fit of candidate ``name``."""
+        for fitted in self.candidates:
+            if fitted.name == name:
+                return fitted
+        names = [c.name for c in self.candidates]
+        raise ConfigError("CommStallFit", "candidate", f"no candidate {name!r}; have {names}")
+
+    @property
+    def chosen(self) -> CandidateFit:
+        return self.candidate(self.selected)
+
+    def predict(self, point: SweepPoint) -> float:
+        """The stall of ``point`` by the selected model (seconds per iteration)."""
+        return self.chosen.model.predict_point(point)
 
 
 def fit_comm_stall(
@@ -286,8 +380,12 @@ def fit_comm_stall(
     held_out: SweepPoint | None = None,
     link: LinkSpec | None = None,
     workers: int = 2,
+    cv_groups: str = "model",
+    candidates: Sequence[str] = tuple(CANDIDATES),
 ) -> CommStallFit:
-    """Fit the bucket model (and the plain regression) on ``points``; predict ``held_out``.
+    """Fit each candidate on ``points``, cross-validate it (folds by ``cv_groups``, see
+    :mod:`unstall.profile.select`), pick the one that predicts left-out points best, and
+    predict ``held_out`` with each.
 
     ``link`` is the emulated link the points were measured over (when ``stall`` is ``network``
     or ``comm``): its latency and ring bytes per bandwidth are reported beside the fitted values.
@@ -296,15 +394,36 @@ def fit_comm_stall(
     """
     check(stall in STALL_KINDS, "fit_comm_stall", "stall", f"must be one of {sorted(STALL_KINDS)}")
     check(len(points) >= 3, "fit_comm_stall", "points", "needs at least three sweep points")
-    model = _fit_bucket_model(points, stall)
-    held = model.predict_point(held_out) if held_out is not None else None
-    fitted = [model.predict_point(p) for p in points]
+    unknown = [name for name in candidates if name not in CANDIDATES]
+    check(
+        bool(candidates) and not unknown,
+        "fit_comm_stall",
+        "candidates",
+        f"unknown {unknown}; known: {sorted(CANDIDATES)}",
+    )
+    fits = []
+    for name in dict.fromkeys(candidates):
+        form = CANDIDATES[name]
+        model = form.fit(points, stall)
+        fits.append(
+            CandidateFit(
+                name=name,
+                formula=form.formula,
+                parameters=form.parameters,
+                model=model,
+                quality=_quality(model, points, stall, held_out),
+                cross_validation=cross_validate(points, form.fit, stall=stall, groups=cv_groups),
+            )
+        )
+    scores = {f.name: (f.cross_validation.mean_abs_rel_error, f.parameters) for f in fits}
+    selected, why = choose(scores)
+    groups = fits[0].cross_validation.groups
     on_link = link is not None and stall != "interconnect"
     return CommStallFit(
         stall=stall,
-        model=model,
-        quality=_quality(fitted, points, stall, held_out, held),
-        regression=fit_feature_regression(points, stall=stall, held_out=held_out),
+        selected=selected,
+        reason=f"leave-one-{groups}-out: {why}",
+        candidates=tuple(fits),
         points=tuple(points),
         held_out=held_out,
         link=link if on_link else None,
