@@ -11,15 +11,32 @@ the pieces' rows and prints the tables and goal checks of the whole. Each cell (
 strategy) is the median of its repeats, with the spread (max - min over the median) beside it;
 ratios are taken between medians. "settled" is the mean iteration time (with its boundary
 pause) over a run's second half.
+
+Links: the presets' 25 MB/s suit models whose compute is small beside their transfers; where a
+model's compute and the runtime's own cost (its "engine" time, measured with unlimited links)
+are not small, no assignment can change most of its iteration. ``--calibrate`` measures each
+model's engine time and applies one rule to every model: the links stay at the presets' speed
+unless the even split's per-server time (links, latency, step: the part an assignment decides)
+would be under ``--transfer-ratio`` (2) times the engine time; then they are slowed to where it
+is that ratio, every link of every scenario by the same factor (the stragglers stay relative).
+The grid takes the result with ``--links``:
+
+    /tmp/timed .venv/bin/python benchmarks/psld_eval.py --calibrate \
+        --models big-tensor,mlp-deep,transformer --json links.json
+    /tmp/timed .venv/bin/python benchmarks/psld_eval.py --models transformer --links links.json \
+        --iterations 20 --json tr.json
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
+import os
 import statistics
 import subprocess
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -29,13 +46,16 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from unstall.ps.bench import even_split_s, link_for_transfer_ratio, scaled_links, scenario_table
 from unstall.ps.coordinator import ActorPool, ensure_ray
-from unstall.ps.scenarios import IMBALANCED_MODEL
+from unstall.ps.links import unlimited
+from unstall.ps.scenarios import IMBALANCED_MODEL, resolve_scenario
 from unstall.ps.train import PSConfig, PSRunResult, run_training
 
 BASELINES = ("mxnet", "byteps", "tf-greedy", "round-robin")
 STATIC_SCENARIOS = ("none", "bandwidth", "interference", "imbalance")
 MAX_SERVERS = 4  # the presets' server count
+PRESET_LINK_MB_S = 25.0  # the presets' links (ServerSpec's default)
 # The models: the scenario's own MLP ("preset": 3.7 MB, or the big-tensor one in imbalance and
 # mixed), one very large tensor, many small tensors, and two sequence models of a few MB (the
 # zoo's defaults are 33-53 MB, minutes a run on these 25 MB/s links).
@@ -62,7 +82,8 @@ def recovery_iterations(times: Sequence[float], tolerance: float = 0.10) -> list
     out = []
     for start, stop in itertools.pairwise([n // 3, 2 * n // 3, n]):
         phase = times[start:stop]
-        best = min(sorted(phase[i : i + 3])[1] for i in range(len(phase) - 2))
+        runs = [sorted(phase[i : i + 3])[1] for i in range(len(phase) - 2)]
+        best = min(runs or phase)  # a phase under 3 iterations (a smoke run): its best
         out.append(
             next((i for i, t in enumerate(phase) if t <= (1 + tolerance) * best), len(phase))
         )
@@ -92,6 +113,72 @@ def plot_dynamic(rows: Sequence[Row], path: Path) -> None:
     plt.close(fig)
 
 
+# --- links at which transfer dominates --------------------------------------------------------
+
+
+def write_scenario(scenario: Any, folder: Path) -> str:
+    path = folder / f"{scenario.name}-{scenario.base.bandwidth_mb_s:.4g}.json"
+    path.write_text(json.dumps(scenario_table(scenario)))
+    return str(path)
+
+
+def calibrate(a: argparse.Namespace, pool: ActorPool) -> dict[str, Any]:
+    """Per model: the engine time (median iteration with unlimited links, after the first, over
+    ``--repeats`` runs of ``--iterations``), the even split's time on the presets' links, and
+    the link speed the rule gives (see the module docstring)."""
+    preset = resolve_scenario("none")
+    free = dataclasses.replace(preset, base=unlimited(), model=None, model_options={})
+    out: dict[str, Any] = {"transfer_ratio": a.transfer_ratio, "models": {}}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = write_scenario(free, Path(tmp))
+        for model in a.models.split(","):
+            name, options = MODELS[model]
+            times: list[float] = []
+            for _ in range(a.repeats):
+                config = PSConfig(
+                    model=name,
+                    model_options=options,
+                    scenario=path,
+                    strategy="round-robin",
+                    iterations=a.iterations,
+                    spares=0,
+                )
+                r = run_training(config, pool=pool)
+                times += [t.iter_s for t in r.telemetry[1:]]
+            engine = statistics.median(times)
+            size = dict(model_bytes=sum(r.server_bytes.values()), workers=r.workers, servers=4)
+            even = even_split_s(preset.base, **size)
+            rule = link_for_transfer_ratio(
+                preset.base, engine_s=engine, ratio=a.transfer_ratio, **size
+            )
+            link = min(preset.base.bandwidth_mb_s, rule)
+            out["models"][model] = {
+                "engine_s": engine,
+                "engine_iqr_s": [float(q) for q in statistics.quantiles(times, n=4)[::2]],
+                "model_bytes": size["model_bytes"],
+                "preset_link_mb_s": preset.base.bandwidth_mb_s,
+                "even_split_s_preset": even,
+                "ratio_preset": even / engine,
+                "link_mb_s": link,
+            }
+            print(
+                f"{model:11s} engine {engine * 1e3:6.1f} ms  even split at "
+                f"{preset.base.bandwidth_mb_s:g} MB/s {even * 1e3:6.1f} ms (x{even / engine:.2f}) "
+                f"-> links {link:.3g} MB/s",
+                flush=True,
+            )
+    return out
+
+
+def model_scenario(model: str, scenario: str, links: dict[str, float], folder: Path) -> str:
+    """The scenario to run ``model`` on: the preset, or with its links scaled to the model's."""
+    link = links.get(model)
+    preset = resolve_scenario(scenario)
+    if link is None or link == preset.base.bandwidth_mb_s:
+        return scenario
+    return write_scenario(scaled_links(preset, link / preset.base.bandwidth_mb_s), folder)
+
+
 def run_row(model: str, scenario: str, strategy: str, repeat: int, r: PSRunResult) -> Row:
     times = [t.iter_s + t.boundary_s for t in r.telemetry]
     return {
@@ -112,32 +199,47 @@ def run_row(model: str, scenario: str, strategy: str, repeat: int, r: PSRunResul
     }
 
 
-def run_grid(a: argparse.Namespace, pool: ActorPool) -> list[Row]:
+def run_grid(a: argparse.Namespace, pool: ActorPool, links: dict[str, float]) -> list[Row]:
     rows: list[Row] = []
     # psld last: the pool then holds the baselines' idle server actors, so that a scale-out
     # reuses one (a live cluster keeps spare machines warm) instead of starting a process.
     strategies = sorted(a.strategies.split(","), key=lambda s: s == "psld")
     cells = itertools.product(range(a.repeats), a.models.split(","), a.scenarios.split(","))
-    for repeat, model, scenario in cells:
-        name, options = MODELS[model]
-        for strategy in strategies:
-            config = PSConfig(
-                model=name,
-                model_options=options,
-                scenario=scenario,
-                strategy=strategy,
-                iterations=a.iterations,
-                spares=a.spares,
-            )
-            row = run_row(model, scenario, strategy, repeat, run_training(config, pool=pool))
-            rows.append(row)
-            print(
-                f"#{repeat} {model:11s} {scenario:12s} {strategy:11s} "
-                f"{row['throughput_it_s']:6.2f} it/s settled {row['settled_s']:.3f} s "
-                f"servers {row['servers_over_time'][-1]} migrations {row['migrations']}",
-                flush=True,
-            )
+    with tempfile.TemporaryDirectory() as tmp:
+        for repeat, model, scenario in cells:
+            path = model_scenario(model, scenario, links, Path(tmp))
+            for strategy in strategies:
+                rows.append(run_cell(a, model, scenario, path, strategy, repeat, pool))
     return rows
+
+
+def run_cell(
+    a: argparse.Namespace,
+    model: str,
+    scenario: str,
+    path: str,
+    strategy: str,
+    repeat: int,
+    pool: ActorPool,
+) -> Row:
+    name, options = MODELS[model]
+    config = PSConfig(
+        model=name,
+        model_options=options,
+        scenario=path,
+        strategy=strategy,
+        iterations=a.iterations,
+        spares=a.spares,
+    )
+    row = run_row(model, scenario, strategy, repeat, run_training(config, pool=pool))
+    row["link_mb_s"] = resolve_scenario(path).base.bandwidth_mb_s
+    print(
+        f"#{repeat} {model:11s} {scenario:12s} {strategy:11s} "
+        f"{row['throughput_it_s']:6.2f} it/s settled {row['settled_s']:.3f} s "
+        f"servers {row['servers_over_time'][-1]} migrations {row['migrations']}",
+        flush=True,
+    )
+    return row
 
 
 # --- aggregation over repeats ------------------------------------------------------------------
@@ -163,6 +265,8 @@ def cells_of(rows: Sequence[Row]) -> dict[tuple[str, str], dict[str, Row]]:
                 {f"{r['servers_over_time'][0]}->{r['servers_over_time'][-1]}" for r in runs}
             ),
             "max_pause_s": max(float(r.get("max_pause_s", 0.0)) for r in runs),
+            # rows from before the links rule ran on the presets' links
+            "link_mb_s": sorted({float(r.get("link_mb_s", PRESET_LINK_MB_S)) for r in runs}),
         }
         recoveries = [r["recovery_iterations"] for r in runs if r.get("recovery_iterations")]
         if recoveries:
@@ -177,9 +281,15 @@ def markdown(cells: dict[tuple[str, str], dict[str, Row]]) -> str:
     strategies = list(dict.fromkeys(s for by in cells.values() for s in by))
     head = [f"{s} it/s" for s in strategies] + [f"psld/{b}" for b in BASELINES]
     head += ["psld/oracle", "psld/oracle settled", "spread", "servers", "migr."]
-    lines = ["| model | scenario | " + " | ".join(head) + " |", "|---|---|" + "---:|" * len(head)]
+    lines = [
+        "| model | links MB/s | scenario | " + " | ".join(head) + " |",
+        "|---|---:|---|" + "---:|" * len(head),
+    ]
     for (model, scenario), by in cells.items():
         p = by.get("psld")
+        link = ",".join(
+            f"{v:.3g}" for v in sorted({v for c in by.values() for v in c["link_mb_s"]})
+        )
         vals = [f"{by[s]['throughput_it_s']:.2f}" if s in by else "" for s in strategies]
         for b in BASELINES:
             if p is not None and b in by:
@@ -194,7 +304,7 @@ def markdown(cells: dict[tuple[str, str], dict[str, Row]]) -> str:
             vals += ["", ""]
         vals.append(f"{max(c['spread'] for c in by.values()):.0%}")
         vals += [",".join(p["servers"]), f"{p['migrations']:g}"] if p else ["", ""]
-        lines.append(f"| {model} | {scenario} | " + " | ".join(vals) + " |")
+        lines.append(f"| {model} | {link} | {scenario} | " + " | ".join(vals) + " |")
     return "\n".join(lines)
 
 
@@ -279,7 +389,7 @@ def report(rows: Sequence[Row], plot: Path | None, plot_model: str | None) -> No
             print(f"wrote {plot}")
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser()
     p.add_argument("--scenarios", default="none,bandwidth,interference,imbalance,dynamic,mixed")
     p.add_argument("--strategies", default="psld,mxnet,byteps,tf-greedy,round-robin,oracle")
@@ -291,11 +401,25 @@ def main() -> None:
     p.add_argument("--plot", type=Path, help="psld on dynamic (repeat 0 of --plot-model)")
     p.add_argument("--plot-model", help="the model of the plot (default: the first with psld)")
     p.add_argument("--from-json", type=Path, nargs="+", help="merge saved runs, print, plot")
-    a = p.parse_args()
+    p.add_argument("--calibrate", action="store_true", help="measure engine times, choose links")
+    p.add_argument("--transfer-ratio", type=float, default=2.0, help="the links rule's ratio")
+    p.add_argument("--links", type=Path, help="a --calibrate JSON: each model's link speed")
+    return p.parse_args()
+
+
+def main() -> None:
+    a = parse_args()
     if a.from_json:
         rows = [r for f in a.from_json for r in json.loads(f.read_text())["rows"]]
         report(rows, a.plot, a.plot_model)
         return
+    links: dict[str, float] = {}
+    if a.links:
+        chosen = json.loads(a.links.read_text())["models"]
+        links = {m: float(c["link_mb_s"]) for m, c in chosen.items()}
+    # Ray's workers at the driver's priority (Ray's default is nice 15): under /tmp/timed the
+    # whole run gets the boost, not only the driver.
+    os.environ.setdefault("RAY_worker_niceness", "0")
     ensure_ray(None, num_cpus=3)
     pool = ActorPool()
     # Spare servers kept warm, as a cluster keeps spare machines: a scale-out then costs the
@@ -304,16 +428,22 @@ def main() -> None:
     for server in warm:
         pool.give_back_server(server)
     try:
-        rows = run_grid(a, pool)
+        result = calibrate(a, pool) if a.calibrate else {"rows": run_grid(a, pool, links)}
     finally:
         pool.close()
     commit = subprocess.run(
         ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=False
     ).stdout.strip()
     if a.json:
-        args = vars(a) | {"json": str(a.json), "plot": str(a.plot), "commit": commit}
-        a.json.write_text(json.dumps({"args": args, "rows": rows}, indent=1))
-    report(rows, a.plot, a.plot_model)
+        args = vars(a) | {
+            "json": str(a.json),
+            "plot": str(a.plot),
+            "links": str(a.links),
+            "commit": commit,
+        }
+        a.json.write_text(json.dumps({"args": args} | result, indent=1))
+    if not a.calibrate:
+        report(result["rows"], a.plot, a.plot_model)
 
 
 if __name__ == "__main__":
