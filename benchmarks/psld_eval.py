@@ -204,7 +204,8 @@ def run_grid(a: argparse.Namespace, pool: ActorPool, links: dict[str, float]) ->
     # psld last: the pool then holds the baselines' idle server actors, so that a scale-out
     # reuses one (a live cluster keeps spare machines warm) instead of starting a process.
     strategies = sorted(a.strategies.split(","), key=lambda s: s == "psld")
-    cells = itertools.product(range(a.repeats), a.models.split(","), a.scenarios.split(","))
+    repeats = range(a.repeat_start, a.repeat_start + a.repeats)
+    cells = itertools.product(repeats, a.models.split(","), a.scenarios.split(","))
     with tempfile.TemporaryDirectory() as tmp:
         for repeat, model, scenario in cells:
             path = model_scenario(model, scenario, links, Path(tmp))
@@ -396,6 +397,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--models", default="preset", help=f"comma-separated, of {', '.join(MODELS)}")
     p.add_argument("--iterations", type=int, default=30)
     p.add_argument("--repeats", type=int, default=1)
+    p.add_argument("--repeat-start", type=int, default=0, help="first repeat's index (pieces)")
     p.add_argument("--spares", type=int, default=2)
     p.add_argument("--json", type=Path)
     p.add_argument("--plot", type=Path, help="psld on dynamic (repeat 0 of --plot-model)")
