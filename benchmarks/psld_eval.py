@@ -134,6 +134,7 @@ def calibrate(a: argparse.Namespace, pool: ActorPool) -> dict[str, Any]:
         for model in a.models.split(","):
             name, options = MODELS[model]
             times: list[float] = []
+            compute: list[float] = []  # the slowest worker's forward-backward
             for _ in range(a.repeats):
                 config = PSConfig(
                     model=name,
@@ -145,6 +146,7 @@ def calibrate(a: argparse.Namespace, pool: ActorPool) -> dict[str, Any]:
                 )
                 r = run_training(config, pool=pool)
                 times += [t.iter_s for t in r.telemetry[1:]]
+                compute += [max(w.compute_s for w in t.workers) for t in r.telemetry[1:]]
             engine = statistics.median(times)
             size = dict(model_bytes=sum(r.server_bytes.values()), workers=r.workers, servers=4)
             even = even_split_s(preset.base, **size)
@@ -155,6 +157,7 @@ def calibrate(a: argparse.Namespace, pool: ActorPool) -> dict[str, Any]:
             out["models"][model] = {
                 "engine_s": engine,
                 "engine_iqr_s": [float(q) for q in statistics.quantiles(times, n=4)[::2]],
+                "compute_s": statistics.median(compute),
                 "model_bytes": size["model_bytes"],
                 "preset_link_mb_s": preset.base.bandwidth_mb_s,
                 "even_split_s_preset": even,
@@ -162,7 +165,8 @@ def calibrate(a: argparse.Namespace, pool: ActorPool) -> dict[str, Any]:
                 "link_mb_s": link,
             }
             print(
-                f"{model:11s} engine {engine * 1e3:6.1f} ms  even split at "
+                f"{model:11s} engine {engine * 1e3:6.1f} ms (compute "
+                f"{statistics.median(compute) * 1e3:5.1f} ms)  even split at "
                 f"{preset.base.bandwidth_mb_s:g} MB/s {even * 1e3:6.1f} ms (x{even / engine:.2f}) "
                 f"-> links {link:.3g} MB/s",
                 flush=True,
