@@ -51,11 +51,51 @@ def test_run_prints_the_breakdown_and_writes_report_profile_trace(tmp_path: Path
     assert any(e["ph"] == "X" for e in json.loads(trace.read_text())["traceEvents"])
 
 
+def test_fit_from_saved_points_prints_every_candidate_and_the_pick(tmp_path: Path) -> None:
+    # Points of a known no-overlap law (9 ms a bucket + 8 s/GB) over three zoo models: nothing
+    # is measured, every variant is read from --points.
+    points = []
+    variants = {"mlp:depth=2": (3, 1), "mlp:depth=8": (28, 2), "resnet:depth=18": (47, 3)}
+    variants |= {"resnet:depth=34": (87, 5), "vgg:depth=11": (531, 5), "mobilenet_v2": (14, 2)}
+    for variant, (megabytes, buckets) in variants.items():
+        sizes = [megabytes * 1_000_000 // buckets] * buckets
+        stall = 9e-3 * buckets + 8e-9 * sum(sizes)
+        points.append(
+            {"variant": variant, "layers": 2 * buckets + 1, "gradient_tensors": 3 * buckets + 2}
+            | {"gradient_bytes": sum(sizes), "bucket_bytes": sizes, "backward_s": 0.02}
+            | {"interconnect_stall_s": stall / 4, "network_stall_s": 3 * stall / 4}
+        )
+    (tmp_path / "pts.json").write_text(json.dumps(points))
+    out = tmp_path / "fit.json"
+    args = ["profile", "fit", "--points", str(tmp_path / "pts.json"), "--json", str(out)]
+    for variant in list(variants)[:-1]:
+        args += ["--variant", variant]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    for text in ("ddp-buckets-no-overlap *", "leave-one-model-out", "regression ms"):
+        assert text in result.output
+    assert "picked ddp-buckets-no-overlap: leave-one-model-out" in result.output
+    assert "mobilenet_v2: predicted" in result.output and "(+0.0%)" in result.output
+    fit = json.loads(out.read_text())
+    assert fit["stall"] == "comm" and fit["selected"] == "ddp-buckets-no-overlap"
+    names = [c["name"] for c in fit["candidates"]]
+    assert names == ["ddp-buckets", "ddp-buckets-no-overlap", "regression"]
+    chosen = fit["candidates"][1]
+    assert chosen["model"]["per_byte_s"] == pytest.approx(8e-9, rel=1e-3)
+    assert chosen["cross_validation"]["groups"] == "model"
+    assert set(chosen["cross_validation"]["errors"]) == set(list(variants)[:-1])
+    bad = runner.invoke(
+        app, ["profile", "fit", "--points", str(tmp_path / "pts.json"), "--cv", "x"]
+    )
+    assert bad.exit_code == 1 and "--cv" in bad.output
+
+
 @pytest.mark.slow
-def test_fit_reports_coefficients_and_held_out_error(tmp_path: Path) -> None:
+def test_fit_measures_the_sweep_and_predicts_the_held_out_model(tmp_path: Path) -> None:
     out = tmp_path / "fit.json"
     args = ["profile", "fit", "--held-out", "mlp:depth=6,width=256", "--iterations", "2"]
     args += ["--repeats", "1", "--warmup", "1", "--network", "0.1,1", "--json", str(out)]
+    args += ["--stall", "network"]
     for depth in (1, 2, 4, 8):
         args += ["--variant", f"mlp:depth={depth},width=256"]
     result = runner.invoke(app, args)
@@ -64,8 +104,12 @@ def test_fit_reports_coefficients_and_held_out_error(tmp_path: Path) -> None:
     assert fit["stall"] == "network" and len(fit["points"]) == 4
     # One bucket each (under 1 MiB): the stall is that bucket's transfer, 1 ms + 80 s/GB x bytes.
     assert all(len(p["bucket_bytes"]) == 1 for p in fit["points"])
-    assert fit["quality"]["r2"] > 0.5 and abs(fit["quality"]["held_out_rel_error"]) < 0.5
-    assert "bucket model" in result.output and "plain regression" in result.output
+    chosen = next(c for c in fit["candidates"] if c["name"] == fit["selected"])
+    assert chosen["quality"]["r2"] > 0.5
+    assert abs(chosen["quality"]["held_out_rel_error"]) < 0.5
+    # One zoo model only: the folds leave one variant out each.
+    assert fit["reason"].startswith("leave-one-variant-out")
+    assert "picked" in result.output and "mlp:depth=6,width=256: predicted" in result.output
 
 
 @pytest.mark.slow
