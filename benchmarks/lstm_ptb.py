@@ -8,6 +8,12 @@ Goals (BENCHMARKS.md): >= 1.23x per epoch, validation perplexity within 3% of st
     # or one process per mode (e.g. in parallel), then:
     python benchmarks/lstm_ptb.py --compare std.json structured.json --json out.json \
         --plot lstm_ptb.png   # validation perplexity against cumulative training time per mode
+    # a long run in pieces: one epoch per process, resumed from a checkpoint per run
+    python benchmarks/lstm_ptb.py --modes standard --epochs 2 --stop-after 1 \
+        --checkpoint-dir ckpt --json std.json    # run twice: epoch 1, then epoch 2 and test
+
+A run is named by its mode, plus ``/in<k>`` and ``/dec<k>`` when the structured input or decoder
+dropout set is held for k steps (``--input-mask-steps``, ``--decoder-mask-steps``).
 """
 
 from __future__ import annotations
@@ -40,6 +46,18 @@ class ProgressLog:
             print(f"[{self.mode}] batch {self.seen}/{self.total}  {rate:.3f} batch/s", flush=True)
 
 
+def run_label(config: LMConfig) -> str:
+    """The run's name in the JSON and the tables: its mode, and its held dropout sets if any."""
+    label = config.mode
+    if not config.mode.startswith("structured"):
+        return label  # the elementwise modes draw a fresh mask every step whatever is asked
+    if config.input_mask_steps > 1:
+        label += f"/in{config.input_mask_steps}"
+    if config.decoder_mask_steps > 1:
+        label += f"/dec{config.decoder_mask_steps}"
+    return label
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     corpus = load_ptb()
     runs: dict[str, Any] = {}
@@ -54,17 +72,25 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             max_batches=args.max_batches,
             threads=args.threads,
             seed=args.seed,
+            input_mask_steps=args.input_mask_steps,
+            decoder_mask_steps=args.decoder_mask_steps,
         )
-        total = batches_per_epoch(corpus, config) * config.epochs
-        result = train_lm(config, corpus, ProgressLog(mode, total))
-        runs[mode] = {"config": to_jsonable(config), "result": result.to_dict()}
+        label = run_label(config)
+        checkpoint = None
+        if args.checkpoint_dir is not None:
+            args.checkpoint_dir.mkdir(parents=True, exist_ok=True)
+            checkpoint = args.checkpoint_dir / f"{label.replace('/', '_')}.pt"
+        pieces = config.epochs if args.stop_after is None else min(args.stop_after, config.epochs)
+        total = batches_per_epoch(corpus, config) * pieces
+        result = train_lm(config, corpus, ProgressLog(label, total), checkpoint, args.stop_after)
+        runs[label] = {"config": to_jsonable(config), "result": result.to_dict()}
         for e in result.epochs:
             print(
-                f"[{mode}] epoch {e.epoch}: train {e.train_s:.1f} s, train ppl {e.train_ppl:.2f}, "
+                f"[{label}] epoch {e.epoch}: train {e.train_s:.1f} s, train ppl {e.train_ppl:.2f}, "
                 f"valid ppl {e.valid_ppl:.2f}",
                 flush=True,
             )
-        print(f"[{mode}] test ppl {result.test_ppl:.2f}", flush=True)
+        print(f"[{label}] test ppl {result.test_ppl:.2f}", flush=True)
     return runs
 
 
@@ -93,12 +119,10 @@ def compare(runs: dict[str, Any]) -> dict[str, Any]:
 
 
 def print_table(report: dict[str, Any]) -> None:
-    print(
-        f"{'mode':<18} {'s/epoch':>9} {'speedup':>8} {'valid ppl':>10} {'gap':>7} {'test ppl':>9}"
-    )
+    print(f"{'run':<24} {'s/epoch':>9} {'speedup':>8} {'valid ppl':>10} {'gap':>7} {'test ppl':>9}")
     for mode, s in report.get("summary", {}).items():
         print(
-            f"{mode:<18} {s['train_s_per_epoch']:>9.1f} {s['speedup_per_epoch_vs_standard']:>7.3f}x"
+            f"{mode:<24} {s['train_s_per_epoch']:>9.1f} {s['speedup_per_epoch_vs_standard']:>7.3f}x"
             f" {s['final_valid_ppl']:>10.2f} {100 * s['valid_ppl_rel_diff_vs_standard']:>6.2f}%"
             f" {s['test_ppl']:>9.2f}"
         )
@@ -141,6 +165,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-batches", type=int, default=None, help="truncate every epoch")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--input-mask-steps", type=int, default=1, help="structured input set held")
+    parser.add_argument("--decoder-mask-steps", type=int, default=1, help="decoder set held")
+    parser.add_argument("--checkpoint-dir", type=Path, default=None, help="resume/save per run")
+    parser.add_argument("--stop-after", type=int, default=None, help="epochs in this process")
     parser.add_argument("--compare", nargs="+", type=Path, help="merge earlier --json outputs")
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--plot", type=Path, default=None, help="PNG: validation ppl vs time")

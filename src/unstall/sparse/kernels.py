@@ -113,12 +113,18 @@ class DenseProjection:
 class CompactProjection:
     """Structured mask: only the kept units' columns of v and rows of W^T enter the products.
 
+    The products run per *block*: a run of steps that shares one kept set (one step when the
+    mask is fresh every step; the recurrent connection always goes step by step). A block of k
+    steps is one (k*B x kept) @ (kept x out) product after one gather of the kept rows of W^T,
+    so holding a set for several steps turns many small products and gathers into a few large
+    ones.
+
     Single-threaded, the kept rows are gathered and multiplied in chunks of
     :data:`GATHER_CHUNK_BYTES` through one small reused buffer, so a gathered chunk is still in
     cache when the GEMM reads it (gathering a whole step's 8 MB at hidden 1024 writes it out to
     memory and reads it back): 1.46x instead of 1.37x per step at hidden 1024. With more threads
     the small chunk GEMMs split badly across them (0.86x instead of 1.25x with 2 threads), so a
-    step's kept rows are then gathered at once.
+    block's kept rows are then gathered at once.
     """
 
     def __init__(self, weight: Tensor, mask: StructuredMask) -> None:
@@ -132,12 +138,13 @@ class CompactProjection:
         # Reused buffers: gathered rows of W^T, and their weight-gradient rows.
         self.chunk = weight.new_empty(min(most, self.rows_per_chunk), width)
         self.step_grad = torch.empty_like(self.chunk)
-        self.kept_v: list[Tensor | None] = [None] * len(mask.keep)  # v[:, K_t] * scale
+        # v[:, K] * scale of every block (or step), keyed by the block's first step.
+        self.kept_v: dict[int, Tensor] = {}
         self.grad_weight_t: Tensor | None = None
 
-    def _chunks(self, t: int) -> list[tuple[slice, Tensor]]:
-        """(columns of v[:, K_t], unit indices) of each chunk of step t's kept set."""
-        keep, size = self.mask.keep[t], self.rows_per_chunk
+    def _chunks(self, keep: Tensor) -> list[tuple[slice, Tensor]]:
+        """(columns of v[:, K], unit indices) of each chunk of a kept set K."""
+        size = self.rows_per_chunk
         return [
             (slice(start, start + size), keep[start : start + size])
             for start in range(0, keep.numel(), size)
@@ -147,42 +154,54 @@ class CompactProjection:
         return torch.index_select(source, 0, idx, out=self.chunk[: idx.numel()])
 
     def project_all(self, v: Tensor, out: Tensor) -> None:
-        for t in range(v.shape[0]):
-            self.project_step(t, v[t], out[t])
+        width = out.shape[-1]
+        for steps, keep in self.mask.blocks(v.shape[0]):
+            rows = out[steps].view(-1, width)  # out is contiguous: a view, written in place
+            self._project(steps.start, keep, v[steps].reshape(rows.shape[0], -1), rows)
 
     def project_step(self, t: int, v: Tensor, out: Tensor) -> None:
-        vk = v.index_select(1, self.mask.keep[t]).mul_(self.mask.scale)
-        self.kept_v[t] = vk
-        for cols, idx in self._chunks(t):
+        self._project(t, self.mask.at(t), v, out)
+
+    def _project(self, key: int, keep: Tensor, v: Tensor, out: Tensor) -> None:
+        vk = v.index_select(1, keep).mul_(self.mask.scale)
+        self.kept_v[key] = vk
+        for cols, idx in self._chunks(keep):
             out.addmm_(vk[:, cols], self._gather(self.weight_t, idx))
 
     def backward_step(self, t: int, d_out: Tensor) -> Tensor:
-        dv = self._backward_kept(t, d_out, need_input=True)
+        dv = self._backward_kept(t, self.mask.at(t), d_out, need_input=True)
         assert dv is not None
         return dv
 
-    def _backward_kept(self, t: int, d_out: Tensor, need_input: bool) -> Tensor | None:
-        vk = self.kept_v[t]
+    def _backward_kept(
+        self, key: int, keep: Tensor, d_out: Tensor, need_input: bool
+    ) -> Tensor | None:
+        vk = self.kept_v.get(key)
         assert vk is not None, "backward before a forward pass"
         if self.grad_weight_t is None:
             self.grad_weight_t = torch.zeros_like(self.weight_t)
         dvk = d_out.new_zeros(d_out.shape[0], vk.shape[1]) if need_input else None
-        for cols, idx in self._chunks(t):
+        for cols, idx in self._chunks(keep):
             if dvk is not None:
                 dvk[:, cols].addmm_(d_out, self._gather(self.weight_t, idx).t())
-            # Weight gradient of the kept rows only: (kept x B) @ (B x out), added into place.
+            # Weight gradient of the kept rows only: (kept x rows) @ (rows x out), added in place.
             step_grad = torch.mm(vk[:, cols].t(), d_out, out=self.step_grad[: idx.numel()])
             self.grad_weight_t.index_add_(0, idx, step_grad)
         if dvk is None:
             return None
         dv = d_out.new_zeros(d_out.shape[0], self.mask.size)
-        return dv.index_copy_(1, self.mask.keep[t], dvk.mul_(self.mask.scale))
+        return dv.index_copy_(1, keep, dvk.mul_(self.mask.scale))
 
     def backward_all(self, d_out: Tensor, need_input: bool) -> Tensor | None:
-        grads = [self._backward_kept(t, d_out[t], need_input) for t in range(d_out.shape[0])]
-        if not need_input:
-            return None
-        return torch.stack([g for g in grads if g is not None])
+        grads = []
+        for steps, keep in self.mask.blocks(d_out.shape[0]):
+            block = d_out[steps]
+            dv = self._backward_kept(
+                steps.start, keep, block.reshape(-1, block.shape[-1]), need_input
+            )
+            if dv is not None:
+                grads.append(dv.view(*block.shape[:2], -1))
+        return torch.cat(grads) if need_input else None
 
     def grad_weight(self, d_out: Tensor) -> Tensor:
         if self.grad_weight_t is None:

@@ -14,10 +14,12 @@ learning rate divided by 4 whenever validation loss does not improve (the PyTorc
 from __future__ import annotations
 
 import math
+import pickle
 import time
 import zlib
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import torch
 from torch import Tensor, nn
@@ -127,6 +129,10 @@ class LMConfig:
     max_eval_batches: int | None = None  # per evaluation; None = the whole split
     seed: int = 0
     threads: int | None = None
+    # Structured modes: steps that share one dropout set on each LSTM layer's input and on the
+    # decoder's input (1: fresh every step; the recurrent set is always fresh every step).
+    input_mask_steps: int = 1
+    decoder_mask_steps: int = 1
 
     def __post_init__(self) -> None:
         check_mode(self, "mode", self.mode)
@@ -141,6 +147,8 @@ class LMConfig:
             lr=self.lr,
             clip=self.clip,
             epochs=self.epochs,
+            input_mask_steps=self.input_mask_steps,
+            decoder_mask_steps=self.decoder_mask_steps,
         )
         for name in ("max_batches", "max_eval_batches"):
             value = getattr(self, name)
@@ -160,6 +168,7 @@ class WordLM(nn.Module):
         super().__init__()
         hid = config.hidden
         self.mode, self.p = config.mode, config.p
+        self.decoder_mask_steps = config.decoder_mask_steps
         self.mask_gen = named_generator(config.seed, "output-dropout")
         self.embed = nn.Embedding(vocab, hid)
         self.lstm = StructuredDropoutLSTM(
@@ -168,6 +177,7 @@ class WordLM(nn.Module):
             config.layers,
             dropout=config.p,
             mode=config.mode,
+            input_mask_steps=config.input_mask_steps,
             generator=named_generator(config.seed, "lstm-dropout"),
         )
         self.decoder = nn.Linear(hid, vocab)
@@ -185,7 +195,9 @@ class WordLM(nn.Module):
         mask = None
         if self.training:
             steps, batch, hid = out.shape
-            mask = sample_mask(self.mode, steps, batch, hid, self.p, self.mask_gen)
+            mask = sample_mask(
+                self.mode, steps, batch, hid, self.p, self.mask_gen, self.decoder_mask_steps
+            )
             mask = mask_to(mask, out.device, out.dtype)
         return masked_linear(out, self.decoder.weight, self.decoder.bias, mask), state
 
@@ -284,50 +296,134 @@ def batches_per_epoch(corpus: Corpus, config: LMConfig) -> int:
     return full if config.max_batches is None else min(full, config.max_batches)
 
 
-def train_lm(
-    config: LMConfig, corpus: Corpus, advance: Callable[[int], None] | None = None
-) -> LMTrainResult:
-    """Train for ``config.epochs`` epochs; time each epoch's training; evaluate valid and test."""
-    if config.threads is not None:
-        torch.set_num_threads(config.threads)
-    train = batchify(corpus.train, config.batch)
-    valid = batchify(corpus.valid, config.eval_batch)
-    test = batchify(corpus.test, config.eval_batch)
-    model = WordLM(corpus.vocab_size, config)
-    lr = config.lr
-    optimizer = torch.optim.SGD(model.parameters(), lr=lr)
-    records: list[EpochRecord] = []
-    best_valid = math.inf
-    for epoch in range(1, config.epochs + 1):
+class LMTrainer:
+    """A training run that can stop after any epoch and resume from a checkpoint file.
+
+    A checkpoint holds the model, the optimizer, the learning-rate schedule's state, the records
+    so far and the dropout generators' states, so a run split over several processes draws the
+    same masks and reaches the same weights as one uninterrupted run.
+    """
+
+    def __init__(self, config: LMConfig, corpus: Corpus) -> None:
+        if config.threads is not None:
+            torch.set_num_threads(config.threads)
+        self.config, self.corpus = config, corpus
+        self.train = batchify(corpus.train, config.batch)
+        self.valid = batchify(corpus.valid, config.eval_batch)
+        self.test = batchify(corpus.test, config.eval_batch)
+        self.model = WordLM(corpus.vocab_size, config)
+        self.lr = config.lr
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=self.lr)
+        self.records: list[EpochRecord] = []
+        self.best_valid = math.inf
+
+    @property
+    def done(self) -> bool:
+        return len(self.records) >= self.config.epochs
+
+    def run_epoch(self, advance: Callable[[int], None] | None = None) -> EpochRecord:
+        """Train one epoch (timed), evaluate on valid, anneal the learning rate."""
+        config = self.config
         start = time.perf_counter()
-        loss, tokens = train_epoch(model, train, config, optimizer, advance)
+        loss, tokens = train_epoch(self.model, self.train, config, self.optimizer, advance)
         seconds = time.perf_counter() - start
-        valid_ppl = evaluate(model, valid, config.bptt, config.max_eval_batches)
-        records.append(
-            EpochRecord(
-                epoch=epoch,
-                train_s=seconds,
-                tokens_per_s=tokens / seconds,
-                train_ppl=math.exp(loss),
-                valid_ppl=valid_ppl,
-                lr=lr,
-            )
+        valid_ppl = evaluate(self.model, self.valid, config.bptt, config.max_eval_batches)
+        record = EpochRecord(
+            epoch=len(self.records) + 1,
+            train_s=seconds,
+            tokens_per_s=tokens / seconds,
+            train_ppl=math.exp(loss),
+            valid_ppl=valid_ppl,
+            lr=self.lr,
         )
-        if valid_ppl >= best_valid:
-            lr /= 4.0
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-        best_valid = min(best_valid, valid_ppl)
-    return LMTrainResult(
-        mode=config.mode,
-        p=config.p,
-        hidden=config.hidden,
-        layers=config.layers,
-        batch=config.batch,
-        bptt=config.bptt,
-        vocab=corpus.vocab_size,
-        train_tokens=int(corpus.train.numel()),
-        threads=torch.get_num_threads(),
-        epochs=records,
-        test_ppl=evaluate(model, test, config.bptt, config.max_eval_batches),
-    )
+        self.records.append(record)
+        if valid_ppl >= self.best_valid:
+            self.lr /= 4.0
+            for group in self.optimizer.param_groups:
+                group["lr"] = self.lr
+        self.best_valid = min(self.best_valid, valid_ppl)
+        return record
+
+    def result(self, with_test: bool = True) -> LMTrainResult:
+        """The run so far; the test perplexity only when ``with_test`` (it costs an evaluation)."""
+        config = self.config
+        test_ppl = math.nan
+        if with_test:
+            test_ppl = evaluate(self.model, self.test, config.bptt, config.max_eval_batches)
+        return LMTrainResult(
+            mode=config.mode,
+            p=config.p,
+            hidden=config.hidden,
+            layers=config.layers,
+            batch=config.batch,
+            bptt=config.bptt,
+            vocab=self.corpus.vocab_size,
+            train_tokens=int(self.corpus.train.numel()),
+            threads=torch.get_num_threads(),
+            epochs=list(self.records),
+            test_ppl=test_ppl,
+        )
+
+    def save(self, path: Path) -> None:
+        """Write a checkpoint (atomically: a crash mid-write leaves the previous one)."""
+        model = self.model
+        state = {
+            "config": asdict(self.config),
+            "model": model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "lr": self.lr,
+            "best_valid": self.best_valid,
+            "records": [asdict(r) for r in self.records],
+            "generators": [g.get_state() for g in (model.mask_gen, model.lstm.generator)],
+        }
+        partial = path.with_name(path.name + ".partial")
+        torch.save(state, partial)
+        partial.replace(path)
+
+    def load(self, path: Path) -> None:
+        """Continue from a checkpoint of the same run (every config field but epochs, threads)."""
+        try:
+            state = torch.load(path, weights_only=True)
+        except (OSError, RuntimeError, EOFError, pickle.UnpicklingError) as exc:
+            raise DataFileError(str(path), f"not a readable checkpoint: {exc}") from exc
+        mine = asdict(self.config)
+        for name, value in state["config"].items():
+            if name not in ("epochs", "threads") and mine.get(name) != value:
+                raise DataFileError(
+                    str(path), f"checkpoint has {name}={value!r}, run has {mine.get(name)!r}",
+                    field=name,
+                )  # fmt: skip
+        model = self.model
+        model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.lr, self.best_valid = float(state["lr"]), float(state["best_valid"])
+        self.records = [EpochRecord(**r) for r in state["records"]]
+        for gen, gen_state in zip(
+            (model.mask_gen, model.lstm.generator), state["generators"], strict=True
+        ):
+            gen.set_state(gen_state)
+
+
+def train_lm(
+    config: LMConfig,
+    corpus: Corpus,
+    advance: Callable[[int], None] | None = None,
+    checkpoint: Path | None = None,
+    stop_after: int | None = None,
+) -> LMTrainResult:
+    """Train for ``config.epochs`` epochs; time each epoch's training; evaluate valid and test.
+
+    With ``checkpoint``, resume from that file when it exists and save to it after every epoch;
+    ``stop_after`` ends this call after that many more epochs (the test perplexity is then only
+    evaluated once the last epoch is done, and is NaN before).
+    """
+    trainer = LMTrainer(config, corpus)
+    if checkpoint is not None and checkpoint.exists():
+        trainer.load(checkpoint)
+    ran = 0
+    while not trainer.done and (stop_after is None or ran < stop_after):
+        trainer.run_epoch(advance)
+        ran += 1
+        if checkpoint is not None:
+            trainer.save(checkpoint)
+    return trainer.result(with_test=trainer.done)

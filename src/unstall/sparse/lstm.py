@@ -9,9 +9,11 @@ Where dropout acts (each layer, each step t):
 
 With ``mode="structured"`` the batch shares the dropped units at each step (a fresh set every
 step), so the gate products only see the kept units and shrink in forward and backward (see
-:mod:`unstall.sparse.kernels`). ``standard`` (elementwise) and ``locked`` (one mask per sample for
-the whole sequence) run the same loop with full-size products. In eval mode, or at p = 0, nothing
-is dropped and the result equals nn.LSTM with the same weights.
+:mod:`unstall.sparse.kernels`). ``input_mask_steps=k`` holds each input set for k steps, so the
+input connection (which does not depend on the recurrence) is one large product per k steps on
+the kept columns; the recurrent set stays fresh every step. ``standard`` (elementwise) and
+``locked`` (one mask per sample for the whole sequence) run the same loop with full-size products.
+In eval mode, or at p = 0, nothing is dropped and the result equals nn.LSTM with the same weights.
 """
 
 from __future__ import annotations
@@ -37,11 +39,13 @@ class LSTMDropoutConfig:
     mode: str = "structured"
     dropout: float = 0.0
     recurrent_dropout: float = 0.0
+    input_mask_steps: int = 1  # steps that share one input-dropout set (structured modes)
 
     def __post_init__(self) -> None:
         check_mode(self, "mode", self.mode)
         check_dropout(self, "dropout", self.dropout)
         check_dropout(self, "recurrent_dropout", self.recurrent_dropout)
+        check_positive(self, input_mask_steps=self.input_mask_steps)
 
 
 class StructuredDropoutLSTM(nn.Module):
@@ -67,6 +71,7 @@ class StructuredDropoutLSTM(nn.Module):
         *,
         mode: str = "structured",
         recurrent_dropout: float | None = None,
+        input_mask_steps: int = 1,
         generator: torch.Generator | None = None,
     ) -> None:
         super().__init__()
@@ -76,6 +81,7 @@ class StructuredDropoutLSTM(nn.Module):
             mode=mode,
             dropout=float(dropout),
             recurrent_dropout=float(dropout if recurrent_dropout is None else recurrent_dropout),
+            input_mask_steps=input_mask_steps,
         )
         self.input_size = input_size
         self.hidden_size = hidden_size
@@ -134,7 +140,15 @@ class StructuredDropoutLSTM(nn.Module):
         cfg, gen = self.config, self.generator
         return tuple(
             LayerMasks(
-                input=sample_mask(cfg.mode, steps, batch, self._width(layer), cfg.dropout, gen),
+                input=sample_mask(
+                    cfg.mode,
+                    steps,
+                    batch,
+                    self._width(layer),
+                    cfg.dropout,
+                    gen,
+                    steps_per_set=cfg.input_mask_steps,
+                ),
                 recurrent=sample_mask(
                     cfg.mode, steps, batch, self.hidden_size, cfg.recurrent_dropout, gen
                 ),
@@ -226,5 +240,5 @@ class StructuredDropoutLSTM(nn.Module):
         return (
             f"{self.input_size}, {self.hidden_size}, num_layers={self.num_layers}, "
             f"batch_first={self.batch_first}, mode={cfg.mode!r}, dropout={cfg.dropout}, "
-            f"recurrent_dropout={cfg.recurrent_dropout}"
+            f"recurrent_dropout={cfg.recurrent_dropout}, input_mask_steps={cfg.input_mask_steps}"
         )

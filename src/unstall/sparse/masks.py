@@ -13,6 +13,11 @@ ones a forward pass used, and lets the structured kernels know every kept-unit s
   permutation drawn once per sequence (see :class:`WindowMask`): the same per-step and per-unit
   statistics, and the kept weight rows are contiguous, so nothing is gathered per step.
 
+In the structured modes a set can be held for ``steps_per_set`` consecutive steps (1: fresh every
+step). A connection that does not depend on the recurrence (a layer's input, the decoder) then
+multiplies ``steps_per_set`` steps of kept columns at once: one large product on the kept units
+instead of one small product and one weight gather per step. The elementwise modes ignore it.
+
 Dense masks hold the already-scaled values (0 or 1/(1-p)); structured masks hold the sorted indices
 of the kept units per step and the scale.
 """
@@ -48,24 +53,46 @@ class DenseMask:
 
 @dataclass(frozen=True)
 class StructuredMask:
-    """Per step, the sorted indices of the kept units (shared by the batch); the 1/(1-p) scale."""
+    """Sorted indices of the kept units (shared by the batch), one set per ``steps_per_set``
+    consecutive steps (1: a fresh set every step); the 1/(1-p) scale."""
 
     keep: tuple[Tensor, ...]
     size: int
     scale: float
+    steps_per_set: int = 1
+
+    def __post_init__(self) -> None:
+        check(self.steps_per_set >= 1, self, "steps_per_set", "must be >= 1")
+
+    def at(self, step: int) -> Tensor:
+        """The kept units of ``step``."""
+        return self.keep[step // self.steps_per_set]
+
+    def blocks(self, steps: int) -> list[tuple[slice, Tensor]]:
+        """(steps, kept units) of each run of consecutive steps that shares one kept set."""
+        self._check_steps(steps)
+        k = self.steps_per_set
+        return [(slice(s, min(s + k, steps)), self.keep[s // k]) for s in range(0, steps, k)]
+
+    def _check_steps(self, steps: int) -> None:
+        need = -(-steps // self.steps_per_set)
+        check(len(self.keep) == need, self, "keep", f"has {len(self.keep)} sets, need {need}")
 
     def dense(self, steps: int, batch: int) -> Tensor:
         """The equivalent (T, B, N) elementwise mask, for the dense reference."""
-        check(len(self.keep) == steps, self, "keep", f"has {len(self.keep)} steps, need {steps}")
+        self._check_steps(steps)
         out = torch.zeros(steps, self.size, dtype=torch.float64)
-        for t, idx in enumerate(self.keep):
-            out[t, idx.cpu()] = self.scale
+        for t in range(steps):
+            out[t, self.at(t).cpu()] = self.scale
         return out.unsqueeze(1).expand(steps, batch, self.size)
 
     def to(self, device: torch.device) -> StructuredMask:
         """The same mask with its index tensors on ``device``."""
         return StructuredMask(
-            keep=tuple(k.to(device) for k in self.keep), size=self.size, scale=self.scale
+            keep=tuple(k.to(device) for k in self.keep),
+            size=self.size,
+            scale=self.scale,
+            steps_per_set=self.steps_per_set,
         )
 
 
@@ -120,36 +147,51 @@ class LayerMasks:
     recurrent: Mask
 
 
+@dataclass(frozen=True)
+class MaskShape:
+    """What a sampler draws for: ``steps`` x ``batch`` x ``size`` units, a set held for
+    ``steps_per_set`` steps (structured modes only)."""
+
+    steps: int
+    batch: int
+    size: int
+    steps_per_set: int = 1
+
+    @property
+    def sets(self) -> int:
+        return -(-self.steps // self.steps_per_set)
+
+
 MaskSampler: TypeAlias = Callable[
-    [int, int, int, float, torch.Generator], DenseMask | StructuredMask | WindowMask
+    [MaskShape, float, torch.Generator], DenseMask | StructuredMask | WindowMask
 ]
 
 
-def _standard(steps: int, batch: int, size: int, p: float, gen: torch.Generator) -> DenseMask:
-    kept = torch.rand(steps, batch, size, generator=gen, device=gen.device) >= p
+def _standard(shape: MaskShape, p: float, gen: torch.Generator) -> DenseMask:
+    kept = torch.rand(shape.steps, shape.batch, shape.size, generator=gen, device=gen.device) >= p
     return DenseMask(kept.to(torch.get_default_dtype()) / (1.0 - p))
 
 
-def _locked(steps: int, batch: int, size: int, p: float, gen: torch.Generator) -> DenseMask:
-    kept = torch.rand(1, batch, size, generator=gen, device=gen.device) >= p
+def _locked(shape: MaskShape, p: float, gen: torch.Generator) -> DenseMask:
+    kept = torch.rand(1, shape.batch, shape.size, generator=gen, device=gen.device) >= p
     return DenseMask(kept.to(torch.get_default_dtype()) / (1.0 - p))
 
 
-def _structured(
-    steps: int, batch: int, size: int, p: float, gen: torch.Generator
-) -> StructuredMask:
-    kept = torch.rand(steps, size, generator=gen, device=gen.device) >= p
+def _structured(shape: MaskShape, p: float, gen: torch.Generator) -> StructuredMask:
+    kept = torch.rand(shape.sets, shape.size, generator=gen, device=gen.device) >= p
     keep = tuple(row.nonzero().squeeze(1) for row in kept)
-    return StructuredMask(keep=keep, size=size, scale=1.0 / (1.0 - p))
+    return StructuredMask(
+        keep=keep, size=shape.size, scale=1.0 / (1.0 - p), steps_per_set=shape.steps_per_set
+    )
 
 
-def _window(steps: int, batch: int, size: int, p: float, gen: torch.Generator) -> WindowMask:
+def _window(shape: MaskShape, p: float, gen: torch.Generator) -> WindowMask:
+    size = shape.size
     kept = max(1, round((1.0 - p) * size))  # the drop rate is 1 - kept/size, p rounded to units
     perm = torch.randperm(size, generator=gen, device=gen.device)
-    offsets = torch.randint(size, (steps,), generator=gen, device=gen.device)
-    return WindowMask(
-        perm=perm, offsets=tuple(int(o) for o in offsets), kept=kept, scale=size / kept
-    )
+    drawn = torch.randint(size, (shape.sets,), generator=gen, device=gen.device).tolist()
+    offsets = tuple(int(drawn[t // shape.steps_per_set]) for t in range(shape.steps))
+    return WindowMask(perm=perm, offsets=offsets, kept=kept, scale=size / kept)
 
 
 MASK_SAMPLERS: dict[str, MaskSampler] = {
@@ -173,14 +215,24 @@ def check_mode(owner: object, field: str, mode: str) -> None:
 
 
 def sample_mask(
-    mode: str, steps: int, batch: int, size: int, p: float, generator: torch.Generator
+    mode: str,
+    steps: int,
+    batch: int,
+    size: int,
+    p: float,
+    generator: torch.Generator,
+    steps_per_set: int = 1,
 ) -> Mask:
-    """Draw the mask of one connection for ``steps`` steps; ``None`` when nothing is dropped."""
+    """Draw the mask of one connection for ``steps`` steps; ``None`` when nothing is dropped.
+
+    In the structured modes one kept set serves ``steps_per_set`` consecutive steps.
+    """
     check_mode("sample_mask", "mode", mode)
     check_dropout("sample_mask", "p", p)
+    check(steps_per_set >= 1, "sample_mask", "steps_per_set", f"must be >= 1, got {steps_per_set}")
     if p == 0.0:
         return None
-    return MASK_SAMPLERS[mode](steps, batch, size, p, generator)
+    return MASK_SAMPLERS[mode](MaskShape(steps, batch, size, steps_per_set), p, generator)
 
 
 def mask_to(mask: Mask, device: torch.device, dtype: torch.dtype) -> Mask:
