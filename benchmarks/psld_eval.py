@@ -394,6 +394,24 @@ def report(rows: Sequence[Row], plot: Path | None, plot_model: str | None) -> No
             print(f"wrote {plot}")
 
 
+def merge_rows(files: Sequence[Path]) -> list[Row]:
+    """The rows of saved runs; a run of a (model, scenario, strategy, repeat) in a later file
+    replaces the same from an earlier one (a cell run again)."""
+    merged: dict[tuple[str, str, str, int], Row] = {}
+    for f in files:
+        replaced: dict[str, int] = {}
+        for r in json.loads(f.read_text())["rows"]:
+            key = (r["model"], r["scenario"], r["strategy"], int(r["repeat"]))
+            if key in merged:
+                cell = f"{key[0]} {key[1]}"
+                replaced[cell] = replaced.get(cell, 0) + 1
+            merged[key] = r
+        if replaced:
+            done = ", ".join(f"{cell} ({n})" for cell, n in replaced.items())
+            print(f"{f.name} replaces earlier runs of: {done}")
+    return list(merged.values())
+
+
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser()
     p.add_argument("--scenarios", default="none,bandwidth,interference,imbalance,dynamic,mixed")
@@ -416,8 +434,7 @@ def parse_args() -> argparse.Namespace:
 def main() -> None:
     a = parse_args()
     if a.from_json:
-        rows = [r for f in a.from_json for r in json.loads(f.read_text())["rows"]]
-        report(rows, a.plot, a.plot_model)
+        report(merge_rows(a.from_json), a.plot, a.plot_model)
         return
     links: dict[str, float] = {}
     if a.links:
