@@ -107,6 +107,7 @@ def compare(runs: dict[str, Any]) -> dict[str, Any]:
         mean_s = sum(e["train_s"] for e in res["epochs"]) / len(res["epochs"])
         ppl = res["epochs"][-1]["valid_ppl"]
         summary[mode] = {
+            "epochs": len(res["epochs"]),  # compare perplexities only after the same epochs
             "train_s_per_epoch": mean_s,
             "speedup_per_epoch_vs_standard": base_s / mean_s,
             "final_valid_ppl": ppl,
@@ -119,12 +120,16 @@ def compare(runs: dict[str, Any]) -> dict[str, Any]:
 
 
 def print_table(report: dict[str, Any]) -> None:
-    print(f"{'run':<24} {'s/epoch':>9} {'speedup':>8} {'valid ppl':>10} {'gap':>7} {'test ppl':>9}")
+    print(
+        f"{'run':<24} {'epochs':>6} {'s/epoch':>9} {'speedup':>8} {'valid ppl':>10} {'gap':>7}"
+        f" {'test ppl':>9}"
+    )
     for mode, s in report.get("summary", {}).items():
+        test = "-" if s["test_ppl"] is None else f"{s['test_ppl']:.2f}"  # None: not the last epoch
         print(
-            f"{mode:<24} {s['train_s_per_epoch']:>9.1f} {s['speedup_per_epoch_vs_standard']:>7.3f}x"
-            f" {s['final_valid_ppl']:>10.2f} {100 * s['valid_ppl_rel_diff_vs_standard']:>6.2f}%"
-            f" {s['test_ppl']:>9.2f}"
+            f"{mode:<24} {s['epochs']:>6} {s['train_s_per_epoch']:>9.1f}"
+            f" {s['speedup_per_epoch_vs_standard']:>7.3f}x {s['final_valid_ppl']:>10.2f}"
+            f" {100 * s['valid_ppl_rel_diff_vs_standard']:>6.2f}% {test:>9}"
         )
 
 
