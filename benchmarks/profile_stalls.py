@@ -1,13 +1,15 @@
 """Stall profiler benchmarks: a real DDP run's breakdown, the 4x-slower-link check, the
 profiler's own overhead, and the comm-stall model's depth sweep and fit.
 
-Each subcommand is one timed piece (run each under the shared lock, normal priority)::
+Each subcommand but ``fit`` is one timed piece (run each alone on the machine, or under a
+shared lock at high priority); ``fit`` only computes, on saved points::
 
     .venv/bin/python benchmarks/profile_stalls.py breakdown [--repeats 3] [--json OUT]
     .venv/bin/python benchmarks/profile_stalls.py link [--json OUT]
     .venv/bin/python benchmarks/profile_stalls.py overhead [--repeats 11] [--json OUT]
     .venv/bin/python benchmarks/profile_stalls.py sweep --points PTS [--variant V ...]
-    .venv/bin/python benchmarks/profile_stalls.py fit --points PTS [--cv model|variant] [--json OUT]
+    .venv/bin/python benchmarks/profile_stalls.py fit --points PTS [--variant V ...]
+        [--cv model|variant] [--json OUT]
 
 1. ``breakdown``: ResNet-18 at 32x32, batch 8 per worker, 2 gloo workers on 127.0.0.1, a PNG
    dataset written to a temp dir (cold and warm passes, pre-decoded cache), an emulated link of
@@ -215,14 +217,14 @@ def sweep(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def fit(args: argparse.Namespace) -> dict[str, Any]:
-    """Fit every candidate on the saved sweep points (no measuring), pick one by
-    cross-validation (``--cv``), and predict the held-out variant with each."""
+    """Fit every candidate on the saved sweep points (``--variant``s, default the whole sweep;
+    no measuring), pick one by cross-validation (``--cv``), and predict the held-out variant."""
     points = load_points(args.points)
-    sweep_variants = [v for v in DEFAULT_SWEEP if v in points]
+    sweep_variants = [v for v in args.variant or DEFAULT_SWEEP if v in points]
     if DEFAULT_HELD_OUT not in points or len(sweep_variants) < 3:
         raise SystemExit(f"{args.points}: too few points; run the sweep subcommand first")
     results: dict[str, Any] = {"sweep": sweep_variants, "held_out": DEFAULT_HELD_OUT}
-    results["not_measured"] = [v for v in DEFAULT_SWEEP if v not in points]
+    results["not_measured"] = [v for v in args.variant or DEFAULT_SWEEP if v not in points]
     results["cv"] = args.cv
     print(f"sweep {sweep_variants}; not measured {results['not_measured']}")
     held = points[DEFAULT_HELD_OUT]

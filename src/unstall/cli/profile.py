@@ -89,7 +89,9 @@ def run(
     launch it with torchrun on every host; it then joins torchrun's group, takes the workers
     from WORLD_SIZE and the hosts from WORLD_SIZE / LOCAL_WORLD_SIZE, and the network stall is
     the real network's (local run: DDP within each host; network run: DDP across the hosts).
-    Only rank 0 prints and writes files. E.g. on each of 2 hosts (NODE_RANK 0 and 1):
+    Only rank 0 prints and writes files. Where gloo (or NCCL) picks the wrong network
+    interface, set GLOO_SOCKET_IFNAME (NCCL_SOCKET_IFNAME) on every host. E.g. on each of 2
+    hosts (NODE_RANK 0 and 1):
 
     torchrun --nnodes 2 --nproc-per-node 1 --node-rank NODE_RANK --master-addr HOST0
     --master-port 29500 -m unstall profile run --model resnet50 --json r.json
