@@ -35,6 +35,9 @@ from unstall.sparse.masks import DenseMask, LayerMasks, Mask, StructuredMask, Wi
 # Bytes of W^T rows the structured projection gathers at once (128 rows at hidden 1024): small
 # enough to be read back from cache by the GEMM that follows the gather.
 GATHER_CHUNK_BYTES = 2 << 20
+# Largest product output (bytes) computed chunk by chunk: each chunk's product re-reads and
+# re-writes the output, so beyond a cache-sized output the chunks cost more than they save.
+CHUNKED_OUTPUT_BYTES = 2 << 20
 
 
 class Projection(Protocol):
@@ -124,7 +127,9 @@ class CompactProjection:
     cache when the GEMM reads it (gathering a whole step's 8 MB at hidden 1024 writes it out to
     memory and reads it back): 1.46x instead of 1.37x per step at hidden 1024. With more threads
     the small chunk GEMMs split badly across them (0.86x instead of 1.25x with 2 threads), so a
-    block's kept rows are then gathered at once.
+    block's kept rows are then gathered at once. Chunks also stop paying when a product's output
+    is larger than a chunk (a held block, or the decoder's 10k-word rows): every chunk's product
+    re-reads and re-writes the whole output, which then costs more than the gather saved.
     """
 
     def __init__(self, weight: Tensor, mask: StructuredMask) -> None:
@@ -133,18 +138,22 @@ class CompactProjection:
         width = self.weight_t.shape[1]
         most = max([1, *(int(k.numel()) for k in mask.keep)])
         self.rows_per_chunk = most
+        self.chunked_out_bytes = 0  # outputs up to this size are computed in chunks
         if torch.get_num_threads() == 1:
             self.rows_per_chunk = max(16, GATHER_CHUNK_BYTES // (width * weight.element_size()))
+            self.chunked_out_bytes = CHUNKED_OUTPUT_BYTES
         # Reused buffers: gathered rows of W^T, and their weight-gradient rows.
-        self.chunk = weight.new_empty(min(most, self.rows_per_chunk), width)
+        self.chunk = weight.new_empty(most, width)
         self.step_grad = torch.empty_like(self.chunk)
         # v[:, K] * scale of every block (or step), keyed by the block's first step.
         self.kept_v: dict[int, Tensor] = {}
         self.grad_weight_t: Tensor | None = None
 
-    def _chunks(self, keep: Tensor) -> list[tuple[slice, Tensor]]:
-        """(columns of v[:, K], unit indices) of each chunk of a kept set K."""
-        size = self.rows_per_chunk
+    def _chunks(self, keep: Tensor, out: Tensor) -> list[tuple[slice, Tensor]]:
+        """(columns of v[:, K], unit indices) of each chunk of a kept set K for output ``out``."""
+        size = max(1, int(keep.numel()))
+        if out.numel() * out.element_size() <= self.chunked_out_bytes:
+            size = self.rows_per_chunk
         return [
             (slice(start, start + size), keep[start : start + size])
             for start in range(0, keep.numel(), size)
@@ -165,7 +174,7 @@ class CompactProjection:
     def _project(self, key: int, keep: Tensor, v: Tensor, out: Tensor) -> None:
         vk = v.index_select(1, keep).mul_(self.mask.scale)
         self.kept_v[key] = vk
-        for cols, idx in self._chunks(keep):
+        for cols, idx in self._chunks(keep, out):
             out.addmm_(vk[:, cols], self._gather(self.weight_t, idx))
 
     def backward_step(self, t: int, d_out: Tensor) -> Tensor:
@@ -181,7 +190,7 @@ class CompactProjection:
         if self.grad_weight_t is None:
             self.grad_weight_t = torch.zeros_like(self.weight_t)
         dvk = d_out.new_zeros(d_out.shape[0], vk.shape[1]) if need_input else None
-        for cols, idx in self._chunks(keep):
+        for cols, idx in self._chunks(keep, d_out):
             if dvk is not None:
                 dvk[:, cols].addmm_(d_out, self._gather(self.weight_t, idx).t())
             # Weight gradient of the kept rows only: (kept x rows) @ (rows x out), added in place.
