@@ -49,10 +49,14 @@ def test_lstm_train_on_penn_treebank_tiny(tmp_path: Path) -> None:
     out = tmp_path / "train.json"
     args = ["sparse", "lstm-train", "--mode", "structured", "--p", "0.3", "--hidden", "8",
             "--layers", "1", "--batch", "16", "--max-batches", "2", "--max-eval-batches", "2",
-            "--threads", "1", "--json", str(out)]  # fmt: skip
+            "--threads", "1", "--input-mask-steps", "5", "--decoder-mask-steps", "35",
+            "--checkpoint", str(tmp_path / "run.pt"), "--json", str(out)]  # fmt: skip
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     assert "test perplexity" in result.output and "truncated run" in result.output
+    assert (tmp_path / "run.pt").is_file()
+    config = json.loads(out.with_name("train.config.json").read_text())["config"]
+    assert (config["input_mask_steps"], config["decoder_mask_steps"]) == (5, 35)
     data = json.loads(out.read_text())
     assert data["vocab"] == 10_000 and data["train_tokens"] == 929_589
     (epoch,) = data["epochs"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -59,6 +60,25 @@ def lstm_train(
     ] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the run.")] = 0,
     threads: ThreadsOpt = None,
+    input_mask_steps: Annotated[
+        int,
+        typer.Option(
+            "--input-mask-steps",
+            help="Structured modes: steps that share one dropout set on each layer's input "
+            "(1: fresh every step; more: one large product per block).",
+        ),
+    ] = 1,
+    decoder_mask_steps: Annotated[
+        int,
+        typer.Option(
+            "--decoder-mask-steps",
+            help="Structured modes: steps that share one dropout set on the decoder's input.",
+        ),
+    ] = 1,
+    checkpoint: Annotated[
+        Path | None,
+        typer.Option("--checkpoint", help="Resume from this file if it exists; save every epoch."),
+    ] = None,
     json_path: JsonOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
@@ -79,11 +99,13 @@ def lstm_train(
         max_eval_batches=max_eval_batches,
         seed=seed,
         threads=threads,
+        input_mask_steps=input_mask_steps,
+        decoder_mask_steps=decoder_mask_steps,
     )
     corpus = load_ptb()
     total = batches_per_epoch(corpus, config) * epochs
     with progress_bar(f"PTB {mode} p={p}", total, quiet) as advance:
-        result = train_lm(config, corpus, advance)
+        result = train_lm(config, corpus, advance, checkpoint=checkpoint)
     rows = [
         [e.epoch, e.train_s, e.tokens_per_s, e.train_ppl, e.valid_ppl, e.lr] for e in result.epochs
     ]
