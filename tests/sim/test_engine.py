@@ -1,7 +1,7 @@
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import pytest
 
@@ -68,7 +68,15 @@ class Scripted:
         self.seen.clear()
 
     def decide(self, snapshot: ClusterSnapshot, rng: random.Random) -> Decision:
-        self.seen.append(snapshot)
+        # The engine's collections are valid for this round only: keep copies.
+        self.seen.append(
+            replace(
+                snapshot,
+                queued=tuple(snapshot.queued),
+                running=tuple(snapshot.running),
+                spread_running=tuple(snapshot.spread_running),
+            )
+        )
         return self.script.get(len(self.seen) - 1, Decision())
 
 
@@ -175,3 +183,23 @@ def test_snapshot_reports_finished_jobs_once_and_the_spread_ones() -> None:
     assert second.spread_jobs_by_node == (1, 1)
     third = policy.seen[2]  # c arrives at t=5: nothing new has finished
     assert third.finished == ()
+
+
+def test_a_snapshot_kept_past_its_round_refuses_to_be_read() -> None:
+    @dataclass
+    class Keeper(Fifo):
+        kept: list[ClusterSnapshot] = field(default_factory=list)
+
+        def decide(self, snapshot: ClusterSnapshot, rng: random.Random) -> Decision:
+            assert len(snapshot.queued) <= 1  # readable during the round
+            self.kept.append(snapshot)
+            return super().decide(snapshot, rng)
+
+    keeper = Keeper()
+    layout = ClusterLayout.regular(racks=1, nodes_per_rack=1, gpus_per_node=4)
+    run(layout, [("a", 0.0, 1, 10.0)], keeper)
+    first = keeper.kept[0]
+    with pytest.raises(SimInvariantError, match=r"snapshot\.queued was read after its round"):
+        list(first.queued)
+    with pytest.raises(SimInvariantError, match=r"snapshot\.running was read after its round"):
+        len(first.running)

@@ -97,3 +97,33 @@ def test_best_fit_on_one_node_is_the_fewest_free_that_hold_the_job(free: list[in
     fits = [(k, node) for node, k in enumerate(free) if k >= n]
     expected = ((min(fits)[1], n),) if fits else None
     assert pl.on_one_node(free, n) == expected
+
+
+_ONE_RUN = """
+import sys
+from unstall.sim.run import SimConfig, run_simulation
+from unstall.traces import SyntheticTraceConfig, generate
+trace = generate(SyntheticTraceConfig(jobs=800, seed=3, load=0.9, cluster_gpus=64,
+                                      multi_gpu_share=0.5, max_gpus=16))
+run = run_simulation(trace, SimConfig(policy="first-fit", cluster="small", congestion="high"))
+sys.stdout.write(run.jobs[["finish_s", "comm_overhead_s"]].to_csv(float_format="%.17g"))
+"""
+
+
+def test_a_seed_gives_the_same_bits_whatever_the_string_hashing() -> None:
+    # Link ids hold strings, whose hashes change per process unless PYTHONHASHSEED is fixed.
+    # Before the sharing step searched its links in a fixed order, hash seeds 1 and 3 gave
+    # finish times that differed in the last bits on this trace.
+    import os
+    import subprocess
+    import sys
+
+    outputs = []
+    for hash_seed in ("1", "3"):
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed}
+        done = subprocess.run(
+            [sys.executable, "-c", _ONE_RUN], env=env, capture_output=True, text=True, check=True
+        )
+        outputs.append(done.stdout)
+    assert outputs[0].count("\n") > 250
+    assert outputs[0] == outputs[1]

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import random
 from array import array
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from unstall.sched.base import (
@@ -101,6 +101,7 @@ class Engine:
         self._telemetry_last: dict[str, float] = {}
         self._finished_since_round: list[JobView] = []
         self.spread_running: set[int] = set()  # running jobs placed over several nodes
+        self.spread_views = _SpreadViews(self.spread_running, self.running_views)
         # Per running job on shared links: its iteration time as a function of its share.
         self._timing: dict[int, Callable[[float], float]] = {}
         self._unplanned: set[int] = set()  # placed on links, finish not planned yet
@@ -199,8 +200,10 @@ class Engine:
     def _round(self, now: float, fired: tuple[str, ...]) -> None:
         self.rounds += 1
         # Views change only when their job does; the state changes keep them up to date.
-        queued = tuple(self.queued_views.values())
-        running = tuple(self.running_views.values())
+        # Live views, not copies (see ClusterSnapshot), valid until ``decide`` returns.
+        queued = RoundView(self.queued_views.values(), "queued")
+        running = RoundView(self.running_views.values(), "running")
+        spread = RoundView(self.spread_views, "spread_running")
         snapshot = ClusterSnapshot(
             now=now,
             layout=self.layout,
@@ -210,12 +213,16 @@ class Engine:
             running=running,
             congestion=self.net.congestion,
             spread_jobs_by_node=tuple(self.cluster.spread_by_node),
-            spread_running=tuple(map(self.running_views.__getitem__, self.spread_running)),
+            spread_running=spread,
             finished=tuple(self._finished_since_round),
             fired_timers=fired,
         )
         self._finished_since_round.clear()
-        decision = self.policy.decide(snapshot, self.rng)
+        try:
+            decision = self.policy.decide(snapshot, self.rng)
+        finally:
+            for view in (queued, running, spread):
+                view.expire()
         self._apply(decision, now)
 
     def _apply(self, decision: Decision, now: float) -> None:
@@ -375,6 +382,61 @@ class Engine:
         tl.busy_gpus.append(self.cluster.used_gpus)
         tl.queued.append(len(self.queued))
         tl.congestion.append(self.net.congestion)
+
+
+class RoundView(Collection[JobView]):
+    """A live collection of views that a policy may read during one round only.
+
+    Passing the engine's own collections instead of copies saves a copy of every running job
+    per round; once ``decide`` returns they change, so reading one later raises instead of
+    silently showing another instant.
+    """
+
+    __slots__ = ("_live", "_name")
+
+    def __init__(self, live: Collection[JobView], name: str) -> None:
+        self._live: Collection[JobView] | None = live
+        self._name = name
+
+    def expire(self) -> None:
+        self._live = None
+
+    def _source(self) -> Collection[JobView]:
+        if self._live is None:
+            raise SimInvariantError(
+                f"snapshot.{self._name} was read after its round; copy it (tuple(...)) inside "
+                "decide() to keep it"
+            )
+        return self._live
+
+    def __len__(self) -> int:
+        return len(self._source())
+
+    def __iter__(self) -> Iterator[JobView]:
+        return iter(self._source())
+
+    def __contains__(self, item: object) -> bool:
+        return item in self._source()
+
+
+class _SpreadViews(Collection[JobView]):
+    """The views of the spread running jobs, looked up only when a policy iterates them (most
+    policies never do), in the order of the engine's set of their indices."""
+
+    __slots__ = ("_indices", "_views")
+
+    def __init__(self, indices: set[int], views: dict[int, JobView]) -> None:
+        self._indices = indices
+        self._views = views
+
+    def __len__(self) -> int:
+        return len(self._indices)
+
+    def __iter__(self) -> Iterator[JobView]:
+        return map(self._views.__getitem__, self._indices)
+
+    def __contains__(self, item: object) -> bool:
+        return isinstance(item, JobView) and self._views.get(item.index) is item
 
 
 def build_jobs(

@@ -198,7 +198,10 @@ class NetworkState:
         links: set[LinkId] = set()
         flows: set[int] = set()
         todo: deque[LinkId] = deque()
-        for link in start:
+        # A set of link ids iterates in an order that depends on string hashing, which changes
+        # from process to process; the search order decides the order of the sharing step's
+        # float sums, so without sorting two runs of one seed differed in the last bits.
+        for link in sorted(start, key=repr):
             if link not in self._flows_on:
                 continue
             if coupling(link):

@@ -14,7 +14,7 @@ All figures are GPU-seconds, so a 1-GPU victim weighs less than an 8-GPU one.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 from unstall.sched.base import JobView, Placement
@@ -82,7 +82,7 @@ def _plan_node(
 def cheapest_node_room(
     job: JobView,
     free: FreeGpus,
-    running: Sequence[JobView],
+    running: Collection[JobView],
     may_move: Callable[[JobView], bool],
     may_preempt: Callable[[JobView], bool],
     *,
