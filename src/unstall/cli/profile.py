@@ -171,7 +171,11 @@ def print_report(report: StallReport) -> None:
     )
     console.print(text_bar(breakdown), highlight=False, markup=False)
     phases = ["data", "forward", "backward", "allreduce", "optimizer"]
-    prows = [(run, *(per.get(p, 0.0) * MS for p in phases)) for run, per in report.phases.items()]
+    prows = [
+        (run, *(per.get(p, 0.0) * MS for p in phases))
+        for run, per in report.phases.items()
+        if not run.endswith("_untimed")  # run without the timers: no phases to show
+    ]
     console.print(table("phase timers (ms per iteration)", ["run", *phases], prows))
     extras = []
     if report.emulated_delay_s is not None:
