@@ -304,6 +304,11 @@ def print_fit(result: CommStallFit) -> None:
     columns = ["variant", "layers", "tensors", "grad MB", "buckets", "backward ms", "measured ms"]
     columns += [f"{c.name} ms" for c in result.candidates]
     console.print(table(f"{result.stall} stall per iteration", columns, rows))
+    _print_candidates(result)
+
+
+def _print_candidates(result: CommStallFit) -> None:
+    """Each candidate's scores and coefficients, the link's own, the pick and its prediction."""
     held = result.held_out.variant if result.held_out else None
     groups = result.candidates[0].cross_validation.groups
     scores = [

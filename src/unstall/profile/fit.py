@@ -373,6 +373,26 @@ class CommStallFit(JsonResult):
         return self.chosen.model.predict_point(point)
 
 
+def _fit_candidate(
+    name: str,
+    points: Sequence[SweepPoint],
+    stall: str,
+    held_out: SweepPoint | None,
+    cv_groups: str,
+) -> CandidateFit:
+    """Candidate ``name`` fitted on all ``points``, with its quality and cross-validation."""
+    form = CANDIDATES[name]
+    model = form.fit(points, stall)
+    return CandidateFit(
+        name=name,
+        formula=form.formula,
+        parameters=form.parameters,
+        model=model,
+        quality=_quality(model, points, stall, held_out),
+        cross_validation=cross_validate(points, form.fit, stall=stall, groups=cv_groups),
+    )
+
+
 def fit_comm_stall(
     points: Sequence[SweepPoint],
     *,
@@ -401,20 +421,10 @@ def fit_comm_stall(
         "candidates",
         f"unknown {unknown}; known: {sorted(CANDIDATES)}",
     )
-    fits = []
-    for name in dict.fromkeys(candidates):
-        form = CANDIDATES[name]
-        model = form.fit(points, stall)
-        fits.append(
-            CandidateFit(
-                name=name,
-                formula=form.formula,
-                parameters=form.parameters,
-                model=model,
-                quality=_quality(model, points, stall, held_out),
-                cross_validation=cross_validate(points, form.fit, stall=stall, groups=cv_groups),
-            )
-        )
+    fits = [
+        _fit_candidate(name, points, stall, held_out, cv_groups)
+        for name in dict.fromkeys(candidates)
+    ]
     scores = {f.name: (f.cross_validation.mean_abs_rel_error, f.parameters) for f in fits}
     selected, why = choose(scores)
     groups = fits[0].cross_validation.groups
