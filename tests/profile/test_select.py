@@ -8,6 +8,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from unstall.errors import ConfigError
 from unstall.profile.select import (
@@ -102,3 +104,21 @@ def test_lowest_error_wins_and_a_tie_goes_to_fewer_parameters() -> None:
     assert choose({"full": (0.01, 3), "lean": (0.01 + 2 * TIE_TOLERANCE, 2)})[0] == "full"
     with pytest.raises(ConfigError):
         choose({})
+
+
+@given(
+    st.dictionaries(
+        st.sampled_from(["a", "b", "c", "d"]),
+        st.tuples(st.floats(0.0, 2.0), st.integers(1, 5)),
+        min_size=1,
+    )
+)
+def test_the_pick_is_within_the_tolerance_of_the_best_and_no_leaner_rival_ties(
+    scores: dict[str, tuple[float, int]],
+) -> None:
+    picked, _ = choose(scores)
+    best = min(error for error, _ in scores.values())
+    error, parameters = scores[picked]
+    assert error <= best + TIE_TOLERANCE
+    tied = [v for v in scores.values() if v[0] <= best + TIE_TOLERANCE]
+    assert parameters == min(p for _, p in tied)
