@@ -77,7 +77,9 @@ def test_server_core_steps_piece_by_piece_as_the_whole() -> None:
     sgd_momentum_step(want_a, np.zeros(300, np.float32), ga, config)
     sgd_momentum_step(want_b, np.zeros(5, np.float32), gb, config)
     assert np.array_equal(core.state[0][0], want_a) and np.array_equal(core.state[1][0], want_b)
-    assert [v.tolist() for v in core.values(pieces[0])] == [want_a[:150].tolist()]
+    assert core.values(pieces[0]).tolist() == want_a[:150].tolist()
+    # one flat array in chunk-id order: the second piece's reply is one view across both chunks
+    assert core.values(pieces[1]).tolist() == [*want_a[150:].tolist(), *want_b.tolist()]
 
 
 def test_blocked_step_equals_whole_array_arithmetic_bit_for_bit() -> None:

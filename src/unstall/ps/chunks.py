@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+import numpy as np
 from torch import nn
 
 from unstall.config import check
@@ -192,3 +193,20 @@ def plan_pieces(chunks: Sequence[Chunk], piece_bytes: int) -> tuple[tuple[Segmen
     if packed:
         pieces.append(tuple(packed))
     return tuple(pieces)
+
+
+# The largest buffer Ray's serializer copies with one plain ``memcpy``: a larger one it copies
+# with six threads started for that buffer alone (``parallel_memcopy``), and starting and joining
+# them cost more than the copy on a small machine (about 2 ms per buffer on 2 cores: a 16 MB
+# message in 2 MB buffers took 3x as long as in 1 MB buffers; benchmarks/ps_overhead.py).
+WIRE_PART_BYTES = 1 << 20
+
+
+def wire_parts(arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
+    """``arrays`` (flat) cut, in order, into views of at most :data:`WIRE_PART_BYTES` each (no
+    copy): a push-pull's gradients as they travel, one buffer of Ray's message per part."""
+    parts: list[np.ndarray] = []
+    for array in arrays:
+        step = max(1, WIRE_PART_BYTES // max(1, array.itemsize))
+        parts += [array[lo : lo + step] for lo in range(0, array.size, step)] or [array]
+    return parts

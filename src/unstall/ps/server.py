@@ -2,12 +2,13 @@
 compute, and applies SGD once every worker's push of an iteration has arrived.
 
 Each iteration a worker calls :meth:`PSServer.push_pull` once per piece of what the server owns
-(as ps-lite's and BytePS's push-pull do): its gradients go in, and the parameters after the step
-come back, so one round trip moves the bytes both ways (a worker pulls separately only at the
-start of a run). A server owning up to a piece's bytes (256 MB by default) is one piece; above
-that, pieces pipeline: a piece is stepped as soon as every worker's push of it is in and goes
-back while the later pieces still travel, so the step hides behind the transfers instead of
-adding to them (:func:`~unstall.ps.chunks.plan_pieces`).
+(as ps-lite's and BytePS's push-pull do): its gradients go in (cut into parts of at most 1 MiB,
+which Ray copies without starting threads), and the parameters after the step come back as one
+array (the server keeps them in one flat array), so one round trip moves the bytes both ways
+(a worker pulls separately only at the start of a run). A server owning up to a piece's bytes
+(256 MB by default) is one piece; above that, pieces pipeline: a piece is stepped as soon as
+every worker's push of it is in and goes back while the later pieces still travel, so the step
+hides behind the transfers instead of adding to them (:func:`~unstall.ps.chunks.plan_pieces`).
 
 An async actor: push-pulls from several workers are in flight at once, each waiting for
 its turn on the emulated link (:class:`~unstall.ps.links.LinkQueue`) with ``asyncio.sleep``, so
@@ -83,9 +84,14 @@ class ServerIteration:
 class ServerCore:
     """The server without Ray: chunk state, link queues, pending pushes, per-iteration stats.
 
-    Pushes come piece by piece (:func:`~unstall.ps.chunks.plan_pieces`: one piece holding every
-    owned chunk unless the server owns more than a piece's bytes); a piece is stepped when every
-    worker's push of it is in, and the iteration's step is done when every owned element is."""
+    The owned chunks' parameters (and momentum) lie in one flat array, in chunk-id order (the
+    order of the workers' routes), so that every piece of a push-pull is one contiguous range:
+    its reply is one array, a view, that a worker's model parameters alias (zero-copy) and that
+    Ray copies into the reply in one go. Pushes come piece by piece
+    (:func:`~unstall.ps.chunks.plan_pieces`: one piece holding every owned chunk unless the
+    server owns more than a piece's bytes), each piece's gradients as the parts of
+    :func:`~unstall.ps.chunks.wire_parts`; a piece is stepped when every worker's push of it is
+    in, and the iteration's step is done when every owned element is."""
 
     def __init__(
         self,
@@ -99,7 +105,10 @@ class ServerCore:
         self.workers = workers
         self.spec = spec
         self.sgd = sgd
-        self.state: dict[int, ChunkState] = {}
+        self.param = np.empty(0, np.float32)  # every owned chunk's parameters, flat
+        self.momentum = np.empty(0, np.float32)
+        self.offset: dict[int, int] = {}  # chunk id -> its first element in the flat arrays
+        self.state: dict[int, ChunkState] = {}  # chunk id -> views of the flat arrays
         self.ingress = LinkQueue()
         self.egress = LinkQueue()
         self.compute = LinkQueue()  # the emulated step: pieces' steps serialize on it
@@ -111,10 +120,10 @@ class ServerCore:
         self.scratch = [np.empty(STEP_BLOCK, np.float32) for _ in range(self.step_threads)]
 
     def owned_bytes(self) -> int:
-        return sum(p.nbytes for p, _ in self.state.values())
+        return int(self.param.nbytes)
 
     def owned_elements(self) -> int:
-        return sum(p.size for p, _ in self.state.values())
+        return int(self.param.size)
 
     def stat(self, iteration: int) -> ServerIteration:
         if iteration not in self.stats:
@@ -124,8 +133,34 @@ class ServerCore:
         return self.stats[iteration]
 
     def load(self, chunks: dict[int, ChunkState]) -> None:
-        for cid, (param, momentum) in chunks.items():
-            self.state[cid] = (np.array(param, np.float32), np.array(momentum, np.float32))
+        """Own ``chunks`` too (copied: they arrive read-only from the object store)."""
+        self._lay_out({**self.state, **chunks})
+
+    def drop(self, cids: Sequence[int]) -> None:
+        gone = set(cids)
+        self._lay_out({cid: s for cid, s in self.state.items() if cid not in gone})
+
+    def _lay_out(self, chunks: dict[int, ChunkState]) -> None:
+        """Copy ``chunks`` into new flat arrays, in chunk-id order (at iteration boundaries)."""
+        total = sum(np.size(param) for param, _ in chunks.values())
+        param, momentum = np.empty(total, np.float32), np.empty(total, np.float32)
+        self.offset, self.state, pos = {}, {}, 0
+        for cid in sorted(chunks):
+            values, buf = chunks[cid]
+            end = pos + np.size(values)
+            param[pos:end], momentum[pos:end] = values, buf
+            self.offset[cid], self.state[cid] = pos, (param[pos:end], momentum[pos:end])
+            pos = end
+        self.param, self.momentum = param, momentum
+
+    def piece_range(self, segments: Sequence[Segment]) -> tuple[int, int]:
+        """``[start, stop)`` of a piece in the flat arrays (its segments follow each other)."""
+        start = stop = self.offset[segments[0][0]] + segments[0][1]
+        for cid, lo, hi in segments:
+            if self.offset[cid] + lo != stop:
+                raise UnstallError(f"server {self.server_id}: piece {segments} not contiguous")
+            stop += hi - lo
+        return start, stop
 
     def add_push(self, iteration: int, piece: int, rank: int, grads: Sequence[np.ndarray]) -> bool:
         """Record ``rank``'s push of ``piece``; True when every worker's push of it is in."""
@@ -137,35 +172,43 @@ class ServerCore:
         """The SGD step of one piece (gradients summed in worker-rank order); True when it
         completes the iteration's step (every owned element stepped)."""
         arrived = self.pending.pop((iteration, piece))
-        ranks = sorted(arrived)
-        for i, (cid, lo, hi) in enumerate(segments):
-            param, momentum = self.state[cid]
-            self._step(param[lo:hi], momentum[lo:hi], [arrived[r][i] for r in ranks])
-        done = self.stepped.get(iteration, 0) + sum(hi - lo for _, lo, hi in segments)
+        start, stop = self.piece_range(segments)
+        parts = [list(grads) for grads in zip(*(arrived[r] for r in sorted(arrived)), strict=True)]
+        if sum(p[0].size for p in parts) != stop - start:
+            raise UnstallError(f"server {self.server_id}: push of piece {piece} has wrong size")
+        self._step(start, stop, parts)
+        done = self.stepped.get(iteration, 0) + stop - start
         self.stepped[iteration] = done
         return done >= self.owned_elements()
 
-    def _step(self, param: np.ndarray, momentum: np.ndarray, grads: list[np.ndarray]) -> None:
-        """The step of one segment; a large one by ``step_threads`` threads, each on a part
-        (the step is elementwise: the parts' steps are exactly the step of the whole, and
-        numpy lets go of the GIL while it computes)."""
-        n = param.size
-        parts = self.step_threads if n >= PARALLEL_STEP_ELEMENTS else 1
-        if parts == 1:
-            sgd_momentum_step(param, momentum, grads, self.sgd, self.scratch[0])
-            return
-        cuts = [n * k // parts for k in range(parts + 1)]
+    def _step(self, start: int, stop: int, parts: list[list[np.ndarray]]) -> None:
+        """The step of flat elements ``[start, stop)``; ``parts[j][r]``: rank ``r``'s gradient
+        of the piece's ``j``-th part (the parts follow each other). A large piece is stepped
+        by ``step_threads`` threads, each on a near-equal range (the step is elementwise: the
+        ranges' steps are exactly the step of the whole, and numpy lets go of the GIL)."""
+        threads = self.step_threads if stop - start >= PARALLEL_STEP_ELEMENTS else 1
+        cuts = [start + (stop - start) * k // threads for k in range(threads + 1)]
 
-        def part(k: int) -> None:
-            lo, hi = cuts[k], cuts[k + 1]
-            part_grads = [g[lo:hi] for g in grads]
-            sgd_momentum_step(param[lo:hi], momentum[lo:hi], part_grads, self.sgd, self.scratch[k])
+        def step_range(k: int) -> None:
+            lo, hi, pos = cuts[k], cuts[k + 1], start
+            for grads in parts:
+                end = pos + grads[0].size
+                a, b = max(lo, pos), min(hi, end)
+                if a < b:
+                    part_grads = [g[a - pos : b - pos] for g in grads]
+                    p, m = self.param[a:b], self.momentum[a:b]
+                    sgd_momentum_step(p, m, part_grads, self.sgd, self.scratch[k])
+                pos = end
 
-        list(step_pool(parts).map(part, range(parts)))
+        if threads == 1:
+            step_range(0)
+        else:
+            list(step_pool(threads).map(step_range, range(threads)))
 
-    def values(self, segments: Sequence[Segment]) -> list[np.ndarray]:
-        """The parameters of ``segments`` (views: see :meth:`PSServer.push_pull`)."""
-        return [self.state[cid][0][lo:hi] for cid, lo, hi in segments]
+    def values(self, segments: Sequence[Segment]) -> np.ndarray:
+        """The parameters of a piece: one view (see :meth:`PSServer.push_pull`)."""
+        start, stop = self.piece_range(segments)
+        return self.param[start:stop]
 
 
 @ray.remote(num_cpus=0)
@@ -236,8 +279,7 @@ class PSServer:
         return {cid: self.core.state[cid] for cid in cids}
 
     async def drop_chunks(self, cids: list[int]) -> None:
-        for cid in cids:
-            del self.core.state[cid]
+        self.core.drop(cids)
 
     async def params(self) -> dict[int, np.ndarray]:
         """Current parameters of every owned chunk, without emulated delay (for checks)."""
@@ -269,11 +311,12 @@ class PSServer:
         piece: int,
         segments: tuple[Segment, ...],
         grads: list[np.ndarray],
-    ) -> tuple[list[np.ndarray], PushPullTiming]:
-        """Take ``rank``'s gradients of one piece (``grads[i]`` for ``segments[i]``) after the
-        emulated ingress transfer, wait until every worker's push of the piece is in and its
-        step is done (the last push runs it), and return the piece's new parameters (after the
-        emulated egress transfer)."""
+    ) -> tuple[np.ndarray, PushPullTiming]:
+        """Take ``rank``'s gradients of one piece (the segments' gradients in order, cut into
+        :func:`~unstall.ps.chunks.wire_parts`) after the emulated ingress transfer, wait until
+        every worker's push of the piece is in and its step is done (the last push runs it),
+        and return the piece's new parameters, the segments' one after the other in one array
+        (after the emulated egress transfer)."""
         return await self._tracked(self._push_pull(iteration, rank, piece, segments, grads))
 
     async def _push_pull(
@@ -283,7 +326,7 @@ class PSServer:
         piece: int,
         segments: tuple[Segment, ...],
         grads: list[np.ndarray],
-    ) -> tuple[list[np.ndarray], PushPullTiming]:
+    ) -> tuple[np.ndarray, PushPullTiming]:
         started = time.perf_counter()
         stat = self.core.stat(iteration)
         nbytes = sum(g.nbytes for g in grads)
@@ -299,9 +342,9 @@ class PSServer:
             raise UnstallError(f"server {self.core.server_id}: run aborted")
         released = time.perf_counter()
         # No step can touch this piece while its reply waits on the link: the next step needs
-        # this worker's next push. So the arrays are returned as they are (views), not copied.
+        # this worker's next push. So the array is returned as it is (a view), not copied.
         values = self.core.values(segments)
-        await self._send(iteration, values)
+        await self._send(iteration, [values])
         return values, PushPullTiming(
             ingress_s=arrived - started,
             wait_s=released - arrived,

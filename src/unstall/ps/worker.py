@@ -20,7 +20,7 @@ import numpy as np
 import ray
 import torch
 
-from unstall.ps.chunks import Chunk, Segment
+from unstall.ps.chunks import Chunk, Segment, wire_parts
 from unstall.ps.data import Dataset
 from unstall.ps.replica import ModelJob, ModelReplica
 
@@ -106,13 +106,17 @@ class PSWorker:
             replica.load(chunk, values[chunk.id])
         return sum(v.nbytes for v in values.values())
 
-    def _load_piece(self, sid: int, segments: tuple[Segment, ...], values: list[np.ndarray]) -> int:
+    def _load_piece(self, sid: int, segments: tuple[Segment, ...], values: np.ndarray) -> int:
+        """Load a piece's parameters (the segments' one after the other): a segment that is a
+        whole tensor becomes a view of ``values`` (zero-copy), a part of one is copied."""
         replica = self.replica
         assert replica is not None
         chunks = {c.id: c for c in self.routes[sid][1]}
-        for (cid, lo, hi), value in zip(segments, values, strict=True):
-            replica.load_part(chunks[cid], lo, hi, value)
-        return sum(v.nbytes for v in values)
+        pos = 0
+        for cid, lo, hi in segments:
+            replica.load_part(chunks[cid], lo, hi, values[pos : pos + hi - lo])
+            pos += hi - lo
+        return int(values.nbytes)
 
     def step(self, iteration: int) -> WorkerIteration:
         """Compute this worker's gradients and exchange them for the next parameters."""
@@ -152,7 +156,8 @@ class PSWorker:
         self, iteration: int, grads: list[np.ndarray], since: float
     ) -> dict[int, dict[str, Any]]:
         """Send every server its gradient pieces (the first piece of every server, then the
-        second, ...: each server starts stepping early) and load each piece's new parameters
+        second, ...: each server starts stepping early; a piece's gradients in parts of at most
+        1 MiB, which Ray copies without starting threads) and load each piece's new parameters
         as it comes back, while later pieces still travel. Per server: the exchange's figures
         (with several pieces, seconds until its last piece is loaded, and the longest piece's
         ingress, wait and egress as the server saw them)."""
@@ -168,7 +173,8 @@ class PSWorker:
                     grads[by_id[cid].tensor][by_id[cid].start + lo : by_id[cid].start + hi]
                     for cid, lo, hi in pieces[k]
                 ]
-                ref = handle.push_pull.remote(iteration, self.rank, k, pieces[k], slices)
+                parts = wire_parts(slices)
+                ref = handle.push_pull.remote(iteration, self.rank, k, pieces[k], parts)
                 refs[ref] = (sid, pieces[k])
                 row = out.setdefault(sid, {"push_bytes": 0, "pull_bytes": 0})
                 row["push_bytes"] += sum(g.nbytes for g in slices)
