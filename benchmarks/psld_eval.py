@@ -49,7 +49,7 @@ import matplotlib.pyplot as plt
 from unstall.ps.bench import even_split_s, link_for_transfer_ratio, scaled_links, scenario_table
 from unstall.ps.coordinator import ActorPool, ensure_ray
 from unstall.ps.links import unlimited
-from unstall.ps.scenarios import IMBALANCED_MODEL, resolve_scenario
+from unstall.ps.scenarios import IMBALANCED_MODEL, SCENARIOS, resolve_scenario
 from unstall.ps.train import PSConfig, PSRunResult, run_training
 
 BASELINES = ("mxnet", "byteps", "tf-greedy", "round-robin")
@@ -277,7 +277,15 @@ def cells_of(rows: Sequence[Row]) -> dict[tuple[str, str], dict[str, Row]]:
         if recoveries:
             cell["recovery_iterations"] = [max(ks) for ks in zip(*recoveries, strict=True)]
         out.setdefault((model, scenario), {})[strategy] = cell
-    return out
+    # Models in the order they came, scenarios in the presets' order (pieces come in any).
+    models = list(dict.fromkeys(m for m, _ in out))
+    order = list(SCENARIOS)
+
+    def rank(key: tuple[str, str]) -> tuple[int, int, str]:
+        m, s = key
+        return models.index(m), order.index(s) if s in order else len(order), s
+
+    return {key: out[key] for key in sorted(out, key=rank)}
 
 
 def markdown(cells: dict[tuple[str, str], dict[str, Row]]) -> str:
