@@ -27,15 +27,25 @@ SCALE_WITH_CONGESTION = True
 
 
 class NetworkState:
+    """Flows on shared links and their max-min fair rates, re-shared only where links changed.
+
+    Links get dense integer ids in order of first use (``_ids``): the hot loops then index lists
+    instead of hashing link tuples, and every set of links iterates in an order that does not
+    depend on string hashing (which changes from process to process and would change the order
+    of the sharing step's float sums).
+    """
+
     __slots__ = (
         "_base",
         "_capacity",
         "_demand",
-        "_flow",
+        "_flow_cap",
         "_flows_on",
+        "_ids",
         "_irregular",
         "_link_capacity",
         "_links_of",
+        "_pairs",
         "_rates",
         "_rescale",
         "_scaling",
@@ -45,69 +55,78 @@ class NetworkState:
 
     def __init__(self, capacity: Callable[[LinkId], float]) -> None:
         self._capacity = capacity
-        self._link_capacity: dict[LinkId, float] = {}  # memo of ``capacity``
-        self._flow: dict[int, Flow] = {}
-        self._links_of: dict[int, tuple[LinkId, ...]] = {}
-        self._flows_on: dict[LinkId, set[int]] = {}
+        self._ids: dict[LinkId, int] = {}
+        self._link_capacity: list[float] = []  # by link id
+        self._flows_on: list[set[int]] = []  # by link id: the jobs crossing it
+        # Per link: what its flows ask at their caps; None once the link's flow set changes.
+        self._demand: list[float | None] = []
+        self._flow_cap: dict[int, float] = {}
+        self._pairs: dict[int, tuple[tuple[int, float], ...]] = {}  # job -> (link id, weight)
+        self._links_of: dict[int, tuple[int, ...]] = {}
         self._rates: dict[int, float] = {}
         # Rates on idle links (``keep`` = 1), kept while every flow is regular.
         self._base: dict[int, float] = {}
         self._irregular: set[int] = set()
-        # Per link: what its flows ask at their caps; dropped when the link's flow set changes.
-        self._demand: dict[LinkId, float] = {}
         self._rescale = False  # congestion changed since the last recompute (regular mode)
         self._scaling = SCALE_WITH_CONGESTION
         self.congestion = 0.0
-        self.dirty: set[LinkId] = set()
+        self.dirty: set[int] = set()  # link ids
 
-    def _cap_of(self, link: LinkId) -> float:
-        found = self._link_capacity.get(link)
+    def _link_id(self, link: LinkId) -> int:
+        found = self._ids.get(link)
         if found is None:
-            found = self._link_capacity[link] = self._capacity(link)
+            found = self._ids[link] = len(self._link_capacity)
+            self._link_capacity.append(self._capacity(link))
+            self._flows_on.append(set())
+            self._demand.append(None)
         return found
 
-    def _regular(self, flow: Flow) -> bool:
+    def _regular(self, pairs: tuple[tuple[int, float], ...], cap: float) -> bool:
         """The flow's cap never binds: its links alone hold it at or below the cap."""
-        alone = min((self._cap_of(link) / w for link, w in flow.weights.items()), default=None)
-        return alone is not None and flow.cap >= alone
+        capacity = self._link_capacity
+        alone = min((capacity[link] / w for link, w in pairs), default=None)
+        return alone is not None and cap >= alone
 
     def add(self, job: int, flow: Flow) -> None:
-        links = tuple(flow.weights)
-        self._flow[job] = flow
+        pairs = tuple((self._link_id(link), w) for link, w in flow.weights.items())
+        links = tuple(link for link, _ in pairs)
+        self._pairs[job] = pairs
+        self._flow_cap[job] = flow.cap
         self._links_of[job] = links
         for link in links:
-            self._flows_on.setdefault(link, set()).add(job)
-            self._demand.pop(link, None)
+            self._flows_on[link].add(job)
+            self._demand[link] = None
         self.dirty.update(links)
-        if not (self._scaling and self._regular(flow)):
+        if not (self._scaling and self._regular(pairs, flow.cap)):
             if not self._irregular:  # leaving regular mode: base rates no longer apply
                 self._base.clear()
                 if self._rescale:
                     self._rescale = False
-                    self.dirty.update(self._flows_on)
+                    self.dirty.update(self._used_links())
             self._irregular.add(job)
 
     def remove(self, job: int) -> None:
         links = self._links_of.pop(job, ())
-        self._flow.pop(job, None)
+        self._pairs.pop(job, None)
+        self._flow_cap.pop(job, None)
         for link in links:
-            flows = self._flows_on[link]
-            flows.discard(job)
-            if not flows:
-                del self._flows_on[link]
-            self._demand.pop(link, None)
+            self._flows_on[link].discard(job)
+            self._demand[link] = None
         self._rates.pop(job, None)
         self._base.pop(job, None)
         self.dirty.update(links)
         if job in self._irregular:
             self._irregular.discard(job)
             if not self._irregular:  # back to regular mode: every flow needs its base rate
-                self.dirty.update(self._flows_on)
+                self.dirty.update(self._used_links())
+
+    def _used_links(self) -> list[int]:
+        return [link for link, flows in enumerate(self._flows_on) if flows]
 
     def set_congestion(self, fraction: float) -> None:
         self.congestion = fraction
         if self._irregular:
-            self.dirty.update(self._flows_on)
+            self.dirty.update(self._used_links())
         else:
             self._rescale = True
 
@@ -150,77 +169,77 @@ class NetworkState:
         keeps components small, because most NICs carry a single spread job.
         """
         coupling = _Coupling(self, keep)
-        component_links, component_flows = self._component(self.dirty, coupling)
+        component_links, component_flows = self._component(sorted(self.dirty), coupling)
         self.dirty = set()
         if not component_flows:
             return {}
         # Dense link indices in order of first use, as max_min_fair numbers them.
-        index: dict[LinkId, int] = {}
+        index: dict[int, int] = {}
         capacity: list[float] = []
         flows: list[list[tuple[int, float]]] = []
         caps: list[float] = []
+        link_capacity, all_pairs, flow_cap = self._link_capacity, self._pairs, self._flow_cap
         jobs = list(component_flows)
         for job in jobs:
-            flow = self._flow[job]
-            cap = flow.cap
+            cap = flow_cap[job]
             pairs: list[tuple[int, float]] = []
-            for link, weight in flow.weights.items():
+            for link, weight in all_pairs[job]:
                 if link in component_links:
                     i = index.get(link)
                     if i is None:
                         i = index[link] = len(capacity)
-                        capacity.append(self._cap_of(link) * keep)
+                        capacity.append(link_capacity[link] * keep)
                     pairs.append((i, weight))
                 else:
-                    cap = min(cap, self._cap_of(link) * keep / weight)
+                    alone = link_capacity[link] * keep / weight
+                    if alone < cap:
+                        cap = alone
             flows.append(pairs)
             caps.append(cap)
         return dict(zip(jobs, max_min_fair_dense(capacity, flows, caps), strict=True))
 
-    def _is_coupling(self, link: LinkId, keep: float) -> bool:
-        flows = self._flows_on.get(link)
-        if not flows or len(flows) < 2:
+    def _is_coupling(self, link: int, keep: float) -> bool:
+        flows = self._flows_on[link]
+        if len(flows) < 2:
             return False
-        demand = self._demand.get(link)
+        demand = self._demand[link]
         if demand is None:
             demand = 0.0
             for job in flows:
-                flow = self._flow[job]
-                demand += flow.weights[link] * flow.cap
+                for own, w in self._pairs[job]:
+                    if own == link:
+                        demand += w * self._flow_cap[job]
+                        break
             self._demand[link] = demand
-        return demand > self._cap_of(link) * keep
+        return demand > self._link_capacity[link] * keep
 
-    def _component(
-        self, start: Iterable[LinkId], coupling: _Coupling
-    ) -> tuple[set[LinkId], set[int]]:
+    def _component(self, start: Iterable[int], coupling: _Coupling) -> tuple[set[int], set[int]]:
         """Every flow on a ``start`` link, and everything connected to those flows through
         coupling links (the only links through which one flow's rate can move another's)."""
-        links: set[LinkId] = set()
+        links: set[int] = set()
         flows: set[int] = set()
-        todo: deque[LinkId] = deque()
-        # A set of link ids iterates in an order that depends on string hashing, which changes
-        # from process to process; the search order decides the order of the sharing step's
-        # float sums, so without sorting two runs of one seed differed in the last bits.
-        for link in sorted(start, key=repr):
-            if link not in self._flows_on:
+        todo: deque[int] = deque()
+        flows_on = self._flows_on
+        for link in start:
+            if not flows_on[link]:
                 continue
             if coupling(link):
                 links.add(link)
                 todo.append(link)
             else:  # a non-coupling link still re-plans its own flows (their caps may change)
-                for job in self._flows_on[link]:
+                for job in flows_on[link]:
                     if job not in flows:
                         flows.add(job)
                         todo.extend(self._new_coupling(job, links, coupling))
         while todo:
             link = todo.popleft()
-            for job in self._flows_on[link]:
+            for job in flows_on[link]:
                 if job not in flows:
                     flows.add(job)
                     todo.extend(self._new_coupling(job, links, coupling))
         return links, flows
 
-    def _new_coupling(self, job: int, links: set[LinkId], coupling: _Coupling) -> list[LinkId]:
+    def _new_coupling(self, job: int, links: set[int], coupling: _Coupling) -> list[int]:
         """The job's coupling links not seen yet (added to ``links``)."""
         found = []
         for link in self._links_of[job]:
@@ -238,9 +257,9 @@ class _Coupling:
     def __init__(self, net: NetworkState, keep: float) -> None:
         self._net = net
         self._keep = keep
-        self._memo: dict[LinkId, bool] = {}
+        self._memo: dict[int, bool] = {}
 
-    def __call__(self, link: LinkId) -> bool:
+    def __call__(self, link: int) -> bool:
         found = self._memo.get(link)
         if found is None:
             found = self._net._is_coupling(link, self._keep)
