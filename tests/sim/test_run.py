@@ -131,3 +131,63 @@ def test_cli_policy_options_reach_the_policy_and_bad_ones_are_named(tmp_path: Pa
     malformed = runner.invoke(app, [*args, "--policy-option", "order"])
     assert malformed.exit_code == 1
     assert "KEY=VALUE" in malformed.output
+
+
+def _profile(tmp_path: Path, name: str, gradient_bytes: int) -> Path:
+    from unstall.workload.profiles import JobProfile
+
+    profile = JobProfile(
+        model="my-net",
+        device="v100",
+        compute_s=0.05,
+        local_batch=32,
+        gradient_bytes=gradient_bytes,
+        gradient_tensors=40,
+        layers=20,
+    )
+    return profile.save(tmp_path / f"{name}.json")
+
+
+def _my_net_trace(jobs: int) -> Trace:
+    frame = default_trace().jobs.head(jobs).copy()
+    frame["model"] = "my-net"
+    return Trace.from_frame(frame)
+
+
+def test_job_profiles_give_their_model_the_measured_figures(tmp_path: Path) -> None:
+    trace = _my_net_trace(80)
+    base = {"policy": "first-fit", "cluster": "small", "congestion": "high"}
+    light = _profile(tmp_path, "light", 1_000_000)
+    heavy = _profile(tmp_path, "heavy", 400_000_000)
+    runs = {
+        p.stem: run_simulation(trace, SimConfig(**base, job_profiles=(str(p),))).result  # type: ignore[arg-type]
+        for p in (light, heavy)
+    }
+    # The same placements cost far more time on the network with 400x the gradient bytes.
+    assert runs["heavy"].comm_overhead_s > 10 * runs["light"].comm_overhead_s > 0
+    with pytest.raises(ConfigError, match="unknown model 'my-net'"):
+        run_simulation(trace, SimConfig(**base))  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="a second profile of model 'my-net'"):
+        run_simulation(trace, SimConfig(**base, job_profiles=(str(light), str(heavy))))  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="no such file"):
+        SimConfig(job_profiles=(str(tmp_path / "missing.json"),))
+
+
+def test_cli_job_profile_and_model_mix_for_a_trace_without_models(tmp_path: Path) -> None:
+    frame = default_trace().jobs.head(30).drop(columns=["model"])
+    path = tmp_path / "no_models.csv"
+    frame.to_csv(path, index=False)
+    profile = _profile(tmp_path, "p", 50_000_000)
+    out = tmp_path / "r.json"
+    args = ["sim", "run", "--policy", "fifo", "--trace", str(path), "--json", str(out)]
+    res = CliRunner().invoke(
+        app, [*args, "--job-profile", str(profile), "--model-mix", "my-net=3,resnet18=1"]
+    )
+    assert res.exit_code == 0, res.output
+    assert json.loads(out.read_text())["jobs_finished"] == 30
+    config = json.loads((tmp_path / "r.config.json").read_text())["config"]["sim"]
+    assert config["model_mix"] == [["my-net", 3.0], ["resnet18", 1.0]]
+    assert config["job_profiles"] == [str(profile)]
+    bad = CliRunner().invoke(app, [*args, "--model-mix", "my-net"])
+    assert bad.exit_code == 1
+    assert "NAME=SHARE" in bad.output

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated
@@ -48,6 +49,23 @@ RestoreOpt = Annotated[
 MaxJobsOpt = Annotated[
     int | None, typer.Option("--max-jobs", help="Simulate only the first N jobs of the trace.")
 ]
+JobProfileOpt = Annotated[
+    list[Path] | None,
+    typer.Option(
+        "--job-profile",
+        help="A JobProfile JSON (`unstall profile run --profile-out`), repeatable: jobs of its "
+        "model run at the measured figures (a zoo name is overridden).",
+        dir_okay=False,
+    ),
+]
+ModelMixOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--model-mix",
+        help="Models for jobs whose trace names none, as NAME=SHARE,... (zoo or profiled "
+        "names; default: uniform over the zoo).",
+    ),
+]
 
 
 PolicyOptionOpt = Annotated[
@@ -70,6 +88,24 @@ def _policy_options(texts: list[str] | None) -> tuple[tuple[str, str], ...]:
             raise ConfigError("--policy-option", text, "expected KEY=VALUE")
         pairs.append((key.strip(), value.strip()))
     return tuple(pairs)
+
+
+def _model_mix(text: str | None) -> tuple[tuple[str, float], ...] | None:
+    from unstall.errors import ConfigError
+
+    if text is None:
+        return None
+    mix = []
+    for item in comma_list(text):
+        name, sep, share = item.partition("=")
+        try:
+            value = float(share) if sep else math.nan
+        except ValueError:
+            value = math.nan
+        if not name.strip() or not math.isfinite(value):
+            raise ConfigError("--model-mix", item, "expected NAME=SHARE with a number share")
+        mix.append((name.strip(), value))
+    return tuple(mix)
 
 
 def _load_trace(trace: Path | None, fmt: str):  # type: ignore[no-untyped-def]
@@ -124,6 +160,8 @@ def run(
     restore_s: RestoreOpt = 60.0,
     max_jobs: MaxJobsOpt = None,
     policy_option: PolicyOptionOpt = None,
+    job_profile: JobProfileOpt = None,
+    model_mix: ModelMixOpt = None,
     jobs_out: Annotated[
         Path | None, typer.Option("--jobs-out", help="Write per-job records (.csv or .parquet).")
     ] = None,
@@ -141,6 +179,8 @@ def run(
         seed=seed,
         restore_s=restore_s,
         max_jobs=max_jobs,
+        job_profiles=tuple(str(p) for p in job_profile or ()),
+        model_mix=_model_mix(model_mix),
     )
     loaded = _load_trace(trace, trace_format)
     total = min(len(loaded), max_jobs or len(loaded))
@@ -181,6 +221,8 @@ def compare(
     seed: SeedOpt = 0,
     restore_s: RestoreOpt = 60.0,
     max_jobs: MaxJobsOpt = None,
+    job_profile: JobProfileOpt = None,
+    model_mix: ModelMixOpt = None,
     out: Annotated[
         Path, typer.Option("--out", help="Folder for summary.json, per-job data, plots, report.")
     ] = Path("out/sim-compare"),
@@ -200,6 +242,8 @@ def compare(
             seed=seed,
             restore_s=restore_s,
             max_jobs=max_jobs,
+            job_profiles=tuple(str(p) for p in job_profile or ()),
+            model_mix=_model_mix(model_mix),
         )
         for name in names
     ]

@@ -54,7 +54,12 @@ def spec_for(model: str, device: str) -> JobPerfSpec:
         facts = zoo.facts(model)
     else:
         known = sorted([*zoo.names(), *APPLICATION_MODELS])
-        raise ConfigError("trace", "model", f"unknown model {model!r}; known: {known}")
+        raise ConfigError(
+            "trace",
+            "model",
+            f"unknown model {model!r}; known: {known}, or a measured one given as a JobProfile "
+            "(`sim run --job-profile`)",
+        )
     spec = JobPerfSpec.from_facts(facts, device_name=device, name=model)
     return dataclasses.replace(
         spec,

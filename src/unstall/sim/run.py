@@ -18,6 +18,9 @@ from unstall.sim.engine import Engine, EngineSettings, build_jobs
 from unstall.sim.metrics import SimResult, job_table, summarise, timeline_table
 from unstall.sim.perf_speed import PerfSpeedModel
 from unstall.traces import Trace, assign_models
+from unstall.traces.models import normalised_mix
+from unstall.workload.perf import JobPerfSpec
+from unstall.workload.profiles import JobProfile
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -35,6 +38,9 @@ class SimConfig:
     # Share of each zoo model among jobs whose trace names none (Philly has no model column).
     model_mix: tuple[tuple[str, float], ...] | None = None
     max_jobs: int | None = None  # simulate only the first N jobs of the trace
+    # JobProfile JSON files (from `unstall profile run`): jobs of a profiled model's name run at
+    # its measured figures instead of the zoo's estimates (a zoo name is overridden).
+    job_profiles: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         check(self.policy in POLICIES, self, "policy", f"unknown; known: {sorted(POLICIES)}")
@@ -55,6 +61,25 @@ class SimConfig:
         check_non_negative(self, restore_s=self.restore_s, seed=self.seed)
         check(self.tick_s is None or self.tick_s > 0, self, "tick_s", "must be > 0")
         check(self.max_jobs is None or self.max_jobs > 0, self, "max_jobs", "must be > 0")
+        for path in self.job_profiles:
+            check(Path(path).is_file(), self, "job_profiles", f"no such file: {path}")
+        if self.model_mix is not None:
+            normalised_mix(self, "model_mix", dict(self.model_mix))
+
+    def profiled_specs(self, device: str) -> dict[str, JobPerfSpec]:
+        """The perf specs of ``job_profiles`` by model name (each file's errors name it)."""
+        specs: dict[str, JobPerfSpec] = {}
+        for path in self.job_profiles:
+            profile = JobProfile.from_json(Path(path))
+            check(
+                profile.model not in specs,
+                self,
+                "job_profiles",
+                f"{path}: a second profile of model {profile.model!r}",
+            )
+            # The measured compute time stands; the device only names where it was measured.
+            specs[profile.model] = profile.to_perf_spec()
+        return specs
 
     def topology(self) -> TopologyConfig:
         if self.cluster in TOPOLOGY_PRESETS:
@@ -106,7 +131,7 @@ def run_simulation(
 ) -> SimRun:
     """Simulate ``trace`` under ``config``; ``policy`` overrides ``config.policy`` (ablations)."""
     topology = config.topology()
-    speed = speed or PerfSpeedModel(topology)
+    speed = speed or PerfSpeedModel(topology, config.profiled_specs(topology.device))
     policy = policy or make_policy(config.policy, config.policy_options)
     trace = prepare_trace(trace, config)
     arrays = trace.arrays()
