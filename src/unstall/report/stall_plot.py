@@ -20,7 +20,8 @@ LABELS = {
 
 def plot_stalls(reports: Sequence[StallReport], labels: Sequence[str], path: Path) -> Path:
     """One stacked bar per report: milliseconds per iteration of compute and each stall."""
-    fig, ax = new_figure(max(4.0, 1.6 * len(reports) + 2.5), 4.0)
+    # Extra width on the right holds the legend, which would otherwise cover the bars.
+    fig, ax = new_figure(max(4.0, 1.6 * len(reports) + 2.5) + 2.2, 4.0)
     bottoms = [0.0] * len(reports)
     for name in STALL_FIELDS:
         heights = [getattr(r, name) * 1e3 for r in reports]
@@ -28,5 +29,5 @@ def plot_stalls(reports: Sequence[StallReport], labels: Sequence[str], path: Pat
         bottoms = [b + h for b, h in zip(bottoms, heights, strict=True)]
     ax.set_ylabel("ms per iteration")
     ax.set_title("Where an iteration's time goes")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0.0)
     return save(fig, path)
