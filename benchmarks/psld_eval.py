@@ -46,11 +46,21 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from unstall.ps.assign import assign
 from unstall.ps.bench import even_split_s, link_for_transfer_ratio, scaled_links, scenario_table
+from unstall.ps.controller import optimal_shares
 from unstall.ps.coordinator import ActorPool, ensure_ray
-from unstall.ps.links import unlimited
+from unstall.ps.links import server_cost, unlimited
+from unstall.ps.replica import initial_params
 from unstall.ps.scenarios import IMBALANCED_MODEL, SCENARIOS, resolve_scenario
-from unstall.ps.train import PSConfig, PSRunResult, run_training
+from unstall.ps.train import (
+    PreparedRun,
+    PSConfig,
+    PSRunResult,
+    predicted_iter_s,
+    prepare,
+    run_training,
+)
 
 BASELINES = ("mxnet", "byteps", "tf-greedy", "round-robin")
 STATIC_SCENARIOS = ("none", "bandwidth", "interference", "imbalance")
@@ -181,6 +191,64 @@ def model_scenario(model: str, scenario: str, links: dict[str, float], folder: P
     if link is None or link == preset.base.bandwidth_mb_s:
         return scenario
     return write_scenario(scaled_links(preset, link / preset.base.bandwidth_mb_s), folder)
+
+
+def adaptive_best_s(run: PreparedRun, total_bytes: int) -> float:
+    """The cost model's slowest-server time of the best split over every server and spare,
+    phase by phase (an assignment that follows each change at no cost), weighted by phase."""
+    n, sc = run.config.iterations, run.scenario
+    out = 0.0
+    for start, stop in sc.spans(n):
+        costs = [
+            server_cost(sc.spec(s, start, n), run.job.workers)
+            for s in range(sc.servers + sc.spares)
+        ]
+        shares = optimal_shares({s: c.per_byte_s for s, c in enumerate(costs)})
+        slowest = max(c.seconds(shares[s] * total_bytes) for s, c in enumerate(costs))
+        out += (stop - start) / n * slowest
+    return out
+
+
+def bounds(a: argparse.Namespace, engine: dict[str, float], links: dict[str, float]) -> None:
+    """Per model and scenario, no run: the engine time (calibrated) plus the cost model's
+    slowest server for mxnet's and the static oracle's assignments, and for the best split
+    over every server and spare phase by phase; the speed-ups over mxnet these allow. On the
+    presets' links and, where the links rule changed them, on the model's own."""
+    print(
+        "| model | links MB/s | scenario | engine s | mxnet s | oracle s | best split s "
+        "| oracle/mxnet | best/mxnet (psld's ceiling) |\n|---|---:|---|" + "---:|" * 6
+    )
+    # Each model on the presets' links, and on its chosen links where those differ.
+    choices = [{}, links]
+    with tempfile.TemporaryDirectory() as tmp:
+        for model, chosen, scenario in itertools.product(
+            a.models.split(","), choices, a.scenarios.split(",")
+        ):
+            if chosen and chosen.get(model, PRESET_LINK_MB_S) == PRESET_LINK_MB_S:
+                continue
+            name, options = MODELS[model]
+            path = model_scenario(model, scenario, chosen, Path(tmp))
+            config = PSConfig(
+                model=name,
+                model_options=options,
+                scenario=path,
+                iterations=a.iterations,
+                spares=a.spares,
+            )
+            run = prepare(config)
+            infos, _ = initial_params(run.job)
+            total = sum(i.nbytes for i in infos)
+            pred = {
+                s: predicted_iter_s(run, assign(s, infos, run.scenario.servers, run.costs()))
+                for s in ("mxnet", "oracle")
+            }
+            e, best = engine[model], adaptive_best_s(run, total)
+            mx, orc = e + pred["mxnet"], e + pred["oracle"]
+            print(
+                f"| {model} | {run.scenario.base.bandwidth_mb_s:.3g} | {scenario} | {e:.3f} "
+                f"| {mx:.3f} | {orc:.3f} | {e + best:.3f} | {mx / orc:.2f}x "
+                f"| {mx / (e + best):.2f}x |"
+            )
 
 
 def run_row(model: str, scenario: str, strategy: str, repeat: int, r: PSRunResult) -> Row:
@@ -436,6 +504,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--calibrate", action="store_true", help="measure engine times, choose links")
     p.add_argument("--transfer-ratio", type=float, default=2.0, help="the links rule's ratio")
     p.add_argument("--links", type=Path, help="a --calibrate JSON: each model's link speed")
+    p.add_argument("--bounds", action="store_true", help="with --links: the cost model's bounds")
     return p.parse_args()
 
 
@@ -448,6 +517,9 @@ def main() -> None:
     if a.links:
         chosen = json.loads(a.links.read_text())["models"]
         links = {m: float(c["link_mb_s"]) for m, c in chosen.items()}
+        if a.bounds:
+            bounds(a, {m: float(c["engine_s"]) for m, c in chosen.items()}, links)
+            return
     # Ray's workers at the driver's priority (Ray's default is nice 15): under /tmp/timed the
     # whole run gets the boost, not only the driver.
     os.environ.setdefault("RAY_worker_niceness", "0")
