@@ -94,20 +94,30 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return runs
 
 
+def _shape(run_: dict[str, Any]) -> tuple[Any, ...]:
+    """What must match for two runs to be compared: sizes, p, seed, threads."""
+    config = run_["config"]
+    return tuple(config[k] for k in ("hidden", "layers", "batch", "bptt", "p", "seed", "threads"))
+
+
 def compare(runs: dict[str, Any]) -> dict[str, Any]:
-    """Speedup per epoch and validation-perplexity gap of every mode against ``standard``."""
-    if "standard" not in runs:
-        return {"runs": runs}
-    base = runs["standard"]["result"]
-    base_s = sum(e["train_s"] for e in base["epochs"]) / len(base["epochs"])
-    base_ppl = base["epochs"][-1]["valid_ppl"]
+    """Speedup per epoch and validation-perplexity gap of every run against the ``standard`` run
+    of the same sizes, p, seed and threads (runs without one are left out of the summary)."""
+    bases = {_shape(r): r["result"] for r in runs.values() if r["config"]["mode"] == "standard"}
     summary: dict[str, Any] = {}
-    for mode, run_ in runs.items():
+    for label, run_ in runs.items():
+        base = bases.get(_shape(run_))
+        if base is None:
+            continue
         res = run_["result"]
-        mean_s = sum(e["train_s"] for e in res["epochs"]) / len(res["epochs"])
-        ppl = res["epochs"][-1]["valid_ppl"]
-        summary[mode] = {
-            "epochs": len(res["epochs"]),  # compare perplexities only after the same epochs
+        epochs = min(len(res["epochs"]), len(base["epochs"]))
+        base_epochs = base["epochs"][:epochs]  # the baseline over as many epochs
+        base_s = sum(e["train_s"] for e in base_epochs) / epochs
+        base_ppl = base_epochs[-1]["valid_ppl"]
+        mean_s = sum(e["train_s"] for e in res["epochs"][:epochs]) / epochs
+        ppl = res["epochs"][epochs - 1]["valid_ppl"]
+        summary[label] = {
+            "epochs": epochs,
             "train_s_per_epoch": mean_s,
             "speedup_per_epoch_vs_standard": base_s / mean_s,
             "final_valid_ppl": ppl,
@@ -117,6 +127,17 @@ def compare(runs: dict[str, Any]) -> dict[str, Any]:
             "meets_ppl_goal": ppl / base_ppl - 1.0 <= PPL_GOAL,
         }
     return {"runs": runs, "summary": summary}
+
+
+def merge_runs(paths: list[Path]) -> dict[str, Any]:
+    """Runs of earlier ``--json`` outputs; a label seen twice gets its batch size appended."""
+    runs: dict[str, Any] = {}
+    for path in paths:
+        for label, run_ in json.loads(path.read_text())["runs"].items():
+            if label in runs:
+                label = f"{label} b{run_['config']['batch']}"
+            runs[label] = run_
+    return runs
 
 
 def print_table(report: dict[str, Any]) -> None:
@@ -178,12 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--plot", type=Path, default=None, help="PNG: validation ppl vs time")
     args = parser.parse_args(argv)
-    if args.compare:
-        runs: dict[str, Any] = {}
-        for path in args.compare:
-            runs.update(json.loads(path.read_text())["runs"])
-    else:
-        runs = run(args)
+    runs = merge_runs(args.compare) if args.compare else run(args)
     report = compare(runs)
     print_table(report)
     if args.json is not None:
