@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from unstall.ps.chunks import WIRE_PART_BYTES, WIRE_WHOLE_BYTES, wire_parts
 from unstall.ps.data import DataSpec, global_indices, worker_batch
 from unstall.ps.links import ServerSpec
 from unstall.ps.optim import STEP_BLOCK, SGDConfig, sgd_momentum_step
@@ -143,3 +144,14 @@ def test_server_core_steps_a_large_segment_with_threads_exactly() -> None:
     want = param.copy()
     sgd_momentum_step(want, np.zeros(n, np.float32), grads, config)
     assert np.array_equal(core.state[0][0], want)
+
+
+def test_wire_parts_are_views_in_order_and_a_large_array_travels_whole() -> None:
+    part = WIRE_PART_BYTES // 4
+    small = rng.standard_normal(2 * part + 5).astype(np.float32)
+    bias = np.ones(3, np.float32)
+    large = np.zeros(WIRE_WHOLE_BYTES // 4 + 1, np.float32)
+    parts = wire_parts([small, bias, large])
+    assert [p.size for p in parts] == [part, part, 5, 3, large.size]
+    assert all(np.shares_memory(p, small) for p in parts[:3]) and parts[4] is large
+    assert np.array_equal(np.concatenate(parts[:3]), small)

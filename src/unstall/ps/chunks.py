@@ -196,17 +196,23 @@ def plan_pieces(chunks: Sequence[Chunk], piece_bytes: int) -> tuple[tuple[Segmen
 
 
 # The largest buffer Ray's serializer copies with one plain ``memcpy``: a larger one it copies
-# with six threads started for that buffer alone (``parallel_memcopy``), and starting and joining
-# them cost more than the copy on a small machine (about 2 ms per buffer on 2 cores: a 16 MB
-# message in 2 MB buffers took 3x as long as in 1 MB buffers; benchmarks/ps_overhead.py).
+# with six threads started for that buffer alone (``parallel_memcopy``). Starting and joining
+# them cost more than they save on a small machine for a buffer of a few MB (about 2 ms per
+# buffer on 2 loaded cores: a 16 MB message in 2 MB buffers took 3x as long as in 1 MB buffers),
+# and less than they save for a large one (two cores copy 64 MB in half the time of one).
 WIRE_PART_BYTES = 1 << 20
+WIRE_WHOLE_BYTES = 16 << 20  # a larger array travels whole, copied by Ray's threads
 
 
 def wire_parts(arrays: Sequence[np.ndarray]) -> list[np.ndarray]:
-    """``arrays`` (flat) cut, in order, into views of at most :data:`WIRE_PART_BYTES` each (no
-    copy): a push-pull's gradients as they travel, one buffer of Ray's message per part."""
+    """``arrays`` (flat) as they travel, in order, one buffer of Ray's message each: an array
+    of up to :data:`WIRE_WHOLE_BYTES` cut into views of at most :data:`WIRE_PART_BYTES` (no
+    copy), a larger one whole."""
     parts: list[np.ndarray] = []
     for array in arrays:
-        step = max(1, WIRE_PART_BYTES // max(1, array.itemsize))
-        parts += [array[lo : lo + step] for lo in range(0, array.size, step)] or [array]
+        if array.nbytes > WIRE_WHOLE_BYTES or array.size == 0:
+            parts.append(array)
+            continue
+        step = max(1, WIRE_PART_BYTES // array.itemsize)
+        parts += [array[lo : lo + step] for lo in range(0, array.size, step)]
     return parts
