@@ -42,6 +42,7 @@ from typing import Any
 import numpy as np
 import ray
 
+from unstall.ps.chunks import wire_parts
 from unstall.ps.coordinator import ensure_ray, session_pool
 from unstall.ps.train import PSConfig, run_training
 
@@ -63,15 +64,24 @@ class Callee:
     def roundtrip(self, data: np.ndarray) -> np.ndarray:
         return self.reply
 
+    def roundtrip_parts(self, data: list[np.ndarray]) -> list[np.ndarray]:
+        return wire_parts([self.reply])
+
 
 @ray.remote(num_cpus=0)
 class Caller:
-    def run(self, callees: list[Any], nbytes: int, iterations: int) -> list[float]:
+    def run(self, callees: list[Any], nbytes: int, iterations: int, parts: bool) -> list[float]:
+        """Round trips of one array per callee, or (``parts``) of the same bytes cut as the
+        PS cuts its pushes (:func:`~unstall.ps.chunks.wire_parts`), both ways."""
         data = [np.ones(nbytes // 4 // len(callees), np.float32) for _ in callees]
         times = []
         for _ in range(iterations):
             start = time.perf_counter()
-            ray.get([c.roundtrip.remote(d) for c, d in zip(callees, data, strict=True)])
+            calls = [
+                c.roundtrip_parts.remote(wire_parts([d])) if parts else c.roundtrip.remote(d)
+                for c, d in zip(callees, data, strict=True)
+            ]
+            ray.get(calls)
             times.append(time.perf_counter() - start)
         return times
 
@@ -85,10 +95,10 @@ class RawRoundTrip:
         self.callees = [Callee.remote(nbytes // servers) for _ in range(servers)]  # type: ignore[attr-defined]
         self.caller = Caller.remote()  # type: ignore[attr-defined]
 
-    def bytes_s(self, iterations: int) -> float:
+    def bytes_s(self, iterations: int, parts: bool = False) -> float:
         """``2 * nbytes`` (there and back) over the median round trip, after two warm-ups."""
-        times = ray.get(self.caller.run.remote(self.callees, self.nbytes, iterations + 2))[2:]
-        return 2 * self.nbytes / statistics.median(times)
+        run = self.caller.run.remote(self.callees, self.nbytes, iterations + 2, parts)
+        return 2 * self.nbytes / statistics.median(ray.get(run)[2:])
 
     def close(self) -> None:
         for actor in [*self.callees, self.caller]:
@@ -147,13 +157,34 @@ def best_of_rounds(
                 row.update({k: max(v, row.get(k, 0.0)) for k, v in ps.items()})
             if raw is None:
                 raw = RawRoundTrip(int(best[0]["param_mb"] * 1e6), servers)
-            rate = raw.bytes_s(iterations)
+            rate, parted = raw.bytes_s(iterations), raw.bytes_s(iterations, parts=True)
             for row in best:
                 row["raw_bytes_s"] = max(rate, row.get("raw_bytes_s", 0.0))
+                row["raw_parts_bytes_s"] = max(parted, row.get("raw_parts_bytes_s", 0.0))
     finally:
         if raw is not None:
             raw.close()
     return best
+
+
+def print_table(rows: list[dict[str, Any]]) -> None:
+    """One line a row, MB/s; adds the ratios to the rows. "raw parts": raw Ray with the
+    bytes cut both ways as the PS cuts its pushes (1 MiB parts), the engine's limit for that."""
+    head = ("MB", "S", "piece:thr", "raw", "raw parts", "PS", "PS/raw", "PS/parts")
+    head += ("transport", "tr./raw", "iteration")
+    print("{:>6} {:>2} {:>9} {:>7} {:>9} {:>7} {:>7} {:>8} {:>10} {:>8} {:>10}".format(*head))
+    for r in rows:
+        raw, parted = r["raw_bytes_s"], r["raw_parts_bytes_s"]
+        r["ratio"] = r["ps_push_pull_bytes_s"] / raw
+        r["ratio_parts"] = r["ps_push_pull_bytes_s"] / parted
+        r["transport_ratio"] = r["ps_transport_bytes_s"] / raw
+        print(
+            f"{r['param_mb']:6.1f} {r['servers']:2d} "
+            f"{r['piece_mb']:>6g}:{r['step_threads']:<2g} {raw / 1e6:7.0f} {parted / 1e6:9.0f} "
+            f"{r['ps_push_pull_bytes_s'] / 1e6:7.0f} {r['ratio']:7.0%} {r['ratio_parts']:8.0%} "
+            f"{r['ps_transport_bytes_s'] / 1e6:10.0f} {r['transport_ratio']:8.0%} "
+            f"{r['ps_iteration_bytes_s'] / 1e6:10.0f}"
+        )
 
 
 def main() -> None:
@@ -182,19 +213,7 @@ def main() -> None:
             runs = best_of_rounds(mb, servers, args.iterations, args.rounds, variants)
             for row in runs:
                 rows.append({"servers": servers, **row})
-    head = ("MB", "S", "piece:thr", "raw", "PS", "PS/raw", "transport", "tr./raw", "iteration")
-    print("{:>6} {:>2} {:>9} {:>7} {:>7} {:>7} {:>10} {:>8} {:>10}   (MB/s)".format(*head))
-    for r in rows:
-        raw = r["raw_bytes_s"]
-        r["ratio"] = r["ps_push_pull_bytes_s"] / raw
-        r["transport_ratio"] = r["ps_transport_bytes_s"] / raw
-        print(
-            f"{r['param_mb']:6.1f} {r['servers']:2d} "
-            f"{r['piece_mb']:>6g}:{r['step_threads']:<2g} {raw / 1e6:7.0f} "
-            f"{r['ps_push_pull_bytes_s'] / 1e6:7.0f} {r['ratio']:7.0%} "
-            f"{r['ps_transport_bytes_s'] / 1e6:10.0f} {r['transport_ratio']:8.0%} "
-            f"{r['ps_iteration_bytes_s'] / 1e6:10.0f}"
-        )
+    print_table(rows)
     if args.json:
         machine = {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count()}
         args.json.write_text(json.dumps({"machine": machine, "rows": rows}, indent=2))
