@@ -184,6 +184,20 @@ def test_plan_pieces_packs_small_chunks_and_cuts_big_ones() -> None:
         ((1, 0, 100), (2, 0, 250)),
         ((3, 0, 50),),
     )
+    # A big chunk between small ones closes the packed piece: every piece is a run of the
+    # chunks' elements in order (a server replies with one view of its flat array).
+    small_big_small = [
+        Chunk(id=0, tensor=0, start=0, stop=100),
+        Chunk(id=1, tensor=1, start=0, stop=1000),
+        Chunk(id=2, tensor=2, start=0, stop=50),
+    ]
+    assert plan_pieces(small_big_small, 1_500) == (
+        ((0, 0, 100),),
+        ((1, 0, 334),),
+        ((1, 334, 667),),
+        ((1, 667, 1000),),
+        ((2, 0, 50),),
+    )
     assert plan_pieces([], 1_500) == ()
     with pytest.raises(ConfigError, match="piece_bytes"):
         plan_pieces(chunks, 0)

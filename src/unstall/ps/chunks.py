@@ -169,8 +169,9 @@ Segment = tuple[int, int, int]
 
 def plan_pieces(chunks: Sequence[Chunk], piece_bytes: int) -> tuple[tuple[Segment, ...], ...]:
     """Cut one server's chunks (in order) into the pieces of its push-pull, each at most about
-    ``piece_bytes``: whole chunks packed together, a chunk larger than ``piece_bytes`` cut into
-    near-equal segments of its own. Everything fits in one piece when the server owns at most
+    ``piece_bytes``: consecutive whole chunks packed together, a chunk larger than
+    ``piece_bytes`` cut into near-equal segments of its own; the pieces, one after the other,
+    are the chunks' elements in order. Everything fits in one piece when the server owns at most
     ``piece_bytes``: one call moves it all, as before pipelining. With several pieces, the
     server steps a piece as soon as every worker's push of it is in and sends it back while
     the next pieces still travel (the step overlaps the transfers)."""
@@ -181,13 +182,15 @@ def plan_pieces(chunks: Sequence[Chunk], piece_bytes: int) -> tuple[tuple[Segmen
     packed: list[Segment] = []
     packed_bytes = 0
     for c in chunks:
+        # Each piece is a run of consecutive elements of the server's chunks in order (the
+        # server replies with one view of its flat array): a large chunk closes the packed one.
+        if packed and (c.nbytes > piece_bytes or packed_bytes + c.nbytes > piece_bytes):
+            pieces.append(tuple(packed))
+            packed, packed_bytes = [], 0
         if c.nbytes > piece_bytes:
             parts = -(-c.nbytes // piece_bytes)
             pieces += [((c.id, lo, hi),) for lo, hi in even_bounds(c.numel, parts)]
             continue
-        if packed_bytes + c.nbytes > piece_bytes:
-            pieces.append(tuple(packed))
-            packed, packed_bytes = [], 0
         packed.append((c.id, 0, c.numel))
         packed_bytes += c.nbytes
     if packed:
