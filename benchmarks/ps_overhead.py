@@ -19,8 +19,10 @@ and bookkeeping on top.
 
 Raw side: an actor sends one array of the same bytes to each of S actors and gets one back from
 each, one call per callee (``ray.get`` of S calls in flight together), from inside an actor as
-the PS worker is, with actors kept across rounds as the PS's are. Medians over ``--iterations``
-(after warm-up), the best of ``--rounds`` alternated rounds.
+the PS worker is, with actors kept across rounds as the PS's are. "raw parts": the same with the
+bytes cut both ways as the PS cuts its pushes (``wire_parts``: buffers of at most 1 MiB, which
+Ray copies without starting copy threads), the engine's limit for that wire format. Medians over
+``--iterations`` (after warm-up), the best of ``--rounds`` alternated rounds.
 
     .venv/bin/python benchmarks/ps_overhead.py [--mb 4 16 64] [--servers 1 4] [--rounds 5]
         [--variants 1000:1 1000:2 8:2] [--json OUT]

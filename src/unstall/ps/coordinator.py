@@ -37,11 +37,11 @@ from unstall.ps.worker import PSWorker, WorkerIteration
 
 PING_TIMEOUT_S = 10.0
 # A server owning more than this exchanges it in pieces of this size, pipelined (plan_pieces).
-# Off in effect by default: on one machine a piece costs the worker a copy into its model (a
-# whole tensor is loaded zero-copy) and a call, and in benchmarks/ps_overhead.py that cost more
-# than hiding the step behind the next piece's transfer gained (8 MB pieces: 37-55% of raw Ray
-# at 64 MB, one piece: 69-82%). Across a real network, whose transfers outlast the step, smaller
-# pieces (``PSConfig.piece_mb``) overlap the two.
+# Off in effect by default: on one machine every piece costs another Ray call (an object-store
+# object each way) and a piece of a large tensor a copy into the worker's model, which cost more
+# than hiding the step behind the next piece's transfer gains (benchmarks/ps_overhead.py, 8 MB
+# pieces: 25-51% of raw Ray at 64 MB, one piece: 48-74%). Across a real network, whose transfers
+# outlast the step, smaller pieces (``PSConfig.piece_mb``) overlap the two.
 DEFAULT_PIECE_BYTES = 256_000_000
 
 
