@@ -199,10 +199,10 @@ def plan_pieces(chunks: Sequence[Chunk], piece_bytes: int) -> tuple[tuple[Segmen
 
 
 # The largest buffer Ray's serializer copies with one plain ``memcpy``: a larger one it copies
-# with six threads started for that buffer alone (``parallel_memcopy``). Starting and joining
-# them cost more than they save on a small machine for a buffer of a few MB (about 2 ms per
-# buffer on 2 loaded cores: a 16 MB message in 2 MB buffers took 3x as long as in 1 MB buffers),
-# and less than they save for a large one (two cores copy 64 MB in half the time of one).
+# with six threads started for that buffer alone (``parallel_memcopy``). On a small machine,
+# starting and joining them costs more than they save for a buffer of a few MB (2 cores: raw Ray
+# moves 4 MB 43% faster in 1 MiB parts than in one buffer, benchmarks/ps_overhead.py "raw
+# parts"), and less than they save for a large one (two cores copy 64 MB in half the time of one).
 WIRE_PART_BYTES = 1 << 20
 WIRE_WHOLE_BYTES = 16 << 20  # a larger array travels whole, copied by Ray's threads
 
