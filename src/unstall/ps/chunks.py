@@ -202,7 +202,8 @@ def plan_pieces(chunks: Sequence[Chunk], piece_bytes: int) -> tuple[tuple[Segmen
 # with six threads started for that buffer alone (``parallel_memcopy``). On a small machine,
 # starting and joining them costs more than they save for a buffer of a few MB (2 cores: raw Ray
 # moves 4 MB 43% faster in 1 MiB parts than in one buffer, benchmarks/ps_overhead.py "raw
-# parts"), and less than they save for a large one (two cores copy 64 MB in half the time of one).
+# parts"), and less than they save for a large one (at 64 MB raw Ray is faster with one buffer
+# than in 1 MiB parts, the same benchmark's columns).
 WIRE_PART_BYTES = 1 << 20
 WIRE_WHOLE_BYTES = 16 << 20  # a larger array travels whole, copied by Ray's threads
 
