@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from unstall.errors import ConfigError
-from unstall.net.sharing import link_usage, max_min_fair, max_min_fair_arrays, max_min_fair_dense
+from unstall.net.sharing import link_usage, max_min_fair, max_min_fair_dense
 
 REL = 1e-7
 
@@ -98,37 +97,6 @@ def test_max_min_properties(net: tuple[dict, dict, dict, dict]) -> None:  # type
             and all(rates[g] <= rate * (1 + 1e-6) + 1e-9 for g in flows if link in flows[g])
         ]
         assert ok, f"flow {f} (rate {rate}) has no bottleneck link"
-
-
-@settings(max_examples=200, deadline=None)
-@given(
-    flows=st.lists(
-        st.tuples(
-            st.lists(st.integers(0, 5), min_size=1, max_size=3, unique=True),
-            st.sampled_from([1.0, 2.0, 0.5]),
-            st.one_of(st.just(math.inf), st.floats(0.5, 30.0)),
-        ),
-        min_size=1,
-        max_size=12,
-    ),
-    capacity=st.lists(st.floats(1.0, 50.0), min_size=6, max_size=6),
-)
-def test_array_version_equals_the_reference(
-    flows: list[tuple[list[int], float, float]], capacity: list[float]
-) -> None:
-    pair_flow = np.array([f for f, (links, _, _) in enumerate(flows) for _ in links])
-    pair_link = np.array([link for links, _, _ in flows for link in links])
-    pair_weight = np.array([w for links, w, _ in flows for _ in links])
-    got = max_min_fair_arrays(
-        np.array(capacity), pair_flow, pair_link, pair_weight, np.array([c for *_, c in flows])
-    )
-    expected = max_min_fair(
-        dict(enumerate(capacity)),
-        {f: dict.fromkeys(links, w) for f, (links, w, _) in enumerate(flows)},
-        caps={f: cap for f, (_, _, cap) in enumerate(flows) if math.isfinite(cap)},
-    )
-    for f in range(len(flows)):
-        assert got[f] == pytest.approx(expected[f], rel=1e-9)
 
 
 @settings(max_examples=200, deadline=None)

@@ -21,8 +21,6 @@ import math
 from collections.abc import Hashable, Iterable, Mapping
 from typing import Generic, TypeVar
 
-import numpy as np
-
 from unstall.errors import ConfigError
 
 L = TypeVar("L", bound=Hashable)
@@ -194,56 +192,6 @@ def link_usage(
 
 # The name the perf model's docs use for the same function.
 max_min_rates = max_min_fair
-
-
-# Relative tolerance under which a link counts as saturated or a flow as at its cap (the spare
-# capacity is a difference of float sums, exact only up to rounding).
-_ARRAY_TOL = 1e-9
-
-
-def max_min_fair_arrays(
-    capacity: np.ndarray,
-    pair_flow: np.ndarray,
-    pair_link: np.ndarray,
-    pair_weight: np.ndarray,
-    caps: np.ndarray,
-) -> np.ndarray:
-    """:func:`max_min_fair` on arrays, for large connected problems (the same allocation).
-
-    ``capacity[l]``: usable capacity of link ``l``; each (flow, link) pair ``i`` puts
-    ``pair_weight[i] x rate`` on link ``pair_link[i]`` for flow ``pair_flow[i]``; ``caps[f]``:
-    the flow's own maximum (``inf`` for none). Every flow must cross a link or have a cap.
-    Progressive filling, one numpy pass over the pairs per saturation level.
-    """
-    n_flows, n_links = len(caps), len(capacity)
-    rates = np.zeros(n_flows)
-    active = np.ones(n_flows, dtype=bool)
-    remaining = capacity.astype(float).copy()
-    scale = np.maximum(capacity, 1e-300)
-    while active.any():
-        live = active[pair_flow]
-        load = np.bincount(pair_link[live], weights=pair_weight[live], minlength=n_links)
-        used = load > 0.0
-        step = np.inf
-        if used.any():
-            step = float(np.min(np.maximum(remaining[used], 0.0) / load[used]))
-        headroom = caps[active] - rates[active]
-        step = max(0.0, min(step, float(headroom.min()) if len(headroom) else np.inf))
-        rates[active] += step
-        remaining -= step * load
-        saturated = used & (remaining <= _ARRAY_TOL * scale)
-        remaining[saturated] = 0.0
-        frozen = np.zeros(n_flows, dtype=bool)
-        frozen[pair_flow[live & saturated[pair_link]]] = True
-        at_cap = active & np.isfinite(caps)
-        at_cap &= caps - rates <= _ARRAY_TOL * np.maximum(caps, 1e-300)
-        rates[at_cap] = caps[at_cap]
-        frozen |= at_cap
-        frozen &= active
-        if not frozen.any():  # unreachable with consistent inputs; never loop forever
-            break
-        active &= ~frozen
-    return rates
 
 
 def max_min_fair_dense(
