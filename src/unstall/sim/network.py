@@ -44,7 +44,6 @@ class NetworkState:
         "_ids",
         "_irregular",
         "_link_capacity",
-        "_links_of",
         "_pairs",
         "_rates",
         "_rescale",
@@ -62,7 +61,6 @@ class NetworkState:
         self._demand: list[float | None] = []
         self._flow_cap: dict[int, float] = {}
         self._pairs: dict[int, tuple[tuple[int, float], ...]] = {}  # job -> (link id, weight)
-        self._links_of: dict[int, tuple[int, ...]] = {}
         self._rates: dict[int, float] = {}
         # Rates on idle links (``keep`` = 1), kept while every flow is regular.
         self._base: dict[int, float] = {}
@@ -89,14 +87,12 @@ class NetworkState:
 
     def add(self, job: int, flow: Flow) -> None:
         pairs = tuple((self._link_id(link), w) for link, w in flow.weights.items())
-        links = tuple(link for link, _ in pairs)
         self._pairs[job] = pairs
         self._flow_cap[job] = flow.cap
-        self._links_of[job] = links
-        for link in links:
+        for link, _ in pairs:
             self._flows_on[link].add(job)
             self._demand[link] = None
-        self.dirty.update(links)
+            self.dirty.add(link)
         if not (self._scaling and self._regular(pairs, flow.cap)):
             if not self._irregular:  # leaving regular mode: base rates no longer apply
                 self._base.clear()
@@ -106,15 +102,13 @@ class NetworkState:
             self._irregular.add(job)
 
     def remove(self, job: int) -> None:
-        links = self._links_of.pop(job, ())
-        self._pairs.pop(job, None)
         self._flow_cap.pop(job, None)
-        for link in links:
+        for link, _ in self._pairs.pop(job, ()):
             self._flows_on[link].discard(job)
             self._demand[link] = None
+            self.dirty.add(link)
         self._rates.pop(job, None)
         self._base.pop(job, None)
-        self.dirty.update(links)
         if job in self._irregular:
             self._irregular.discard(job)
             if not self._irregular:  # back to regular mode: every flow needs its base rate
@@ -242,7 +236,7 @@ class NetworkState:
     def _new_coupling(self, job: int, links: set[int], coupling: _Coupling) -> list[int]:
         """The job's coupling links not seen yet (added to ``links``)."""
         found = []
-        for link in self._links_of[job]:
+        for link, _ in self._pairs[job]:
             if link not in links and coupling(link):
                 links.add(link)
                 found.append(link)
