@@ -66,7 +66,7 @@ class SimConfig:
         if self.model_mix is not None:
             normalised_mix(self, "model_mix", dict(self.model_mix))
 
-    def profiled_specs(self, device: str) -> dict[str, JobPerfSpec]:
+    def profiled_specs(self) -> dict[str, JobPerfSpec]:
         """The perf specs of ``job_profiles`` by model name (each file's errors name it)."""
         specs: dict[str, JobPerfSpec] = {}
         for path in self.job_profiles:
@@ -131,7 +131,7 @@ def run_simulation(
 ) -> SimRun:
     """Simulate ``trace`` under ``config``; ``policy`` overrides ``config.policy`` (ablations)."""
     topology = config.topology()
-    speed = speed or PerfSpeedModel(topology, config.profiled_specs(topology.device))
+    speed = speed or PerfSpeedModel(topology, config.profiled_specs())
     policy = policy or make_policy(config.policy, config.policy_options)
     trace = prepare_trace(trace, config)
     arrays = trace.arrays()
