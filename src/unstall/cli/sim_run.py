@@ -78,16 +78,21 @@ PolicyOptionOpt = Annotated[
 ]
 
 
-def _policy_options(texts: list[str] | None) -> tuple[tuple[str, str], ...]:
+def _pairs(items: list[str], option: str, form: str) -> tuple[tuple[str, str], ...]:
+    """``KEY=VALUE`` texts split at the first ``=``, stripped; a text without one is an error."""
     from unstall.errors import ConfigError
 
     pairs = []
-    for text in texts or []:
+    for text in items:
         key, sep, value = text.partition("=")
         if not sep or not key.strip():
-            raise ConfigError("--policy-option", text, "expected KEY=VALUE")
+            raise ConfigError(option, text, f"expected {form}")
         pairs.append((key.strip(), value.strip()))
     return tuple(pairs)
+
+
+def _policy_options(texts: list[str] | None) -> tuple[tuple[str, str], ...]:
+    return _pairs(texts or [], "--policy-option", "KEY=VALUE")
 
 
 def _model_mix(text: str | None) -> tuple[tuple[str, float], ...] | None:
@@ -95,16 +100,16 @@ def _model_mix(text: str | None) -> tuple[tuple[str, float], ...] | None:
 
     if text is None:
         return None
+    form = "NAME=SHARE with a number share"
     mix = []
-    for item in comma_list(text):
-        name, sep, share = item.partition("=")
+    for name, share in _pairs(comma_list(text), "--model-mix", form):
         try:
-            value = float(share) if sep else math.nan
+            value = float(share)
         except ValueError:
             value = math.nan
-        if not name.strip() or not math.isfinite(value):
-            raise ConfigError("--model-mix", item, "expected NAME=SHARE with a number share")
-        mix.append((name.strip(), value))
+        if not math.isfinite(value):
+            raise ConfigError("--model-mix", f"{name}={share}", f"expected {form}")
+        mix.append((name, value))
     return tuple(mix)
 
 
