@@ -43,9 +43,12 @@ from typing import Any
 
 import numpy as np
 import ray
+import torch
 
 from unstall.ps.chunks import wire_parts
 from unstall.ps.coordinator import ensure_ray, session_pool
+from unstall.ps.optim import SGDConfig, sgd_momentum_step
+from unstall.ps.server import step_pool
 from unstall.ps.train import PSConfig, run_training
 
 UNLIMITED_SCENARIO = """
@@ -169,6 +172,70 @@ def best_of_rounds(
     return best
 
 
+def numpy_blocked_step(param: np.ndarray, buf: np.ndarray, grad: np.ndarray) -> None:
+    """The servers' step before the fused kernel, for comparison: numpy's four ufuncs
+    (``buf *= m; buf += g; s = buf * lr; param -= s``) block by block (64 Ki elements)."""
+    scratch = np.empty(65_536, np.float32)
+    momentum, lr = np.float32(0.9), np.float32(0.05)
+    for lo in range(0, param.size, 65_536):
+        m = buf[lo : lo + 65_536]
+        m *= momentum
+        m += grad[lo : lo + 65_536]
+        s = np.multiply(m, lr, out=scratch[: m.size])
+        param[lo : lo + 65_536] -= s
+
+
+def step_against_memcpy(mb: float, repeats: int) -> dict[str, float]:
+    """Seconds (median of ``repeats``) of one server's step on ``mb`` MB of parameters with one
+    worker's gradient (reading gradient, momentum and parameters, writing the last two: 20
+    bytes of memory traffic per parameter) and of one ``memcpy`` of the same bytes (8 bytes per
+    parameter: what each of raw Ray's two copies costs), on this thread."""
+    n = int(mb * 1e6 / 4)
+    rng = np.random.default_rng(0)
+    param, grad = rng.standard_normal(n, np.float32), rng.standard_normal(n, np.float32)
+    buf, dst = np.zeros(n, np.float32), np.empty(n, np.float32)
+    sgd = SGDConfig()
+
+    def median_s(work: Any) -> float:
+        times = []
+        for _ in range(repeats + 1):  # the first one warms up
+            start = time.perf_counter()
+            work()
+            times.append(time.perf_counter() - start)
+        return statistics.median(times[1:])
+
+    def two_threads() -> None:  # as a server with step_threads=2 steps a large segment
+        half = n // 2
+        halves = [slice(0, half), slice(half, n)]
+        list(
+            step_pool(2).map(lambda s: sgd_momentum_step(param[s], buf[s], [grad[s]], sgd), halves)
+        )
+
+    return {
+        "param_mb": n * 4 / 1e6,
+        "memcpy_s": median_s(lambda: np.copyto(dst, param)),
+        "numpy_step_s": median_s(lambda: numpy_blocked_step(param, buf, grad)),
+        "fused_step_s": median_s(lambda: sgd_momentum_step(param, buf, [grad], sgd)),
+        "fused_step_2_threads_s": median_s(two_threads),
+    }
+
+
+def print_step_table(rows: list[dict[str, float]]) -> None:
+    """Milliseconds, and each step's time over the memcpy's."""
+    head = ("MB", "memcpy ms", "numpy step", "/memcpy", "fused step", "/memcpy", "2 threads")
+    print("{:>6} {:>10} {:>11} {:>8} {:>11} {:>8} {:>10} {:>8}".format(*head, "/memcpy"))
+    for r in rows:
+        copy_s = r["memcpy_s"]
+        line = f"{r['param_mb']:6.1f} {copy_s * 1e3:10.2f}"
+        for key, width in (
+            ("numpy_step_s", 11),
+            ("fused_step_s", 11),
+            ("fused_step_2_threads_s", 10),
+        ):
+            line += f" {r[key] * 1e3:{width}.2f} {r[key] / copy_s:8.2f}"
+        print(line)
+
+
 def print_table(rows: list[dict[str, Any]]) -> None:
     """One line a row, MB/s; adds the ratios to the rows. "raw parts": raw Ray with the
     bytes cut both ways as the PS cuts its pushes (1 MiB parts), the engine's limit for that."""
@@ -203,7 +270,19 @@ def main() -> None:
         help="PIECE_MB:STEP_THREADS, one row each (a piece above the model: no pipelining)",
     )
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--step-only",
+        action="store_true",
+        help="time one server's step against a memcpy of the same bytes (no Ray)",
+    )
     args = parser.parse_args()
+    if args.step_only:
+        torch.set_num_threads(1)  # as a server steps
+        step_rows = [step_against_memcpy(mb, repeats=9) for mb in args.mb]
+        print_step_table(step_rows)
+        if args.json:
+            args.json.write_text(json.dumps({"step_rows": step_rows}, indent=2))
+        return
     # Ray starts its worker processes at nice 15: a timing run's actors run at normal priority
     # (a shared machine's niced jobs would otherwise take the CPU from them).
     os.environ.setdefault("RAY_worker_niceness", "0")

@@ -29,16 +29,20 @@ def test_step_is_torch_sgd_with_momentum_on_the_mean_gradient() -> None:
 
 
 def test_step_on_slices_equals_step_on_the_whole_bit_for_bit() -> None:
+    """Slices ending anywhere, one worker and two (the fused kernel's own scalar tail would
+    round the last ``size % 16`` elements of a call differently)."""
     config = SGDConfig()
-    whole = rng.standard_normal(101).astype(np.float32)
-    parts = whole.copy()
-    buf_whole, buf_parts = np.zeros(101, np.float32), np.zeros(101, np.float32)
-    for _ in range(3):
-        grads = [rng.standard_normal(101).astype(np.float32) for _ in range(2)]
-        sgd_momentum_step(whole, buf_whole, grads, config)
-        for a, b in ((0, 40), (40, 41), (41, 101)):
-            sgd_momentum_step(parts[a:b], buf_parts[a:b], [g[a:b] for g in grads], config)
-    assert np.array_equal(whole, parts) and np.array_equal(buf_whole, buf_parts)
+    n = 1001
+    for workers in (1, 2):
+        whole = rng.standard_normal(n).astype(np.float32)
+        parts = whole.copy()
+        buf_whole, buf_parts = np.zeros(n, np.float32), np.zeros(n, np.float32)
+        for _ in range(3):
+            grads = [rng.standard_normal(n).astype(np.float32) for _ in range(workers)]
+            sgd_momentum_step(whole, buf_whole, grads, config)
+            for a, b in ((0, 40), (40, 41), (41, 117), (117, n)):
+                sgd_momentum_step(parts[a:b], buf_parts[a:b], [g[a:b] for g in grads], config)
+        assert np.array_equal(whole, parts) and np.array_equal(buf_whole, buf_parts)
 
 
 def test_server_core_steps_once_every_push_is_in_summing_in_rank_order() -> None:
@@ -83,8 +87,16 @@ def test_server_core_steps_piece_by_piece_as_the_whole() -> None:
     assert core.values(pieces[1]).tolist() == [*want_a[150:].tolist(), *want_b.tolist()]
 
 
+def fma_update(param: np.ndarray, buf: np.ndarray, lr: float) -> np.ndarray:
+    """``param - lr * buf`` rounded once, as a fused multiply-add does (float32 products are
+    exact in float64; the float64 sum's second rounding agrees here, seeded inputs)."""
+    exact = param.astype(np.float64) - np.float64(np.float32(lr)) * buf.astype(np.float64)
+    return exact.astype(np.float32)
+
+
 def test_blocked_step_equals_whole_array_arithmetic_bit_for_bit() -> None:
-    """Three blocks and a ragged end: the same float32 operations as on whole arrays."""
+    """Three blocks and a ragged end: the mean in rank order, ``buf * momentum + mean`` rounded
+    twice, the update rounded once (torch's fused kernel), on every element."""
     config = SGDConfig(lr=0.05, momentum=0.9)
     n = 2 * STEP_BLOCK + 1234
     param = rng.standard_normal(n).astype(np.float32)
@@ -92,13 +104,23 @@ def test_blocked_step_equals_whole_array_arithmetic_bit_for_bit() -> None:
     grads = [rng.standard_normal(n).astype(np.float32) for _ in range(3)]
     mean = (grads[0] + grads[1] + grads[2]) / np.float32(3)
     want_buf = buf * np.float32(0.9) + mean
-    want = param - want_buf * np.float32(0.05)
+    want = fma_update(param, want_buf, 0.05)
     sgd_momentum_step(param, buf, grads, config)
     assert np.array_equal(buf, want_buf) and np.array_equal(param, want)
     one = rng.standard_normal(n).astype(np.float32)
-    want_one = param - (buf * np.float32(0.9) + one) * np.float32(0.05)
+    want_buf = buf * np.float32(0.9) + one
+    want_one = fma_update(param, want_buf, 0.05)
+    one.setflags(write=False)  # as it arrives from the object store
     sgd_momentum_step(param, buf, [one], config, scratch=np.empty(10, np.float32))
-    assert np.array_equal(param, want_one)
+    assert np.array_equal(param, want_one) and np.array_equal(buf, want_buf)
+
+
+def test_step_without_momentum_is_plain_sgd() -> None:
+    config = SGDConfig(lr=0.5, momentum=0.0)
+    param, buf = np.ones(70, np.float32), np.full(70, 9.0, np.float32)
+    grads = [np.full(70, 2.0, np.float32), np.full(70, 4.0, np.float32)]
+    sgd_momentum_step(param, buf, grads, config)
+    assert param.tolist() == [-0.5] * 70 and buf.tolist() == [3.0] * 70
 
 
 def test_global_batches_take_every_sample_once_per_epoch() -> None:

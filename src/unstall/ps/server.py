@@ -27,12 +27,13 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import ray
+import torch
 
 from unstall.errors import UnstallError
 from unstall.ps.links import LinkQueue, ServerSpec
 from unstall.ps.optim import STEP_BLOCK, SGDConfig, sgd_momentum_step
 
-if TYPE_CHECKING:  # chunks imports torch, which a server process has no need to load
+if TYPE_CHECKING:
     from unstall.ps.chunks import Segment
 
 T = TypeVar("T")
@@ -216,6 +217,9 @@ class PSServer:
     """Ray actor around :class:`ServerCore` (see the module docstring)."""
 
     def __init__(self, server_id: int, workers: int, spec: ServerSpec, sgd: SGDConfig) -> None:
+        # The step's kernel (torch's fused SGD) would otherwise split a call over every core's
+        # thread, which spin while waiting on a busy machine; ``step_threads`` says how many.
+        torch.set_num_threads(1)
         self._reset(server_id, workers, spec, sgd)
 
     def _reset(
