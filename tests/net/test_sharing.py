@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from unstall.errors import ConfigError
-from unstall.net.sharing import link_usage, max_min_fair, max_min_fair_dense
+from unstall.net.sharing import link_usage, max_min_fair
 
 REL = 1e-7
 
@@ -97,35 +97,3 @@ def test_max_min_properties(net: tuple[dict, dict, dict, dict]) -> None:  # type
             and all(rates[g] <= rate * (1 + 1e-6) + 1e-9 for g in flows if link in flows[g])
         ]
         assert ok, f"flow {f} (rate {rate}) has no bottleneck link"
-
-
-@settings(max_examples=200, deadline=None)
-@given(
-    flows=st.lists(
-        st.tuples(
-            st.lists(st.integers(0, 5), max_size=3, unique=True),
-            st.sampled_from([1.0, 2.0, 0.5]),
-            st.one_of(st.just(math.inf), st.floats(0.5, 30.0)),
-        ),
-        min_size=1,
-        max_size=12,
-    ),
-    capacity=st.lists(st.floats(0.0, 50.0), min_size=6, max_size=6),
-)
-def test_dense_version_is_the_reference_to_the_bit(
-    flows: list[tuple[list[int], float, float]], capacity: list[float]
-) -> None:
-    # Links numbered in order of first use, as the reference numbers them internally.
-    order = list(dict.fromkeys(link for links, _, _ in flows for link in links))
-    dense = {link: i for i, link in enumerate(order)}
-    got = max_min_fair_dense(
-        [capacity[link] for link in order],
-        [[(dense[link], w) for link in links] for links, w, _ in flows],
-        [cap for *_, cap in flows],
-    )
-    expected = max_min_fair(
-        dict(enumerate(capacity)),
-        {f: dict.fromkeys(links, w) for f, (links, w, _) in enumerate(flows)},
-        caps={f: cap for f, (_, _, cap) in enumerate(flows) if math.isfinite(cap)},
-    )
-    assert got == [expected[f] for f in range(len(flows))]

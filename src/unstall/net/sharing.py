@@ -10,8 +10,9 @@ either at its cap or crosses a saturated link on which no other flow has a highe
 
 Background congestion takes a fraction (0..1) of a link's capacity away before sharing.
 
-Pure functions of plain mappings; the simulator calls them once per change of the set of
-running jobs, not per iteration.
+Pure functions of plain mappings: the reference. The simulator's network state
+(``unstall.sim.network``) solves the same problem on its own link ids, one connected component
+at a time, and its tests check it against this one.
 """
 
 from __future__ import annotations
@@ -192,83 +193,3 @@ def link_usage(
 
 # The name the perf model's docs use for the same function.
 max_min_rates = max_min_fair
-
-
-def max_min_fair_dense(
-    capacity: list[float], flows: list[list[tuple[int, float]]], caps: list[float]
-) -> list[float]:
-    """:func:`max_min_fair` on dense indices, for the simulator's hot path (no input checks).
-
-    ``capacity[l]``: usable capacity of link ``l``; ``flows[f]``: ``(link, weight)`` pairs of
-    flow ``f`` (each flow crosses a link or has a finite cap); ``caps[f]``: its own maximum
-    (``inf`` for none). The same progressive filling as :func:`max_min_fair`, the same float
-    operations in the same order, over lists instead of mappings.
-    """
-    n_links = len(capacity)
-    weight = [0.0] * n_links
-    unfrozen = [0] * n_links
-    frozen_load = [0.0] * n_links
-    on_link: list[list[int]] = [[] for _ in range(n_links)]
-    for f, pairs in enumerate(flows):
-        for link, w in pairs:
-            weight[link] += w
-            unfrozen[link] += 1
-            on_link[link].append(f)
-    version = [0] * n_links
-    heap = [
-        (max(capacity[link], 0.0) / weight[link], 0, link)
-        for link in range(n_links)
-        if unfrozen[link]
-    ]
-    heapq.heapify(heap)
-    cap_heap = [(caps[f], f) for f in range(len(flows)) if caps[f] != math.inf]
-    heapq.heapify(cap_heap)
-    rates = [0.0] * len(flows)
-    active = [True] * len(flows)
-    left = len(flows)
-    for f, pairs in enumerate(flows):
-        if not pairs and caps[f] == math.inf:  # crosses nothing, capped by nothing
-            rates[f] = math.inf
-            active[f] = False
-            left -= 1
-    level = 0.0
-    while left:
-        while cap_heap and not active[cap_heap[0][1]]:
-            heapq.heappop(cap_heap)
-        while heap and heap[0][1] != version[heap[0][2]]:
-            heapq.heappop(heap)
-        next_cap = cap_heap[0][0] if cap_heap else math.inf
-        next_link = heap[0][0] if heap else math.inf
-        frozen: list[int] = []
-        if next_cap <= next_link:
-            if next_cap == math.inf:
-                break  # unreachable: every active flow crosses a link or has a cap
-            level = max(level, next_cap)
-            while cap_heap and cap_heap[0][0] <= next_cap:
-                rate, f = heapq.heappop(cap_heap)
-                if active[f]:
-                    rates[f] = rate
-                    frozen.append(f)
-                    active[f] = False
-        else:
-            level = max(level, next_link)
-            for f in on_link[heap[0][2]]:
-                if active[f]:
-                    rates[f] = level
-                    frozen.append(f)
-                    active[f] = False
-        left -= len(frozen)
-        touched: dict[int, None] = {}
-        for f in frozen:
-            rate = rates[f]
-            for link, w in flows[f]:
-                frozen_load[link] += w * rate
-                unfrozen[link] -= 1
-                weight[link] = 0.0 if unfrozen[link] == 0 else weight[link] - w
-                touched[link] = None
-        for link in touched:
-            version[link] += 1
-            if unfrozen[link] > 0:
-                spare = max(capacity[link] - frozen_load[link], 0.0)
-                heapq.heappush(heap, (spare / weight[link], version[link], link))
-    return rates

@@ -15,10 +15,10 @@ step. With an irregular flow present it re-shares the touched components at the 
 
 from __future__ import annotations
 
-from collections import deque
-from collections.abc import Callable, Iterable
+import heapq
+import math
+from collections.abc import Callable
 
-from unstall.net.sharing import max_min_fair_dense
 from unstall.sim.speed import Flow, LinkId
 
 # Re-scale the idle-link rates at a congestion change while every flow is regular (module
@@ -38,6 +38,7 @@ class NetworkState:
     __slots__ = (
         "_base",
         "_capacity",
+        "_coupled",
         "_demand",
         "_flow_cap",
         "_flows_on",
@@ -59,6 +60,8 @@ class NetworkState:
         self._flows_on: list[set[int]] = []  # by link id: the jobs crossing it
         # Per link: what its flows ask at their caps; None once the link's flow set changes.
         self._demand: list[float | None] = []
+        # Per link: does it couple its flows at ``keep`` = 1 (None: not known since it changed).
+        self._coupled: list[bool | None] = []
         self._flow_cap: dict[int, float] = {}
         self._pairs: dict[int, tuple[tuple[int, float], ...]] = {}  # job -> (link id, weight)
         self._rates: dict[int, float] = {}
@@ -77,6 +80,7 @@ class NetworkState:
             self._link_capacity.append(self._capacity(link))
             self._flows_on.append(set())
             self._demand.append(None)
+            self._coupled.append(None)
         return found
 
     def _regular(self, pairs: tuple[tuple[int, float], ...], cap: float) -> bool:
@@ -92,6 +96,7 @@ class NetworkState:
         for link, _ in pairs:
             self._flows_on[link].add(job)
             self._demand[link] = None
+            self._coupled[link] = None
             self.dirty.add(link)
         if not (self._scaling and self._regular(pairs, flow.cap)):
             if not self._irregular:  # leaving regular mode: base rates no longer apply
@@ -106,6 +111,7 @@ class NetworkState:
         for link, _ in self._pairs.pop(job, ()):
             self._flows_on[link].discard(job)
             self._demand[link] = None
+            self._coupled[link] = None
             self.dirty.add(link)
         self._rates.pop(job, None)
         self._base.pop(job, None)
@@ -162,35 +168,18 @@ class NetworkState:
         cap does, so it is folded into the caps (``rate <= usable / weight``); this is exact and
         keeps components small, because most NICs carry a single spread job.
         """
-        coupling = _Coupling(self, keep)
-        component_links, component_flows = self._component(sorted(self.dirty), coupling)
+        start = sorted(self.dirty)
         self.dirty = set()
-        if not component_flows:
+        # Whether a link couples depends on its flows and on ``keep``; at ``keep`` = 1 (every
+        # sharing step in regular mode) the answers stay valid until the link's flows change.
+        coupled: list[bool | None] = (
+            self._coupled if keep == 1.0 else [None] * len(self._link_capacity)
+        )
+        component = _Component(self, keep, coupled)
+        component.grow(start)
+        if not component.jobs:
             return {}
-        # Dense link indices in order of first use, as max_min_fair numbers them.
-        index: dict[int, int] = {}
-        capacity: list[float] = []
-        flows: list[list[tuple[int, float]]] = []
-        caps: list[float] = []
-        link_capacity, all_pairs, flow_cap = self._link_capacity, self._pairs, self._flow_cap
-        jobs = list(component_flows)
-        for job in jobs:
-            cap = flow_cap[job]
-            pairs: list[tuple[int, float]] = []
-            for link, weight in all_pairs[job]:
-                if link in component_links:
-                    i = index.get(link)
-                    if i is None:
-                        i = index[link] = len(capacity)
-                        capacity.append(link_capacity[link] * keep)
-                    pairs.append((i, weight))
-                else:
-                    alone = link_capacity[link] * keep / weight
-                    if alone < cap:
-                        cap = alone
-            flows.append(pairs)
-            caps.append(cap)
-        return dict(zip(jobs, max_min_fair_dense(capacity, flows, caps), strict=True))
+        return dict(zip(component.jobs, component.fill(), strict=True))
 
     def _is_coupling(self, link: int, keep: float) -> bool:
         flows = self._flows_on[link]
@@ -207,55 +196,166 @@ class NetworkState:
             self._demand[link] = demand
         return demand > self._link_capacity[link] * keep
 
-    def _component(self, start: Iterable[int], coupling: _Coupling) -> tuple[set[int], set[int]]:
-        """Every flow on a ``start`` link, and everything connected to those flows through
-        coupling links (the only links through which one flow's rate can move another's)."""
-        links: set[int] = set()
-        flows: set[int] = set()
-        todo: deque[int] = deque()
-        flows_on = self._flows_on
+
+class _Component:
+    """One sharing step: the flows the dirty links can move, and their max-min fair rates.
+
+    The component is every flow on a dirty link and everything connected to those flows through
+    coupling links (the only links through which one flow's rate can move another's). It is
+    gathered and solved on the network's own link ids, so nothing is re-indexed per step.
+    """
+
+    __slots__ = (
+        "caps",
+        "coupled",
+        "jobs",
+        "keep",
+        "links",
+        "net",
+        "pairs",
+        "position",
+        "unfrozen",
+        "weight",
+    )
+
+    def __init__(self, net: NetworkState, keep: float, coupled: list[bool | None]) -> None:
+        self.net = net
+        self.keep = keep
+        self.coupled = coupled
+        n_links = len(net._link_capacity)
+        self.weight = [0.0] * n_links  # by link id: weight of the component's unfrozen flows
+        self.unfrozen = [0] * n_links
+        self.links: list[int] = []  # the component's coupling links, in order of discovery
+        self.jobs: list[int] = []  # its flows, in order of discovery
+        self.position: dict[int, int] = {}  # job -> index in ``jobs``
+        self.caps: list[float] = []  # own cap, with the non-coupling links folded in
+        self.pairs: list[list[tuple[int, float]]] = []  # coupling (link, weight) pairs
+
+    def grow(self, start: list[int]) -> None:
+        flows_on = self.net._flows_on
+        seen = bytearray(len(self.weight))
+        todo: list[int] = []
         for link in start:
             if not flows_on[link]:
                 continue
-            if coupling(link):
-                links.add(link)
-                todo.append(link)
+            if self._couples(link):
+                if not seen[link]:
+                    seen[link] = 1
+                    todo.append(link)
             else:  # a non-coupling link still re-plans its own flows (their caps may change)
                 for job in flows_on[link]:
-                    if job not in flows:
-                        flows.add(job)
-                        todo.extend(self._new_coupling(job, links, coupling))
+                    if job not in self.position:
+                        self._visit(job, seen, todo)
         while todo:
-            link = todo.popleft()
+            link = todo.pop()
+            self.links.append(link)
             for job in flows_on[link]:
-                if job not in flows:
-                    flows.add(job)
-                    todo.extend(self._new_coupling(job, links, coupling))
-        return links, flows
+                if job not in self.position:
+                    self._visit(job, seen, todo)
 
-    def _new_coupling(self, job: int, links: set[int], coupling: _Coupling) -> list[int]:
-        """The job's coupling links not seen yet (added to ``links``)."""
-        found = []
-        for link, _ in self._pairs[job]:
-            if link not in links and coupling(link):
-                links.add(link)
-                found.append(link)
-        return found
-
-
-class _Coupling:
-    """Memoised 'is this link coupling?' for one recompute."""
-
-    __slots__ = ("_keep", "_memo", "_net")
-
-    def __init__(self, net: NetworkState, keep: float) -> None:
-        self._net = net
-        self._keep = keep
-        self._memo: dict[int, bool] = {}
-
-    def __call__(self, link: int) -> bool:
-        found = self._memo.get(link)
+    def _couples(self, link: int) -> bool:
+        found = self.coupled[link]
         if found is None:
-            found = self._net._is_coupling(link, self._keep)
-            self._memo[link] = found
+            found = self.coupled[link] = self.net._is_coupling(link, self.keep)
         return found
+
+    def _visit(self, job: int, seen: bytearray, todo: list[int]) -> None:
+        """Add the job: its coupling links join the search, the others fold into its cap."""
+        net, keep, coupled = self.net, self.keep, self.coupled
+        link_capacity, weight, unfrozen = net._link_capacity, self.weight, self.unfrozen
+        cap = net._flow_cap[job]
+        mine: list[tuple[int, float]] = []
+        for pair in net._pairs[job]:
+            link, w = pair
+            couples = coupled[link]
+            if couples is None:
+                couples = coupled[link] = net._is_coupling(link, keep)
+            if couples:
+                mine.append(pair)
+                weight[link] += w
+                unfrozen[link] += 1
+                if not seen[link]:
+                    seen[link] = 1
+                    todo.append(link)
+            else:
+                alone = link_capacity[link] * keep / w
+                if alone < cap:
+                    cap = alone
+        self.position[job] = len(self.jobs)
+        self.jobs.append(job)
+        self.caps.append(cap)
+        self.pairs.append(mine)
+
+    def fill(self) -> list[float]:
+        """Progressive filling: every unfrozen flow's rate rises at one pace (the level); a flow
+        freezes when it reaches its cap or when one of its links saturates.
+
+        A link's saturation level, ``(usable - load of its frozen flows) / weight of its
+        unfrozen flows``, never falls as flows freeze (each freezes at a rate no higher than the
+        level of any of its unsaturated links). So the heap keeps possibly stale entries that
+        are lower bounds, and an entry is re-computed only when it reaches the top, instead of
+        being pushed again every time one of the link's flows freezes.
+        """
+        net, keep = self.net, self.keep
+        link_capacity, flows_on = net._link_capacity, net._flows_on
+        weight, unfrozen, pairs, position = self.weight, self.unfrozen, self.pairs, self.position
+        caps = self.caps
+        frozen_load = [0.0] * len(weight)
+        heap = [(link_capacity[link] * keep / weight[link], link) for link in self.links]
+        heapq.heapify(heap)
+        capped = sorted((cap, i) for i, cap in enumerate(caps) if cap != math.inf)
+        next_capped = 0
+        rates = [0.0] * len(caps)
+        active = [True] * len(caps)
+        left = len(caps)
+        for i, own in enumerate(pairs):
+            if not own and caps[i] == math.inf:  # crosses nothing, capped by nothing
+                rates[i] = math.inf
+                active[i] = False
+                left -= 1
+        level = 0.0
+        while left:
+            while next_capped < len(capped) and not active[capped[next_capped][1]]:
+                next_capped += 1
+            next_cap = capped[next_capped][0] if next_capped < len(capped) else math.inf
+            next_link = math.inf
+            while heap:
+                stored, link = heap[0]
+                if not unfrozen[link]:
+                    heapq.heappop(heap)
+                    continue
+                spare = link_capacity[link] * keep - frozen_load[link]
+                current = (spare if spare > 0.0 else 0.0) / weight[link]
+                if current > stored:
+                    heapq.heapreplace(heap, (current, link))
+                    continue
+                next_link = current
+                break
+            frozen: list[int] = []
+            if next_cap <= next_link:
+                if next_cap == math.inf:
+                    break  # unreachable: every active flow crosses a link or has a cap
+                level = max(level, next_cap)
+                while next_capped < len(capped) and capped[next_capped][0] <= next_cap:
+                    cap, i = capped[next_capped]
+                    next_capped += 1
+                    if active[i]:
+                        rates[i] = cap
+                        frozen.append(i)
+            else:
+                level = max(level, next_link)
+                for job in flows_on[heapq.heappop(heap)[1]]:
+                    i = position[job]
+                    if active[i]:
+                        rates[i] = level
+                        frozen.append(i)
+            left -= len(frozen)
+            for i in frozen:
+                active[i] = False
+                rate = rates[i]
+                for link, w in pairs[i]:
+                    frozen_load[link] += w * rate
+                    unfrozen[link] -= 1
+                    # Recount at zero, so that no rounding residue keeps a link "in use".
+                    weight[link] = 0.0 if unfrozen[link] == 0 else weight[link] - w
+        return rates
