@@ -122,6 +122,39 @@ def test_structured_chunked_gathers_match_the_reference(
         torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
 
 
+def test_structured_layers_in_column_tiles_match_the_reference(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One thread and gate outputs wider than the threshold: every structured product (input, and
+    the recurrence step by step) runs in tiles of 7 columns, the last tile narrower."""
+    monkeypatch.setattr(kernels, "TILED_MIN_COLUMNS", 8)
+    monkeypatch.setattr(kernels, "TILE_COLUMNS", 7)
+    model = make("structured", 0.4, inp=6, hid=5, layers=2)  # 20 gate columns: tiles 7, 7, 6
+    x = torch.randn(5, 3, 6, generator=gen(18), dtype=F64, requires_grad=True)
+    out, _ = model(x)
+    assert model.last_masks is not None
+    mask = model.last_masks[0].recurrent
+    assert isinstance(mask, StructuredMask)
+    weight = model.state_dict()["weight_hh_l0"]
+    assert isinstance(kernels.make_projection(weight, mask, 5), kernels.TiledCompactProjection)
+    ref_out = reference_forward(model, x, model.last_masks)
+    torch.testing.assert_close(out, ref_out, rtol=1e-12, atol=1e-12)
+    params = [x, *model.parameters()]
+    for a, b in zip(grads(out, params), grads(ref_out, params), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_column_tiles_only_with_one_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(kernels, "TILED_MIN_COLUMNS", 8)
+    mask = sample_mask("structured", 4, 3, 5, 0.5, gen(19))
+    assert isinstance(mask, StructuredMask)
+    weight = torch.zeros(8, 5)
+    assert isinstance(kernels.make_projection(weight, mask, 4), kernels.TiledCompactProjection)
+    assert type(kernels.make_projection(weight[:7], mask, 4)) is kernels.CompactProjection
+    torch.set_num_threads(2)
+    assert type(kernels.make_projection(weight, mask, 4)) is kernels.CompactProjection
+
+
 @pytest.mark.parametrize("mode", MODES)
 def test_gradcheck_float64(mode: str) -> None:
     steps, batch, inp, hid = 4, 3, 5, 4

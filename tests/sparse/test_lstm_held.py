@@ -1,6 +1,7 @@
 """Structured dropout sets held for several steps (``steps_per_set``): the sets repeat in blocks,
 the held input connection is one large product per block, and values and gradients still equal
-the dense masked reference (and float64 gradcheck) for the LSTM layer and the decoder."""
+the dense masked reference (and float64 gradcheck) for the LSTM layer and the decoder, also when
+the decoder runs in column tiles."""
 
 from __future__ import annotations
 
@@ -10,7 +11,14 @@ from torch import Tensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from unstall.errors import ConfigError
-from unstall.sparse.kernels import LSTMLayerFn, masked_linear, reference_lstm_layer
+from unstall.sparse import kernels
+from unstall.sparse.kernels import (
+    LSTMLayerFn,
+    TiledCompactProjection,
+    make_projection,
+    masked_linear,
+    reference_lstm_layer,
+)
 from unstall.sparse.lstm import StructuredDropoutLSTM
 from unstall.sparse.masks import LayerMasks, StructuredMask, WindowMask, sample_mask
 
@@ -90,14 +98,23 @@ def test_held_input_layer_matches_the_dense_reference_and_gradcheck(mode: str, h
     assert torch.autograd.gradcheck(layer, tuple(tensors), fast_mode=True)
 
 
-def test_held_decoder_matches_the_dense_reference_and_gradcheck() -> None:
+@pytest.mark.parametrize(("held", "tiles"), [(4, False), (1, True), (4, True)])
+def test_decoder_matches_the_dense_reference_and_gradcheck(
+    held: int, tiles: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fresh or held sets; with ``tiles``, one thread and W^T in column tiles (4, 4, 3 words)."""
+    if tiles:
+        monkeypatch.setattr(kernels, "TILED_MIN_COLUMNS", 8)
+        monkeypatch.setattr(kernels, "TILE_COLUMNS", 4)
     steps, batch, hid, vocab = 6, 3, 8, 11
     g = gen(5)
     x = torch.randn(steps, batch, hid, generator=g, dtype=F64, requires_grad=True)
     weight = torch.randn(vocab, hid, generator=g, dtype=F64, requires_grad=True)
     bias = torch.randn(vocab, generator=g, dtype=F64, requires_grad=True)
-    mask = sample_mask("structured", steps, batch, hid, 0.5, gen(6), steps_per_set=4)
+    mask = sample_mask("structured", steps, batch, hid, 0.5, gen(6), steps_per_set=held)
     assert isinstance(mask, StructuredMask)
+    tiled = isinstance(make_projection(weight, mask, steps), TiledCompactProjection)
+    assert tiled == tiles
     out = masked_linear(x, weight, bias, mask)
     ref = torch.nn.functional.linear(x * mask.dense(steps, batch), weight, bias)
     torch.testing.assert_close(out, ref, rtol=1e-12, atol=1e-12)

@@ -15,6 +15,8 @@ runs the same loop and the same cell code; they differ only in how a masked prod
   ``index_add_``; dropped rows get nothing, which is their true gradient. The price is the
   gather (forward, and again in backward rather than holding T slabs) and the scatter, memory
   traffic that does not shrink with the batch: it eats much of the gain at small batches.
+  :class:`TiledCompactProjection` does the same products for a vocabulary-wide output (the
+  decoder) with one thread, one cache-sized column tile of W^T at a time for every step.
 - :class:`WindowProjection` (``structured-window``): W is laid out once per sequence in the
   order of the sequence's permutation, and each step's kept units are a window of it, so every
   product reads a contiguous slice in place: no per-step gather or scatter at all.
@@ -38,6 +40,10 @@ GATHER_CHUNK_BYTES = 2 << 20
 # Largest product output (bytes) computed chunk by chunk: each chunk's product re-reads and
 # re-writes the output, so beyond a cache-sized output the chunks cost more than they save.
 CHUNKED_OUTPUT_BYTES = 2 << 20
+# Single-threaded, a structured product with an output at least this wide (a vocabulary) runs in
+# column tiles of TILE_COLUMNS (see TiledCompactProjection).
+TILED_MIN_COLUMNS = 8192
+TILE_COLUMNS = 1024
 
 
 class Projection(Protocol):
@@ -221,6 +227,106 @@ class CompactProjection:
         self.grad_weight_t = None
 
 
+class TiledCompactProjection:
+    """Structured mask on a wide output (the decoder's 10k words), single-threaded, in column tiles.
+
+    With 64 rows per step, a product on the kept rows of a 10k-wide W^T does only 128 flops per
+    weight element it gathers and the GEMM then packs, so at one step at a time those copies of
+    8 MB (hidden 400) through memory cost nearly what the arithmetic does. Here W^T is split once
+    per pass into column tiles (N x :data:`TILE_COLUMNS`, 1.6 MB at N = 400), and each tile serves
+    every step before the next tile: the per-step gathers read a tile that stays in the core's
+    cache, and the weight gradient of the kept rows is added into a tile in cache too. The kept
+    sets, the products' shapes and the arithmetic are those of :class:`CompactProjection`; only
+    the order changes (the input gradient is summed over tiles, so it differs by rounding).
+    """
+
+    def __init__(self, weight: Tensor, mask: StructuredMask) -> None:
+        self.mask = mask
+        width = weight.shape[0]
+        self.cols = [slice(s, min(s + TILE_COLUMNS, width)) for s in range(0, width, TILE_COLUMNS)]
+        self.tiles = [weight[cols].t().contiguous() for cols in self.cols]  # (N, tile width)
+        most = max([1, *(int(k.numel()) for k in mask.keep)])
+        # Reused flat buffers: one tile's gathered kept rows, and their weight-gradient rows.
+        self.rows = weight.new_empty(most * TILE_COLUMNS)
+        self.step_grad = torch.empty_like(self.rows)
+        self.kept_v: dict[int, Tensor] = {}  # v[:, K] * scale of each block, by its first step
+        self.grad_tiles: list[Tensor] | None = None
+
+    def _gather(self, tile: int, keep: Tensor) -> Tensor:
+        source = self.tiles[tile]
+        out = self.rows[: keep.numel() * source.shape[1]].view(keep.numel(), source.shape[1])
+        return torch.index_select(source, 0, keep, out=out)
+
+    def _keep_v(self, key: int, keep: Tensor, v: Tensor) -> Tensor:
+        vk = v.index_select(1, keep).mul_(self.mask.scale)
+        self.kept_v[key] = vk
+        return vk
+
+    def _project_blocks(self, blocks: list[tuple[Tensor, Tensor, Tensor]]) -> None:
+        """``out += vk @ W^T[K]`` for each (kept units K, kept v, output rows), tile by tile."""
+        for tile, cols in enumerate(self.cols):
+            for keep, vk, out in blocks:
+                out[:, cols].addmm_(vk, self._gather(tile, keep))
+
+    def project_all(self, v: Tensor, out: Tensor) -> None:
+        width, blocks = out.shape[-1], []
+        for steps, keep in self.mask.blocks(v.shape[0]):
+            rows = out[steps].view(-1, width)  # out is contiguous: a view, written in place
+            vk = self._keep_v(steps.start, keep, v[steps].reshape(rows.shape[0], -1))
+            blocks.append((keep, vk, rows))
+        self._project_blocks(blocks)
+
+    def project_step(self, t: int, v: Tensor, out: Tensor) -> None:
+        keep = self.mask.at(t)
+        self._project_blocks([(keep, self._keep_v(t, keep, v), out)])
+
+    def _backward_blocks(
+        self, blocks: list[tuple[int, Tensor, Tensor]], need_input: bool
+    ) -> list[Tensor] | None:
+        """Input gradients (rows x N) of each (first step, kept units, output-gradient rows)."""
+        if self.grad_tiles is None:
+            self.grad_tiles = [torch.zeros_like(tile) for tile in self.tiles]
+        dvks = [d.new_zeros(d.shape[0], keep.numel()) for _, keep, d in blocks]
+        for tile, cols in enumerate(self.cols):
+            grad_tile = self.grad_tiles[tile]
+            for (key, keep, d_rows), dvk in zip(blocks, dvks, strict=True):
+                vk = self.kept_v.get(key)
+                assert vk is not None, "backward before a forward pass"
+                d_out = d_rows[:, cols]
+                if need_input:
+                    dvk.addmm_(d_out, self._gather(tile, keep).t())
+                size = keep.numel() * d_out.shape[1]
+                step_grad = self.step_grad[:size].view(keep.numel(), d_out.shape[1])
+                grad_tile.index_add_(0, keep, torch.mm(vk.t(), d_out, out=step_grad))
+        if not need_input:
+            return None
+        return [
+            d.new_zeros(d.shape[0], self.mask.size).index_copy_(1, keep, dvk.mul_(self.mask.scale))
+            for (_, keep, d), dvk in zip(blocks, dvks, strict=True)
+        ]
+
+    def backward_step(self, t: int, d_out: Tensor) -> Tensor:
+        grads = self._backward_blocks([(t, self.mask.at(t), d_out)], need_input=True)
+        assert grads is not None
+        return grads[0]
+
+    def backward_all(self, d_out: Tensor, need_input: bool) -> Tensor | None:
+        steps, batch, width = d_out.shape
+        blocks = [
+            (s.start, keep, d_out[s].reshape(-1, width)) for s, keep in self.mask.blocks(steps)
+        ]
+        grads = self._backward_blocks(blocks, need_input)
+        return None if grads is None else torch.cat(grads).view(steps, batch, -1)
+
+    def grad_weight(self, d_out: Tensor) -> Tensor:
+        if self.grad_tiles is None:
+            self.grad_tiles = [torch.zeros_like(tile) for tile in self.tiles]
+        return torch.cat([grad.t() for grad in self.grad_tiles])
+
+    def begin_backward(self) -> None:
+        self.grad_tiles = None
+
+
 class WindowProjection:
     """Window mask: W^T is laid out in the sequence's permutation order once per forward pass, so
     the kept rows of every step are one contiguous slice and no step gathers or scatters weights.
@@ -287,13 +393,21 @@ class WindowProjection:
         self.grad_weight_p = None
 
 
+def structured_projection(weight: Tensor, mask: StructuredMask) -> Projection:
+    """Compact products; in column tiles for a vocabulary-wide output when single-threaded (with
+    more threads the tiles' small products split badly across them, as the chunks do)."""
+    if torch.get_num_threads() == 1 and weight.shape[0] >= TILED_MIN_COLUMNS:
+        return TiledCompactProjection(weight, mask)
+    return CompactProjection(weight, mask)
+
+
 ProjectionFactory: TypeAlias = Callable[[Tensor, Any, int], Projection]
 
 # Which projection computes a masked product, by the kind of mask (None means no dropout).
 PROJECTIONS: dict[type, ProjectionFactory] = {
     type(None): lambda w, m, steps: DenseProjection(w, None, steps),
     DenseMask: lambda w, m, steps: DenseProjection(w, m, steps),
-    StructuredMask: lambda w, m, steps: CompactProjection(w, m),
+    StructuredMask: lambda w, m, steps: structured_projection(w, m),
     WindowMask: lambda w, m, steps: WindowProjection(w, m),
 }
 
