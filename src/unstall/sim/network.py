@@ -45,10 +45,13 @@ class NetworkState:
         "_ids",
         "_irregular",
         "_link_capacity",
+        "_link_weight",
         "_pairs",
         "_rates",
         "_rescale",
         "_scaling",
+        "_split",
+        "_stale",
         "congestion",
         "dirty",
     )
@@ -57,11 +60,17 @@ class NetworkState:
         self._capacity = capacity
         self._ids: dict[LinkId, int] = {}
         self._link_capacity: list[float] = []  # by link id
-        self._flows_on: list[set[int]] = []  # by link id: the jobs crossing it
-        # Per link: what its flows ask at their caps; None once the link's flow set changes.
-        self._demand: list[float | None] = []
-        # Per link: does it couple its flows at ``keep`` = 1 (None: not known since it changed).
-        self._coupled: list[bool | None] = []
+        self._flows_on: list[dict[int, float]] = []  # by link id: job -> its weight there
+        # Per link, refreshed when its flows change (``_stale`` until then): the sum of its
+        # flows' weights, what they ask at their caps, and whether that is more than the link
+        # has at ``keep`` = 1 (it then *couples* its flows: see ``_share_dirty``).
+        self._link_weight: list[float] = []
+        self._demand: list[float] = []
+        self._coupled: list[bool] = []
+        self._stale: set[int] = set()
+        # Per job, while its links' coupling at ``keep`` = 1 is unchanged: its coupling
+        # (link, weight) pairs and its cap with the other links folded in.
+        self._split: dict[int, tuple[tuple[tuple[int, float], ...], float]] = {}
         self._flow_cap: dict[int, float] = {}
         self._pairs: dict[int, tuple[tuple[int, float], ...]] = {}  # job -> (link id, weight)
         self._rates: dict[int, float] = {}
@@ -78,9 +87,10 @@ class NetworkState:
         if found is None:
             found = self._ids[link] = len(self._link_capacity)
             self._link_capacity.append(self._capacity(link))
-            self._flows_on.append(set())
-            self._demand.append(None)
-            self._coupled.append(None)
+            self._flows_on.append({})
+            self._link_weight.append(0.0)
+            self._demand.append(0.0)
+            self._coupled.append(False)
         return found
 
     def _regular(self, pairs: tuple[tuple[int, float], ...], cap: float) -> bool:
@@ -93,10 +103,9 @@ class NetworkState:
         pairs = tuple((self._link_id(link), w) for link, w in flow.weights.items())
         self._pairs[job] = pairs
         self._flow_cap[job] = flow.cap
-        for link, _ in pairs:
-            self._flows_on[link].add(job)
-            self._demand[link] = None
-            self._coupled[link] = None
+        for link, w in pairs:
+            self._flows_on[link][job] = w
+            self._stale.add(link)
             self.dirty.add(link)
         if not (self._scaling and self._regular(pairs, flow.cap)):
             if not self._irregular:  # leaving regular mode: base rates no longer apply
@@ -108,10 +117,10 @@ class NetworkState:
 
     def remove(self, job: int) -> None:
         self._flow_cap.pop(job, None)
+        self._split.pop(job, None)
         for link, _ in self._pairs.pop(job, ()):
-            self._flows_on[link].discard(job)
-            self._demand[link] = None
-            self._coupled[link] = None
+            del self._flows_on[link][job]
+            self._stale.add(link)
             self.dirty.add(link)
         self._rates.pop(job, None)
         self._base.pop(job, None)
@@ -168,33 +177,62 @@ class NetworkState:
         cap does, so it is folded into the caps (``rate <= usable / weight``); this is exact and
         keeps components small, because most NICs carry a single spread job.
         """
+        for link in sorted(self._stale):
+            self._refresh(link)
+        self._stale = set()
         start = sorted(self.dirty)
         self.dirty = set()
-        # Whether a link couples depends on its flows and on ``keep``; at ``keep`` = 1 (every
-        # sharing step in regular mode) the answers stay valid until the link's flows change.
-        coupled: list[bool | None] = (
-            self._coupled if keep == 1.0 else [None] * len(self._link_capacity)
-        )
-        component = _Component(self, keep, coupled)
+        component = _Component(self, keep)
         component.grow(start)
         if not component.jobs:
             return {}
         return dict(zip(component.jobs, component.fill(), strict=True))
 
-    def _is_coupling(self, link: int, keep: float) -> bool:
-        flows = self._flows_on[link]
-        if len(flows) < 2:
-            return False
-        demand = self._demand[link]
-        if demand is None:
-            demand = 0.0
+    def _refresh(self, link: int) -> None:
+        """Re-derive a link's sums after its flows changed; a link that starts or stops
+        coupling at ``keep`` = 1 drops its flows' cached splits."""
+        flows, flow_cap = self._flows_on[link], self._flow_cap
+        weight = demand = 0.0
+        for job, w in flows.items():
+            weight += w
+            demand += w * flow_cap[job]
+        self._link_weight[link] = weight
+        self._demand[link] = demand
+        couples = len(flows) >= 2 and demand > self._link_capacity[link]
+        if couples != self._coupled[link]:
+            self._coupled[link] = couples
             for job in flows:
-                for own, w in self._pairs[job]:
-                    if own == link:
-                        demand += w * self._flow_cap[job]
-                        break
-            self._demand[link] = demand
-        return demand > self._link_capacity[link] * keep
+                self._split.pop(job, None)
+
+    def _couples(self, link: int, keep: float) -> bool:
+        if keep == 1.0:
+            return self._coupled[link]
+        return len(self._flows_on[link]) >= 2 and self._demand[link] > (
+            self._link_capacity[link] * keep
+        )
+
+    def _split_of(self, job: int, keep: float) -> tuple[tuple[tuple[int, float], ...], float]:
+        """The job's coupling (link, weight) pairs at ``keep``, and its cap with its other links
+        folded in (cached at ``keep`` = 1, the only level regular mode shares at)."""
+        if keep == 1.0:
+            found = self._split.get(job)
+            if found is not None:
+                return found
+        link_capacity = self._link_capacity
+        cap = self._flow_cap[job]
+        mine: list[tuple[int, float]] = []
+        for pair in self._pairs[job]:
+            link, w = pair
+            if self._couples(link, keep):
+                mine.append(pair)
+            else:
+                alone = link_capacity[link] * keep / w
+                if alone < cap:
+                    cap = alone
+        found = (tuple(mine), cap)
+        if keep == 1.0:
+            self._split[job] = found
+        return found
 
 
 class _Component:
@@ -202,85 +240,51 @@ class _Component:
 
     The component is every flow on a dirty link and everything connected to those flows through
     coupling links (the only links through which one flow's rate can move another's). It is
-    gathered and solved on the network's own link ids, so nothing is re-indexed per step.
+    gathered and solved on the network's own link ids, so nothing is re-indexed per step, and
+    since a coupling link brings all its flows in, its weight is the network's own sum.
     """
 
-    __slots__ = (
-        "caps",
-        "coupled",
-        "jobs",
-        "keep",
-        "links",
-        "net",
-        "pairs",
-        "position",
-        "unfrozen",
-        "weight",
-    )
+    __slots__ = ("caps", "jobs", "keep", "links", "net", "pairs", "position")
 
-    def __init__(self, net: NetworkState, keep: float, coupled: list[bool | None]) -> None:
+    def __init__(self, net: NetworkState, keep: float) -> None:
         self.net = net
         self.keep = keep
-        self.coupled = coupled
-        n_links = len(net._link_capacity)
-        self.weight = [0.0] * n_links  # by link id: weight of the component's unfrozen flows
-        self.unfrozen = [0] * n_links
         self.links: list[int] = []  # the component's coupling links, in order of discovery
         self.jobs: list[int] = []  # its flows, in order of discovery
         self.position: dict[int, int] = {}  # job -> index in ``jobs``
         self.caps: list[float] = []  # own cap, with the non-coupling links folded in
-        self.pairs: list[list[tuple[int, float]]] = []  # coupling (link, weight) pairs
+        self.pairs: list[tuple[tuple[int, float], ...]] = []  # coupling (link, weight) pairs
 
     def grow(self, start: list[int]) -> None:
-        flows_on = self.net._flows_on
-        seen = bytearray(len(self.weight))
+        net, keep = self.net, self.keep
+        flows_on, position = net._flows_on, self.position
+        seen = bytearray(len(flows_on))
         todo: list[int] = []
         for link in start:
             if not flows_on[link]:
                 continue
-            if self._couples(link):
+            if net._couples(link, keep):
                 if not seen[link]:
                     seen[link] = 1
                     todo.append(link)
             else:  # a non-coupling link still re-plans its own flows (their caps may change)
                 for job in flows_on[link]:
-                    if job not in self.position:
+                    if job not in position:
                         self._visit(job, seen, todo)
         while todo:
             link = todo.pop()
             self.links.append(link)
             for job in flows_on[link]:
-                if job not in self.position:
+                if job not in position:
                     self._visit(job, seen, todo)
 
-    def _couples(self, link: int) -> bool:
-        found = self.coupled[link]
-        if found is None:
-            found = self.coupled[link] = self.net._is_coupling(link, self.keep)
-        return found
-
     def _visit(self, job: int, seen: bytearray, todo: list[int]) -> None:
-        """Add the job: its coupling links join the search, the others fold into its cap."""
-        net, keep, coupled = self.net, self.keep, self.coupled
-        link_capacity, weight, unfrozen = net._link_capacity, self.weight, self.unfrozen
-        cap = net._flow_cap[job]
-        mine: list[tuple[int, float]] = []
-        for pair in net._pairs[job]:
-            link, w = pair
-            couples = coupled[link]
-            if couples is None:
-                couples = coupled[link] = net._is_coupling(link, keep)
-            if couples:
-                mine.append(pair)
-                weight[link] += w
-                unfrozen[link] += 1
-                if not seen[link]:
-                    seen[link] = 1
-                    todo.append(link)
-            else:
-                alone = link_capacity[link] * keep / w
-                if alone < cap:
-                    cap = alone
+        """Add the job; its coupling links not seen yet join the search."""
+        mine, cap = self.net._split_of(job, self.keep)
+        for link, _ in mine:
+            if not seen[link]:
+                seen[link] = 1
+                todo.append(link)
         self.position[job] = len(self.jobs)
         self.jobs.append(job)
         self.caps.append(cap)
@@ -298,8 +302,11 @@ class _Component:
         """
         net, keep = self.net, self.keep
         link_capacity, flows_on = net._link_capacity, net._flows_on
-        weight, unfrozen, pairs, position = self.weight, self.unfrozen, self.pairs, self.position
-        caps = self.caps
+        pairs, position, caps = self.pairs, self.position, self.caps
+        weight = list(net._link_weight)  # of the unfrozen flows, as they freeze
+        unfrozen = [0] * len(weight)
+        for link in self.links:
+            unfrozen[link] = len(flows_on[link])
         frozen_load = [0.0] * len(weight)
         heap = [(link_capacity[link] * keep / weight[link], link) for link in self.links]
         heapq.heapify(heap)
