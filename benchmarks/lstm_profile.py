@@ -6,7 +6,9 @@
 The first form profiles one forward+backward step of ``StructuredDropoutLSTM`` (hidden 1024,
 batch 64, 35 steps, p 0.5 by default) after two warm-up steps. ``--decoder`` instead times the
 language model's decoder (``masked_linear`` onto a 10k vocabulary) forward+backward per mode in
-process CPU time, which a busy machine disturbs less than wall time (use with ``--threads 1``).
+process CPU time, which a busy machine disturbs less than wall time (use with ``--threads 1``);
+with one thread the structured decoder runs in column tiles, unless ``--untiled`` (the code before
+the tiles) is given.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import time
 import torch
 from torch.profiler import ProfilerActivity, profile
 
+from unstall.sparse import kernels
 from unstall.sparse.kernels import masked_linear
 from unstall.sparse.lstm import StructuredDropoutLSTM
 from unstall.sparse.masks import sample_mask
@@ -66,7 +69,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--p", type=float, default=0.5)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--decoder", action="store_true")
+    parser.add_argument("--untiled", action="store_true", help="no column tiles (one thread)")
     args = parser.parse_args(argv)
+    if args.untiled:
+        kernels.TILED_MIN_COLUMNS = sys.maxsize  # every structured product as CompactProjection
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     (time_decoder if args.decoder else profile_steps)(args)

@@ -130,12 +130,20 @@ def compare(runs: dict[str, Any]) -> dict[str, Any]:
 
 
 def merge_runs(paths: list[Path]) -> dict[str, Any]:
-    """Runs of earlier ``--json`` outputs; a label seen twice gets its batch size appended."""
+    """Runs of earlier ``--json`` outputs; a label seen twice gets what sets the run apart from
+    the first run of that label appended: its batch size (``b128``), its threads (``t1``)."""
     runs: dict[str, Any] = {}
     for path in paths:
         for label, run_ in json.loads(path.read_text())["runs"].items():
             if label in runs:
-                label = f"{label} b{run_['config']['batch']}"
+                first, config = runs[label]["config"], run_["config"]
+                label += "".join(
+                    f" {tag}{config[key]}"
+                    for key, tag in (("batch", "b"), ("threads", "t"))
+                    if config[key] != first[key]
+                )
+            if label in runs:
+                raise SystemExit(f"{path}: run {label!r} twice with the same batch and threads")
             runs[label] = run_
     return runs
 
