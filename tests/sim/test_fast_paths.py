@@ -1,8 +1,9 @@
 """The engine's shortcuts change nothing but speed: each is checked against the plain way.
 
 Shortcuts: idle-link rates re-scaled at congestion changes (instead of re-sharing), the
-per-placement iteration-time closure (instead of ``perf.plan_time``), finish events kept when a
-new share leaves the iteration time as it was, and compaction of superseded finish events.
+per-placement iteration-time terms evaluated over arrays (instead of ``perf.plan_time`` per job),
+finishes kept when a new share leaves the iteration time as it was, and compaction of superseded
+finish events.
 """
 
 from __future__ import annotations

@@ -2,11 +2,16 @@
 
 After all events of one instant are handled, the policy sees one snapshot and returns one
 decision; the engine checks and applies it, re-shares the network links that changed and
-re-plans the finish events of every job whose iteration time changed.
+re-plans the finish of every job whose iteration time changed.
+
+Jobs off shared links have one finish event each in the queue. Jobs on shared links, whose
+speeds change with every congestion change and every start or finish on their links, are
+re-planned in bulk over arrays (:class:`~unstall.sim.network_jobs.NetworkJobs`), and the earliest
+of their finish times competes with the queue's next event.
 
 ``events`` counts what happened: arrivals, finishes, congestion changes, timer expiries and ticks.
-Finish events superseded by re-planning are not events (they are skipped, or dropped in bulk when
-they crowd the queue).
+Finish events superseded by a stop or a migration are not events (they are skipped, or dropped in
+bulk when they crowd the queue).
 """
 
 from __future__ import annotations
@@ -29,7 +34,8 @@ from unstall.sched.base import (
 from unstall.sim.congestion import CongestionSchedule
 from unstall.sim.events import EventKind, EventQueue
 from unstall.sim.network import NetworkState
-from unstall.sim.speed import SpeedModel
+from unstall.sim.network_jobs import NetworkJobs
+from unstall.sim.speed import RateTiming, SpeedModel
 from unstall.sim.state import ClusterState, JobState, SimInvariantError, SimJob
 
 # Compact the event queue once this many superseded finish events wait in it (and they are half
@@ -102,9 +108,9 @@ class Engine:
         self._finished_since_round: list[JobView] = []
         self.spread_running: set[int] = set()  # running jobs placed over several nodes
         self.spread_views = _SpreadViews(self.spread_running, self.running_views)
-        # Per running job on shared links: its iteration time as a function of its share.
-        self._timing: dict[int, Callable[[float], float]] = {}
-        self._unplanned: set[int] = set()  # placed on links, finish not planned yet
+        # Running jobs on shared links: their progress and finish times, re-planned in bulk
+        # (they have no finish events in the queue).
+        self.network_jobs = NetworkJobs()
         self._finish_queued = 0  # finish events in the queue, superseded ones included
         self.rounds = 0
         self.preemptions = 0
@@ -124,8 +130,12 @@ class Engine:
         events = 0
         tick_pending = False
         inf = math.inf
+        network_jobs = self.network_jobs
         while True:
             now = q.peek_time() if q else inf
+            network_finish = network_jobs.next_finish_s()
+            if network_finish < now:
+                now = network_finish
             if next_arrival < len(submit) and submit[next_arrival] < now:
                 now = submit[next_arrival]
             if next_change < len(changes) and changes[next_change] < now:
@@ -144,6 +154,13 @@ class Engine:
                 next_arrival += 1
                 events += 1
                 wake = True
+            if network_finish == now:
+                for idx in network_jobs.finishing_at(now):
+                    events += 1
+                    self._finish(self.jobs[idx], now)
+                    wake = True
+                    if on_finish is not None:
+                        on_finish(1)
             while q and q.peek_time() == now:
                 _, kind, _, idx, payload = q.pop()
                 if kind == EventKind.FINISH:
@@ -171,11 +188,13 @@ class Engine:
                 self._round(now, tuple(fired))
             self._reshare(now)
             self._sample(now)
-            # Every running job has exactly one live finish event once the instant is done.
-            superseded = self._finish_queued - len(self.running)
+            # Every running job off shared links has exactly one live finish event once the
+            # instant is done.
+            live = len(self.running) - len(network_jobs)
+            superseded = self._finish_queued - live
             if superseded > COMPACT_FROM and 2 * superseded > len(q):
                 q.compact(self._is_live)
-                self._finish_queued = len(self.running)
+                self._finish_queued = live
             if self.settings.tick_s and self.queued and not tick_pending:
                 q.push(now + self.settings.tick_s, EventKind.TICK)
                 tick_pending = True
@@ -288,23 +307,22 @@ class Engine:
             self.spread_running.add(job.index)
         flow = self.speed.flow(job.model, job.num_gpus, placement)
         if flow is not None:
-            # The finish event is planned once the links are re-shared (the rate is then known).
+            # The finish is planned once the links are re-shared (the rate is then known).
             self.net.add(job.index, flow)
-            self._timing[job.index] = self._rate_timing(job.model, job.num_gpus, placement)
-            self._unplanned.add(job.index)
+            self.network_jobs.add(job, self._rate_timing(job.model, job.num_gpus, placement))
         else:
             self._set_iter_s(job, self.speed.iter_s(job.model, job.num_gpus, placement, None), now)
 
     def _stop(self, job: SimJob, now: float) -> None:
         self.spread_running.discard(job.index)
+        if job.index in self.network_jobs:
+            self.network_jobs.remove(job)
         job.advance(now)
         job.attained_gpu_s += (now - job.changed_s) * job.num_gpus
         job.changed_s = now
         job.version += 1  # invalidates the planned finish event
         self.cluster.release(job.placement)
         self.net.remove(job.index)
-        self._timing.pop(job.index, None)
-        self._unplanned.discard(job.index)
         del self.running[job.index]
         del self.running_views[job.index]
 
@@ -350,23 +368,21 @@ class Engine:
         changed = self.net.recompute()
         if not changed:
             return
-        jobs, timing, unplanned = self.jobs, self._timing, self._unplanned
-        for index, rate in changed.items():
-            job = jobs[index]
-            if job.state == JobState.RUNNING:
-                iter_s = timing[index](rate)
-                # A new share that leaves the iteration time as it was (communication hidden
-                # behind compute, or another link the bottleneck) keeps the planned finish.
-                if iter_s != job.iter_s or index in unplanned:
-                    self._set_iter_s(job, iter_s, now)
-        unplanned.clear()
+        # A new share that leaves the iteration time as it was (communication hidden behind
+        # compute, or another link the bottleneck) keeps the planned finish.
+        replanned = self.network_jobs.replan(changed, now)
+        if self.oracle:  # an oracle's view carries the rate at which work runs down
+            for index in replanned:
+                job = self.jobs[index]
+                self.network_jobs.sync(job)
+                self.running_views[index] = job.make_view(True)
 
     def _rate_timing(
         self, model: str, num_gpus: int, placement: Placement
-    ) -> Callable[[float], float]:
+    ) -> RateTiming | Callable[[float], float]:
         fast = getattr(self.speed, "rate_timing", None)
         if fast is not None:
-            found: Callable[[float], float] = fast(model, num_gpus, placement)
+            found: RateTiming = fast(model, num_gpus, placement)
             return found
         speed = self.speed
         return lambda rate: speed.iter_s(model, num_gpus, placement, rate)

@@ -8,13 +8,12 @@ dictionary lookup and a few float operations.
 from __future__ import annotations
 
 import dataclasses
-import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 
 from unstall.errors import ConfigError
 from unstall.net.topology import INTRA, TopologyConfig
 from unstall.sched.base import CONGESTION_GRID, Placement, Sensitivity
-from unstall.sim.speed import Flow, LinkId
+from unstall.sim.speed import Flow, LinkId, RateTiming
 from unstall.workload import perf
 from unstall.workload.perf import CommPlan, JobPerfSpec
 
@@ -87,7 +86,7 @@ class PerfSpeedModel:
         self._specs: dict[str, JobPerfSpec] = dict(specs or {})
         self._plans: dict[tuple[str, Placement], CommPlan] = {}
         self._flows: dict[tuple[str, Placement], Flow | None] = {}
-        self._timings: dict[tuple[str, Placement], Callable[[float], float]] = {}
+        self._timings: dict[tuple[str, Placement], RateTiming] = {}
 
     def spec(self, model: str) -> JobPerfSpec:
         found = self._specs.get(model)
@@ -174,11 +173,9 @@ class PerfSpeedModel:
             return perf.plan_time(plan).total_s
         return perf.plan_time(plan, plan.bandwidth_at_rate(rate)).total_s
 
-    def rate_timing(
-        self, model: str, num_gpus: int, placement: Placement
-    ) -> Callable[[float], float]:
+    def rate_timing(self, model: str, num_gpus: int, placement: Placement) -> RateTiming:
         """``iter_s(model, num_gpus, placement, rate)`` as a function of the rate alone (the
-        engine's hot path: one call per job whose share changes)."""
+        engine's hot path: evaluated for every job whose share changes)."""
         key = (model, placement)
         found = self._timings.get(key)
         if found is None:
@@ -193,9 +190,8 @@ def _dominated(a: tuple[float, float, float, float], b: tuple[float, float, floa
     return a != b and b[0] <= a[0] and b[1] <= a[1] and b[2] >= a[2] and b[3] >= a[3]
 
 
-def rate_timing(plan: CommPlan) -> Callable[[float], float]:
-    """``perf.plan_time(plan, plan.bandwidth_at_rate(rate)).total_s`` with the same float
-    operations (so the same result to the bit), over the plan's distinct link terms only."""
+def rate_timing(plan: CommPlan) -> RateTiming:
+    """The plan's iteration time as a function of the rate the sharing step gives it."""
     given_weight = {ld.link: ld.weight for ld in plan.loads}  # as bandwidth_at_rate builds it
     floor = 0.0  # links without bytes pay their latency whatever the rate
     terms: list[tuple[float, float, float, float]] = []
@@ -206,22 +202,10 @@ def rate_timing(plan: CommPlan) -> Callable[[float], float]:
             terms.append((ld.max_bandwidth, given_weight[ld.link], ld.latency_s, ld.bytes))
     distinct = list(dict.fromkeys(terms))
     kept = tuple(t for t in distinct if not any(_dominated(t, other) for other in distinct))
-    compute_s, overlap_s, data_s = plan.compute_s, plan.overlap_s, plan.data_s
-    inf = math.inf
-
-    def iter_s(rate: float) -> float:
-        comm = floor
-        for max_bw, weight, latency_s, nbytes in kept:
-            bw = weight * rate
-            if not bw < max_bw:
-                bw = max_bw
-            t = latency_s + (nbytes / bw if bw > 0.0 else inf)
-            if t > comm:
-                comm = t
-        exposed = comm - overlap_s
-        if exposed < 0.0:
-            exposed = 0.0
-        total = compute_s + exposed
-        return data_s if data_s > total else total
-
-    return iter_s
+    return RateTiming(
+        terms=kept,
+        floor=floor,
+        compute_s=plan.compute_s,
+        overlap_s=plan.overlap_s,
+        data_s=plan.data_s,
+    )

@@ -6,6 +6,7 @@ and the real one (:class:`~unstall.sim.perf_speed.PerfSpeedModel`) wraps ``workl
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
@@ -25,6 +26,40 @@ class Flow:
 
     weights: Mapping[LinkId, float]
     cap: float
+
+
+@dataclass(frozen=True, slots=True)
+class RateTiming:
+    """A placement's iteration time as a function of its share of the network: the perf model's
+    ``plan_time(plan, plan.bandwidth_at_rate(rate)).total_s`` with the same float operations (so
+    the same result to the bit), over the plan's distinct link terms only
+    (:func:`unstall.sim.perf_speed.rate_timing` builds it from a plan).
+
+    ``terms``: ``(max_bandwidth, weight, latency_s, bytes)`` of each link term that can set the
+    communication time; ``floor``: the latency of links without bytes, paid at any rate. The
+    engine evaluates many of these at once over arrays (``unstall.sim.network_jobs``).
+    """
+
+    terms: tuple[tuple[float, float, float, float], ...]
+    floor: float
+    compute_s: float
+    overlap_s: float
+    data_s: float
+
+    def __call__(self, rate: float) -> float:
+        comm = self.floor
+        for max_bw, weight, latency_s, nbytes in self.terms:
+            bw = weight * rate
+            if not bw < max_bw:
+                bw = max_bw
+            t = latency_s + (nbytes / bw if bw > 0.0 else math.inf)
+            if t > comm:
+                comm = t
+        exposed = comm - self.overlap_s
+        if exposed < 0.0:
+            exposed = 0.0
+        total = self.compute_s + exposed
+        return self.data_s if self.data_s > total else total
 
 
 class SpeedModel(Protocol):
