@@ -52,12 +52,16 @@ def time_decoder(args: argparse.Namespace, vocab: int = 10_000) -> None:
     grad_out = torch.randn(steps, batch, vocab, generator=gen)
     for mode in args.modes.split(","):
         seconds = []
-        for _ in range(3):
+        for _ in range(args.repeats):
             mask = sample_mask(mode, steps, batch, hid, args.p, gen)
             start = time.process_time()
             masked_linear(x, weight, bias, mask).backward(grad_out)
             seconds.append(time.process_time() - start)
-        print(f"{mode:<18} decoder fwd+bwd CPU s: best {min(seconds):.3f}  all {seconds}")
+        ranked = sorted(seconds)
+        print(
+            f"{mode:<18} decoder fwd+bwd CPU s: best {ranked[0]:.3f}"
+            f"  median {ranked[len(ranked) // 2]:.3f}  all {[round(s, 3) for s in seconds]}"
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -69,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--p", type=float, default=0.5)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--decoder", action="store_true")
+    parser.add_argument("--repeats", type=int, default=3, help="decoder timings per mode")
     parser.add_argument("--untiled", action="store_true", help="no column tiles (one thread)")
     args = parser.parse_args(argv)
     if args.untiled:
