@@ -35,6 +35,7 @@ import json
 import math
 import os
 import platform
+import resource
 import statistics
 import tempfile
 import time
@@ -236,6 +237,74 @@ def print_step_table(rows: list[dict[str, float]]) -> None:
         print(line)
 
 
+def object_store_faults(mb: float, puts: int) -> dict[str, float]:
+    """One ``ray.put`` of ``mb`` MB, ``puts`` times (the reference dropped each time, as a
+    finished push-pull drops its objects): minor page faults this process takes per put (each
+    4 KiB page of a fresh allocation that this process has not mapped costs one) and the put's
+    milliseconds, medians after two warm-ups."""
+    array = np.ones(int(mb * 1e6 / 4), np.float32)
+    faults, times = [], []
+    for _ in range(puts + 2):
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        start = time.perf_counter()
+        ref = ray.put(array)
+        times.append(time.perf_counter() - start)
+        faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+        del ref
+    return {
+        "mb": array.nbytes / 1e6,
+        "pages": array.nbytes / 4096,
+        "faults_per_put": statistics.median(faults[2:]),
+        "put_ms": statistics.median(times[2:]) * 1e3,
+    }
+
+
+def actor_faults() -> dict[str, int]:
+    """Minor page faults so far of this machine's Ray actor processes, by process title summed
+    (``ray::PSWorker``, ``ray::PSServer``, ``ray::Caller``, ``ray::Callee``; local Ray only)."""
+    out: dict[str, int] = {}
+    for proc in Path("/proc").iterdir():
+        try:
+            title = (proc / "cmdline").read_bytes().split(b"\0")[0].decode()
+            fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, UnicodeDecodeError, IndexError):
+            continue  # not a process, or one that ended meanwhile
+        if title.startswith("ray::"):
+            name = title.split()[0].split(".")[0]
+            out[name] = out.get(name, 0) + int(fields[7])  # minflt
+    return out
+
+
+def transfer_faults(mb: float, iterations: int) -> dict[str, float]:
+    """Page faults per iteration of the PS's actors (one worker, one server) and of raw's
+    (caller, callee) moving the same bytes, each after warming up."""
+    ps_push_pull(mb, 1, 1, 2, 256.0, 1)  # starts the pool's actors
+    before = actor_faults()
+    ps_push_pull(mb, 1, 1, iterations, 256.0, 1)
+    after = actor_faults()
+    raw = RawRoundTrip(int(mb * 1e6), 1)
+    try:
+        raw.bytes_s(2)
+        middle = actor_faults()
+        raw.bytes_s(iterations)
+        end = actor_faults()
+    finally:
+        raw.close()
+    runs = iterations + 1  # ps_push_pull runs one more (its first has the run's pull)
+
+    def per_iteration(name: str, since: dict[str, int], until: dict[str, int], n: int) -> float:
+        return (until.get(name, 0) - since.get(name, 0)) / n
+
+    return {
+        "mb": mb,
+        "pages": mb * 1e6 / 4096,
+        "ps_worker": per_iteration("ray::PSWorker", before, after, runs),
+        "ps_server": per_iteration("ray::PSServer", before, after, runs),
+        "raw_caller": per_iteration("ray::Caller", middle, end, iterations + 2),
+        "raw_callee": per_iteration("ray::Callee", middle, end, iterations + 2),
+    }
+
+
 def print_table(rows: list[dict[str, Any]]) -> None:
     """One line a row, MB/s; adds the ratios to the rows. "raw parts": raw Ray with the
     bytes cut both ways as the PS cuts its pushes (1 MiB parts), the engine's limit for that."""
@@ -275,7 +344,30 @@ def main() -> None:
         action="store_true",
         help="time one server's step against a memcpy of the same bytes (no Ray)",
     )
+    parser.add_argument(
+        "--faults",
+        action="store_true",
+        help="page faults and time of one object-store put per size (no PS)",
+    )
     args = parser.parse_args()
+    # Ray starts its worker processes at nice 15: a timing run's actors run at normal priority
+    # (a shared machine's niced jobs would otherwise take the CPU from them).
+    os.environ.setdefault("RAY_worker_niceness", "0")
+    if args.faults:
+        ensure_ray(num_cpus=os.cpu_count() or 2)
+        for row in (object_store_faults(mb, puts=10) for mb in args.mb):
+            print(
+                "{mb:6.1f} MB: {faults_per_put:7.0f} faults a put ({pages:.0f} pages), "
+                "{put_ms:6.2f} ms".format(**row)
+            )
+        for mb in args.mb:
+            row = transfer_faults(mb, args.iterations)
+            print(
+                "{mb:6.1f} MB ({pages:.0f} pages), faults an iteration: PS worker "
+                "{ps_worker:.0f}, server {ps_server:.0f}; raw caller {raw_caller:.0f}, "
+                "callee {raw_callee:.0f}".format(**row)
+            )
+        return
     if args.step_only:
         torch.set_num_threads(1)  # as a server steps
         step_rows = [step_against_memcpy(mb, repeats=9) for mb in args.mb]
@@ -283,9 +375,6 @@ def main() -> None:
         if args.json:
             args.json.write_text(json.dumps({"step_rows": step_rows}, indent=2))
         return
-    # Ray starts its worker processes at nice 15: a timing run's actors run at normal priority
-    # (a shared machine's niced jobs would otherwise take the CPU from them).
-    os.environ.setdefault("RAY_worker_niceness", "0")
     ensure_ray(num_cpus=os.cpu_count() or 2)
     variants = [(float(v.split(":")[0]), int(v.split(":")[1])) for v in args.variants]
     rows = []
