@@ -16,10 +16,12 @@ bulk when they crowd the queue).
 
 from __future__ import annotations
 
+import gc
 import math
 import random
 from array import array
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Generator, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from unstall.sched.base import (
@@ -119,6 +121,10 @@ class Engine:
     # --- the loop --------------------------------------------------------------------------------
 
     def run(self, on_finish: Callable[[int], None] | None = None) -> EngineOutcome:
+        with _collector_paused():
+            return self._loop(on_finish)
+
+    def _loop(self, on_finish: Callable[[int], None] | None) -> EngineOutcome:
         q = self.queue
         # Arrivals and congestion changes are known up front: they stay in two sorted lists
         # instead of the heap, which then holds only finish events, timers and ticks.
@@ -398,6 +404,22 @@ class Engine:
         tl.busy_gpus.append(self.cluster.used_gpus)
         tl.queued.append(len(self.queued))
         tl.congestion.append(self.net.congestion)
+
+
+@contextmanager
+def _collector_paused() -> Generator[None, None, None]:
+    """Python's cycle collector off while the loop runs. The loop allocates millions of small
+    objects (views, events, rates), and each collection walks every live one, the trace's jobs
+    included: 25% of a fifo run on the Philly trace. Neither the loop nor the built-in policies
+    make reference cycles (after a whole run a collection finds none), so reference counting
+    frees everything; a policy that does make cycles gets them collected when the run ends."""
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 class RoundView(Collection[JobView]):
