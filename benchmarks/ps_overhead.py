@@ -10,12 +10,12 @@ as it is in and sent back while the next travel); a piece above the model's size
 unpipelined exchange. A server steps a segment of >= 1 M elements with STEP_THREADS threads,
 each on a part (``--variants PIECE_MB:STEP_THREADS``). "PS" is ``(pushed + pulled bytes) /
 push-pull seconds`` as the worker measures them, which includes the servers' SGD step (summing,
-momentum, update) and loading the
-parameters into the model. "transport" leaves out the step (the push-pull less the longest wait
-of a piece for its pushes and step, as the server reports it; with pieces the other pieces'
-steps overlap the transfers and stay in): the PS's own push and pull machinery. "iteration" is
-the same bytes over the whole iteration less the worker's compute: the coordinator's barrier
-and bookkeeping on top.
+momentum, update: one pass of torch's fused kernel) and loading the parameters into the
+model. "transport" leaves out the step (the push-pull less the longest wait of a piece for its
+pushes and step, as the server reports it; with pieces the other pieces' steps overlap the
+transfers and stay in): the PS's own push and pull machinery. "iteration" is the same bytes
+over the whole iteration less the worker's compute: the coordinator's barrier and bookkeeping
+on top.
 
 Raw side: an actor sends one array of the same bytes to each of S actors and gets one back from
 each, one call per callee (``ray.get`` of S calls in flight together), from inside an actor as
@@ -24,8 +24,17 @@ bytes cut both ways as the PS cuts its pushes (``wire_parts``: buffers of at mos
 Ray copies without starting copy threads), the engine's limit for that wire format. Medians over
 ``--iterations`` (after warm-up), the best of ``--rounds`` alternated rounds.
 
+``--step-only`` times a server's step alone (torch's fused kernel, and numpy's four ufuncs it
+replaced) against a ``memcpy`` of the same bytes, without Ray. ``--faults`` counts the page
+faults of an object-store put and of each side's actors per iteration: a process writing or
+reading an object in pages it has not mapped yet pays one fault per 4 KiB page written (or per
+64 KiB read), which on this virtual machine costs as much as the copy itself and comes and goes
+with the object store's allocation history (the main noise between rounds).
+
     .venv/bin/python benchmarks/ps_overhead.py [--mb 4 16 64] [--servers 1 4] [--rounds 5]
-        [--variants 1000:1 1000:2 8:2] [--json OUT]
+        [--variants 256:1 256:2 8:1] [--json OUT]
+    .venv/bin/python benchmarks/ps_overhead.py --step-only --mb 4 16 64
+    .venv/bin/python benchmarks/ps_overhead.py --faults --mb 4 16 32 64
 """
 
 from __future__ import annotations

@@ -39,9 +39,11 @@ PING_TIMEOUT_S = 10.0
 # A server owning more than this exchanges it in pieces of this size, pipelined (plan_pieces).
 # Off in effect by default: on one machine every piece costs another Ray call (an object-store
 # object each way) and a piece of a large tensor a copy into the worker's model, which cost more
-# than hiding the step behind the next piece's transfer gains (benchmarks/ps_overhead.py, 8 MB
-# pieces: 25-51% of raw Ray at 64 MB, one piece: 48-74%). Across a real network, whose transfers
-# outlast the step, smaller pieces (``PSConfig.piece_mb``) overlap the two.
+# than hiding the step behind the next piece's transfer gains (benchmarks/ps_overhead.py at 64 MB
+# on one server: 8 MB pieces 36% of raw Ray, one piece 70%; two pieces cut at the tensors, which
+# the worker aliases, 72%: no gain, as the step and the copies share one memory bus). Across a
+# real network, whose transfers outlast the step, smaller pieces (``PSConfig.piece_mb``) overlap
+# the two.
 DEFAULT_PIECE_BYTES = 256_000_000
 
 
