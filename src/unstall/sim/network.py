@@ -198,15 +198,15 @@ class NetworkState:
             demand += w * flow_cap[job]
         self._link_weight[link] = weight
         self._demand[link] = demand
-        couples = len(flows) >= 2 and demand > self._link_capacity[link]
+        couples = self._couples_at(link, 1.0)
         if couples != self._coupled[link]:
             self._coupled[link] = couples
             for job in flows:
                 self._split.pop(job, None)
 
-    def _couples(self, link: int, keep: float) -> bool:
-        if keep == 1.0:
-            return self._coupled[link]
+    def _couples_at(self, link: int, keep: float) -> bool:
+        """Whether the link's flows, each at its cap, ask for more than it has at ``keep``
+        (from its refreshed demand)."""
         return len(self._flows_on[link]) >= 2 and self._demand[link] > (
             self._link_capacity[link] * keep
         )
@@ -223,7 +223,7 @@ class NetworkState:
         mine: list[tuple[int, float]] = []
         for pair in self._pairs[job]:
             link, w = pair
-            if self._couples(link, keep):
+            if self._couples_at(link, keep):
                 mine.append(pair)
             else:
                 alone = link_capacity[link] * keep / w
@@ -263,7 +263,7 @@ class _Component:
         for link in start:
             if not flows_on[link]:
                 continue
-            if net._couples(link, keep):
+            if net._couples_at(link, keep):
                 if not seen[link]:
                     seen[link] = 1
                     todo.append(link)

@@ -49,7 +49,7 @@ class NetworkJobs:
         self._terms = np.tile(np.array(_NO_TERM), (capacity, 1, 1))  # (slot, term, field)
         self._callables: list[Callable[[float], float] | None] = [None] * capacity
         self._scalar = 0  # tracked jobs whose timing is not a RateTiming
-        self._next: tuple[float, int] | None = None  # cached (time, slot) of the next finish
+        self._next: float | None = None  # cached time of the next finish
 
     def __len__(self) -> int:
         return len(self._slot)
@@ -205,10 +205,8 @@ class NetworkJobs:
     def next_finish_s(self) -> float:
         """When the first tracked job finishes (``inf`` if none is planned)."""
         if self._next is None:
-            finish = self._progress["finish"]
-            slot = int(np.argmin(finish))
-            self._next = (float(finish[slot]), slot)
-        return self._next[0]
+            self._next = float(self._progress["finish"].min())
+        return self._next
 
     def finishing_at(self, now: float) -> list[int]:
         """The jobs (by index, in slot order) planned to finish at ``now``."""
