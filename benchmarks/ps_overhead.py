@@ -41,6 +41,7 @@ comes and goes with the object store's allocation history (the main noise betwee
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import math
 import os
@@ -59,7 +60,7 @@ import torch
 from unstall.ps.chunks import wire_parts
 from unstall.ps.coordinator import ensure_ray, session_pool
 from unstall.ps.optim import SGDConfig, sgd_momentum_step
-from unstall.ps.server import step_pool
+from unstall.ps.server import PushPullTiming, step_pool
 from unstall.ps.train import PSConfig, run_training
 
 UNLIMITED_SCENARIO = """
@@ -100,6 +101,110 @@ class Caller:
             ray.get(calls)
             times.append(time.perf_counter() - start)
         return times
+
+
+# The PS server's machinery that ``--call-shapes`` switches on one piece at a time (the names
+# are the features a shaped call takes): a task per call (as ``PSServer._tracked`` makes), the
+# two waits on the emulated links (zero-length here, as with unlimited links), the condition
+# variable a push-pull waits on for the step, the timing record in the reply.
+CALL_FEATURES = ("task", "link", "condition", "timing")
+
+
+@ray.remote(num_cpus=0)
+class ShapedCallee:
+    """Answers a call shaped like a push-pull (gradient parts in, the parameters back as one
+    array), with any of :data:`CALL_FEATURES` of the PS server's machinery, and no step."""
+
+    def __init__(self, nbytes: int) -> None:
+        self.reply = np.ones(nbytes // 4, np.float32)
+        self.changed = asyncio.Condition()
+        self.done: set[int] = set()
+
+    async def call(self, iteration: int, features: tuple[str, ...], parts: list[np.ndarray]) -> Any:
+        if "task" in features:
+            return await asyncio.ensure_future(self._serve(iteration, features))
+        return await self._serve(iteration, features)
+
+    async def _serve(self, iteration: int, features: tuple[str, ...]) -> Any:
+        if "link" in features:
+            await asyncio.sleep(1e-9)
+        if "condition" in features:
+            async with self.changed:
+                self.done.add(iteration)
+                self.changed.notify_all()
+            async with self.changed:
+                await self.changed.wait_for(lambda: iteration in self.done)
+        if "link" in features:
+            await asyncio.sleep(1e-9)
+        if "timing" in features:
+            return self.reply, PushPullTiming(ingress_s=0.0, wait_s=0.0, egress_s=0.0)
+        return self.reply
+
+
+@ray.remote(num_cpus=0)
+class SyncShapedCallee:
+    """The same call answered by a plain (synchronous) actor: what raw Ray costs for it."""
+
+    def __init__(self, nbytes: int) -> None:
+        self.reply = np.ones(nbytes // 4, np.float32)
+
+    def call(self, iteration: int, features: tuple[str, ...], parts: list[np.ndarray]) -> Any:
+        return self.reply
+
+
+@ray.remote(num_cpus=0, max_concurrency=2)  # type: ignore[call-overload]  # as PSWorker
+class ShapedCaller:
+    def run(
+        self, callee: Any, nbytes: int, iterations: int, features: tuple[str, ...], as_worker: bool
+    ) -> list[float]:
+        """Round trips of ``nbytes`` each way, cut as the PS cuts its pushes; ``as_worker``:
+        a freshly written gradient buffer each time (backward allocates its gradients anew)
+        and the reply kept until the next one (the model aliases its parameters), waited for
+        with ``ray.wait`` then fetched, as the PS worker does."""
+        data = np.ones(nbytes // 4, np.float32)
+        held, times = None, []
+        for i in range(iterations):
+            if as_worker:
+                data = np.empty(nbytes // 4, np.float32)
+                data.fill(1.0)
+            start = time.perf_counter()
+            ref = callee.call.remote(i, features, wire_parts([data]))
+            if as_worker:
+                ray.wait([ref], num_returns=1)
+            reply = ray.get(ref)
+            times.append(time.perf_counter() - start)
+            held = reply if as_worker else None
+        del held
+        return times
+
+
+def call_shapes(mb: float, iterations: int, rounds: int) -> list[dict[str, Any]]:
+    """Milliseconds of a push-pull-shaped call of ``mb`` MB each way, with the PS server's
+    machinery added piece by piece (no step, no model): medians of ``iterations`` after five
+    warm-ups, per round; the variants alternated round by round."""
+    nbytes = int(mb * 1e6)
+    sync, shaped = SyncShapedCallee.remote(nbytes), ShapedCallee.remote(nbytes)  # type: ignore[attr-defined]
+    caller = ShapedCaller.remote()  # type: ignore[attr-defined]
+    variants: list[tuple[str, Any, tuple[str, ...], bool]] = [
+        ("plain actor", sync, (), False),
+        ("async actor", shaped, (), False),
+        *((f"async + {f}", shaped, (f,), False) for f in CALL_FEATURES),
+        ("async + all", shaped, CALL_FEATURES, False),
+        ("async + all, as the worker", shaped, CALL_FEATURES, True),
+    ]
+    round_ms: list[list[float]] = [[] for _ in variants]
+    try:
+        for _ in range(rounds):
+            for times, (_, callee, features, as_worker) in zip(round_ms, variants, strict=True):
+                run = caller.run.remote(callee, nbytes, iterations + 5, features, as_worker)
+                times.append(statistics.median(ray.get(run)[5:]) * 1e3)
+    finally:
+        for actor in (sync, shaped, caller):
+            ray.kill(actor)
+    return [
+        {"variant": name, "mb": mb, "round_ms": times}
+        for (name, *_), times in zip(variants, round_ms, strict=True)
+    ]
 
 
 class RawRoundTrip:
@@ -245,7 +350,8 @@ def step_against_memcpy(mb: float, repeats: int) -> dict[str, float]:
 def print_step_table(rows: list[dict[str, float]]) -> None:
     """Milliseconds, and each step's time over the memcpy's; "beside copy": the fused step while
     another thread copies as much ("overlap": how much of the shorter one's time it hides)."""
-    head = ("MB", "memcpy ms", "numpy step", "/memcpy", "fused step", "/memcpy", "2 threads")
+    head: tuple[str, ...] = ("MB", "memcpy ms", "numpy step", "/memcpy", "fused step", "/memcpy")
+    head += ("2 threads",)
     head += ("/memcpy", "beside copy", "overlap")
     print("{:>6} {:>10} {:>11} {:>8} {:>11} {:>8} {:>10} {:>8} {:>12} {:>8}".format(*head))
     for r in rows:
@@ -333,7 +439,7 @@ def transfer_faults(mb: float, iterations: int) -> dict[str, float]:
 def print_table(rows: list[dict[str, Any]]) -> None:
     """One line a row, MB/s; adds the ratios to the rows. "raw parts": raw Ray with the
     bytes cut both ways as the PS cuts its pushes (1 MiB parts), the engine's limit for that."""
-    head = ("MB", "S", "piece:thr", "raw", "raw parts", "PS", "PS/raw", "PS/parts")
+    head: tuple[str, ...] = ("MB", "S", "piece:thr", "raw", "raw parts", "PS", "PS/raw", "PS/parts")
     head += ("transport", "tr./raw", "iteration")
     print("{:>6} {:>2} {:>9} {:>7} {:>9} {:>7} {:>7} {:>8} {:>10} {:>8} {:>10}".format(*head))
     for r in rows:
@@ -374,6 +480,11 @@ def main() -> None:
         action="store_true",
         help="page faults and time of one object-store put per size (no PS)",
     )
+    parser.add_argument(
+        "--call-shapes",
+        action="store_true",
+        help="a push-pull-shaped call with the PS server's machinery added piece by piece",
+    )
     args = parser.parse_args()
     # Ray starts its worker processes at nice 15: a timing run's actors run at normal priority
     # (a shared machine's niced jobs would otherwise take the CPU from them).
@@ -392,6 +503,18 @@ def main() -> None:
                 "{ps_worker:.0f}, server {ps_server:.0f}; raw caller {raw_caller:.0f}, "
                 "callee {raw_callee:.0f}".format(**row)
             )
+        return
+    if args.call_shapes:
+        ensure_ray(num_cpus=os.cpu_count() or 2)
+        shape_rows = [r for mb in args.mb for r in call_shapes(mb, args.iterations, args.rounds)]
+        for r in shape_rows:
+            rounds = " ".join(f"{ms:6.2f}" for ms in r["round_ms"])
+            print(
+                f"{r['mb']:6.1f} MB {r['variant']:<28} best {min(r['round_ms']):6.2f} ms, median"
+                f" {statistics.median(r['round_ms']):6.2f} ms; rounds: {rounds}"
+            )
+        if args.json:
+            args.json.write_text(json.dumps({"call_shapes": shape_rows}, indent=2))
         return
     if args.step_only:
         torch.set_num_threads(1)  # as a server steps
