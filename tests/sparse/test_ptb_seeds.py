@@ -59,5 +59,5 @@ def test_one_seed_gives_no_mean_and_a_repeated_run_is_refused(tmp_path: Path) ->
     assert bench.compare(runs)["across_seeds"] == {}
     path = tmp_path / "a.json"
     path.write_text(json.dumps({"runs": {"structured": _run("structured", 0, 110.0)}}))
-    with pytest.raises(SystemExit, match="twice with the same batch, threads and seed"):
+    with pytest.raises(SystemExit, match="twice with the same batch, threads, seed and device"):
         bench.merge_runs([path, path])

@@ -38,6 +38,9 @@ DropOpt = Annotated[float, typer.Option("--p", help="Dropout probability, in [0,
 ThreadsOpt = Annotated[
     int | None, typer.Option("--threads", help="torch CPU threads (default: torch's choice).")
 ]
+DeviceOpt = Annotated[
+    str, typer.Option("--device", help="Where to train: cpu, cuda or cuda:N (a GPU torch sees).")
+]
 
 
 @app.command("lstm-train")
@@ -60,6 +63,7 @@ def lstm_train(
     ] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the run.")] = 0,
     threads: ThreadsOpt = None,
+    device: DeviceOpt = "cpu",
     input_mask_steps: Annotated[
         int,
         typer.Option(
@@ -99,6 +103,7 @@ def lstm_train(
         max_eval_batches=max_eval_batches,
         seed=seed,
         threads=threads,
+        device=device,
         input_mask_steps=input_mask_steps,
         decoder_mask_steps=decoder_mask_steps,
     )
@@ -111,7 +116,7 @@ def lstm_train(
     ]
     title = (
         f"PTB LM, {mode} dropout p={p}: hidden {hidden} x {layers} layers, batch {batch}, "
-        f"{result.threads} thread(s)"
+        f"{result.device}" + (f", {result.threads} thread(s)" if result.device == "cpu" else "")
     )
     columns = ["epoch", "train s", "tokens/s", "train ppl", "valid ppl", "lr"]
     console.print(make_table(title, columns, rows))
@@ -136,7 +141,7 @@ def lstm_bench(
     nn_lstm: Annotated[
         bool, typer.Option("--nn-lstm/--no-nn-lstm", help="Also time the fused nn.LSTM.")
     ] = True,
-    device: Annotated[str, typer.Option("--device", help="cpu or cuda.")] = "cpu",
+    device: DeviceOpt = "cpu",
     threads: ThreadsOpt = None,
     json_path: JsonOpt = None,
     quiet: QuietOpt = False,

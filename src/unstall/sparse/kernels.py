@@ -145,7 +145,7 @@ class CompactProjection:
         most = max([1, *(int(k.numel()) for k in mask.keep)])
         self.rows_per_chunk = most
         self.chunked_out_bytes = 0  # outputs up to this size are computed in chunks
-        if torch.get_num_threads() == 1:
+        if single_cpu_thread(weight):
             self.rows_per_chunk = max(16, GATHER_CHUNK_BYTES // (width * weight.element_size()))
             self.chunked_out_bytes = CHUNKED_OUTPUT_BYTES
         # Reused buffers: gathered rows of W^T, and their weight-gradient rows.
@@ -393,10 +393,16 @@ class WindowProjection:
         self.grad_weight_p = None
 
 
+def single_cpu_thread(weight: Tensor) -> bool:
+    """Whether ``weight``'s products run on one CPU thread: where chunks and column tiles pay
+    (a GPU's kernels are many-threaded: the whole gather and one product each are its shape)."""
+    return weight.device.type == "cpu" and torch.get_num_threads() == 1
+
+
 def structured_projection(weight: Tensor, mask: StructuredMask) -> Projection:
     """Compact products; in column tiles for a vocabulary-wide output when single-threaded (with
     more threads the tiles' small products split badly across them, as the chunks do)."""
-    if torch.get_num_threads() == 1 and weight.shape[0] >= TILED_MIN_COLUMNS:
+    if single_cpu_thread(weight) and weight.shape[0] >= TILED_MIN_COLUMNS:
         return TiledCompactProjection(weight, mask)
     return CompactProjection(weight, mask)
 

@@ -33,7 +33,7 @@ from unstall.errors import DataFileError
 from unstall.results import JsonResult
 from unstall.sparse.kernels import masked_linear
 from unstall.sparse.lstm import StructuredDropoutLSTM
-from unstall.sparse.masks import check_dropout, check_mode, mask_to, sample_mask
+from unstall.sparse.masks import check_device, check_dropout, check_mode, mask_to, sample_mask
 
 EOS = "<eos>"
 SPLITS = ("train", "valid", "test")
@@ -132,7 +132,8 @@ class LMConfig:
     max_batches: int | None = None  # per epoch; None = the whole training split
     max_eval_batches: int | None = None  # per evaluation; None = the whole split
     seed: int = 0
-    threads: int | None = None
+    threads: int | None = None  # CPU threads (torch.set_num_threads); None leaves torch's
+    device: str = "cpu"  # where the model trains: cpu, cuda, cuda:N
     # Structured modes: steps that share one dropout set on each LSTM layer's input and on the
     # decoder's input (1: fresh every step; the recurrent set is always fresh every step).
     input_mask_steps: int = 1
@@ -158,6 +159,7 @@ class LMConfig:
             value = getattr(self, name)
             check(value is None or value > 0, self, name, f"must be > 0, got {value!r}")
         check(self.threads is None or self.threads > 0, self, "threads", "must be > 0")
+        check_device(self, "device", self.device)
 
 
 def named_generator(seed: int, name: str) -> torch.Generator:
@@ -231,6 +233,7 @@ class LMTrainResult(JsonResult):
     vocab: int
     train_tokens: int
     threads: int
+    device: str = "cpu"
     epochs: list[EpochRecord] = field(default_factory=list)
     test_ppl: float = math.nan
 
@@ -312,10 +315,13 @@ class LMTrainer:
         if config.threads is not None:
             torch.set_num_threads(config.threads)
         self.config, self.corpus = config, corpus
-        self.train = batchify(corpus.train, config.batch)
-        self.valid = batchify(corpus.valid, config.eval_batch)
-        self.test = batchify(corpus.test, config.eval_batch)
-        self.model = WordLM(corpus.vocab_size, config)
+        self.device = torch.device(config.device)
+        # The model is built (and its dropout masks drawn) on the CPU, from the run's CPU
+        # generators, so a run draws the same weights and masks on every device.
+        self.train = batchify(corpus.train, config.batch).to(self.device)
+        self.valid = batchify(corpus.valid, config.eval_batch).to(self.device)
+        self.test = batchify(corpus.test, config.eval_batch).to(self.device)
+        self.model = WordLM(corpus.vocab_size, config).to(self.device)
         self.lr = config.lr
         self.optimizer = torch.optim.SGD(self.model.parameters(), lr=self.lr)
         self.records: list[EpochRecord] = []
@@ -330,6 +336,8 @@ class LMTrainer:
         config = self.config
         start = time.perf_counter()
         loss, tokens = train_epoch(self.model, self.train, config, self.optimizer, advance)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)  # the epoch ends when its kernels have run
         seconds = time.perf_counter() - start
         valid_ppl = evaluate(self.model, self.valid, config.bptt, config.max_eval_batches)
         record = EpochRecord(
@@ -364,6 +372,7 @@ class LMTrainer:
             vocab=self.corpus.vocab_size,
             train_tokens=int(self.corpus.train.numel()),
             threads=torch.get_num_threads(),
+            device=str(self.device),
             epochs=list(self.records),
             test_ppl=test_ppl,
         )
@@ -385,14 +394,15 @@ class LMTrainer:
         partial.replace(path)
 
     def load(self, path: Path) -> None:
-        """Continue from a checkpoint of the same run (every config field but epochs, threads)."""
+        """Continue from a checkpoint of the same run (every config field but epochs, threads
+        and device: a run may go on elsewhere)."""
         try:
-            state = torch.load(path, weights_only=True)
+            state = torch.load(path, map_location=self.device, weights_only=True)
         except (OSError, RuntimeError, EOFError, pickle.UnpicklingError) as exc:
             raise DataFileError(str(path), f"not a readable checkpoint: {exc}") from exc
         mine = asdict(self.config)
         for name, value in state["config"].items():
-            if name not in ("epochs", "threads") and mine.get(name) != value:
+            if name not in ("epochs", "threads", "device") and mine.get(name) != value:
                 raise DataFileError(
                     str(path), f"checkpoint has {name}={value!r}, run has {mine.get(name)!r}",
                     field=name,
@@ -405,7 +415,7 @@ class LMTrainer:
         for gen, gen_state in zip(
             (model.mask_gen, model.lstm.generator), state["generators"], strict=True
         ):
-            gen.set_state(gen_state)
+            gen.set_state(gen_state.cpu())  # the generators draw on the CPU
 
 
 def train_lm(

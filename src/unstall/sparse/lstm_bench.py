@@ -22,7 +22,7 @@ from torch import Tensor, nn
 from unstall.config import check, check_non_negative, check_positive
 from unstall.results import JsonResult
 from unstall.sparse.lstm import StructuredDropoutLSTM
-from unstall.sparse.masks import MASK_SAMPLERS, check_dropout
+from unstall.sparse.masks import MASK_SAMPLERS, check_device, check_dropout
 
 NN_LSTM = "nn.LSTM"
 
@@ -58,6 +58,7 @@ class LSTMBenchConfig:
         check_dropout(self, "p", self.p)
         check(self.input_size is None or self.input_size > 0, self, "input_size", "must be > 0")
         check(self.threads is None or self.threads > 0, self, "threads", "must be > 0")
+        check_device(self, "device", self.device)
         check(len(self.modes) > 0, self, "modes", "name at least one mode")
         for mode in self.modes:
             check(mode in MASK_SAMPLERS, self, "modes", f"unknown mode {mode!r}")

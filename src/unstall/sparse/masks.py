@@ -207,6 +207,22 @@ def check_dropout(owner: object, field: str, p: float) -> None:
     check(0.0 <= p < 1.0, owner, field, f"must be in [0, 1), got {p!r}")
 
 
+def check_device(owner: object, field: str, name: str) -> None:
+    """``name`` must be a device torch can run on here: ``cpu``, or ``cuda``/``cuda:N`` with
+    that GPU present (caught when the run is configured, not after the data is loaded)."""
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        check(False, owner, field, f"{name!r} is not a device; use cpu or cuda[:N]")
+    supported = device.type in ("cpu", "cuda")
+    check(supported, owner, field, f"{name!r}: only cpu and cuda are supported")
+    if device.type == "cuda":
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        check(count > 0, owner, field, f"{name!r}: torch sees no CUDA device on this machine")
+        index = device.index or 0
+        check(index < count, owner, field, f"{name!r}: torch sees {count} CUDA device(s)")
+
+
 def check_mode(owner: object, field: str, mode: str) -> None:
     """``mode`` must name a sampler in :data:`MASK_SAMPLERS`."""
     check(
