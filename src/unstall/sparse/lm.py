@@ -132,7 +132,7 @@ class LMConfig:
     max_batches: int | None = None  # per epoch; None = the whole training split
     max_eval_batches: int | None = None  # per evaluation; None = the whole split
     seed: int = 0
-    threads: int | None = None  # CPU threads (torch.set_num_threads); None leaves torch's
+    threads: int | None = None  # CPU threads (torch.set_num_threads); None: torch's default
     device: str = "cpu"  # where the model trains: cpu, cuda, cuda:N
     # Structured modes: steps that share one dropout set on each LSTM layer's input and on the
     # decoder's input (1: fresh every step; the recurrent set is always fresh every step).
