@@ -485,10 +485,23 @@ def main() -> None:
         action="store_true",
         help="a push-pull-shaped call with the PS server's machinery added piece by piece",
     )
+    parser.add_argument(
+        "--object-store-gb",
+        type=float,
+        default=None,
+        help="start local Ray with an object store of this size (default: Ray's, 30%% of RAM)",
+    )
     args = parser.parse_args()
     # Ray starts its worker processes at nice 15: a timing run's actors run at normal priority
     # (a shared machine's niced jobs would otherwise take the CPU from them).
     os.environ.setdefault("RAY_worker_niceness", "0")
+    if args.object_store_gb is not None:  # before ensure_ray, which then finds Ray started
+        ray.init(
+            num_cpus=os.cpu_count() or 2,
+            include_dashboard=False,
+            _node_ip_address="127.0.0.1",
+            object_store_memory=int(args.object_store_gb * 1e9),
+        )
     if args.faults:
         ensure_ray(num_cpus=os.cpu_count() or 2)
         for row in (object_store_faults(mb, puts=10) for mb in args.mb):
