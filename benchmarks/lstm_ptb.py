@@ -136,8 +136,8 @@ def compare(runs: dict[str, Any]) -> dict[str, Any]:
 
 
 def across_seeds(runs: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any]:
-    """The perplexity gap of each configuration (mode, held sets, sizes, p, threads) over the
-    seeds it ran with: after a few epochs one seed's gap moves by several points with the masks
+    """The perplexity gap of each configuration (mode, held sets, sizes, p, threads, device) over
+    the seeds it ran with: after a few epochs one seed's gap moves by several points with the masks
     and even with the float rounding, so a 3% criterion is judged on the mean. Keyed by the
     first run's label; only configurations with two seeds or more."""
     groups: dict[tuple[Any, ...], list[str]] = {}
