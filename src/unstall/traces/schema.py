@@ -138,10 +138,12 @@ class Trace:
         if unknown:
             raise TraceError(source, f"unknown column {unknown[0]!r}", field=str(unknown[0]))
         jobs = _cast(frame, source)
-        jobs = _sorted(jobs)
-        shift = float(jobs["submit_s"].iloc[0]) if len(jobs) else 0.0
+        # Shift before sorting: subtracting the first time can round two close times to the
+        # same value, and such a tie must then be ordered by job id, as a re-read orders it.
+        shift = float(jobs["submit_s"].min()) if len(jobs) else 0.0
         if shift != 0.0:
             jobs["submit_s"] = jobs["submit_s"] - shift
+        jobs = _sorted(jobs)
         return cls(
             jobs=jobs,
             source=source,
