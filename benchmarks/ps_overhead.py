@@ -350,9 +350,8 @@ def step_against_memcpy(mb: float, repeats: int) -> dict[str, float]:
 def print_step_table(rows: list[dict[str, float]]) -> None:
     """Milliseconds, and each step's time over the memcpy's; "beside copy": the fused step while
     another thread copies as much ("overlap": how much of the shorter one's time it hides)."""
-    head: tuple[str, ...] = ("MB", "memcpy ms", "numpy step", "/memcpy", "fused step", "/memcpy")
-    head += ("2 threads",)
-    head += ("/memcpy", "beside copy", "overlap")
+    head = ("MB", "memcpy ms", "numpy step", "/memcpy", "fused step", "/memcpy", "2 threads",
+            "/memcpy", "beside copy", "overlap")  # fmt: skip
     print("{:>6} {:>10} {:>11} {:>8} {:>11} {:>8} {:>10} {:>8} {:>12} {:>8}".format(*head))
     for r in rows:
         copy_s = r["memcpy_s"]
@@ -495,15 +494,13 @@ def main() -> None:
     # Ray starts its worker processes at nice 15: a timing run's actors run at normal priority
     # (a shared machine's niced jobs would otherwise take the CPU from them).
     os.environ.setdefault("RAY_worker_niceness", "0")
-    if args.object_store_gb is not None:  # before ensure_ray, which then finds Ray started
-        ray.init(
-            num_cpus=os.cpu_count() or 2,
-            include_dashboard=False,
-            _node_ip_address="127.0.0.1",
-            object_store_memory=int(args.object_store_gb * 1e9),
-        )
+    store = None if args.object_store_gb is None else int(args.object_store_gb * 1e9)
+
+    def start_ray() -> None:
+        ensure_ray(num_cpus=os.cpu_count() or 2, object_store_bytes=store)
+
     if args.faults:
-        ensure_ray(num_cpus=os.cpu_count() or 2)
+        start_ray()
         for row in (object_store_faults(mb, puts=10) for mb in args.mb):
             print(
                 "{mb:6.1f} MB: {faults_per_put:7.0f} faults a put ({pages:.0f} pages), "
@@ -518,7 +515,7 @@ def main() -> None:
             )
         return
     if args.call_shapes:
-        ensure_ray(num_cpus=os.cpu_count() or 2)
+        start_ray()
         shape_rows = [r for mb in args.mb for r in call_shapes(mb, args.iterations, args.rounds)]
         for r in shape_rows:
             rounds = " ".join(f"{ms:6.2f}" for ms in r["round_ms"])
@@ -536,7 +533,7 @@ def main() -> None:
         if args.json:
             args.json.write_text(json.dumps({"step_rows": step_rows}, indent=2))
         return
-    ensure_ray(num_cpus=os.cpu_count() or 2)
+    start_ray()
     variants = [(float(v.split(":")[0]), int(v.split(":")[1])) for v in args.variants]
     rows = []
     for mb in args.mb:

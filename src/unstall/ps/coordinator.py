@@ -55,9 +55,14 @@ class PSTimeoutError(UnstallError):
     """A step did not finish in time; the message names what it was waiting on."""
 
 
-def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> bool:
+def ensure_ray(
+    address: str | None = None,
+    num_cpus: int | None = None,
+    object_store_bytes: int | None = None,
+) -> bool:
     """Connect to Ray: ``address`` (or ``RAY_ADDRESS``) for an existing cluster, else a local
-    instance on the loopback interface. True when this call started it (to shut down after)."""
+    instance on the loopback interface (with an object store of ``object_store_bytes``; None:
+    Ray's default). True when this call started it (to shut down after)."""
     # Torch tensors through the object store without a copy; read when Ray starts.
     os.environ.setdefault("RAY_ENABLE_ZERO_COPY_TORCH_TENSORS", "1")
     if ray.is_initialized():
@@ -81,6 +86,7 @@ def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> bool:
             num_cpus=num_cpus or os.cpu_count() or 1,
             include_dashboard=False,
             _node_ip_address="127.0.0.1",
+            object_store_memory=object_store_bytes,
             **common,
         )
     return True
