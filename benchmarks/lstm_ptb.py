@@ -99,10 +99,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 SHAPE_KEYS = ("hidden", "layers", "batch", "bptt", "p", "seed", "threads", "device")
 
 
+def _config(run_: dict[str, Any]) -> dict[str, Any]:
+    """A run's config, with the device of runs written before the device option (the CPU)."""
+    return {"device": "cpu", **run_["config"]}
+
+
 def _shape(run_: dict[str, Any]) -> tuple[Any, ...]:
-    """What must match for two runs to be compared: sizes, p, seed, threads, device (runs
-    written before the device option ran on the CPU)."""
-    config = {"device": "cpu", **run_["config"]}
+    """What must match for two runs to be compared: sizes, p, seed, threads, device."""
+    config = _config(run_)
     return tuple(config[k] for k in SHAPE_KEYS)
 
 
@@ -142,12 +146,11 @@ def across_seeds(runs: dict[str, Any], summary: dict[str, Any]) -> dict[str, Any
     first run's label; only configurations with two seeds or more."""
     groups: dict[tuple[Any, ...], list[str]] = {}
     for label in summary:
-        config = runs[label]["config"]
+        config = _config(runs[label])
         if config["mode"] == "standard":
             continue
         held = (config.get("input_mask_steps", 1), config.get("decoder_mask_steps", 1))
-        shape = dict(zip(SHAPE_KEYS, _shape(runs[label]), strict=True))
-        key = (config["mode"], *held, *(v for k, v in shape.items() if k != "seed"))
+        key = (config["mode"], *held, *(config[k] for k in SHAPE_KEYS if k != "seed"))
         groups.setdefault(key, []).append(label)
     out: dict[str, Any] = {}
     for labels in groups.values():
@@ -177,8 +180,7 @@ def merge_runs(paths: list[Path]) -> dict[str, Any]:
     for path in paths:
         for label, run_ in json.loads(path.read_text())["runs"].items():
             if label in runs:
-                first = {"device": "cpu", **runs[label]["config"]}
-                config = {"device": "cpu", **run_["config"]}
+                first, config = _config(runs[label]), _config(run_)
                 label += "".join(
                     f" {tag}{config[key]}" for key, tag in LABEL_TAGS if config[key] != first[key]
                 )
