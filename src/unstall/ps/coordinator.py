@@ -41,9 +41,9 @@ PING_TIMEOUT_S = 10.0
 # object each way) and a piece of a large tensor a copy into the worker's model, which cost more
 # than hiding the step behind the next piece's transfer gains (benchmarks/ps_overhead.py at 64 MB
 # on one server: 8 MB pieces 36% of raw Ray, one piece 70%; two pieces cut at the tensors, which
-# the worker aliases, 72%: no gain, as the step and the copies share one memory bus). Across a
-# real network, whose transfers outlast the step, smaller pieces (``PSConfig.piece_mb``) overlap
-# the two.
+# the worker aliases, 72% in that run and 54% against 65% in another: no gain, as each piece adds
+# a call's fixed overhead, milliseconds here). Across a real network, whose transfers outlast the
+# step, smaller pieces (``PSConfig.piece_mb``) overlap the two.
 DEFAULT_PIECE_BYTES = 256_000_000
 
 
