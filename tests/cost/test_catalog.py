@@ -19,7 +19,7 @@ from unstall.cost.catalog import (
     parse_catalog,
 )
 from unstall.errors import ConfigError, DataFileError
-from unstall.workload.devices import DEVICE_PRESETS
+from unstall.net.hardware import DEVICE_PRESETS
 
 HEADER = "instance,gpus,gpu,gpu_memory_gb,gpu_link,network_gbps,usd_per_hour,date,source"
 ROW_BIG = "big.8x,8,v100,16,nvlink2,25,24.48,2026-11,test"

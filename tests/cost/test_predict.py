@@ -22,8 +22,8 @@ from unstall.cost.predict import (
     predict_all,
 )
 from unstall.errors import ConfigError
+from unstall.net.hardware import compute_time_scale
 from unstall.net.topology import CALIBRATED_NETWORK_EFFICIENCY
-from unstall.workload.devices import compute_time_scale
 from unstall.workload.perf import JobPerfSpec, Placement, iteration_time
 from unstall.workload.profiles import JobProfile
 

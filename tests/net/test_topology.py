@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from unstall.errors import ConfigError, DataFileError
+from unstall.net.link import Link
 from unstall.net.topology import (
     CALIBRATED_NETWORK_EFFICIENCY,
     TOPOLOGY_PRESETS,
-    LinkSpec,
     TopologyConfig,
     intra_link,
     load_topology,
@@ -65,11 +65,11 @@ def test_explicit_uplink_and_intra_override() -> None:
         gpus_per_node=8,
         racks=2,
         device="a100",
-        intra_link=LinkSpec(bandwidth_gbps=100.0),
-        uplink=LinkSpec(bandwidth_gbps=40.0, latency_us=2.0),
+        intra_link=Link(bandwidth_gbps=100.0),
+        uplink=Link(bandwidth_gbps=40.0, latency_us=2.0),
     )
     assert t.intra_spec.bandwidth_gbps == 100.0
-    assert t.uplink_spec == LinkSpec(bandwidth_gbps=40.0, latency_us=2.0)
+    assert t.uplink_spec == Link(bandwidth_gbps=40.0, latency_us=2.0)
 
 
 @pytest.mark.parametrize(
@@ -80,7 +80,7 @@ def test_explicit_uplink_and_intra_override() -> None:
         ({"device": "tpu"}, "device"),
         ({"intra_link_kind": "infinityfabric"}, "intra_link_kind"),
         ({"oversubscription": 0.5}, "oversubscription"),
-        ({"uplink": LinkSpec(bandwidth_gbps=1.0), "oversubscription": 2.0}, "oversubscription"),
+        ({"uplink": Link(bandwidth_gbps=1.0), "oversubscription": 2.0}, "oversubscription"),
     ],
 )
 def test_validation_names_the_field(kwargs: dict, field: str) -> None:  # type: ignore[type-arg]
@@ -92,9 +92,9 @@ def test_validation_names_the_field(kwargs: dict, field: str) -> None:  # type: 
 
 def test_linkspec_validation() -> None:
     with pytest.raises(ConfigError, match="bandwidth_gbps"):
-        LinkSpec(bandwidth_gbps=0.0)
+        Link(bandwidth_gbps=0.0)
     with pytest.raises(ConfigError, match="latency_us"):
-        LinkSpec(bandwidth_gbps=1.0, latency_us=-1.0)
+        Link(bandwidth_gbps=1.0, latency_us=-1.0)
 
 
 def test_unknown_preset() -> None:

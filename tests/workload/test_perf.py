@@ -11,8 +11,9 @@ from hypothesis import strategies as st
 
 from unstall.errors import ConfigError
 from unstall.net import topology
+from unstall.net.link import Link
 from unstall.net.sharing import max_min_fair
-from unstall.net.topology import LinkSpec, TopologyConfig, intra_link, nic_link, uplink_link
+from unstall.net.topology import TopologyConfig, intra_link, nic_link, uplink_link
 from unstall.workload.perf import (
     DDP_BUCKET_BYTES,
     JobPerfSpec,
@@ -198,9 +199,7 @@ def test_validation_names_the_field(make, field: str) -> None:  # type: ignore[n
 
 # --- properties ---------------------------------------------------------------------------------
 
-link_specs = st.builds(
-    LinkSpec, bandwidth_gbps=st.floats(1.0, 2000.0), latency_us=st.floats(0.0, 50.0)
-)
+link_specs = st.builds(Link, bandwidth_gbps=st.floats(1.0, 2000.0), latency_us=st.floats(0.0, 50.0))
 specs = st.builds(
     JobPerfSpec,
     compute_s=st.floats(1e-3, 2.0),
@@ -223,7 +222,7 @@ def topologies(draw: st.DrawFn, equal_speeds: bool = False) -> TopologyConfig:
         return TopologyConfig(**shape, intra_link=link, nic=link, uplink=link)
     # physically ordered: GPU links no slower than the NIC; uplinks from an oversubscription ratio
     nic = draw(link_specs)
-    intra = LinkSpec(
+    intra = Link(
         bandwidth_gbps=nic.bandwidth_gbps * draw(st.floats(1.0, 50.0)),
         latency_us=nic.latency_us * draw(st.floats(0.0, 1.0)),
     )

@@ -11,7 +11,7 @@ column                    required  meaning
 ========================  ========  ==========================================================
 instance                  yes       instance type name, unique in the file
 gpus                      yes       GPUs per instance (integer >= 1)
-gpu                       yes       a device preset of :mod:`unstall.workload.devices`
+gpu                       yes       a device preset of :mod:`unstall.net.hardware`
 gpu_memory_gb             yes       memory of one GPU
 gpu_link                  yes       interconnect preset between the GPUs ("none" for one GPU)
 network_gbps              yes       the instance's network line rate, Gbit/s
@@ -35,7 +35,7 @@ from pathlib import Path
 
 from unstall.config import check, check_non_negative, check_positive
 from unstall.errors import ConfigError, DataFileError
-from unstall.workload.devices import DEVICE_PRESETS, INTERCONNECT_PRESETS
+from unstall.net.hardware import DEVICE_PRESETS, INTERCONNECT_PRESETS
 
 DEFAULT_CATALOG_FILE = "aws_gpu_instances.csv"
 NO_LINK = "none"

@@ -33,14 +33,14 @@ from dataclasses import dataclass, field
 
 from unstall.config import check
 from unstall.cost.catalog import Instance
+from unstall.net.hardware import device
+from unstall.net.link import Link
 from unstall.net.topology import (
     CALIBRATED_NETWORK_EFFICIENCY,
     INTRA,
-    LinkSpec,
     TopologyConfig,
 )
 from unstall.results import JsonResult
-from unstall.workload.devices import device
 from unstall.workload.perf import PRECISIONS, IterationTime, JobPerfSpec, Placement, iteration_time
 from unstall.workload.profiles import JobProfile
 
@@ -219,7 +219,7 @@ def instance_topology(
         gpus_per_node=instance.gpus,
         device=instance.device,
         intra_link_kind=instance.interconnect,
-        nic=LinkSpec(bandwidth_gbps=instance.network_gbps, latency_us=instance.network_latency_us),
+        nic=Link(bandwidth_gbps=instance.network_gbps, latency_us=instance.network_latency_us),
         network_efficiency=network_efficiency,
     )
 

@@ -23,9 +23,10 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-from unstall.config import check, check_non_negative, check_positive, load_table_file
+from unstall.config import check, load_table_file
 from unstall.errors import ConfigError, DataFileError
-from unstall.workload.devices import DEVICE_PRESETS, INTERCONNECT_PRESETS, NIC_PRESETS, LinkPreset
+from unstall.net.hardware import DEVICE_PRESETS, INTERCONNECT_PRESETS, NIC_PRESETS, LinkPreset
+from unstall.net.link import Link
 
 LinkId = tuple[str, int]
 INTRA = "intra"
@@ -52,34 +53,9 @@ def uplink_link(rack: int) -> LinkId:
     return (UPLINK, rack)
 
 
-@dataclass(frozen=True, kw_only=True)
-class LinkSpec:
-    """One link's per-direction bandwidth (Gbit/s) and one-hop latency (microseconds)."""
-
-    bandwidth_gbps: float
-    latency_us: float = 0.0
-
-    def __post_init__(self) -> None:
-        check_positive(self, bandwidth_gbps=self.bandwidth_gbps)
-        check_non_negative(self, latency_us=self.latency_us)
-
-    @property
-    def bytes_per_s(self) -> float:
-        return self.bandwidth_gbps * 1e9 / 8.0
-
-    @property
-    def latency_s(self) -> float:
-        return self.latency_us * 1e-6
-
-    @classmethod
-    def from_preset(cls, preset: LinkPreset) -> LinkSpec:
-        return cls(bandwidth_gbps=preset.bandwidth_gbps, latency_us=preset.latency_us)
-
-
-def _scaled(spec: LinkSpec, efficiency: float) -> LinkSpec:
-    if efficiency == 1.0:
-        return spec
-    return LinkSpec(bandwidth_gbps=spec.bandwidth_gbps * efficiency, latency_us=spec.latency_us)
+def _scaled(spec: Link, efficiency: float) -> Link:
+    """``spec`` at ``efficiency`` times its own achieved share of line rate."""
+    return spec.with_efficiency(spec.efficiency * efficiency)
 
 
 # Achieved / nominal network bandwidth of gradient all-reduce, from `unstall sim calibrate` on
@@ -88,8 +64,12 @@ def _scaled(spec: LinkSpec, efficiency: float) -> LinkSpec:
 CALIBRATED_NETWORK_EFFICIENCY = 0.11
 
 
-def _default_nic() -> LinkSpec:
-    return LinkSpec.from_preset(NIC_PRESETS["100g"])
+def _link_of(preset: LinkPreset) -> Link:
+    return preset.link()
+
+
+def _default_nic() -> Link:
+    return _link_of(NIC_PRESETS["100g"])
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -107,9 +87,9 @@ class TopologyConfig:
     gpus_per_node: int
     device: str = "v100"
     intra_link_kind: str = ""
-    intra_link: LinkSpec | None = None
-    nic: LinkSpec = field(default_factory=_default_nic)
-    uplink: LinkSpec | None = None
+    intra_link: Link | None = None
+    nic: Link = field(default_factory=_default_nic)
+    uplink: Link | None = None
     oversubscription: float = 1.0
     # Fraction of NIC and uplink line rate that gradient communication achieves in practice
     # (transport stack, collective implementation). 1.0 is line rate; the presets use
@@ -151,10 +131,10 @@ class TopologyConfig:
         for name in ("intra_link", "nic", "uplink"):
             value = getattr(self, name)
             check(
-                (value is None and name != "nic") or isinstance(value, LinkSpec),
+                (value is None and name != "nic") or isinstance(value, Link),
                 self,
                 name,
-                f"must be a LinkSpec, got {type(value).__name__}",
+                f"must be a Link, got {type(value).__name__}",
             )
         check(
             self.oversubscription >= 1.0,
@@ -193,32 +173,32 @@ class TopologyConfig:
     # --- links ----------------------------------------------------------------------------------
 
     @cached_property
-    def intra_spec(self) -> LinkSpec:
+    def intra_spec(self) -> Link:
         """The per-GPU intra-node link: ``intra_link``, else the kind's or device's preset."""
         if self.intra_link is not None:
             return self.intra_link
         kind = self.intra_link_kind.lower() or DEVICE_PRESETS[self.device.lower()].intra_link
-        return LinkSpec.from_preset(INTERCONNECT_PRESETS[kind])
+        return _link_of(INTERCONNECT_PRESETS[kind])
 
     @cached_property
-    def uplink_spec(self) -> LinkSpec:
+    def uplink_spec(self) -> Link:
         """The rack uplink: ``uplink``, else the rack's NICs over the oversubscription ratio."""
         if self.uplink is not None:
             return self.uplink
-        return LinkSpec(
+        return Link(
             bandwidth_gbps=self.nodes_per_rack * self.nic.bandwidth_gbps / self.oversubscription,
             latency_us=SWITCH_HOP_LATENCY_US,
         )
 
     @cached_property
-    def _effective_nic(self) -> LinkSpec:
+    def _effective_nic(self) -> Link:
         return _scaled(self.nic, self.network_efficiency)
 
     @cached_property
-    def _effective_uplink(self) -> LinkSpec:
+    def _effective_uplink(self) -> Link:
         return _scaled(self.uplink_spec, self.network_efficiency)
 
-    def spec_of(self, link: LinkId) -> LinkSpec:
+    def spec_of(self, link: LinkId) -> Link:
         """The spec of one hop over ``link``: what a single flow can get when alone."""
         kind = link[0]
         if kind == INTRA:
@@ -268,7 +248,7 @@ def small() -> TopologyConfig:
         nodes_per_rack=4,
         gpus_per_node=4,
         device="v100",
-        nic=LinkSpec.from_preset(NIC_PRESETS["25g"]),
+        nic=_link_of(NIC_PRESETS["25g"]),
         oversubscription=2.0,
         network_efficiency=CALIBRATED_NETWORK_EFFICIENCY,
     )
@@ -282,7 +262,7 @@ def medium() -> TopologyConfig:
         nodes_per_rack=8,
         gpus_per_node=8,
         device="v100",
-        nic=LinkSpec.from_preset(NIC_PRESETS["100g"]),
+        nic=_link_of(NIC_PRESETS["100g"]),
         oversubscription=2.0,
         network_efficiency=CALIBRATED_NETWORK_EFFICIENCY,
     )
@@ -307,7 +287,7 @@ def philly() -> TopologyConfig:
         gpus_per_node=8,
         device="p40",
         intra_link_kind="pcie3",
-        nic=LinkSpec.from_preset(NIC_PRESETS["100g"]),
+        nic=_link_of(NIC_PRESETS["100g"]),
         oversubscription=2.0,
         network_efficiency=CALIBRATED_NETWORK_EFFICIENCY,
     )
@@ -336,16 +316,14 @@ def topology_preset(name: str) -> TopologyConfig:
 _LINK_FIELDS = ("intra_link", "nic", "uplink")
 
 
-def _link_from(
-    value: Any, field_name: str, source: str, presets: Mapping[str, LinkPreset]
-) -> LinkSpec:
-    """A LinkSpec from a preset name or a ``{bandwidth_gbps, latency_us}`` table."""
+def _link_from(value: Any, field_name: str, source: str, presets: Mapping[str, LinkPreset]) -> Link:
+    """A Link from a preset name or a ``{bandwidth_gbps, latency_us}`` table."""
     if isinstance(value, str):
         if value.lower() not in presets:
             raise DataFileError(
                 source, f"unknown preset {value!r}; known: {sorted(presets)}", field=field_name
             )
-        return LinkSpec.from_preset(presets[value.lower()])
+        return _link_of(presets[value.lower()])
     if not isinstance(value, Mapping):
         raise DataFileError(
             source,
@@ -363,7 +341,7 @@ def _link_from(
     if "bandwidth_gbps" not in value:
         raise DataFileError(source, "missing", field=f"{field_name}.bandwidth_gbps")
     try:
-        return LinkSpec(
+        return Link(
             bandwidth_gbps=float(value["bandwidth_gbps"]),
             latency_us=float(value.get("latency_us", 0.0)),
         )

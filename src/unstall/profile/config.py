@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from unstall.config import check, check_non_negative, check_positive
+from unstall.net.hardware import DEVICE_PRESETS
 from unstall.profile.link import LinkSpec
 from unstall.workload import zoo
-from unstall.workload.devices import DEVICE_PRESETS
 
 BACKENDS = {"cpu": "gloo", "cuda": "nccl"}
 DEVICE_CHOICES = ("auto", *BACKENDS)

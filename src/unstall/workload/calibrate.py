@@ -34,7 +34,8 @@ from scipy.optimize import least_squares
 
 from unstall.config import check, check_positive
 from unstall.errors import ConfigError
-from unstall.net.topology import INTRA, NIC, LinkSpec, TopologyConfig
+from unstall.net.link import Link
+from unstall.net.topology import INTRA, NIC, TopologyConfig
 from unstall.results import JsonResult
 from unstall.workload.perf import JobPerfSpec, Placement, comm_plan
 from unstall.workload.pollux_placements import (
@@ -117,7 +118,7 @@ class CalibrationConfig:
 def _reference_topology(gpus_per_node: int) -> TopologyConfig:
     # 8 Gbps = 1e9 bytes/s and 1 us everywhere, so that a load's time splits exactly into
     # (ring steps x latency) + (gradient passes x seconds per pass).
-    unit = LinkSpec(bandwidth_gbps=8.0, latency_us=1.0)
+    unit = Link(bandwidth_gbps=8.0, latency_us=1.0)
     return TopologyConfig(
         name="calibration-reference",
         racks=1,
@@ -350,10 +351,10 @@ class FittedParams(JsonResult):
             nodes_per_rack=nodes,
             gpus_per_node=gpus_per_node,
             device=POLLUX_DEVICE,
-            intra_link=LinkSpec(
+            intra_link=Link(
                 bandwidth_gbps=gbit / self.intra_s_per_pass, latency_us=self.intra_latency_ms * 1e3
             ),
-            nic=LinkSpec(
+            nic=Link(
                 bandwidth_gbps=gbit / self.nic_s_per_pass, latency_us=self.nic_latency_ms * 1e3
             ),
         )

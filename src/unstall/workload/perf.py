@@ -35,6 +35,7 @@ from typing import Any, Protocol
 
 from unstall.config import check, check_non_negative, check_positive
 from unstall.errors import ConfigError
+from unstall.net.hardware import DEVICE_PRESETS, compute_time_scale, device
 from unstall.net.topology import (
     INTRA,
     LinkId,
@@ -43,7 +44,6 @@ from unstall.net.topology import (
     nic_link,
     uplink_link,
 )
-from unstall.workload.devices import DEVICE_PRESETS, compute_time_scale, device
 
 COMM_KINDS = ("allreduce", "ps")
 PRECISIONS = ("fp32", "fp16")

@@ -19,8 +19,8 @@ from typing import Any
 
 from unstall.config import check
 from unstall.errors import ConfigError, DataFileError
+from unstall.net.hardware import DEVICE_PRESETS
 from unstall.results import JsonResult
-from unstall.workload.devices import DEVICE_PRESETS
 from unstall.workload.perf import COMM_KINDS, JobPerfSpec, Placement
 
 

@@ -18,6 +18,7 @@ from typing import TypeVar
 
 from unstall.config import check, check_non_negative, check_positive
 from unstall.errors import ConfigError
+from unstall.net.link import Link
 
 P = TypeVar("P")
 
@@ -41,6 +42,10 @@ class LinkPreset:
         check(bool(self.name), self, "name", "must not be empty")
         check_positive(self, bandwidth_gbps=self.bandwidth_gbps)
         check_non_negative(self, latency_us=self.latency_us)
+
+    def link(self) -> Link:
+        """This kind of link at its nominal figures."""
+        return Link(bandwidth_gbps=self.bandwidth_gbps, latency_us=self.latency_us)
 
 
 @dataclass(frozen=True, kw_only=True)

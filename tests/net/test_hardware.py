@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from unstall.errors import ConfigError
-from unstall.workload.devices import (
+from unstall.net.hardware import (
     DEVICE_PRESETS,
     INTERCONNECT_PRESETS,
     NIC_PRESETS,
