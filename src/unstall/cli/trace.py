@@ -8,12 +8,17 @@ from typing import Annotated
 import typer
 
 from unstall.cli.common import JsonOpt, console, handle_errors, save_json, table
-from unstall.traces import READERS, read_trace
-from unstall.traces.default import default_trace
-from unstall.traces.reading import ReadOptions
-from unstall.traces.schema import Trace, TraceSummary
-from unstall.traces.synthetic import SyntheticTraceConfig, generate
-from unstall.traces.unstall_format import write_trace
+from unstall.traces import (
+    READERS,
+    ReadOptions,
+    SyntheticTraceConfig,
+    Trace,
+    TraceSummary,
+    default_trace,
+    generate,
+    read_trace,
+    write_trace,
+)
 
 app = typer.Typer(
     help="Read, summarise, convert and generate cluster job traces.", no_args_is_help=True

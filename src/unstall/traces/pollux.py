@@ -30,12 +30,13 @@ The rule and seed are written into the trace's notes. ``num_gpus`` is ``num_repl
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
+from unstall.traces.duration_rules import DURATION_RULES
 from unstall.traces.reading import Reader, ReadOptions
 from unstall.traces.schema import Trace
 from unstall.traces.validation import (
@@ -73,20 +74,6 @@ MODEL_FOR_APPLICATION: dict[str, str] = {
     "yolov3": "resnet50",
     "imagenet": "resnet50",
 }
-
-GpuTimeRule = Callable[[np.ndarray, np.ndarray, int], np.ndarray]
-
-
-def _log_uniform(low: np.ndarray, high: np.ndarray, seed: int) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    return np.exp(rng.uniform(np.log(low), np.log(high)))
-
-
-def _midpoint(low: np.ndarray, high: np.ndarray, seed: int) -> np.ndarray:
-    return np.sqrt(low * high)
-
-
-DURATION_RULES: dict[str, GpuTimeRule] = {"category": _log_uniform, "midpoint": _midpoint}
 
 
 def sniff(path: Path, header: Sequence[str]) -> bool:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from unstall.config import check
+from unstall.traces.duration_rules import DURATION_RULES
 from unstall.traces.schema import Trace
 
 
@@ -24,8 +25,6 @@ class ReadOptions:
     pai_task_table: Path | None = None
 
     def __post_init__(self) -> None:
-        from unstall.traces.pollux import DURATION_RULES
-
         check(
             self.pollux_duration in DURATION_RULES,
             self,

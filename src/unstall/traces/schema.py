@@ -31,7 +31,7 @@ import numpy as np
 import pandas as pd
 
 from unstall.errors import DataFileError
-from unstall.results import JsonResult
+from unstall.traces.summary import TraceSummary, summarise
 
 
 class TraceError(DataFileError):
@@ -72,27 +72,6 @@ class TraceArrays:
 
     def __len__(self) -> int:
         return len(self.submit_s)
-
-
-@dataclass(frozen=True, kw_only=True)
-class TraceSummary(JsonResult):
-    """What ``unstall trace show`` prints: size, span, GPU mix, durations, load, tenants."""
-
-    source: str
-    format: str
-    jobs: int
-    span_s: float
-    submit_offset_s: float
-    total_gpu_hours: float
-    multi_gpu_share: float
-    gpu_mix: dict[int, float]
-    gpu_counts: dict[int, int]
-    duration_s: dict[str, float]
-    top_vcs: dict[str, int]
-    status: dict[str, int]
-    models: dict[str, int]
-    skipped: dict[str, int]
-    notes: list[str]
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -222,8 +201,6 @@ class Trace:
 
     def summary(self, top: int = 10) -> TraceSummary:
         """Jobs, span, GPU mix, duration quantiles, GPU-hours, top virtual clusters, statuses."""
-        from unstall.traces.summary import summarise
-
         return summarise(self, top=top)
 
 

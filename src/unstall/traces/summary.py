@@ -2,20 +2,58 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import numpy as np
 import pandas as pd
 
-from unstall.traces.schema import TraceSummary
-
-if TYPE_CHECKING:
-    from unstall.traces.schema import Trace
+from unstall.results import JsonResult
 
 DURATION_QUANTILES: dict[str, float] = {"p50": 0.50, "p90": 0.90, "p99": 0.99, "max": 1.0}
 
 
-def summarise(trace: Trace, *, top: int = 10) -> TraceSummary:
+@dataclass(frozen=True, kw_only=True)
+class TraceSummary(JsonResult):
+    """What ``unstall trace show`` prints: size, span, GPU mix, durations, load, tenants."""
+
+    source: str
+    format: str
+    jobs: int
+    span_s: float
+    submit_offset_s: float
+    total_gpu_hours: float
+    multi_gpu_share: float
+    gpu_mix: dict[int, float]
+    gpu_counts: dict[int, int]
+    duration_s: dict[str, float]
+    top_vcs: dict[str, int]
+    status: dict[str, int]
+    models: dict[str, int]
+    skipped: dict[str, int]
+    notes: list[str]
+
+
+class Summarised(Protocol):
+    """What a summary reads of a trace (:class:`unstall.traces.schema.Trace` has it; the schema
+    imports this module, not the other way round)."""
+
+    @property
+    def jobs(self) -> pd.DataFrame: ...
+    @property
+    def source(self) -> str: ...
+    @property
+    def format(self) -> str: ...
+    @property
+    def submit_offset_s(self) -> float: ...
+    @property
+    def skipped(self) -> Mapping[str, int]: ...
+    @property
+    def notes(self) -> Sequence[str]: ...
+
+
+def summarise(trace: Summarised, *, top: int = 10) -> TraceSummary:
     """The :class:`TraceSummary` of ``trace``; ``top`` virtual clusters are listed by job count."""
     jobs = trace.jobs
     gpus = jobs["num_gpus"].to_numpy()
