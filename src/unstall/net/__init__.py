@@ -1,6 +1,95 @@
-"""Links and bandwidth sharing: the cluster topology and the max-min fair-share model.
+"""Links and bandwidth sharing: one link type, the cluster topology, the max-min fair-share model.
 
-``topology`` describes racks of nodes of GPUs and the three kinds of link a data-parallel job's
-traffic crosses (intra-node GPU links, node NICs, rack uplinks), each with a hashable id;
-``sharing`` divides link capacities among the flows that cross them, max-min fair.
+What this part offers:
+
+- :class:`Link`: the one link type of unstall (bandwidth in Gbit/s per direction, latency in µs,
+  achieved efficiency), used by the simulator's topology, the profiler's emulated network and the
+  parameter server's emulated server links.
+- :class:`TopologyConfig`: racks of nodes of GPUs and the three kinds of link a data-parallel
+  job's traffic crosses (intra-node GPU links, node NICs, rack uplinks), each with a hashable id
+  (``intra_link(node)``, ``nic_link(node)``, ``uplink_link(rack)``).
+- Presets ``small()``, ``medium()``, ``philly()``, by name in :data:`TOPOLOGY_PRESETS` through
+  ``topology_preset(name)``; ``load_topology(path)`` reads a TOML or JSON file (a preset to start
+  from, then overrides), ``topology_from_mapping`` the same from a dict.
+- ``max_min_fair(capacities, flows, caps=, background=)``: the max-min fair rate of every flow
+  over shared links; ``link_usage`` what each link then carries.
+- Hardware presets: GPUs (``device(name)``, :data:`DEVICE_PRESETS`), intra-node interconnects and
+  NICs (:class:`LinkPreset`), and ``compute_time_scale`` between GPUs.
+
+Example:
+
+>>> from unstall.net import Link, max_min_fair, nic_link, topology_from_mapping, topology_preset
+>>> cluster = topology_preset("small")
+>>> cluster.n_gpus, cluster.racks, cluster.nic.describe()
+(32, 2, '25 Gbit/s, 25 µs')
+>>> Link(bandwidth_gbps=8.0, latency_us=50.0).time_s(1e9)  # 1 GB over 8 Gbit/s, plus 50 µs
+1.00005
+>>> bigger = topology_from_mapping({"preset": "small", "nic": "100g"}, source="example")
+>>> bigger.nic.bandwidth_gbps, bigger.capacity(nic_link(0)) > cluster.capacity(nic_link(0))
+(100.0, True)
+>>> max_min_fair({"nic": 10.0, "uplink": 4.0}, {"a": ["nic"], "b": ["nic", "uplink"]})
+{'b': 4.0, 'a': 6.0}
 """
+
+from unstall.net.hardware import (
+    DEVICE_PRESETS,
+    INTERCONNECT_PRESETS,
+    NIC_PRESETS,
+    DevicePreset,
+    LinkPreset,
+    compute_time_scale,
+    device,
+    interconnect,
+    nic,
+)
+from unstall.net.link import Link
+from unstall.net.sharing import link_usage, max_min_fair
+from unstall.net.topology import (
+    CALIBRATED_NETWORK_EFFICIENCY,
+    INTRA,
+    NIC,
+    TOPOLOGY_PRESETS,
+    UPLINK,
+    LinkId,
+    TopologyConfig,
+    intra_link,
+    load_topology,
+    medium,
+    nic_link,
+    philly,
+    small,
+    topology_from_mapping,
+    topology_preset,
+    uplink_link,
+)
+
+__all__ = [
+    "CALIBRATED_NETWORK_EFFICIENCY",
+    "DEVICE_PRESETS",
+    "INTERCONNECT_PRESETS",
+    "INTRA",
+    "NIC",
+    "NIC_PRESETS",
+    "TOPOLOGY_PRESETS",
+    "UPLINK",
+    "DevicePreset",
+    "Link",
+    "LinkId",
+    "LinkPreset",
+    "TopologyConfig",
+    "compute_time_scale",
+    "device",
+    "interconnect",
+    "intra_link",
+    "link_usage",
+    "load_topology",
+    "max_min_fair",
+    "medium",
+    "nic",
+    "nic_link",
+    "philly",
+    "small",
+    "topology_from_mapping",
+    "topology_preset",
+    "uplink_link",
+]

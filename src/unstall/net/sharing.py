@@ -46,17 +46,17 @@ def _check_inputs(
     for link, frac in background.items():
         if not 0.0 <= frac <= 1.0:
             raise ConfigError(
-                "max_min_rates", "background", f"{link!r}: must be in [0, 1], got {frac!r}"
+                "max_min_fair", "background", f"{link!r}: must be in [0, 1], got {frac!r}"
             )
     for flow, links in flow_links.items():
         for link, weight in links.items():
             if link not in capacities:
                 raise ConfigError(
-                    "max_min_rates", "flows", f"{flow!r} crosses unknown link {link!r}"
+                    "max_min_fair", "flows", f"{flow!r} crosses unknown link {link!r}"
                 )
             if not weight > 0:
                 raise ConfigError(
-                    "max_min_rates", "flows", f"{flow!r}: weight on {link!r} must be > 0"
+                    "max_min_fair", "flows", f"{flow!r}: weight on {link!r} must be > 0"
                 )
     for flow, cap in caps.items():
         if not cap >= 0:
@@ -189,7 +189,3 @@ def link_usage(
         for link, weight in _weights(links).items():
             used[link] = used.get(link, 0.0) + weight * rates[flow]
     return used
-
-
-# The name the perf model's docs use for the same function.
-max_min_rates = max_min_fair
