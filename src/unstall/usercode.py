@@ -171,9 +171,16 @@ def call_user(fn: Callable[..., T], *args: Any, what: str = "function", **kwargs
     except UnstallError:
         raise
     except Exception as exc:
-        code = getattr(getattr(fn, "__func__", fn), "__code__", None)
-        where = _user_line(exc, Path(code.co_filename)) if code is not None else ""
-        raise UserCodeError(f"{what} {where_defined(fn)} failed{where}: {_describe(exc)}") from exc
+        raise user_code_error(fn, exc, what=what) from exc
+
+
+def user_code_error(fn: Callable[..., Any], exc: BaseException, *, what: str) -> UserCodeError:
+    """The one-line error for ``exc``, raised by ``fn`` or by what ``fn`` returned (the iterator
+    of a data function, the ``forward`` of a model): it names ``fn`` and the line of ``fn``'s
+    file where ``exc`` was raised."""
+    code = getattr(getattr(fn, "__func__", fn), "__code__", None)
+    where = _user_line(exc, Path(code.co_filename)) if code is not None else ""
+    return UserCodeError(f"{what} {where_defined(fn)} failed{where}: {_describe(exc)}")
 
 
 def _user_line(exc: BaseException, path: Path) -> str:
