@@ -6,12 +6,28 @@ import random
 
 import pytest
 
-from unstall.sched.base import ClusterLayout, ClusterSnapshot, JobView, Placement, Sensitivity
-from unstall.sched.fifo import Consolidate, Fifo, FirstFit
-from unstall.sched.gandiva import Gandiva
-from unstall.sched.registry import POLICIES, make_policy
-from unstall.sched.srtf import Srtf
-from unstall.sched.tiresias import Tiresias
+from unstall.errors import ConfigError
+from unstall.sched import (
+    POLICIES,
+    ClusterLayout,
+    ClusterSnapshot,
+    Consolidate,
+    Dally,
+    Decision,
+    Fifo,
+    FirstFit,
+    Gandiva,
+    JobView,
+    Placement,
+    Policy,
+    Sensitivity,
+    Srtf,
+    Tiresias,
+    describe_policies,
+    make_policy,
+    register_policy,
+    registry,
+)
 
 LAYOUT = ClusterLayout.regular(racks=1, nodes_per_rack=2, gpus_per_node=4)
 RNG = random.Random(0)
@@ -175,15 +191,13 @@ def test_gandiva_leaves_the_free_count_intact_when_defragmenting_fails() -> None
     assert all(k <= free[node] for node, k in start.placement), start
 
 
-def test_policy_options_are_typed_by_the_policy_config() -> None:
-    from unstall.sched.dally import Dally
-
-    policy = make_policy("dally", [("order", "las"), ("preemption", "no"), ("wait_factor", "4")])
+def test_policy_options_reach_the_policy_config() -> None:
+    policy = make_policy("dally", order="las", preemption=False, wait_factor=4.0)
     assert isinstance(policy, Dally)
     assert policy.config.order == "las"
     assert policy.config.preemption is False
     assert policy.config.wait_factor == 4.0
-    thresholds = make_policy("dally", [("las_thresholds_gpu_s", "10,20")])
+    thresholds = make_policy("dally", las_thresholds_gpu_s=(10.0, 20.0))
     assert isinstance(thresholds, Dally)
     assert thresholds.config.las_thresholds_gpu_s == (10.0, 20.0)
 
@@ -191,18 +205,52 @@ def test_policy_options_are_typed_by_the_policy_config() -> None:
 @pytest.mark.parametrize(
     ("name", "options", "named"),
     [
-        ("dally", [("no_such_knob", "1")], "no_such_knob"),
-        ("dally", [("preemption", "maybe")], "preemption"),
-        ("dally", [("wait_factor", "fast")], "wait_factor"),
-        ("dally", [("order", "random")], "order"),
-        ("fifo", [("order", "las")], "options"),
+        ("dally", {"no_such_knob": 1}, "DallyConfig.no_such_knob"),
+        ("dally", {"order": "random"}, "DallyConfig.order"),
+        ("dally", {"wait_factor": -1.0}, "DallyConfig.wait_factor"),
+        ("fifo", {"order": "las"}, "policy.options"),
+        ("nope", {}, "unknown policy 'nope'"),
     ],
 )
 def test_bad_policy_options_name_the_field(
-    name: str, options: list[tuple[str, str]], named: str
+    name: str, options: dict[str, object], named: str
 ) -> None:
-    from unstall.errors import ConfigError
-
     with pytest.raises(ConfigError) as err:
-        make_policy(name, options)
+        make_policy(name, **options)
     assert named in str(err.value)
+
+
+class _Idle:
+    """Starts nothing."""
+
+    name = "idle"
+    needs_oracle = False
+
+    def decide(self, snapshot: ClusterSnapshot, rng: random.Random) -> Decision:
+        return Decision()
+
+    def reset(self) -> None:
+        pass
+
+
+def test_registered_policies_are_built_by_name_and_names_are_not_taken_twice(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(registry, "POLICIES", dict(registry.POLICIES))
+    register_policy("idle", _Idle, description="starts nothing")
+    assert isinstance(make_policy("idle"), _Idle)
+    assert describe_policies()["idle"] == "starts nothing"
+    with pytest.raises(ConfigError, match="'idle' is already registered"):
+        register_policy("idle", _Idle, description="again")
+    with pytest.raises(ConfigError, match="'fifo' is already registered"):
+        register_policy("fifo", _Idle, description="a second fifo")
+    with pytest.raises(ConfigError, match="a colon names user code"):
+        register_policy("my.py:Idle", _Idle, description="not a name")
+    with pytest.raises(ConfigError, match="not a dataclass"):
+        register_policy("knobs", _Idle, description="bad options", options=dict)
+
+
+def test_every_policy_is_described_and_satisfies_the_protocol() -> None:
+    assert list(describe_policies()) == list(POLICIES)
+    for name in POLICIES:
+        assert isinstance(make_policy(name), Policy)

@@ -18,6 +18,9 @@ from unstall.sched.free import FreeGpus
 
 @dataclass
 class Gandiva:
+    """Consolidation first, migration of small jobs to defragment a node, re-consolidation of
+    spread jobs when room appears (see the module docstring)."""
+
     name: str = "gandiva"
     needs_oracle: bool = False
     max_migrations_per_round: int = 4

@@ -12,6 +12,9 @@ from unstall.sched.free import FreeGpus
 
 @dataclass
 class Srtf:
+    """Preemptive shortest remaining time first; an oracle (``needs_oracle``): it reads each
+    job's remaining work, so its figures are a bound."""
+
     name: str = "srtf"
     needs_oracle: bool = True
     # Preempt a running job only for one whose remaining time is this much shorter: without a

@@ -23,6 +23,9 @@ DEFAULT_SKEWED_MODELS = frozenset({"vgg11", "vgg13", "vgg16", "vgg19", "alexnet"
 
 @dataclass
 class Tiresias:
+    """Discretised 2D least-attained-service with starvation promotion; skewed models start
+    only on consolidated GPUs (see the module docstring)."""
+
     name: str = "tiresias"
     needs_oracle: bool = False
     thresholds_gpu_s: tuple[float, ...] = (3600.0, 36000.0)

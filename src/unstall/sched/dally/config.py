@@ -11,6 +11,9 @@ ORDERS = ("fifo", "las", "gittins")
 
 @dataclass(frozen=True, kw_only=True)
 class DallyConfig:
+    """Dally's knobs (the keyword options of ``make_policy("dally", ...)``); the ablation
+    switches ``delay``, ``preemption`` and ``autotune`` turn single mechanisms off."""
+
     # Base order of the queue: arrival (fifo), least attained service (las, Tiresias-like), or
     # least expected remaining GPU-time given the service attained (gittins), learnt from the
     # run times of jobs that finished so far (never from the job's own duration).

@@ -47,6 +47,10 @@ class _Round:
 
 
 class Dally:
+    """Network-sensitive scheduling (delay timers per locality level, network-sensitive
+    preemption and re-consolidation, an auto-tuner for the timers); knobs in :class:`DallyConfig`,
+    ``name`` labels the results (ablation variants keep their own)."""
+
     name = "dally"
     needs_oracle = False
 
