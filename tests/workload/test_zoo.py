@@ -14,7 +14,7 @@ from torch import nn
 
 from unstall.errors import ConfigError
 from unstall.workload import zoo
-from unstall.workload.facts import count_flops, count_layers
+from unstall.workload.model_facts import count_flops, count_layers
 
 # Published parameter counts at 224x224 with 1000 classes (torchvision's model cards, which match
 # the papers): the zoo must be within 1%.

@@ -12,7 +12,7 @@ from rich.table import Table
 from unstall.cli.common import JsonOpt, console, handle_errors, save_json, table
 
 if TYPE_CHECKING:
-    from unstall.workload.facts import ModelFacts
+    from unstall.workload.model_facts import ModelFacts
 
 app = typer.Typer(
     help="Cluster simulator: zoo facts, perf-model calibration, schedulers.",

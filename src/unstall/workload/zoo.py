@@ -10,8 +10,9 @@ next-token logits flattened to ``(N * T, vocab)`` and their targets are ``(N * T
 returns two logits per (user, item) pair.
 
 Facts (parameters, gradient bytes and tensors, weight layers, forward FLOPs; see
-:mod:`unstall.workload.facts` for the definitions) are measured from a copy of the model built on
-the ``meta`` device: shapes without storage, so even VGG-19 at 224x224 takes milliseconds.
+:mod:`unstall.workload.model_facts` for the definitions) are measured from a copy of the model
+built on the ``meta`` device: shapes without storage, so even VGG-19 at 224x224 takes
+milliseconds.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from torch import nn
 from unstall.config import check
 from unstall.errors import ConfigError
 from unstall.results import JsonResult
-from unstall.workload.facts import ModelFacts, TensorFact, measure_model
+from unstall.workload.model_facts import ModelFacts, TensorFact, measure_model
 from unstall.workload.options import (
     ImageOptions,
     LSTMLMOptions,
