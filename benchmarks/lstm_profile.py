@@ -7,8 +7,8 @@ The first form profiles one forward+backward step of ``StructuredDropoutLSTM`` (
 batch 64, 35 steps, p 0.5 by default) after two warm-up steps. ``--decoder`` instead times the
 language model's decoder (``masked_linear`` onto a 10k vocabulary) forward+backward per mode in
 process CPU time, which a busy machine disturbs less than wall time (use with ``--threads 1``);
-with one thread the structured decoder runs in column tiles, unless ``--untiled`` (the code before
-the tiles) is given.
+with one thread the structured decoder runs in column tiles; ``--untiled`` runs it without
+them, to measure what the tiles gain.
 """
 
 from __future__ import annotations
@@ -20,10 +20,9 @@ import time
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from unstall.sparse import kernels
-from unstall.sparse.kernels import masked_linear
-from unstall.sparse.lstm import StructuredDropoutLSTM
-from unstall.sparse.masks import sample_mask
+# private on purpose: --untiled switches the column tiles off through the projections' threshold
+import unstall.sparse.lstm.projections as projections
+from unstall.sparse.lstm import StructuredDropoutLSTM, masked_linear, sample_mask
 
 
 def profile_steps(args: argparse.Namespace) -> None:
@@ -77,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--untiled", action="store_true", help="no column tiles (one thread)")
     args = parser.parse_args(argv)
     if args.untiled:
-        kernels.TILED_MIN_COLUMNS = sys.maxsize  # every structured product as CompactProjection
+        projections.TILED_MIN_COLUMNS = sys.maxsize  # every structured product untiled
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     (time_decoder if args.decoder else profile_steps)(args)

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from unstall.results import to_jsonable
-from unstall.sparse.lm import LMConfig, batches_per_epoch, load_ptb, train_lm
+from unstall.sparse.lstm import LMConfig, batches_per_epoch, load_ptb, train_lm
 
 SPEEDUP_GOAL = 1.23
 PPL_GOAL = 0.03
@@ -100,7 +100,7 @@ SHAPE_KEYS = ("hidden", "layers", "batch", "bptt", "p", "seed", "threads", "devi
 
 
 def _config(run_: dict[str, Any]) -> dict[str, Any]:
-    """A run's config, with the device of runs written before the device option (the CPU)."""
+    """A run's config; a run whose JSON has no device ran on the CPU (the default device)."""
     return {"device": "cpu", **run_["config"]}
 
 

@@ -13,7 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from unstall.sparse.lstm_bench import LSTMBenchConfig, bench_lstm_step
+from unstall.sparse import LSTMBenchConfig, bench_lstm_step
 
 GOAL = 1.5
 

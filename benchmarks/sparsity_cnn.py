@@ -24,21 +24,25 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 
+from unstall.cli.resolvers import sparse as resolve
 from unstall.results import to_jsonable
-from unstall.sparse.accelerator import AcceleratorConfig, parse_accelerator
-from unstall.sparse.analyzer import AnalyzerConfig, profile_training
-from unstall.sparse.cnn_sparsity import (
+from unstall.sparse.cnn import (
     PUBLISHED_BACKPROP_SPEEDUP_VS_DENSE,
     PUBLISHED_SPEEDUP_VS_SPARSITY_AGNOSTIC,
+    AcceleratorConfig,
+    AnalyzerConfig,
     CNNSparsityConfig,
+    ImageSource,
     analyze_cnn,
+    profile_training,
 )
-from unstall.sparse.scalesim_adapter import ArrayConfig
 
 MODELS = "alexnet,resnet18,mobilenet_v2,resnet50,vgg16"
 ACCELERATORS = ",".join(
@@ -182,19 +186,35 @@ def _analyzer_config(args: argparse.Namespace, model: str) -> AnalyzerConfig:
         warmup_steps=warmup_steps(args.warmup_steps, model),
         steps=args.steps,
         lr=args.lr,
-        data=args.data,
+        data=_text(args.data),
         seed=args.seed,
     )
 
 
+def _text(path: Path | None) -> str | None:
+    return None if path is None else str(path)
+
+
+def _model(name: str, config: AnalyzerConfig, data: ImageSource | None) -> Callable[[], nn.Module]:
+    classes = data.num_classes if data is not None else config.num_classes
+    return resolve.cnn_model(name, image_size=config.image_size, num_classes=classes)
+
+
 def train_only(args: argparse.Namespace) -> int:
     """Train each model to its warm-up steps (resuming from the cache); print how far it got."""
+    data = resolve.image_source(_text(args.data), args.image_size)
     for model in args.models.split(","):
         config = _analyzer_config(args, model)
         start = time.perf_counter()
         progress = ProgressLog(model, config.warmup_steps + config.steps)
         profile = profile_training(
-            config, progress=progress, cache_dir=args.cache, checkpoint_every=args.checkpoint_every
+            _model(model, config, data),
+            data,
+            config=config,
+            loss=resolve.cnn_loss(model),
+            progress=progress,
+            cache_dir=args.cache,
+            checkpoint_every=args.checkpoint_every,
         )
         print(f"[{model}] trained in {time.perf_counter() - start:.0f}s: {profile.training}")
     return 0
@@ -219,7 +239,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--cache",
         type=Path,
         default=Path("bench-results/cnn-weights"),
-        help="trained-weight checkpoints: a rerun resumes from them (see sparse/train_cache.py)",
+        help="trained-weight checkpoints, a rerun resumes from them (sparse/cnn/train_cache.py)",
     )
     p.add_argument("--checkpoint-every", type=int, default=50)
     p.add_argument("--train-only", action="store_true", help="train (and cache) only")
@@ -233,8 +253,9 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     if args.train_only:
         return train_only(args)
-    base = AcceleratorConfig(array=ArrayConfig.parse(args.array))
-    accelerators = [parse_accelerator(a, base) for a in args.accelerators.split(",") if a.strip()]
+    base = AcceleratorConfig(array=resolve.array_config(args.array))
+    accelerators = resolve.accelerators(args.accelerators, base)
+    data = resolve.image_source(_text(args.data), args.image_size)
     results: dict[str, Any] = {"args": to_jsonable(vars(args)), "models": {}}
     for model in args.models.split(","):
         config = CNNSparsityConfig(
@@ -244,7 +265,14 @@ def main(argv: list[str] | None = None) -> int:
         )
         start = time.perf_counter()
         total = config.analyzer.warmup_steps + config.analyzer.steps
-        result = analyze_cnn(config, ProgressLog(model, total), cache_dir=args.cache)
+        result = analyze_cnn(
+            _model(model, config.analyzer, data),
+            data,
+            config=config,
+            loss=resolve.cnn_loss(model),
+            progress=ProgressLog(model, total),
+            cache_dir=args.cache,
+        )
         print(f"[{model}] done in {time.perf_counter() - start:.0f}s", flush=True)
         results["models"][model] = to_jsonable(result.to_dict())
         if args.json is not None:

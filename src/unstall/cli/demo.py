@@ -78,22 +78,24 @@ def _sim(out: Path, quiet: bool) -> None:
 
 
 def _sparse_lstm(out: Path, quiet: bool) -> None:
-    from unstall.cli.sparse import lstm_bench
+    from unstall.cli.common import progress_bar, save_json
+    from unstall.cli.sparse_tables import lstm_bench_table
+    from unstall.sparse import LSTMBenchConfig, bench_lstm_step
 
-    lstm_bench(
+    config = LSTMBenchConfig(
         hidden=512,
         batch=32,
         p=0.5,
         seq_len=20,
-        layers=1,
+        num_layers=1,
         repeats=3,
-        modes="standard,structured",
-        nn_lstm=False,
-        device="cpu",
-        threads=None,
-        json_path=out / "lstm_bench.json",
-        quiet=quiet,
+        modes=("standard", "structured"),
+        with_nn_lstm=False,
     )
+    with progress_bar("LSTM steps", config.timed_steps, quiet) as advance:
+        result = bench_lstm_step(config, advance)
+    console.print(lstm_bench_table(result))
+    save_json(out / "lstm_bench.json", result, config)
     console.print(
         "full size: `unstall sparse lstm-bench --hidden 1024 --batch 64 --p 0.5`; "
         "training on Penn Treebank: `unstall sparse lstm-train --mode structured --p 0.5`"
@@ -154,20 +156,29 @@ def _ps(out: Path, quiet: bool) -> None:
 
 
 def _sparse_cnn(out: Path, quiet: bool) -> None:
-    from typer.main import get_command
+    from unstall.cli.common import progress_bar, save_json
+    from unstall.cli.resolvers import sparse as resolve
+    from unstall.cli.sparse_tables import plot_path, set_threads, show_analysis
+    from unstall.sparse import AcceleratorConfig, AnalyzerConfig, CNNSparsityConfig, analyze_cnn
 
-    from unstall.cli.app import app
-
-    # Through the CLI itself: the command has many options, all with sensible defaults.
-    args = ["sparse", "analyze", "--model", "resnet18", "--image-size", "32", "--batch-size", "4"]
-    args += ["--warmup-steps", "2", "--steps", "1", "--array", "16x16", "--threads", "1"]
+    training = AnalyzerConfig(
+        model="resnet18", image_size=32, batch_size=4, warmup_steps=2, steps=1
+    )
     # Per-row skipping (each array row skips its own zeros), with lockstep and a weight-stationary
     # array beside it: the granularity of skipping is what decides the speed-up.
-    args += ["--skipping", "per-row", "--compare", "os/lockstep,ws/per-row"]
-    args += ["--json", str(out / "sparsity_resnet18.json")]
-    if quiet:
-        args.append("--quiet")
-    get_command(app).main(args=args, standalone_mode=False)
+    main = AcceleratorConfig(array=resolve.array_config("16x16"), skipping="per-row")
+    config = CNNSparsityConfig(
+        analyzer=training,
+        accelerator=main,
+        compare=resolve.accelerators("os/lockstep,ws/per-row", main),
+    )
+    model = resolve.cnn_model("resnet18", image_size=32, num_classes=training.num_classes)
+    set_threads(1)
+    json_path = out / "sparsity_resnet18.json"
+    with progress_bar("resnet18 steps", training.warmup_steps + training.steps, quiet) as advance:
+        result = analyze_cnn(model, config=config, progress=advance)
+    show_analysis(result, plot_path(None, json_path))
+    save_json(json_path, result, config)
     console.print("trained for a while first: `unstall sparse analyze --warmup-steps 150 ...`")
 
 

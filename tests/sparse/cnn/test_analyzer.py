@@ -3,7 +3,8 @@ the data sources and the training run."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import math
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -12,16 +13,19 @@ import torch.nn.functional as F
 from torch import nn
 
 from unstall.errors import ConfigError, DataFileError
-from unstall.sparse import train_cache
-from unstall.sparse.analyzer import (
+from unstall.sparse.cnn import (
     AnalyzerConfig,
-    build_model,
+    FolderImages,
+    PatternConfig,
+    PatternImages,
     profile_training,
     record_step,
-    summarize,
 )
-from unstall.sparse.cnn_data import FolderImages, PatternConfig, PatternImages
-from unstall.sparse.gemms import GemmShape, gemm_shapes, geometry_of, im2col_mask
+from unstall.sparse.cnn.densities import summarize
+from unstall.sparse.cnn.gemms import GemmShape, gemm_shapes, geometry_of, im2col_mask
+from unstall.sparse.cnn.recording import out_of_place
+from unstall.sparse.cnn.training import checkpoint_key, checkpoint_prefix
+from unstall.workload import zoo
 
 
 @pytest.fixture(autouse=True)
@@ -35,6 +39,11 @@ def one_thread() -> Iterator[None]:
 
 def _sum_loss(out: torch.Tensor, _: torch.Tensor) -> torch.Tensor:
     return out.sum()
+
+
+def _zoo_model(name: str, image_size: int = 32, num_classes: int = 10) -> Callable[[], nn.Module]:
+    """A model function for the zoo model ``name`` (what the CLI's resolver hands over)."""
+    return lambda: zoo.build(name, image_size=image_size, num_classes=num_classes)
 
 
 def _tiny_relu_net() -> nn.Sequential:
@@ -83,9 +92,8 @@ def test_batchnorm_makes_the_raw_gradient_dense_but_not_the_relu_one() -> None:
 
 
 def test_mask_predicted_zeros_are_a_subset_of_the_actual_zeros() -> None:
-    config = AnalyzerConfig(model="resnet18", image_size=32, batch_size=2)
     torch.manual_seed(1)
-    model = build_model(config, num_classes=10)
+    model = out_of_place(zoo.build("resnet18", image_size=32, num_classes=10))
     images, labels = PatternImages(PatternConfig(image_size=32), seed=3).batch(
         2, torch.Generator().manual_seed(0)
     )
@@ -196,11 +204,11 @@ def test_folder_errors_name_the_path(tmp_path: Path) -> None:
 
 def test_config_rejects_bad_fields() -> None:
     with pytest.raises(ConfigError, match="model"):
-        AnalyzerConfig(model="lstm_lm")
+        AnalyzerConfig(model="")
     with pytest.raises(ConfigError, match="steps"):
         AnalyzerConfig(steps=0)
     with pytest.raises(ConfigError, match="image_size"):
-        AnalyzerConfig(image_size=16)
+        AnalyzerConfig(image_size=0)
 
 
 def test_profile_training_records_every_layer_after_warmup() -> None:
@@ -209,8 +217,9 @@ def test_profile_training_records_every_layer_after_warmup() -> None:
     )
     ticks: list[int] = []
     seen: list[str] = []
+    model = _zoo_model("resnet18")
     profile = profile_training(
-        config, on_layer=lambda r: seen.append(r.name), progress=ticks.append
+        model, config=config, on_layer=lambda r: seen.append(r.name), progress=ticks.append
     )
     assert len(ticks) == 2  # one warm-up step, one recorded
     assert len(profile.layers) == 21 == len(seen)  # 20 convs and the classifier
@@ -219,14 +228,15 @@ def test_profile_training_records_every_layer_after_warmup() -> None:
     stem = profile.layers[0]
     assert stem.name == "stem.0" and stem.input_density == pytest.approx(1.0)
     assert all(0.0 <= layer.input_density <= 1.0 for layer in profile.layers)
-    again = profile_training(config)  # seeded: the same run gives the same figures
+    again = profile_training(model, config=config)  # seeded: the same run, the same figures
     assert again.layers == profile.layers
+    assert (profile.model, profile.data) == ("resnet18", "synthetic patterns")
 
 
 @pytest.mark.slow
 def test_warmup_lowers_the_loss() -> None:
     config = AnalyzerConfig(model="resnet18", image_size=32, batch_size=16, warmup_steps=60)
-    training = profile_training(config).training
+    training = profile_training(_zoo_model("resnet18"), config=config).training
     assert training.warmup_loss_end is not None and training.warmup_loss_start is not None
     assert training.warmup_loss_end < 0.8 * training.warmup_loss_start
 
@@ -245,11 +255,12 @@ def test_a_resumed_warmup_equals_an_uninterrupted_one(tmp_path: Path) -> None:
             eval_images=8,
         )
 
-    straight = profile_training(config(4))
-    profile_training(config(3), cache_dir=tmp_path, checkpoint_every=2)
+    model = _zoo_model("mobilenet_v2")
+    straight = profile_training(model, config=config(4))
+    profile_training(model, config=config(3), cache_dir=tmp_path, checkpoint_every=2)
     assert [p.name.split("-step")[1] for p in tmp_path.iterdir()] == ["3.pt"]  # older dropped
     seen: list[int] = []
-    resumed = profile_training(config(4), cache_dir=tmp_path, progress=seen.append)
+    resumed = profile_training(model, config=config(4), cache_dir=tmp_path, progress=seen.append)
     assert seen[0] == 3  # the cached steps are reported at once
     assert resumed.training == straight.training
     assert resumed.layers == straight.layers
@@ -257,8 +268,43 @@ def test_a_resumed_warmup_equals_an_uninterrupted_one(tmp_path: Path) -> None:
     assert 0.0 <= straight.training.eval_accuracy <= 1.0
     assert [p.name.split("-step")[1] for p in tmp_path.iterdir()] == ["4.pt"]
     other = AnalyzerConfig(model="mobilenet_v2", image_size=32, batch_size=2, lr=0.02)
-    assert train_cache.cache_key(other) != train_cache.cache_key(config(4))
-    assert train_cache.cache_key(config(9)) == train_cache.cache_key(config(4))
+    assert checkpoint_key(other) != checkpoint_key(config(4))
+    assert checkpoint_key(config(9)) == checkpoint_key(config(4))
+
+
+def test_checkpoint_names_hash_the_settings_text() -> None:
+    """The names are a pure function of the settings' text, so a cache written by one version
+    of the analyser is found by the next as long as the settings keep their names."""
+    config = AnalyzerConfig(model="resnet18", image_size=32, batch_size=2)
+    assert checkpoint_prefix(config) == "resnet18-32px-b2-363297b6e48f"
+    folder = AnalyzerConfig(model="resnet18", image_size=32, batch_size=2, data="imgs/train")
+    assert checkpoint_prefix(folder) == "resnet18-32px-b2-15f9beb9cce8"
+
+
+def _tiny_cnn() -> nn.Sequential:
+    return nn.Sequential(
+        nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 8 * 8, 3)
+    )
+
+
+def test_a_given_module_and_image_source_are_used_as_they_are() -> None:
+    torch.manual_seed(0)
+    model = _tiny_cnn()
+    weights = model[0].weight.detach().clone()
+    source = PatternImages(PatternConfig(num_classes=3, image_size=8), seed=1)
+    config = AnalyzerConfig(model="tiny", image_size=8, batch_size=2, warmup_steps=1)
+    profile = profile_training(model, source, config=config)
+    assert not torch.equal(model[0].weight, weights)  # trained in place
+    assert not model[1].inplace  # the hooks need the ReLU's input and output apart
+    assert profile.data == "synthetic patterns, seed 1"  # the source's own label
+    assert profile.training.chance_loss == pytest.approx(math.log(3))  # the source's classes
+    labelled = AnalyzerConfig(model="tiny", image_size=8, batch_size=2, data="my patterns")
+    assert profile_training(_tiny_cnn, source, config=labelled).data == "my patterns"
+
+
+def test_a_model_function_that_builds_no_module_is_refused() -> None:
+    with pytest.raises(ConfigError, match=r"nn\.Module"):
+        profile_training(lambda: "not a model", config=AnalyzerConfig(image_size=8))  # type: ignore[arg-type, return-value]
 
 
 def test_padding_share_counts_the_im2col_padding() -> None:

@@ -10,20 +10,17 @@ import pytest
 import torch
 
 from unstall.errors import ConfigError, DataFileError
-from unstall.sparse.lm import (
-    EOS,
+from unstall.sparse.lstm import (
     LMConfig,
     LMTrainResult,
-    WordLM,
     batches_per_epoch,
-    batchify,
-    bptt_batches,
     build_corpus,
     load_ptb,
-    tokenize,
     train_lm,
 )
-from unstall.sparse.masks import StructuredMask
+from unstall.sparse.lstm.lm import WordLM
+from unstall.sparse.lstm.masks import StructuredMask
+from unstall.sparse.lstm.ptb import EOS, batchify, bptt_batches, tokenize
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -9,10 +9,15 @@ from torch import Tensor, nn
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from unstall.errors import ConfigError
-from unstall.sparse import kernels
-from unstall.sparse.kernels import LSTMLayerFn, reference_lstm_layer
-from unstall.sparse.lstm import StructuredDropoutLSTM
-from unstall.sparse.masks import DenseMask, LayerMasks, StructuredMask, WindowMask, sample_mask
+from unstall.sparse.lstm import StructuredDropoutLSTM, projections
+from unstall.sparse.lstm.kernels import LSTMLayerFn, reference_lstm_layer
+from unstall.sparse.lstm.masks import (
+    DenseMask,
+    LayerMasks,
+    StructuredMask,
+    WindowMask,
+    sample_mask,
+)
 
 MODES = ["standard", "locked", "structured", "structured-window"]
 F64 = torch.float64
@@ -108,7 +113,7 @@ def test_structured_chunked_gathers_match_the_reference(
     threads: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """One thread: kept rows gathered 16 at a time (several chunks a step); two: all at once."""
-    monkeypatch.setattr(kernels, "GATHER_CHUNK_BYTES", 1)  # the 16-row floor
+    monkeypatch.setattr(projections, "GATHER_CHUNK_BYTES", 1)  # the 16-row floor
     torch.set_num_threads(threads)
     model = make("structured", 0.3, inp=40, hid=40, layers=2)
     x = torch.randn(5, 3, 40, generator=gen(17), dtype=F64, requires_grad=True)
@@ -127,8 +132,8 @@ def test_structured_layers_in_column_tiles_match_the_reference(
 ) -> None:
     """One thread and gate outputs wider than the threshold: every structured product (input, and
     the recurrence step by step) runs in tiles of 7 columns, the last tile narrower."""
-    monkeypatch.setattr(kernels, "TILED_MIN_COLUMNS", 8)
-    monkeypatch.setattr(kernels, "TILE_COLUMNS", 7)
+    monkeypatch.setattr(projections, "TILED_MIN_COLUMNS", 8)
+    monkeypatch.setattr(projections, "TILE_COLUMNS", 7)
     model = make("structured", 0.4, inp=6, hid=5, layers=2)  # 20 gate columns: tiles 7, 7, 6
     x = torch.randn(5, 3, 6, generator=gen(18), dtype=F64, requires_grad=True)
     out, _ = model(x)
@@ -136,7 +141,9 @@ def test_structured_layers_in_column_tiles_match_the_reference(
     mask = model.last_masks[0].recurrent
     assert isinstance(mask, StructuredMask)
     weight = model.state_dict()["weight_hh_l0"]
-    assert isinstance(kernels.make_projection(weight, mask, 5), kernels.TiledCompactProjection)
+    assert isinstance(
+        projections.make_projection(weight, mask, 5), projections.TiledCompactProjection
+    )
     ref_out = reference_forward(model, x, model.last_masks)
     torch.testing.assert_close(out, ref_out, rtol=1e-12, atol=1e-12)
     params = [x, *model.parameters()]
@@ -145,14 +152,16 @@ def test_structured_layers_in_column_tiles_match_the_reference(
 
 
 def test_column_tiles_only_with_one_thread(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(kernels, "TILED_MIN_COLUMNS", 8)
+    monkeypatch.setattr(projections, "TILED_MIN_COLUMNS", 8)
     mask = sample_mask("structured", 4, 3, 5, 0.5, gen(19))
     assert isinstance(mask, StructuredMask)
     weight = torch.zeros(8, 5)
-    assert isinstance(kernels.make_projection(weight, mask, 4), kernels.TiledCompactProjection)
-    assert type(kernels.make_projection(weight[:7], mask, 4)) is kernels.CompactProjection
+    assert isinstance(
+        projections.make_projection(weight, mask, 4), projections.TiledCompactProjection
+    )
+    assert type(projections.make_projection(weight[:7], mask, 4)) is projections.CompactProjection
     torch.set_num_threads(2)
-    assert type(kernels.make_projection(weight, mask, 4)) is kernels.CompactProjection
+    assert type(projections.make_projection(weight, mask, 4)) is projections.CompactProjection
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -11,16 +11,10 @@ from torch import Tensor
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from unstall.errors import ConfigError
-from unstall.sparse import kernels
-from unstall.sparse.kernels import (
-    LSTMLayerFn,
-    TiledCompactProjection,
-    make_projection,
-    masked_linear,
-    reference_lstm_layer,
-)
-from unstall.sparse.lstm import StructuredDropoutLSTM
-from unstall.sparse.masks import LayerMasks, StructuredMask, WindowMask, sample_mask
+from unstall.sparse.lstm import StructuredDropoutLSTM, projections
+from unstall.sparse.lstm.kernels import LSTMLayerFn, masked_linear, reference_lstm_layer
+from unstall.sparse.lstm.masks import LayerMasks, StructuredMask, WindowMask, sample_mask
+from unstall.sparse.lstm.projections import TiledCompactProjection, make_projection
 
 F64 = torch.float64
 STRUCTURED = ["structured", "structured-window"]
@@ -104,8 +98,8 @@ def test_decoder_matches_the_dense_reference_and_gradcheck(
 ) -> None:
     """Fresh or held sets; with ``tiles``, one thread and W^T in column tiles (4, 4, 3 words)."""
     if tiles:
-        monkeypatch.setattr(kernels, "TILED_MIN_COLUMNS", 8)
-        monkeypatch.setattr(kernels, "TILE_COLUMNS", 4)
+        monkeypatch.setattr(projections, "TILED_MIN_COLUMNS", 8)
+        monkeypatch.setattr(projections, "TILE_COLUMNS", 4)
     steps, batch, hid, vocab = 6, 3, 8, 11
     g = gen(5)
     x = torch.randn(steps, batch, hid, generator=g, dtype=F64, requires_grad=True)

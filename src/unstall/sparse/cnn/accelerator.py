@@ -1,9 +1,10 @@
 """A systolic-array speed model of a CNN training step that skips zeros.
 
-Dense cycles of every GEMM come from SCALE-Sim v3 (:mod:`unstall.sparse.scalesim_adapter`):
-``folds x (fill + streamed length + drain)``. Zero skipping removes streamed steps of a fold on
-which no processing element has work (:mod:`unstall.sparse.skipping`), measured on the real
-masks of recorded training steps; the fill and drain of each fold stay. Three ways to run:
+Dense cycles of every GEMM come from SCALE-Sim v3
+(:mod:`unstall.sparse.cnn.scalesim_adapter`): ``folds x (fill + streamed length + drain)``.
+Zero skipping removes streamed steps of a fold on which no processing element has work
+(:mod:`unstall.sparse.cnn.skipping`), measured on the real masks of recorded training steps; the
+fill and drain of each fold stay. Three ways to run:
 
 ``dense``
     nothing skipped (the sparsity-agnostic array).
@@ -18,8 +19,8 @@ masks of recorded training steps; the fill and drain of each fold stay. Three wa
     input, a ReLU output, was zero: the ReLU's backward would zero them).
 
 Which output gradient counts as ``dY`` for a layer followed by BatchNorm and a ReLU is set by
-``bn_gradient`` (see :mod:`unstall.sparse.analyzer`): ``folded`` (default) takes the ReLU-masked
-gradient, ``exact`` autograd's dense one.
+``bn_gradient`` (see :mod:`unstall.sparse.cnn.recording`): ``folded`` (default) takes the
+ReLU-masked gradient, ``exact`` autograd's dense one.
 
 How many streamed steps skipping removes depends on the skipping model (``lockstep`` or
 ``per-row`` with a ``lookahead``, :data:`SKIPPING_MODELS`) and on the dataflow, which decides
@@ -44,14 +45,14 @@ weight gradient) over dense and over ``input_only``; and the whole step.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, cast
+from typing import Literal
 
 from unstall.config import check
 from unstall.results import JsonResult
-from unstall.sparse.analyzer import LayerTensors
-from unstall.sparse.gemms import GemmShape, im2col_mask, output_rows_mask
-from unstall.sparse.scalesim_adapter import ArrayConfig, Dataflow, fold_cycles, fold_plan
-from unstall.sparse.skipping import GemmMasks, busy_steps, effectual_macs
+from unstall.sparse.cnn.gemms import GemmShape, im2col_mask, output_rows_mask
+from unstall.sparse.cnn.recording import LayerTensors
+from unstall.sparse.cnn.scalesim_adapter import ArrayConfig, fold_cycles, fold_plan
+from unstall.sparse.cnn.skipping import GemmMasks, busy_steps, effectual_macs
 
 Mode = Literal["dense", "input_only", "full"]
 MODES: tuple[Mode, ...] = ("dense", "input_only", "full")
@@ -61,7 +62,7 @@ BnGradient = Literal["folded", "exact"]
 
 
 SkippingModel = Literal["lockstep", "per-row"]
-# The skipping models (see unstall.sparse.skipping), by name.
+# The skipping models (see unstall.sparse.cnn.skipping), by name.
 SKIPPING_MODELS: dict[str, str] = {
     "lockstep": "a streamed step of a fold is skipped only when every PE of the fold idles on it",
     "per-row": "each array row skips its own zero steps; rows meet every `lookahead` steps",
@@ -118,30 +119,6 @@ class AcceleratorConfig:
     def label(self) -> str:
         """``"32x32 os, per-row depth 16, bn=folded"``."""
         return f"{self.array.label}, {self.skipping_label}, bn={self.bn_gradient}"
-
-
-def parse_accelerator(spec: str, base: AcceleratorConfig) -> AcceleratorConfig:
-    """``"[DATAFLOW/]MODEL[:DEPTH]"`` (e.g. ``ws/per-row:16``, ``per-row:inf``, ``is/lockstep``)
-    on ``base``'s array size and BN handling; a clear error otherwise."""
-    text = spec.strip().lower()
-    flow, _, rest = text.rpartition("/")
-    name, _, depth = rest.partition(":")
-    ok = name in SKIPPING_MODELS and (depth in ("", "inf") or depth.isdigit())
-    check(ok, "analyze", "compare", f"must look like [os|ws|is/]MODEL[:DEPTH|inf], got {spec!r}")
-    check(
-        not depth or name == "per-row", "analyze", "compare", f"only per-row has a depth: {spec!r}"
-    )
-    array = (
-        base.array
-        if not flow
-        else ArrayConfig.parse(f"{base.array.rows}x{base.array.cols}", cast(Dataflow, flow))
-    )
-    return AcceleratorConfig(
-        array=array,
-        skipping=cast(SkippingModel, name),
-        lookahead=int(depth) if depth.isdigit() else None,
-        bn_gradient=base.bn_gradient,
-    )
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,10 +1,7 @@
 """Train a CNN for a while, record its forward/backward sparsity, predict a zero-skipping array's
-speed-ups: the ``unstall sparse analyze`` run.
+speed-ups: the ``unstall sparse analyze`` run, as :func:`analyze_cnn`.
 
->>> from unstall.sparse.cnn_sparsity import CNNSparsityConfig, analyze_cnn
->>> from unstall.sparse.analyzer import AnalyzerConfig
->>> result = analyze_cnn(CNNSparsityConfig(analyzer=AnalyzerConfig(model="alexnet")))
->>> result.backprop_speedup_vs_dense, result.speedup_vs_input_only  # doctest: +SKIP
+The front door :mod:`unstall.sparse.cnn` shows a run end to end.
 """
 
 from __future__ import annotations
@@ -14,17 +11,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from unstall.results import JsonResult
-from unstall.sparse.accelerator import (
+from unstall.sparse.cnn.accelerator import (
     AcceleratorConfig,
     CycleCounter,
     LayerSpeed,
     ModelSpeed,
     model_speed,
 )
-from unstall.sparse.analyzer import (
+from unstall.sparse.cnn.data import ImageSource
+from unstall.sparse.cnn.densities import LayerSparsity
+from unstall.sparse.cnn.recording import LayerTensors
+from unstall.sparse.cnn.training import (
     AnalyzerConfig,
-    LayerSparsity,
-    LayerTensors,
+    CNNModel,
+    LossFn,
     TrainingSummary,
     profile_training,
 )
@@ -88,13 +88,23 @@ class CNNSparsityResult(JsonResult):
 
 
 def analyze_cnn(
-    config: CNNSparsityConfig,
-    progress: Callable[[int], None] | None = None,
+    model: CNNModel,
+    data: ImageSource | None = None,
     *,
+    config: CNNSparsityConfig | None = None,
+    loss: LossFn | None = None,
+    progress: Callable[[int], None] | None = None,
     cache_dir: Path | None = None,
 ) -> CNNSparsityResult:
-    """Run the analyser with the speed model listening to every recorded layer; with
-    ``cache_dir`` the training resumes from (and saves) checkpoints there."""
+    """Train ``model`` on ``data`` as ``config.analyzer`` says, record its last steps, and predict
+    the speed-ups of ``config.accelerator`` (and of each of ``config.compare``) from them.
+
+    ``model``, ``data`` and ``loss`` are as for
+    :func:`~unstall.sparse.cnn.training.profile_training` (a model or a function that builds one;
+    default synthetic classes; default cross-entropy). ``progress(n)`` is called as steps finish;
+    with ``cache_dir`` the training resumes from (and saves) checkpoints there.
+    """
+    config = config if config is not None else CNNSparsityConfig()
     counter = CycleCounter(config.accelerator)
     others = [CycleCounter(acc) for acc in config.compare]
 
@@ -103,7 +113,13 @@ def analyze_cnn(
             c.observe(record)
 
     profile = profile_training(
-        config.analyzer, on_layer=observe, progress=progress, cache_dir=cache_dir
+        model,
+        data,
+        config=config.analyzer,
+        loss=loss,
+        on_layer=observe,
+        progress=progress,
+        cache_dir=cache_dir,
     )
     records = tuple(
         LayerRecord(sparsity=layer, speed=counter.layer_speed(layer.name))

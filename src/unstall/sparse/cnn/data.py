@@ -1,4 +1,4 @@
-"""Image batches for the CNN sparsity analyser: learnable synthetic classes, or a folder of images.
+"""Image batches for the CNN sparsity analyser: learnable synthetic classes, or an image folder.
 
 Sparsity measured at initialisation says little about training, so the analyser trains first;
 for that the data must have something to learn. :class:`PatternImages` gives each class a fixed
@@ -26,7 +26,11 @@ IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".
 
 
 class ImageSource(Protocol):
-    """Anything that yields ``(images (N, 3, S, S) float, labels (N,) int64)`` batches."""
+    """Anything that yields ``(images (N, 3, S, S) float, labels (N,) int64)`` batches.
+
+    A source may also have a ``label`` (text): what results and the weight cache call its images
+    (:func:`source_label`).
+    """
 
     num_classes: int
 
@@ -65,6 +69,7 @@ class PatternImages:
     def __init__(self, config: PatternConfig, seed: int) -> None:
         self.config = config
         self.num_classes = config.num_classes
+        self.label = f"synthetic patterns, seed {seed}"
         g = torch.Generator().manual_seed(seed)
         cells = torch.randn(
             config.num_classes, 3, config.pattern_cells, config.pattern_cells, generator=g
@@ -102,11 +107,13 @@ class FolderImages:
     """Images under ``root/<class name>/``, resized to ``image_size`` squares and standardised.
 
     Files are read once, on construction (the analyser runs a few hundred small batches, so a
-    folder small enough for this machine fits in memory as uint8).
+    folder small enough for this machine fits in memory as uint8). ``label`` is the folder as
+    given.
     """
 
     def __init__(self, root: Path, image_size: int, *, max_per_class: int | None = None) -> None:
         self.root = Path(root)
+        self.label = str(self.root)
         if not self.root.is_dir():
             raise DataFileError(str(root), "no such folder (expected root/<class>/<image files>)")
         classes = sorted(p for p in self.root.iterdir() if p.is_dir())
@@ -136,6 +143,12 @@ class FolderImages:
         flip = torch.rand(batch_size, generator=generator) < 0.5
         images[flip] = images[flip].flip(dims=(3,))
         return images, self.labels[idx]
+
+
+def source_label(source: ImageSource) -> str:
+    """What results call ``source``'s images: its ``label``, else its class name."""
+    label = getattr(source, "label", None)
+    return label if isinstance(label, str) and label else type(source).__name__
 
 
 def _read_image(path: Path, image_size: int) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""Forward/backward sparsity of a CNN in training, layer by layer, from real SGD steps.
+"""Hooks that record the forward/backward sparsity of a CNN training step, layer by layer.
 
 For every ``Conv2d`` and ``Linear`` layer a training step records:
 
@@ -19,45 +19,29 @@ For every ``Conv2d`` and ``Linear`` layer a training step records:
 MobileNetV2). The ReLU mask zeroes ``dL/dZ`` at the BN output, but BN's training-mode backward
 ``dL/dY = (gamma/sigma) (dZ - mean(dZ) - Yhat * mean(dZ * Yhat))`` subtracts per-channel batch
 means, so the conv's own output gradient is dense. Both are recorded. The speed model
-(:mod:`unstall.sparse.accelerator`) exploits ``dL/dZ``'s zeros by default (``bn_gradient =
+(:mod:`unstall.sparse.cnn.accelerator`) exploits ``dL/dZ``'s zeros by default (``bn_gradient =
 "folded"``): that is exact when BN acts as a per-channel affine map in the backward pass (BN folded
 into the conv, frozen statistics, or normalisation-free nets), where ``dL/dY = (gamma/sigma) dZ``
 has the same zeros. ``bn_gradient = "exact"`` uses autograd's dense ``dL/dY`` instead.
 
-**GEMM shapes**: see :mod:`unstall.sparse.gemms` (im2col; the input gradient in col2im form).
+**GEMM shapes**: see :mod:`unstall.sparse.cnn.gemms` (im2col; the input gradient in col2im form).
 The first layer computes no input gradient (the images need none).
 
-:func:`record_step` runs one forward/backward pass of any model with the hooks attached;
-:func:`profile_training` trains a zoo CNN (``warmup_steps``, then ``steps`` recorded ones).
+:func:`record_step` runs one forward/backward pass of any model with the hooks attached and
+returns each layer's masks (:class:`LayerTensors`); :mod:`unstall.sparse.cnn.densities` turns
+them into densities, :mod:`unstall.sparse.cnn.training` runs the training whose steps it records.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
-import numpy as np
 import torch
 from torch import nn
 
 from unstall.config import check
-from unstall.results import JsonResult
-from unstall.sparse import train_cache
-from unstall.sparse.cnn_data import FolderImages, ImageSource, PatternConfig, PatternImages
-from unstall.sparse.gemms import (
-    LayerGemms,
-    LayerGeometry,
-    LayerKind,
-    gemm_shapes,
-    geometry_of,
-    im2col_mask,
-)
-from unstall.workload import zoo
-
-# --- what the hooks record ------------------------------------------------------------------------
+from unstall.sparse.cnn.gemms import LayerGemms, LayerGeometry, gemm_shapes, geometry_of
 
 # Forward masks of the activations: True where the gradient through the activation is zero.
 ACTIVATION_DEAD: dict[type[nn.Module], Callable[[torch.Tensor], torch.Tensor]] = {
@@ -244,7 +228,7 @@ def record_step(
     order the layers ran. Parameter gradients are left in place for an optimizer step.
 
     Activations must be out-of-place (``inplace=False``): the hooks need a ReLU's input and
-    output as separate tensors (see :func:`build_model`).
+    output as separate tensors (see :func:`out_of_place`).
     """
     recorder = _StepRecorder(model, layer_names(model))
     recorder.attach()
@@ -257,331 +241,10 @@ def record_step(
     return loss, logits, list(recorder.pending.values())
 
 
-@dataclass(frozen=True, kw_only=True)
-class LayerSparsity(JsonResult):
-    """Densities of one layer, averaged over the recorded steps (None: not applicable)."""
-
-    index: int
-    name: str
-    kind: LayerKind
-    activation: str  # path from the output to its activation, e.g. "bn+relu"; "none"
-    input_density: float
-    grad_density: float  # dL/dY as autograd gives it
-    relu_grad_density: float | None  # dL/dZ at the activation's input
-    mask_zero_fraction: float | None  # share of outputs whose gradient the forward mask zeroes
-    known_zero_share: float | None  # share of dL/dZ's zeros that the forward mask predicts
-    input_dead_fraction: float | None  # share of inputs whose gradient is known to be unused
-    padding_share: float = 0.0  # share of the im2col operand (forward A) that is zero padding
-    gemms: LayerGemms
-
-
-class SparsityCounter:
-    """Non-zero counts of one layer over recorded steps, turned into a :class:`LayerSparsity`."""
-
-    def __init__(self) -> None:
-        self.sums: dict[str, list[float]] = {}
-        # what the result names, not the masks (they are large: one step's are let go)
-        self.about: tuple[str, LayerKind, str, LayerGemms] | None = None
-
-    def _add(self, key: str, part: torch.Tensor, whole: torch.Tensor | None = None) -> None:
-        total = float(whole.sum().item()) if whole is not None else float(part.numel())
-        acc = self.sums.setdefault(key, [0.0, 0.0])
-        acc[0] += float(part.sum().item())
-        acc[1] += total
-
-    def _ratio(self, key: str) -> float | None:
-        acc = self.sums.get(key)
-        return acc[0] / acc[1] if acc is not None and acc[1] > 0 else None
-
-    def observe(self, t: LayerTensors) -> None:
-        assert t.dy_nz is not None, "backward pass not recorded"
-        self.about = (t.name, t.geometry.kind, t.activation, t.gemms)
-        self._add("input", t.x_nz)
-        if "padding" not in self.sums:  # geometry only: the same every step
-            self._add("padding", ~im2col_mask(torch.ones_like(t.x_nz[:1]), t.geometry))
-        self._add("grad", t.dy_nz)
-        if t.x_alive is not None:
-            self._add("input_dead", ~t.x_alive)
-        if t.dz_nz is not None and t.known_dead is not None:
-            self._add("relu_grad", t.dz_nz)
-            self._add("mask_zero", t.known_dead)
-            self._add("known_share", t.known_dead & ~t.dz_nz, ~t.dz_nz)
-
-    def result(self, index: int) -> LayerSparsity:
-        assert self.about is not None, "no step observed"
-        name, kind, activation, gemms = self.about
-        return LayerSparsity(
-            index=index,
-            name=name,
-            kind=kind,
-            activation=activation,
-            input_density=self._ratio("input") or 0.0,
-            grad_density=self._ratio("grad") or 0.0,
-            relu_grad_density=self._ratio("relu_grad"),
-            mask_zero_fraction=self._ratio("mask_zero"),
-            known_zero_share=self._ratio("known_share"),
-            input_dead_fraction=self._ratio("input_dead"),
-            padding_share=self._ratio("padding") or 0.0,
-            gemms=gemms,
-        )
-
-
-def summarize(records: Sequence[LayerTensors]) -> list[LayerSparsity]:
-    """Per-layer densities of the records of one or more steps, in first-seen order."""
-    counters: dict[str, SparsityCounter] = {}
-    for record in records:
-        counters.setdefault(record.name, SparsityCounter()).observe(record)
-    return [c.result(i) for i, c in enumerate(counters.values())]
-
-
-# --- the training run ----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, kw_only=True)
-class AnalyzerConfig:
-    """A short real training run of a zoo CNN whose last ``steps`` steps are recorded.
-
-    ``data`` is a ``root/<class>/<images>`` folder; None trains on learnable synthetic classes
-    (:class:`unstall.sparse.cnn_data.PatternImages`). ``warmup_steps`` of plain SGD run first, so
-    that the recorded sparsity is that of a network that has trained for a while.
-    """
-
-    model: str = "resnet18"
-    image_size: int = 64
-    num_classes: int = 10
-    batch_size: int = 8
-    warmup_steps: int = 0
-    steps: int = 1
-    lr: float = 0.01
-    momentum: float = 0.9
-    weight_decay: float = 5e-4
-    clip_grad_norm: float | None = 5.0
-    data: Path | None = None
-    seed: int = 0
-    eval_images: int = 128  # accuracy after the warm-up, on this many fresh images (eval mode)
-
-    def __post_init__(self) -> None:
-        model = zoo.spec(self.model)
-        check(model.input_kind == "image", self, "model", f"{self.model} is not an image CNN")
-        check(self.image_size >= 32, self, "image_size", "must be >= 32 (the zoo's minimum)")
-        check(self.num_classes >= 2, self, "num_classes", "must be >= 2")
-        check(self.batch_size >= 1, self, "batch_size", "must be >= 1")
-        check(self.warmup_steps >= 0, self, "warmup_steps", "must be >= 0")
-        check(self.steps >= 1, self, "steps", "must be >= 1 (recorded steps)")
-        check(self.lr > 0, self, "lr", "must be > 0")
-        check(0 <= self.momentum < 1, self, "momentum", "must be in [0, 1)")
-        check(self.weight_decay >= 0, self, "weight_decay", "must be >= 0")
-        clip = self.clip_grad_norm
-        check(clip is None or clip > 0, self, "clip_grad_norm", "must be > 0 or None")
-        check(self.eval_images >= 1, self, "eval_images", "must be >= 1")
-
-
-@dataclass(frozen=True, kw_only=True)
-class TrainingSummary(JsonResult):
-    """Evidence that the network trained: loss at the start and end of the warm-up."""
-
-    warmup_steps: int
-    warmup_loss_start: float | None  # mean over the first tenth of the warm-up steps
-    warmup_loss_end: float | None  # mean over the last tenth
-    warmup_accuracy_end: float | None  # training-batch accuracy over the last tenth
-    recorded_loss: float
-    recorded_accuracy: float  # training-batch accuracy over the recorded steps
-    chance_loss: float  # ln(classes): the loss of a uniform guess
-    eval_accuracy: float | None = None  # eval mode, fresh images, after the warm-up
-
-
-@dataclass(frozen=True, kw_only=True)
-class SparsityProfile(JsonResult):
-    """Per-layer sparsity of a CNN's training step."""
-
-    model: str
-    image_size: int
-    batch_size: int
-    data: str
-    layers: tuple[LayerSparsity, ...]
-    training: TrainingSummary
-
-
-def build_model(config: AnalyzerConfig, num_classes: int) -> nn.Module:
-    """The zoo model with its activations made out-of-place (same maths; the hooks need the
-    activation's input and output as separate tensors)."""
-    model = zoo.build(config.model, image_size=config.image_size, num_classes=num_classes)
+def out_of_place(model: nn.Module) -> nn.Module:
+    """``model`` with its ReLU/ReLU6 activations made out-of-place (same maths; the hooks need an
+    activation's input and output as separate tensors). Changes ``model`` and returns it."""
     for module in model.modules():
         if type(module) in ACTIVATION_DEAD:
             module.inplace = False  # type: ignore[assignment]
     return model
-
-
-def _source(config: AnalyzerConfig, seed: int) -> ImageSource:
-    if config.data is not None:
-        return FolderImages(config.data, config.image_size)
-    pattern = PatternConfig(num_classes=config.num_classes, image_size=config.image_size)
-    return PatternImages(pattern, seed)
-
-
-def profile_training(
-    config: AnalyzerConfig,
-    *,
-    on_layer: Callable[[LayerTensors], None] | None = None,
-    progress: Callable[[int], None] | None = None,
-    cache_dir: Path | None = None,
-    checkpoint_every: int = 100,
-) -> SparsityProfile:
-    """Train ``config.model`` for ``warmup_steps`` + ``steps`` SGD steps; record the last
-    ``steps``. ``on_layer`` sees every layer's masks of every recorded step (the speed model
-    uses them); ``progress(n)`` is called as steps finish. With ``cache_dir`` the warm-up
-    resumes from the newest checkpoint of the same training (:mod:`unstall.sparse.train_cache`)
-    and saves one every ``checkpoint_every`` steps and at its end."""
-    seeds = np.random.SeedSequence(config.seed).generate_state(4)
-    init_seed, data_seed, dropout_seed, eval_seed = (int(s) for s in seeds)
-    source = _source(config, data_seed)
-    data_gen = torch.Generator().manual_seed(data_seed)
-    loss_fn = zoo.loss_fn(config.model)
-    with torch.random.fork_rng(devices=[]):  # model init and dropout, without touching the caller
-        torch.manual_seed(init_seed)
-        model = build_model(config, source.num_classes)
-        torch.manual_seed(dropout_seed)
-        model.train()
-        optimizer = torch.optim.SGD(
-            model.parameters(),
-            lr=config.lr,
-            momentum=config.momentum,
-            weight_decay=config.weight_decay,
-        )
-        run = _Run(model, optimizer, loss_fn, source, data_gen, config, progress)
-        warmup = run.warm_up(cache_dir, checkpoint_every)
-        eval_accuracy = (
-            _eval_accuracy(model, source, eval_seed, config.eval_images) if warmup.losses else None
-        )
-        counters, losses, correct = _recorded_steps(run, on_layer)
-    layers = tuple(c.result(i) for i, c in enumerate(counters.values()))
-    training = _training_summary(warmup, losses, correct, config, source.num_classes)
-    training = dataclasses.replace(training, eval_accuracy=eval_accuracy)
-    data = str(config.data) if config.data is not None else "synthetic patterns"
-    return SparsityProfile(
-        model=config.model,
-        image_size=config.image_size,
-        batch_size=config.batch_size,
-        data=data,
-        layers=layers,
-        training=training,
-    )
-
-
-@dataclass
-class _Run:
-    """A training run's parts: the model, its optimizer and loss, and where batches come from."""
-
-    model: nn.Module
-    optimizer: torch.optim.Optimizer
-    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-    source: ImageSource
-    data_gen: torch.Generator
-    config: AnalyzerConfig
-    progress: Callable[[int], None] | None
-
-    def warm_up(self, cache_dir: Path | None, checkpoint_every: int) -> train_cache.TrainState:
-        """The unrecorded SGD steps, resumed from and saved to ``cache_dir`` when given."""
-        check(checkpoint_every >= 1, "profile_training", "checkpoint_every", "must be >= 1")
-        total = self.config.warmup_steps
-        state = (
-            None if cache_dir is None else train_cache.load_latest(cache_dir, self.config, total)
-        )
-        if state is not None:
-            self.model.load_state_dict(state.model)
-            self.optimizer.load_state_dict(state.optimizer)
-            self.data_gen.set_state(state.data_rng)
-            torch.set_rng_state(state.torch_rng)
-            if self.progress is not None and state.steps:
-                self.progress(state.steps)
-        else:
-            state = train_cache.TrainState(
-                0, {}, {}, self.data_gen.get_state(), torch.get_rng_state(), [], []
-            )
-        for step in range(state.steps, total):
-            loss, correct = self.plain_step()
-            state.losses.append(loss)
-            state.correct.append(correct)
-            done = step + 1
-            if cache_dir is not None and (done % checkpoint_every == 0 or done == total):
-                state.steps = done
-                state.model, state.optimizer = self.model.state_dict(), self.optimizer.state_dict()
-                state.data_rng, state.torch_rng = self.data_gen.get_state(), torch.get_rng_state()
-                train_cache.save(cache_dir, self.config, state)
-        state.steps = total
-        return state
-
-    def plain_step(self) -> tuple[float, int]:
-        """One unrecorded SGD step; returns its loss and its correct predictions."""
-        images, labels = self.source.batch(self.config.batch_size, self.data_gen)
-        self.optimizer.zero_grad(set_to_none=True)
-        logits = self.model(images)
-        loss = self.loss_fn(logits, labels)
-        loss.backward()
-        self.sgd_step()
-        if self.progress is not None:
-            self.progress(1)
-        return float(loss.item()), int((logits.argmax(dim=1) == labels).sum().item())
-
-    def sgd_step(self) -> None:
-        if self.config.clip_grad_norm is not None:
-            nn.utils.clip_grad_norm_(self.model.parameters(), self.config.clip_grad_norm)
-        self.optimizer.step()
-
-
-def _eval_accuracy(model: nn.Module, source: ImageSource, seed: int, count: int) -> float:
-    """Accuracy in eval mode on ``count`` images drawn with their own generator (fresh samples
-    for the synthetic classes; for a folder, images of the training set)."""
-    gen = torch.Generator().manual_seed(seed)
-    model.eval()
-    correct = 0
-    with torch.no_grad():
-        for lo in range(0, count, 32):
-            images, labels = source.batch(min(32, count - lo), gen)
-            correct += int((model(images).argmax(dim=1) == labels).sum().item())
-    model.train()
-    return correct / count
-
-
-def _recorded_steps(
-    run: _Run, on_layer: Callable[[LayerTensors], None] | None
-) -> tuple[dict[str, SparsityCounter], list[float], int]:
-    """The recorded SGD steps: per-layer counters, losses, correct predictions."""
-    counters: dict[str, SparsityCounter] = {}
-    losses, correct = [], 0
-    for _ in range(run.config.steps):
-        images, labels = run.source.batch(run.config.batch_size, run.data_gen)
-        run.optimizer.zero_grad(set_to_none=True)
-        loss, logits, records = record_step(run.model, images, labels, run.loss_fn)
-        run.sgd_step()
-        losses.append(float(loss.item()))
-        correct += int((logits.argmax(dim=1) == labels).sum().item())
-        for record in records:
-            counters.setdefault(record.name, SparsityCounter()).observe(record)
-            if on_layer is not None:
-                on_layer(record)
-        del records  # the masks of a big model are hundreds of MB: free them before the next
-        if run.progress is not None:
-            run.progress(1)
-    return counters, losses, correct
-
-
-def _training_summary(
-    warmup: train_cache.TrainState,
-    losses: list[float],
-    correct: int,
-    config: AnalyzerConfig,
-    classes: int,
-) -> TrainingSummary:
-    w = warmup.losses
-    tenth = max(1, len(w) // 10)
-    last_correct = sum(warmup.correct[-tenth:])
-    return TrainingSummary(
-        warmup_steps=len(w),
-        warmup_loss_start=sum(w[:tenth]) / tenth if w else None,
-        warmup_loss_end=sum(w[-tenth:]) / tenth if w else None,
-        warmup_accuracy_end=last_correct / (tenth * config.batch_size) if w else None,
-        recorded_loss=sum(losses) / len(losses),
-        recorded_accuracy=correct / (len(losses) * config.batch_size),
-        chance_loss=math.log(classes),
-    )

@@ -17,7 +17,7 @@ same number of cycles: the streamed length plus the array's fill and drain. So t
 SCALE-Sim's own compute model (``operand_matrix`` and ``systolic_compute_{os,ws,is}``) for the
 cycles of a *single* fold with the real streamed length, and multiplies by the number of folds.
 The result equals the "Total Cycles" column of SCALE-Sim's COMPUTE_REPORT for the whole GEMM
-(checked against full SCALE-Sim runs in ``tests/sparse/test_accelerator.py``), while the full
+(checked against full SCALE-Sim runs in ``tests/sparse/cnn/test_accelerator.py``), while the full
 simulator's cost grows with the square of the number of folds (it concatenates its demand
 matrices fold by fold): a 256x128x300 GEMM already takes 5 s, a ResNet layer would take hours.
 
@@ -61,14 +61,6 @@ class ArrayConfig:
         check(isinstance(self.rows, int) and self.rows >= 1, self, "rows", "must be an int >= 1")
         check(isinstance(self.cols, int) and self.cols >= 1, self, "cols", "must be an int >= 1")
         check(self.dataflow in DATAFLOWS, self, "dataflow", f"must be one of {DATAFLOWS}")
-
-    @classmethod
-    def parse(cls, text: str, dataflow: Dataflow = "os") -> ArrayConfig:
-        """``"32x32"`` -> ``ArrayConfig(rows=32, cols=32)``; a clear error otherwise."""
-        parts = text.lower().split("x")
-        ok = len(parts) == 2 and all(p.strip().isdigit() for p in parts)
-        check(ok, "ArrayConfig", "array", f"must look like ROWSxCOLS (e.g. 32x32), got {text!r}")
-        return cls(rows=int(parts[0]), cols=int(parts[1]), dataflow=dataflow)
 
     @property
     def label(self) -> str:

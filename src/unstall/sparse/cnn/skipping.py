@@ -1,8 +1,8 @@
 """Zero skipping on a systolic array, measured at the granularity the array can exploit.
 
 A GEMM ``C[m, n] = A[m, k] @ B[k, n]`` runs on the array fold by fold (see
-:mod:`unstall.sparse.scalesim_adapter`): each fold pins a block of ``rows x cols`` of the two
-spatial dimensions and streams the third through the array, one step a cycle. A step of a fold
+:mod:`unstall.sparse.cnn.scalesim_adapter`): each fold pins a block of ``rows x cols`` of the
+two spatial dimensions and streams the third through the array, one step a cycle. A step of a fold
 does useful work when some processing element sees a multiply-accumulate
 ``A[m, k] * B[k, n]`` with both operands non-zero *and* an output ``C[m, n]`` that is needed
 (outputs known in advance to be thrown away, such as input gradients at positions the forward
@@ -40,7 +40,7 @@ import torch
 import torch.nn.functional as F
 
 from unstall.config import check
-from unstall.sparse.scalesim_adapter import ArrayConfig
+from unstall.sparse.cnn.scalesim_adapter import ArrayConfig
 
 # Work on at most about this many elements at once when a product has to be materialised.
 _CHUNK_ELEMENTS = 1 << 24

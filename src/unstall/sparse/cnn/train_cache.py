@@ -1,15 +1,15 @@
 """Checkpoints of the analyser's training run, so that a network trained for a while is trained
-once: later runs (another array, dataflow or skipping model) load it and record at once.
+once: further runs on it (another array, dataflow or skipping model) load it and record at once.
 
 A checkpoint holds everything the rest of the run depends on: the weights (with BatchNorm's
 running statistics), the optimizer's momentum, the data generator's state, the RNG state that
 draws dropout masks, and the losses and correct predictions of the steps so far. Resuming from a
 checkpoint of ``n`` steps therefore continues exactly as the uninterrupted run would have
-(``tests/sparse/test_analyzer.py`` checks this).
+(``tests/sparse/cnn/test_analyzer.py`` checks this).
 
-Files are ``<dir>/<model>-<size>px-b<batch>-<key>-step<n>.pt``; ``key`` hashes every
-:class:`~unstall.sparse.analyzer.AnalyzerConfig` field that changes training (not the step
-counts). Only the newest checkpoint of a key is kept (a VGG-16 checkpoint is about 1 GB).
+Files are ``<dir>/<prefix>-step<n>.pt``; the training run names the prefix (its model, image
+size, batch and :func:`cache_key` of every setting that changes training). Only the newest
+checkpoint of a prefix is kept (a VGG-16 checkpoint is about 1 GB).
 """
 
 from __future__ import annotations
@@ -18,20 +18,14 @@ import dataclasses
 import hashlib
 import json
 import re
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from unstall.errors import DataFileError
-
-if TYPE_CHECKING:
-    from unstall.sparse.analyzer import AnalyzerConfig
-
-# Fields that do not change the trained weights: how long to train, how many steps to record,
-# how many images the accuracy after the warm-up is measured on.
-_NOT_IN_KEY = frozenset({"warmup_steps", "steps", "eval_images"})
 
 
 @dataclass
@@ -47,34 +41,29 @@ class TrainState:
     correct: list[int]
 
 
-def cache_key(config: AnalyzerConfig) -> str:
-    """A short hash of everything in ``config`` that changes training."""
-    fields = {
-        f.name: str(getattr(config, f.name))
-        for f in dataclasses.fields(config)
-        if f.name not in _NOT_IN_KEY
-    }
-    text = json.dumps(fields, sort_keys=True)
+def cache_key(fields: Mapping[str, object], leave_out: Collection[str] = ()) -> str:
+    """A short hash of ``fields`` (by their text) but those in ``leave_out``."""
+    text = json.dumps(
+        {name: str(value) for name, value in fields.items() if name not in leave_out},
+        sort_keys=True,
+    )
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
-def _prefix(config: AnalyzerConfig) -> str:
-    return f"{config.model}-{config.image_size}px-b{config.batch_size}-{cache_key(config)}-step"
-
-
-def _cached(cache_dir: Path, config: AnalyzerConfig) -> list[tuple[int, Path]]:
-    pattern = re.compile(re.escape(_prefix(config)) + r"(\d+)\.pt$")
+def _cached(cache_dir: Path, prefix: str) -> list[tuple[int, Path]]:
+    stem = f"{prefix}-step"
+    pattern = re.compile(re.escape(stem) + r"(\d+)\.pt$")
     found = []
-    for path in cache_dir.glob(_prefix(config) + "*.pt") if cache_dir.is_dir() else []:
+    for path in cache_dir.glob(stem + "*.pt") if cache_dir.is_dir() else []:
         match = pattern.match(path.name)
         if match:
             found.append((int(match.group(1)), path))
     return sorted(found)
 
 
-def load_latest(cache_dir: Path, config: AnalyzerConfig, upto: int) -> TrainState | None:
-    """The checkpoint of ``config`` with the most steps, at most ``upto``; None if none."""
-    usable = [(n, p) for n, p in _cached(cache_dir, config) if n <= upto]
+def load_latest(cache_dir: Path, prefix: str, upto: int) -> TrainState | None:
+    """The checkpoint of ``prefix`` with the most steps, at most ``upto``; None if none."""
+    usable = [(n, p) for n, p in _cached(cache_dir, prefix) if n <= upto]
     if not usable:
         return None
     steps, path = usable[-1]
@@ -93,17 +82,17 @@ def load_latest(cache_dir: Path, config: AnalyzerConfig, upto: int) -> TrainStat
     )
 
 
-def save(cache_dir: Path, config: AnalyzerConfig, state: TrainState) -> Path:
-    """Write ``state`` (atomically: a temporary file, then a rename) and drop older checkpoints
-    of the same key."""
+def save(cache_dir: Path, prefix: str, key: str, state: TrainState) -> Path:
+    """Write ``state`` (atomically: a temporary file, then a rename), noting ``key`` in it, and
+    drop older checkpoints of the same prefix."""
     cache_dir.mkdir(parents=True, exist_ok=True)
-    path = cache_dir / f"{_prefix(config)}{state.steps}.pt"
+    path = cache_dir / f"{prefix}-step{state.steps}.pt"
     tmp = path.with_suffix(".tmp")
     # Not dataclasses.asdict: it would deep-copy every weight first.
     data = {f.name: getattr(state, f.name) for f in dataclasses.fields(state)}
-    torch.save(data | {"config": cache_key(config)}, tmp)
+    torch.save(data | {"config": key}, tmp)
     tmp.replace(path)
-    for steps, old in _cached(cache_dir, config):
+    for steps, old in _cached(cache_dir, prefix):
         if steps < state.steps:
             old.unlink(missing_ok=True)
     return path

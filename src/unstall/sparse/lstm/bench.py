@@ -1,8 +1,9 @@
 """Time one LSTM training step (forward and backward over a sequence) in each dropout mode.
 
-Every mode runs the same Python loop over time (:mod:`unstall.sparse.kernels`), so the ratio
-``standard / structured`` isolates what skipping the dropped units buys. ``nn.LSTM`` (the fused
-oneDNN/cuDNN kernel, which cannot skip units; no dropout for one layer) is timed for reference.
+Every mode runs the same Python loop over time (:mod:`unstall.sparse.lstm.kernels`), so the
+ratio ``standard / structured`` isolates what skipping the dropped units buys. ``nn.LSTM`` (the
+fused oneDNN/cuDNN kernel, which cannot skip units; no dropout for one layer) is timed for
+reference.
 
 Modes are timed round-robin, one step each per round, so that load from other processes falls
 on all of them alike; ``step_s`` is the fastest round (the least disturbed one) and
@@ -21,8 +22,8 @@ from torch import Tensor, nn
 
 from unstall.config import check, check_non_negative, check_positive
 from unstall.results import JsonResult
-from unstall.sparse.lstm import StructuredDropoutLSTM
-from unstall.sparse.masks import MASK_SAMPLERS, check_device, check_dropout
+from unstall.sparse.lstm.dropout_lstm import StructuredDropoutLSTM
+from unstall.sparse.lstm.masks import DROPOUT_MODES, check_device, check_dropout
 
 NN_LSTM = "nn.LSTM"
 
@@ -37,7 +38,7 @@ class LSTMBenchConfig:
     seq_len: int = 35
     input_size: int | None = None  # None: same as hidden
     num_layers: int = 1
-    modes: tuple[str, ...] = ("standard", "locked", "structured", "structured-window")
+    modes: tuple[str, ...] = DROPOUT_MODES
     with_nn_lstm: bool = True
     repeats: int = 5
     warmup: int = 1
@@ -61,11 +62,16 @@ class LSTMBenchConfig:
         check_device(self, "device", self.device)
         check(len(self.modes) > 0, self, "modes", "name at least one mode")
         for mode in self.modes:
-            check(mode in MASK_SAMPLERS, self, "modes", f"unknown mode {mode!r}")
+            check(mode in DROPOUT_MODES, self, "modes", f"unknown mode {mode!r}")
 
     @property
     def width(self) -> int:
         return self.input_size if self.input_size is not None else self.hidden
+
+    @property
+    def timed_steps(self) -> int:
+        """Training steps the benchmark times: ``repeats`` rounds of every mode (and nn.LSTM)."""
+        return self.repeats * (len(self.modes) + int(self.with_nn_lstm))
 
 
 @dataclass(frozen=True, kw_only=True)

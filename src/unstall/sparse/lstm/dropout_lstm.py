@@ -9,10 +9,11 @@ Where dropout acts (each layer, each step t):
 
 With ``mode="structured"`` the batch shares the dropped units at each step (a fresh set every
 step), so the gate products only see the kept units and shrink in forward and backward (see
-:mod:`unstall.sparse.kernels`). ``input_mask_steps=k`` holds each input set for k steps, so the
-input connection (which does not depend on the recurrence) is one large product per k steps on
-the kept columns; the recurrent set stays fresh every step. ``standard`` (elementwise) and
-``locked`` (one mask per sample for the whole sequence) run the same loop with full-size products.
+:mod:`unstall.sparse.lstm.projections`). ``input_mask_steps=k`` holds each input set for k
+steps, so the input connection (which does not depend on the recurrence) is one large product
+per k steps on the kept columns; the recurrent set stays fresh every step. ``standard``
+(elementwise) and ``locked`` (one mask per sample for the whole sequence) run the same loop with
+full-size products.
 In eval mode, or at p = 0, nothing is dropped and the result equals nn.LSTM with the same weights.
 """
 
@@ -26,8 +27,8 @@ import torch
 from torch import Tensor, nn
 
 from unstall.config import check, check_positive
-from unstall.sparse.kernels import LSTMLayerFn
-from unstall.sparse.masks import LayerMasks, check_dropout, check_mode, mask_to, sample_mask
+from unstall.sparse.lstm.kernels import LSTMLayerFn
+from unstall.sparse.lstm.masks import LayerMasks, check_dropout, check_mode, mask_to, sample_mask
 
 __all__ = ["LSTMDropoutConfig", "StructuredDropoutLSTM"]
 

@@ -200,6 +200,8 @@ MASK_SAMPLERS: dict[str, MaskSampler] = {
     "structured": _structured,
     "structured-window": _window,
 }
+# The dropout modes, in the order the tables list them.
+DROPOUT_MODES: tuple[str, ...] = tuple(MASK_SAMPLERS)
 
 
 def check_dropout(owner: object, field: str, p: float) -> None:
