@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from unstall.workload.calibrate import CalibrationConfig, read_placements_dir, run_calibration
+from unstall.workload import CalibrationConfig, read_placements_dir, run_calibration
 
 DEFAULT = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "pollux" / "placements"
 

@@ -22,9 +22,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from unstall.net.sharing import max_min_fair
-from unstall.net.topology import medium, philly
-from unstall.workload.perf import JobPerfSpec, Placement, comm_plan, iteration_time, plan_time
+from unstall.net import max_min_fair, medium, philly
+from unstall.workload import JobPerfSpec, Placement, comm_plan, iteration_time, plan_time
 
 
 def calls_per_second(fn: Callable[[], object], calls: int, repeats: int) -> float:

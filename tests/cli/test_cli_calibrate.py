@@ -8,8 +8,7 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from unstall.cli.app import app
-from unstall.workload.calibrate import FittedParams
-from unstall.workload.perf import Placement, iteration_time
+from unstall.workload import FittedParams, Placement, iteration_time
 
 runner = CliRunner()
 PARAMS = FittedParams(

@@ -9,18 +9,16 @@ import numpy as np
 import pytest
 
 from unstall.errors import ConfigError, DataFileError
-from unstall.workload.calibrate import (
-    PARAM_NAMES,
+from unstall.workload import (
     CalibrationConfig,
     FittedParams,
-    calibrate,
-    link_features,
-    predict,
+    Placement,
+    iteration_time,
     read_placements,
     read_placements_dir,
     run_calibration,
 )
-from unstall.workload.perf import Placement, iteration_time
+from unstall.workload.calibration_fit import PARAM_NAMES, link_features, predict
 
 HEADER = "placement,local_bsz,step_time,sync_time\n"
 TRUE = FittedParams(
@@ -155,7 +153,7 @@ def test_real_pollux_placements_median_error_under_8_percent(shared_data: Path) 
     root = shared_data / "pollux" / "placements"
     if not root.is_dir():
         pytest.skip(f"needs {root}: not present on this machine")
-    result = calibrate(root)
+    result, _ = run_calibration(read_placements_dir(root))
     assert {a.app for a in result.apps} == {
         "bert",
         "cifar10",

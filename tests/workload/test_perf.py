@@ -14,17 +14,17 @@ from unstall.net import topology
 from unstall.net.link import Link
 from unstall.net.sharing import max_min_fair
 from unstall.net.topology import TopologyConfig, intra_link, nic_link, uplink_link
-from unstall.workload.perf import (
-    DDP_BUCKET_BYTES,
+from unstall.workload import (
     JobPerfSpec,
     Placement,
     comm_plan,
     consolidated_placement,
     iteration_time,
-    link_loads,
     plan_time,
     slowdown,
 )
+from unstall.workload.job_specs import DDP_BUCKET_BYTES
+from unstall.workload.traffic import link_loads
 
 B = 100e6  # gradient bytes
 

@@ -11,8 +11,7 @@ from hypothesis import strategies as st
 
 from unstall.errors import DataFileError
 from unstall.net.topology import small
-from unstall.workload.perf import Placement, iteration_time
-from unstall.workload.profiles import JobProfile
+from unstall.workload import JobProfile, Placement, iteration_time
 
 GOOD = {
     "model": "resnet50",

@@ -1,4 +1,5 @@
-"""`unstall sim ...`: zoo facts, perf-model calibration, and (later) the simulator."""
+"""`unstall sim models` and `sim calibrate`: zoo facts and the perf model's calibration (the
+simulator's own commands, `sim run`, `sim compare` and `sim policies`, are in ``sim_run``)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from rich.table import Table
 from unstall.cli.common import JsonOpt, console, handle_errors, save_json, table
 
 if TYPE_CHECKING:
-    from unstall.workload.model_facts import ModelFacts
+    from unstall.workload import ModelFacts
 
 app = typer.Typer(
     help="Cluster simulator: zoo facts, perf-model calibration, schedulers.",
@@ -37,26 +38,26 @@ def models(
     json_path: JsonOpt = None,
 ) -> None:
     """Static facts of every zoo model: parameters, gradient bytes and tensors, layers, FLOPs."""
-    from unstall.workload import zoo  # imports torch: only when the command runs
+    from unstall.workload import facts_table  # imports torch: only when the command runs
 
-    result = zoo.facts_table(image_size, None if model is None else [model])
+    result = facts_table(image_size, None if model is None else [model])
     if model is None:
-        _print_models_table(result.models, image_size)
+        print_models_table(result.models, image_size)
     else:
         _print_tensors(result.models[0])
     save_json(json_path, result, {"image_size": image_size, "model": model})
 
 
-def _print_models_table(models: Sequence[ModelFacts], image_size: int) -> None:
+def print_models_table(models: Sequence[ModelFacts], image_size: int) -> None:
     """One row a model; numbers preformatted so that the table fits 80 columns."""
-    from unstall.workload import zoo
+    from unstall.workload import MODEL_REGISTRY
 
     rows = []
     for f in sorted(models, key=_natural_key):
         rows.append(
             [
                 f.name,
-                zoo.spec(f.name).family,
+                MODEL_REGISTRY[f.name].family,
                 f"{f.params / 1e6:.2f}",
                 f"{f.gradient_bytes / MB:.1f}",
                 str(f.layers),
@@ -113,7 +114,7 @@ def _print_tensors(facts: ModelFacts) -> None:
 if TYPE_CHECKING:
     from pathlib import Path
 
-    from unstall.workload.calibrate import CalibrationResult
+    from unstall.workload import CalibrationResult
 
 
 @app.command("calibrate")
@@ -140,13 +141,13 @@ def calibrate(
     from pathlib import Path
 
     from unstall.cli.common import progress_bar
-    from unstall.workload import calibrate as cal
+    from unstall.workload import CalibrationConfig, read_placements_dir, run_calibration
 
     root = Path(placements) if placements is not None else _default_placements()
-    tables = cal.read_placements_dir(root)
-    config = cal.CalibrationConfig(folds=folds, seed=seed)
+    tables = read_placements_dir(root)
+    config = CalibrationConfig(folds=folds, seed=seed)
     with progress_bar("calibrating", len(tables), quiet) as advance:
-        result, points = cal.run_calibration(tables, config, on_app=lambda _: advance(1))
+        result, points = run_calibration(tables, config, on_app=lambda _: advance(1))
     _print_calibration(result)
     if plot is not None:
         from unstall.report.calibration_plot import plot_calibration

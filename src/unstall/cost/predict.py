@@ -41,7 +41,7 @@ from unstall.net.topology import (
     TopologyConfig,
 )
 from unstall.results import JsonResult
-from unstall.workload.perf import PRECISIONS, IterationTime, JobPerfSpec, Placement, iteration_time
+from unstall.workload import PRECISIONS, IterationTime, JobPerfSpec, Placement, iteration_time
 from unstall.workload.profiles import JobProfile
 
 MEASURED = "measured"
@@ -148,7 +148,7 @@ def job_from_model(name: str, devices: Sequence[str], *, precision: str = "fp32"
     typical achieved rate plus a fixed framework overhead per iteration); ``precision`` "fp16"
     moves the FLOP part to the half-precision (tensor-core) rate.
     """
-    from unstall.sim.perf_speed import spec_for
+    from unstall.workload import spec_for
 
     check(precision in PRECISIONS, "job_from_model", "precision", f"must be one of {PRECISIONS}")
     check(bool(devices), "job_from_model", "devices", "must name at least one device")

@@ -7,69 +7,21 @@ dictionary lookup and a few float operations.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 
-from unstall.errors import ConfigError
 from unstall.net.topology import INTRA, TopologyConfig
 from unstall.sched.base import CONGESTION_GRID, Placement, Sensitivity
 from unstall.sim.speed import Flow, LinkId, RateTiming
-from unstall.workload import perf
-from unstall.workload.perf import CommPlan, JobPerfSpec
-
-# Pollux's workloads name applications, not models: the zoo model (and options) standing in for
-# each, after the Pollux paper's Table 1 (ResNet-50 on ImageNet, ResNet-18 on CIFAR-10, ...).
-APPLICATION_MODELS: dict[str, tuple[str, dict[str, object]]] = {
-    "imagenet": ("resnet50", {}),
-    "cifar10": ("resnet18", {"image_size": 32, "num_classes": 10}),
-    "yolov3": ("resnet50", {"image_size": 416}),
-    "bert": (
-        "transformer",
-        {"d_model": 768, "layers": 12, "heads": 12, "ff": 3072, "vocab": 30522, "seq_len": 128},
-    ),
-    "deepspeech2": (
-        "lstm_lm",
-        {"embed_dim": 800, "hidden": 800, "num_layers": 5, "vocab": 29, "tie_weights": False},
-    ),
-    "ncf": ("ncf", {}),
-}
+from unstall.workload.traffic import CommPlan, comm_plan
+from unstall.workload.job_specs import JobPerfSpec, spec_for
+from unstall.workload.perf import plan_time
+from unstall.workload.placement import Placement as Shape
+from unstall.workload.placement import consolidated_placement
 
 
-# Per-iteration time that does not shrink with FLOPs (kernel launches, optimizer step, Python):
-# the smallest fixed compute time `unstall sim calibrate` fits on Pollux's data (NCF on a T4).
-# Without it a FLOP-based estimate puts tiny models at microseconds per iteration, which would
-# make their network sensitivity absurdly large.
-FRAMEWORK_OVERHEAD_S = 0.007
-
-
-def spec_for(model: str, device: str) -> JobPerfSpec:
-    """The perf spec of a trace's model name: a zoo model, or a Pollux application."""
-    from unstall.workload import zoo
-
-    if model in APPLICATION_MODELS:
-        name, options = APPLICATION_MODELS[model]
-        facts = zoo.facts(name, **options)
-    elif model in zoo.MODEL_REGISTRY:
-        facts = zoo.facts(model)
-    else:
-        known = sorted([*zoo.names(), *APPLICATION_MODELS])
-        raise ConfigError(
-            "trace",
-            "model",
-            f"unknown model {model!r}; known: {known}, or a measured one given as a JobProfile "
-            "(`sim run --job-profile`)",
-        )
-    spec = JobPerfSpec.from_facts(facts, device_name=device, name=model)
-    return dataclasses.replace(
-        spec,
-        compute_s=spec.compute_s + FRAMEWORK_OVERHEAD_S,
-        fixed_compute_s=FRAMEWORK_OVERHEAD_S,
-    )
-
-
-def _shape(placement: Placement, topology: TopologyConfig) -> perf.Placement:
+def _shape(placement: Placement, topology: TopologyConfig) -> Shape:
     nodes = tuple(node for node, _ in placement)
-    return perf.Placement(
+    return Shape(
         tuple(k for _, k in placement),
         nodes=nodes,
         racks=tuple(topology.rack_of(n) for n in nodes),
@@ -99,18 +51,16 @@ class PerfSpeedModel:
         key = (model, placement)
         found = self._plans.get(key)
         if found is None:
-            found = perf.comm_plan(
-                self.spec(model), _shape(placement, self.topology), self.topology
-            )
+            found = comm_plan(self.spec(model), _shape(placement, self.topology), self.topology)
             self._plans[key] = found
         return found
 
     def consolidated(self, num_gpus: int) -> Placement:
-        shape = perf.consolidated_placement(num_gpus, self.topology)
+        shape = consolidated_placement(num_gpus, self.topology)
         return tuple(zip(shape.nodes, shape.gpus_per_node, strict=True))
 
     def consolidated_iter_s(self, model: str, num_gpus: int) -> float:
-        return perf.plan_time(self.plan(model, self.consolidated(num_gpus))).total_s
+        return plan_time(self.plan(model, self.consolidated(num_gpus))).total_s
 
     def spread(self, num_gpus: int, *, across_racks: bool) -> Placement:
         """A typical spread placement: twice the minimum number of nodes (at least two, at most
@@ -134,14 +84,14 @@ class PerfSpeedModel:
         node = self.plan(model, self.spread(num_gpus, across_racks=False))
         rack = self.plan(model, self.spread(num_gpus, across_racks=True))
 
-        idle = perf.plan_time(best).total_s
-        consolidated = tuple(perf.plan_time(best, None, c).total_s / idle for c in CONGESTION_GRID)
+        idle = plan_time(best).total_s
+        consolidated = tuple(plan_time(best, None, c).total_s / idle for c in CONGESTION_GRID)
 
         def ratios(spread: CommPlan) -> tuple[float, ...]:
             return tuple(
                 max(
                     1.0,
-                    perf.plan_time(spread, None, c).total_s / perf.plan_time(best, None, c).total_s,
+                    plan_time(spread, None, c).total_s / plan_time(best, None, c).total_s,
                 )
                 for c in CONGESTION_GRID
             )
@@ -170,8 +120,8 @@ class PerfSpeedModel:
     def iter_s(self, model: str, num_gpus: int, placement: Placement, rate: float | None) -> float:
         plan = self.plan(model, placement)
         if rate is None:
-            return perf.plan_time(plan).total_s
-        return perf.plan_time(plan, plan.bandwidth_at_rate(rate)).total_s
+            return plan_time(plan).total_s
+        return plan_time(plan, plan.bandwidth_at_rate(rate)).total_s
 
     def rate_timing(self, model: str, num_gpus: int, placement: Placement) -> RateTiming:
         """``iter_s(model, num_gpus, placement, rate)`` as a function of the rate alone (the

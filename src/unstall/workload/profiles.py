@@ -21,7 +21,8 @@ from unstall.config import check
 from unstall.errors import ConfigError, DataFileError
 from unstall.net.hardware import DEVICE_PRESETS
 from unstall.results import JsonResult
-from unstall.workload.perf import COMM_KINDS, JobPerfSpec, Placement
+from unstall.workload.job_specs import COMM_KINDS, JobPerfSpec
+from unstall.workload.placement import Placement
 
 
 def _is_int(value: object) -> bool:
