@@ -143,12 +143,16 @@ def _attribute(module: ModuleType, dotted: str, *, where: str, what: str) -> Any
 
 
 def _travel_by_value(module: ModuleType) -> None:
-    """Have cloudpickle (Ray's serialiser) send this module's functions and classes by value."""
-    try:
-        import cloudpickle
-    except ImportError:  # Ray is not installed: nothing will pickle the code
-        return
-    cloudpickle.register_pickle_by_value(module)
+    """Have cloudpickle send this module's functions and classes by value: the package's copy,
+    and Ray's own (``ray.cloudpickle``, a separate copy with its own registry) when Ray is
+    imported, as it is by every part that runs on Ray."""
+    names = ["cloudpickle", "ray.cloudpickle"] if "ray" in sys.modules else ["cloudpickle"]
+    for name in names:
+        try:
+            pickler = importlib.import_module(name)
+        except ImportError:  # not installed: nothing of it will pickle the code
+            continue
+        pickler.register_pickle_by_value(module)
 
 
 def where_defined(obj: object) -> str:
