@@ -1,33 +1,46 @@
-"""Shared by the parameter-server tests (tests/ps, tests/cli): a tiny model's run config."""
+"""Shared by the parameter-server tests (tests/ps, tests/cli): a tiny model's runs."""
 
 from __future__ import annotations
 
-import dataclasses
+import functools
 from typing import Any
 
 TINY_MODEL = {"in_features": 32, "width": 48, "depth": 3, "num_classes": 10}
 
-
-def tiny_config(scenario: str, **changes: Any) -> Any:
-    """A 3-iteration run of a 4 K-parameter MLP on 2 workers (about a second on fast links)."""
-    from unstall.ps.train import PSConfig
-
-    base = PSConfig(
-        model="mlp",
-        model_options=TINY_MODEL,
-        workers=2,
-        scenario=scenario,
-        iterations=3,
-        batch_size=8,
-        # Generous: starting actors on a loaded 2-core machine can take a minute; a hang is
-        # still caught (the timeout test sets its own 1 s).
-        timeout_s=300.0,
-    )
-    return dataclasses.replace(base, **changes)
-
-
 FAST_SCENARIO = {
+    "name": "fast",
     "servers": 3,
     "base": {"bandwidth_mb_s": 500.0, "latency_ms": 0.1},
     "phases": [{"start": 0.0, "servers": [{"server": 2, "bandwidth_mb_s": 100.0}]}],
 }
+
+
+def zoo_model(**options: object) -> Any:
+    """A zoo MLP with ``options`` as a model function labelled ``mlp``."""
+    from unstall.ps import Named
+    from unstall.workload import zoo
+
+    return Named(functools.partial(zoo.build, "mlp", **options), "mlp", options)
+
+
+def zoo_batches(batch_size: int = 8, **options: object) -> Any:
+    """Synthetic batches of the zoo MLP with ``options``."""
+    from unstall.ps import Named, SyntheticData
+    from unstall.workload import zoo
+
+    make = functools.partial(zoo.example_batch, "mlp", **options)
+    return Named(SyntheticData(make, batch_size=batch_size), "synthetic")
+
+
+def tiny_run(scenario: Any, *, model_options: dict[str, object] | None = None, **fit: Any) -> Any:
+    """A 3-iteration run of a 4 K-parameter MLP on 2 workers (about a second on fast links);
+    ``fit`` replaces :func:`unstall.ps.fit`'s arguments."""
+    from unstall import ps
+
+    options = {**TINY_MODEL, **(model_options or {})}
+    batch_size = fit.pop("batch_size", 8)
+    data = fit.pop("data", None) or zoo_batches(batch_size, **options)
+    # Generous: starting actors on a loaded 2-core machine can take a minute; a hang is still
+    # caught (the timeout test sets its own 1 s).
+    arguments: dict[str, Any] = {"workers": 2, "iterations": 3, "timeout_s": 300.0, **fit}
+    return ps.fit(zoo_model(**options), data, scenario=scenario, **arguments)

@@ -88,3 +88,100 @@ def test_scenarios_lists_the_presets() -> None:
     assert result.exit_code == 0
     for name in ("none", "bandwidth", "interference", "imbalance", "dynamic", "mixed"):
         assert name in result.output
+
+
+# --- the resolver ---------------------------------------------------------------------------------
+
+USER_FILE = """
+import torch
+from torch import nn
+
+
+def build():
+    return nn.Sequential(nn.Linear(5, 8), nn.ReLU(), nn.Linear(8, 2))
+
+
+def batches(rank, world_size):
+    g = torch.Generator().manual_seed(rank)
+    while True:
+        x = torch.randn(4, 5, generator=g)
+        yield x, (x.sum(1) > 0).long()
+
+
+def bad_batches(rank, world_size):
+    raise RuntimeError("no data here")
+"""
+
+
+@pytest.fixture
+def user_file(tmp_path: Path) -> Path:
+    path = tmp_path / "mine.py"
+    path.write_text(USER_FILE)
+    return path
+
+
+def test_the_scenarios_model_with_its_options_and_the_datas_needs() -> None:
+    from unstall.cli.resolvers.ps import PSRequest, resolve_run
+
+    run = resolve_run(PSRequest(scenario="bandwidth", data="digits", model_options={"width": "64"}))
+    assert run.model.label == "mlp" and run.data.label == "digits"
+    assert dict(run.model.options) == {
+        "in_features": 64,
+        "width": 64,
+        "depth": 4,
+        "num_classes": 10,
+    }
+    assert run.model().layers[0].in_features == 64
+    assert run.strategy.name == "tf-greedy" and run.scenario.name == "bandwidth"
+    run = resolve_run(PSRequest(servers=6, spares=2, strategy="psld"))
+    assert (run.scenario.servers, run.scenario.spares, run.strategy.name) == (6, 2, "psld")
+
+
+@pytest.mark.parametrize(
+    ("request_fields", "message"),
+    [
+        ({"scenario": "congested"}, "ps.scenario.*neither a preset"),
+        ({"strategy": "hash"}, "ps.strategy.*unknown strategy 'hash'"),
+        ({"loss": "hinge"}, "ps.loss.*neither a loss"),
+        ({"data": "imagenet"}, "ps.data.*neither a source"),
+        ({"model": "resnet18", "data": "digits"}, "needs a features model"),
+        ({"model_options": {"widht": "3"}}, "widht"),
+        ({"model_options": {"width": "wide"}}, "'wide' is not a int"),
+    ],
+)
+def test_bad_names_are_one_line_naming_the_option(
+    request_fields: dict[str, Any], message: str
+) -> None:
+    from unstall.cli.resolvers.ps import PSRequest, resolve_run
+    from unstall.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=message):
+        resolve_run(PSRequest(**request_fields))
+
+
+def test_user_code_is_loaded_and_synthetic_data_needs_a_zoo_model(user_file: Path) -> None:
+    from unstall.cli.resolvers.ps import PSRequest, resolve_run
+    from unstall.errors import ConfigError
+    from unstall.usercode import UserCodeError
+
+    run = resolve_run(PSRequest(model=f"{user_file}:build", data=f"{user_file}:batches"))
+    assert run.model.label == f"{user_file}:build" and run.model()[0].in_features == 5
+    with pytest.raises(ConfigError, match="synthetic batches need a zoo model"):
+        resolve_run(PSRequest(model=f"{user_file}:build"))
+    with pytest.raises(ConfigError, match="applies to zoo models"):
+        resolve_run(PSRequest(model=f"{user_file}:build", model_options={"width": "3"}))
+    with pytest.raises(UserCodeError, match="has no model function 'nothing'"):
+        resolve_run(PSRequest(model=f"{user_file}:nothing"))
+
+
+def test_train_a_user_model_from_its_file(ray_session: Any, user_file: Path, fast: str) -> None:
+    args = ["ps", "train", "--model", f"{user_file}:build", "--data", f"{user_file}:batches"]
+    args += ["--scenario", fast, "--strategy", "psld", "-n", "3", "--check-reference", "-q"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "matches reference yes" in words(result.output)
+    args[args.index(f"{user_file}:batches")] = f"{user_file}:bad_batches"
+    result = runner.invoke(app, args)
+    assert result.exit_code == 1
+    text = words(result.output)
+    assert "data function bad_batches" in text and "line 18" in text and "no data here" in text

@@ -3,7 +3,6 @@ model and fast links, so that a run of a few iterations takes about a second."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from typing import Any
 
@@ -14,7 +13,7 @@ from ps_helpers import FAST_SCENARIO
 
 @pytest.fixture(scope="module")
 def ps_pool(ray_session: Any) -> Iterator[Any]:
-    from unstall.ps.coordinator import session_pool
+    from unstall.ps.runtime import session_pool
 
     # The session's pool, which the CLI's commands use too: worker processes (each imports
     # torch, seconds) start once for the whole test session.
@@ -22,8 +21,8 @@ def ps_pool(ray_session: Any) -> Iterator[Any]:
 
 
 @pytest.fixture(scope="session")
-def fast_scenario(tmp_path_factory: pytest.TempPathFactory) -> str:
+def fast_scenario() -> Any:
     """Three servers on fast links, server 2 slower: emulation on, but quick."""
-    path = tmp_path_factory.mktemp("ps") / "fast.json"
-    path.write_text(json.dumps(FAST_SCENARIO))
-    return str(path)
+    from unstall.ps.scenarios import scenario_from_mapping
+
+    return scenario_from_mapping(FAST_SCENARIO, "fast.json")

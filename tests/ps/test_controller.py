@@ -7,19 +7,12 @@ from collections.abc import Mapping
 import pytest
 
 from unstall.errors import ConfigError
-from unstall.ps.controller import (
-    ClusterView,
-    ControllerConfig,
-    NoChange,
-    PauseModel,
-    PauseSample,
-    PSLDController,
-    Reassign,
-    ScaleIn,
-    ScaleOut,
-    ServerSample,
-    rebalance,
-)
+from unstall.ps.psld.balance import rebalance
+from unstall.ps.psld.config import ControllerConfig
+from unstall.ps.psld.controller import PSLDController
+from unstall.ps.psld.decisions import ClusterView, NoChange, Reassign, ScaleIn, ScaleOut
+from unstall.ps.psld.pauses import PauseModel, PauseSample
+from unstall.ps.psld.rates import ServerSample
 
 CHUNKS = {i: 65_536 for i in range(60)}
 FAST = 1.6e-7  # seconds per byte of a 25 MB/s link with 2 workers

@@ -9,8 +9,14 @@ from pathlib import Path
 import pytest
 
 from unstall.errors import ConfigError, DataFileError
-from unstall.ps.links import MB, LinkQueue, ServerSpec, server_cost, unlimited
-from unstall.ps.scenarios import SCENARIOS, load_scenario, resolve_scenario
+from unstall.net.link import MB, Link
+from unstall.ps.links import LinkQueue, ServerSpec, server_cost, unlimited
+from unstall.ps.scenarios import SCENARIOS, load_scenario
+
+
+def spec(bandwidth_mb_s: float = 25.0, latency_ms: float = 0.5, **compute: float) -> ServerSpec:
+    """A server spec quoted as scenario files quote it."""
+    return ServerSpec(link=Link.from_mb_s(bandwidth_mb_s, latency_ms=latency_ms), **compute)
 
 
 def test_transfers_on_one_link_serialize_and_latency_does_not_hold_it() -> None:
@@ -22,41 +28,41 @@ def test_transfers_on_one_link_serialize_and_latency_does_not_hold_it() -> None:
 
 
 def test_spec_times_are_computed_from_the_numbers() -> None:
-    spec = ServerSpec(bandwidth_mb_s=25, latency_ms=2, apply_mb_s=400, slowdown=4)
-    assert spec.transfer_s(5 * MB) == pytest.approx(0.2)
-    assert spec.apply_s(4 * MB) == pytest.approx(0.04)
-    assert spec.latency_s == 0.002
+    s = spec(bandwidth_mb_s=25, latency_ms=2, apply_mb_s=400, slowdown=4)
+    assert s.transfer_s(5 * MB) == pytest.approx(0.2)
+    assert s.apply_s(4 * MB) == pytest.approx(0.04)
+    assert s.latency_s == 0.002
+    assert s.link.bandwidth_gbps == pytest.approx(0.2)  # 25 MB/s is 0.2 Gbit/s
     assert unlimited().transfer_s(10**9) == 0.0 and unlimited().apply_s(10**9) == 0.0
 
 
 def test_server_cost_per_byte_counts_w_transfers_each_way_and_the_step() -> None:
-    spec = ServerSpec(bandwidth_mb_s=10, latency_ms=1, apply_mb_s=100, slowdown=2)
-    cost = server_cost(spec, workers=3)
+    cost = server_cost(spec(bandwidth_mb_s=10, latency_ms=1, apply_mb_s=100, slowdown=2), workers=3)
     assert cost.fixed_s == pytest.approx(0.002)
     assert cost.per_byte_s == pytest.approx(6 / (10 * MB) + 3 * 2 / (100 * MB))
 
 
-@pytest.mark.parametrize("field", ["bandwidth_mb_s", "apply_mb_s"])
-def test_spec_rejects_non_positive_rates(field: str) -> None:
-    with pytest.raises(ConfigError, match=field):
-        ServerSpec(**{field: 0.0})
+def test_spec_rejects_non_positive_rates_naming_the_field() -> None:
+    with pytest.raises(ConfigError, match="apply_mb_s"):
+        ServerSpec(apply_mb_s=0.0)
+    with pytest.raises(ConfigError, match="bandwidth_gbps"):
+        ServerSpec(link=Link(bandwidth_gbps=0.0))
 
 
 def test_presets_say_what_the_issue_asks() -> None:
     assert set(SCENARIOS) == {"none", "bandwidth", "interference", "imbalance", "dynamic", "mixed"}
-    bw = resolve_scenario("bandwidth").specs(0, 10)
+    bw = SCENARIOS["bandwidth"]().specs(0, 10)
     assert len(bw) == 4
-    assert [s.bandwidth_mb_s for s in bw] == [25.0, 6.25, 25.0, 25.0]  # one of four at a quarter
-    inter = resolve_scenario("interference").specs(0, 10)
+    assert [s.link.mb_s for s in bw] == [25.0, 6.25, 25.0, 25.0]  # one of four at a quarter
+    assert {s.link.latency_ms for s in bw} == {0.5}
+    inter = SCENARIOS["interference"]().specs(0, 10)
     assert [s.slowdown for s in inter] == [1.0, 1.0, 10.0, 1.0]
-    assert all(s == ServerSpec() for s in resolve_scenario("none").specs(5, 10))
+    assert all(s == ServerSpec() for s in SCENARIOS["none"]().specs(5, 10))
 
 
 def test_dynamic_moves_the_slow_server_during_the_run() -> None:
-    dyn = resolve_scenario("dynamic")
-    slow = [
-        [s.bandwidth_mb_s for s in dyn.specs(i, 30)].index(6.25) for i in (0, 9, 10, 19, 20, 29)
-    ]
+    dyn = SCENARIOS["dynamic"]()
+    slow = [[s.link.mb_s for s in dyn.specs(i, 30)].index(6.25) for i in (0, 9, 10, 19, 20, 29)]
     assert slow == [0, 0, 2, 2, 3, 3]
     assert dyn.spans(30) == [(0, 10), (10, 20), (20, 30)]
 
@@ -64,7 +70,7 @@ def test_dynamic_moves_the_slow_server_during_the_run() -> None:
 def test_imbalance_model_has_one_very_large_tensor() -> None:
     from unstall.workload import zoo
 
-    sc = resolve_scenario("imbalance")
+    sc = SCENARIOS["imbalance"]()
     assert sc.model is not None
     sizes = [t.numel for t in zoo.facts(sc.model, **sc.model_options).tensors]
     assert max(sizes) >= 1_000_000 and max(sizes) / sum(sizes) > 0.9
@@ -78,9 +84,18 @@ def test_scenario_file_round_trip(tmp_path: Path) -> None:
     )
     sc = load_scenario(path)
     assert sc.name == "slow"
-    assert sc.specs(0, 10) == (ServerSpec(bandwidth_mb_s=50.0),) * 3
-    assert sc.specs(5, 10)[2] == ServerSpec(bandwidth_mb_s=50.0, slowdown=3.0)
-    assert resolve_scenario(str(path)) == sc
+    assert sc.specs(0, 10) == (spec(bandwidth_mb_s=50.0),) * 3
+    assert sc.specs(5, 10)[2] == spec(bandwidth_mb_s=50.0, slowdown=3.0)
+
+
+def test_an_override_of_the_bandwidth_alone_keeps_the_base_latency(tmp_path: Path) -> None:
+    path = tmp_path / "lat.json"
+    base = {"bandwidth_mb_s": 40.0, "latency_ms": 2.0}
+    over = [{"server": 0, "bandwidth_mb_s": 10.0}, {"server": 1, "latency_ms": 7.0}]
+    path.write_text(json.dumps({"servers": 2, "base": base, "phases": [{"servers": over}]}))
+    first, second = load_scenario(path).specs(0, 10)
+    assert first.link == Link.from_mb_s(10.0, latency_ms=2.0)
+    assert second.link == Link.from_mb_s(40.0, latency_ms=7.0)
 
 
 @pytest.mark.parametrize(
@@ -107,17 +122,10 @@ def test_bad_scenario_files_name_the_field(tmp_path: Path, content: dict, field:
     assert str(path) in str(info.value)
 
 
-def test_unknown_scenario_name() -> None:
-    with pytest.raises(ConfigError, match="neither a preset"):
-        resolve_scenario("congested")
-
-
 def test_with_servers_rejects_overrides_of_missing_servers() -> None:
     with pytest.raises(ConfigError, match="server 1 does not exist"):
-        resolve_scenario("bandwidth").with_servers(1)
-    assert math.isclose(
-        resolve_scenario("bandwidth").with_servers(8).specs(0, 1)[1].bandwidth_mb_s, 6.25
-    )
+        SCENARIOS["bandwidth"]().with_servers(1)
+    assert math.isclose(SCENARIOS["bandwidth"]().with_servers(8).specs(0, 1)[1].link.mb_s, 6.25)
 
 
 def test_spare_servers_have_specs_for_a_controller_to_add() -> None:

@@ -1,15 +1,20 @@
-"""The shared SGD step, the server's push bookkeeping (no Ray), and the global batches."""
+"""The shared SGD step, the server's push bookkeeping (no Ray), and the data sources."""
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
+import pytest
 import torch
 
 from unstall.ps.chunks import WIRE_PART_BYTES, WIRE_WHOLE_BYTES, wire_parts
-from unstall.ps.data import DataSpec, global_indices, worker_batch
+from unstall.ps.data import ArrayData, BatchStream, SyntheticData, global_indices
 from unstall.ps.links import ServerSpec
 from unstall.ps.optim import STEP_BLOCK, SGDConfig, sgd_momentum_step
 from unstall.ps.server import PARALLEL_STEP_ELEMENTS, ServerCore
+from unstall.usercode import UserCodeError
+from unstall.workload import zoo
 
 rng = np.random.default_rng(0)
 
@@ -131,25 +136,63 @@ def test_global_batches_take_every_sample_once_per_epoch() -> None:
     assert np.array_equal(global_indices(n, 3, 2, batch), global_indices(n, 3, 2, batch))
 
 
-def test_worker_shards_are_the_global_batch_in_rank_order() -> None:
+def test_worker_batches_are_the_global_batch_in_rank_order() -> None:
     features = np.arange(40, dtype=np.float32).reshape(20, 2)
     labels = np.arange(20, dtype=np.int64)
-    spec = DataSpec(source="digits", batch_size=3, seed=1)
-    shards = [
-        worker_batch(spec, "mlp", {}, iteration=4, rank=r, workers=2, dataset=(features, labels))
-        for r in range(2)
-    ]
-    together = torch.cat([y for _, y in shards]).numpy()
+    data = ArrayData(features, labels, batch_size=3, seed=1)
+    streams = [data(rank, 2) for rank in range(2)]
+    batches = [[next(s) for _ in range(5)] for s in streams]  # iterations 0..4
+    together = torch.cat([batches[r][4][1] for r in range(2)]).numpy()
     assert np.array_equal(together, global_indices(20, 1, 4, 6))
+    assert np.array_equal(batches[0][4][0].numpy(), features[together[:3]])
 
 
-def test_synthetic_batches_depend_on_iteration_and_rank_only() -> None:
-    spec = DataSpec(batch_size=2, seed=5)
+def test_synthetic_batches_depend_on_seed_iteration_and_rank_only() -> None:
     opts = {"in_features": 8, "width": 4, "depth": 2}
-    a = worker_batch(spec, "mlp", opts, iteration=1, rank=0, workers=2, dataset=None)
-    b = worker_batch(spec, "mlp", opts, iteration=1, rank=0, workers=2, dataset=None)
-    c = worker_batch(spec, "mlp", opts, iteration=1, rank=1, workers=2, dataset=None)
+    data = SyntheticData(functools.partial(zoo.example_batch, "mlp", **opts), batch_size=2)
+    a, b, c = next(data(0, 2)), next(data(0, 2)), next(data(1, 2))
+    assert a[0].shape == (2, 8)
     assert torch.equal(a[0], b[0]) and not torch.equal(a[0], c[0])
+
+
+def two_batches(rank: int, world_size: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    return [(torch.full((1,), float(i)), torch.zeros(1)) for i in range(2)]
+
+
+def test_a_data_iterable_that_ends_starts_again() -> None:
+    stream = BatchStream(two_batches, 0, 1, seed=0)
+    assert [float(stream.next(i)[0]) for i in range(5)] == [0.0, 1.0, 0.0, 1.0, 0.0]
+
+
+def test_a_spent_generator_and_bad_batches_name_the_data_function() -> None:
+    def once(rank: int, world_size: int):  # type: ignore[no-untyped-def]
+        yield torch.zeros(1), torch.zeros(1)
+
+    stream = BatchStream(once, 0, 1, seed=0)
+    stream.next(0)
+    with pytest.raises(UserCodeError, match=r"data function .*once.*cannot start again"):
+        stream.next(1)
+
+    def triples(rank: int, world_size: int) -> list[tuple[int, int, int]]:
+        return [(1, 2, 3)]
+
+    with pytest.raises(UserCodeError, match=r"triples.*must yield \(inputs, targets\) pairs"):
+        BatchStream(triples, 0, 1, seed=0).next(0)
+    with pytest.raises(UserCodeError, match="not an iterable"):
+        BatchStream(lambda rank, world_size: 3, 0, 1, seed=0)
+
+
+def test_a_data_loader_that_shuffles_gives_the_same_batches_for_the_same_seed() -> None:
+    dataset = torch.utils.data.TensorDataset(torch.arange(32.0), torch.zeros(32))
+
+    def loader(rank: int, world_size: int) -> torch.utils.data.DataLoader:
+        return torch.utils.data.DataLoader(dataset, batch_size=4, shuffle=True)
+
+    def run(seed: int) -> list[list[float]]:
+        stream = BatchStream(loader, 0, 1, seed=seed)
+        return [stream.next(i)[0].tolist() for i in range(10)]  # over an epoch's end
+
+    assert run(3) == run(3) and run(3) != run(4)
 
 
 def test_server_core_steps_a_large_segment_with_threads_exactly() -> None:

@@ -10,11 +10,12 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from ps_helpers import TINY_MODEL, tiny_config
+from ps_helpers import FAST_SCENARIO, TINY_MODEL, tiny_run
 from unstall.cli.app import app
-from unstall.ps.controller import ClusterView, Decision, PSLDController, Reassign, ScaleIn, ScaleOut
-from unstall.ps.elastic import ElasticPSLD
-from unstall.ps.train import prepare, run_training
+from unstall.ps import ControllerConfig, PSLDStrategy
+from unstall.ps.psld.controller import PSLDController
+from unstall.ps.psld.decisions import ClusterView, Decision, Reassign, ScaleIn, ScaleOut
+from unstall.ps.scenarios import Scenario
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
@@ -42,15 +43,22 @@ class ScriptedController(PSLDController):
 
 
 def test_psld_matches_the_reference_through_migrations_and_scaling(
-    ps_pool: Any, fast_scenario: str
+    ps_pool: Any, fast_scenario: Scenario
 ) -> None:
-    config = tiny_config(
-        fast_scenario, strategy="psld", iterations=5, spares=1, check_reference=True
-    )
     controller = ScriptedController()
     controller.script_done = []
-    hook = ElasticPSLD(prepare(config).scenario, config.iterations, controller=controller)
-    r = run_training(config, pool=ps_pool, hook=hook)
+
+    def scripted(config: ControllerConfig) -> PSLDController:
+        return controller
+
+    r = tiny_run(
+        fast_scenario,
+        strategy=PSLDStrategy(make_controller=scripted),
+        iterations=5,
+        spares=1,
+        check_reference=True,
+        pool=ps_pool,
+    )
     assert r.params_match_reference is True
     assert r.reference_max_rel_err is not None and r.reference_max_rel_err <= 1e-6
     assert (r.scale_outs, r.scale_ins) == (1, 1)
@@ -63,10 +71,12 @@ def test_psld_matches_the_reference_through_migrations_and_scaling(
     assert controller.pauses.start_s != controller.config.scale_out_cost_s
 
 
-def test_ps_train_psld_writes_the_elastic_fields(fast_scenario: str, tmp_path: Path) -> None:
+def test_ps_train_psld_writes_the_elastic_fields(tmp_path: Path) -> None:
+    fast_scenario = tmp_path / "fast.json"
+    fast_scenario.write_text(json.dumps(FAST_SCENARIO))
     out = tmp_path / "run.json"
     model = ["--model", "mlp"] + [a for k, v in TINY_MODEL.items() for a in ("-o", f"{k}={v}")]
-    args = ["ps", "train", *model, "--scenario", fast_scenario, "--strategy", "psld"]
+    args = ["ps", "train", *model, "--scenario", str(fast_scenario), "--strategy", "psld"]
     args += ["--spares", "1", "--iterations", "4", "--quiet", "--json", str(out)]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output

@@ -4,58 +4,102 @@ iteration boundaries, the emulated link's timing, a falling loss on real data, d
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
 import pytest
 import ray
 
-from ps_helpers import tiny_config
-from unstall.ps.assign import STRATEGIES
-from unstall.ps.coordinator import IterationTelemetry, PSActorDiedError, PSCluster, PSTimeoutError
-from unstall.ps.links import ServerSpec
-from unstall.ps.optim import SGDConfig
-from unstall.ps.train import run_training
+from ps_helpers import tiny_run, zoo_model
+from unstall.net.link import Link
+from unstall.ps import (
+    SCENARIOS,
+    STRATEGIES,
+    ArrayData,
+    Named,
+    PSActorDiedError,
+    PSTimeoutError,
+    ServerSpec,
+    SGDConfig,
+    load_digits,
+)
+from unstall.ps.chunks import Assignment, TensorInfo
+from unstall.ps.coordinator import IterationTelemetry, PSCluster
+from unstall.ps.elastic import ElasticSummary
+from unstall.ps.scenarios import Scenario, scenario_from_mapping
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
 
-def test_every_strategy_matches_single_process_sgd(ps_pool: Any, fast_scenario: str) -> None:
+def test_every_strategy_matches_single_process_sgd(ps_pool: Any, fast_scenario: Scenario) -> None:
     results = {
-        name: run_training(
-            tiny_config(fast_scenario, strategy=name, check_reference=True), pool=ps_pool
-        )
-        for name in STRATEGIES
+        name: tiny_run(fast_scenario, strategy=strategy, check_reference=True, pool=ps_pool)
+        for name, strategy in STRATEGIES.items()
     }
     for name, r in results.items():
         assert r.params_match_reference is True, name
         assert r.reference_max_rel_err is not None and r.reference_max_rel_err <= 1e-6, name
         assert r.iterations == 3 and len(r.telemetry) == 3
-    # Same data and arithmetic whatever the placement: identical losses.
+        assert (r.strategy, r.model, r.data, r.scenario) == (name, "mlp", "synthetic", "fast")
+    # Same data and arithmetic whatever the placement: identical losses and weights.
     losses = {(r.loss_first, r.loss_last) for r in results.values()}
     assert len(losses) == 1
+    weights = [r.state_dict["layers.0.weight"] for r in results.values()]
+    assert all(np.array_equal(w.numpy(), weights[0].numpy()) for w in weights)
     # The strategies did place differently.
     assert len({tuple(r.server_bytes.values()) for r in results.values()}) >= 3
 
 
+def test_the_trained_state_dict_loads_and_leaves_the_json(
+    ps_pool: Any, fast_scenario: Scenario
+) -> None:
+    r = tiny_run(fast_scenario, pool=ps_pool)
+    model = zoo_model(in_features=32, width=48, depth=3, num_classes=10)()
+    model.load_state_dict(r.state_dict)
+    assert "state_dict" not in r.to_dict() and '"state_dict"' not in r.to_json()
+    assert r.model_options == {"in_features": 32, "width": 48, "depth": 3, "num_classes": 10}
+
+
 def test_big_tensor_sliced_by_mxnet_still_matches(ps_pool: Any) -> None:
     # 1,050,624 elements in the first layer: mxnet slices it over the 4 servers.
-    r = run_training(
-        tiny_config(
-            "imbalance",
-            model=None,
-            model_options={},
-            strategy="mxnet",
-            iterations=2,
-            batch_size=4,
-            check_reference=True,
-        ),
+    imbalance = SCENARIOS["imbalance"]()
+    r = tiny_run(
+        imbalance,
+        model_options=dict(imbalance.model_options),
+        strategy=STRATEGIES["mxnet"],
+        iterations=2,
+        batch_size=4,
+        check_reference=True,
         pool=ps_pool,
     )
     assert r.chunks > 6
     assert r.params_match_reference is True
     sizes = sorted(r.server_bytes.values())
     assert sizes[-1] < 1.5 * sizes[0]  # sliced evenly, not one server holding 94%
+
+
+@dataclasses.dataclass
+class HookStrategy:
+    """Round robin's placement with ``hook`` called at every iteration boundary: a user's own
+    strategy, through the same door as PSLD."""
+
+    hook: Callable[[PSCluster, IterationTelemetry], None]
+    name: str = "round-robin"
+
+    def assign(
+        self, tensors: Sequence[TensorInfo], servers: int, costs: Sequence[Any]
+    ) -> Assignment:
+        return STRATEGIES["round-robin"].assign(tensors, servers, costs)
+
+    def controller(self, scenario: Scenario, iterations: int) -> Any:
+        return self
+
+    def __call__(self, cluster: PSCluster, telemetry: IterationTelemetry) -> None:
+        self.hook(cluster, telemetry)
+
+    def summary(self) -> ElasticSummary | None:
+        return None
 
 
 class Shuffler:
@@ -70,7 +114,7 @@ class Shuffler:
             owner = {cid: ids[(ids.index(s) + 1) % len(ids)] for cid, s in cluster.owner.items()}
             self.migrations.append(cluster.reassign(owner))
         elif telemetry.iteration == 1:  # scale out: a new server takes the chunks of server 0
-            new = cluster.add_server(ServerSpec(bandwidth_mb_s=500.0))
+            new = cluster.add_server(ServerSpec(link=Link.from_mb_s(500.0)))
             owner = {cid: new if s == ids[0] else s for cid, s in cluster.owner.items()}
             self.migrations.append(cluster.reassign(owner))
             cluster.remove_server(ids[0])  # scale in: it owns nothing now
@@ -78,13 +122,19 @@ class Shuffler:
 
 @pytest.mark.parametrize("piece_mb", [8.0, 0.002])  # one call a server; pieces of 2 KB
 def test_reassign_and_scale_in_out_keep_the_invariant(
-    ps_pool: Any, fast_scenario: str, piece_mb: float
+    ps_pool: Any, fast_scenario: Scenario, piece_mb: float
 ) -> None:
     """With 2 KB pieces the 9 KB weight chunks are cut into segments, exchanged and stepped
     piece by piece, and loaded into the replicas in parts (after a whole first pull)."""
     hook = Shuffler()
-    config = tiny_config(fast_scenario, strategy="round-robin", iterations=4, check_reference=True)
-    r = run_training(dataclasses.replace(config, piece_mb=piece_mb), pool=ps_pool, hook=hook)
+    r = tiny_run(
+        fast_scenario,
+        strategy=HookStrategy(hook),
+        iterations=4,
+        check_reference=True,
+        piece_mb=piece_mb,
+        pool=ps_pool,
+    )
     assert r.params_match_reference is True
     assert hook.migrations[0].chunks == 6 and hook.migrations[0].bytes > 0
     assert set(r.server_bytes) == {"1", "2", "3"}  # server 0 removed, server 3 added
@@ -92,10 +142,9 @@ def test_reassign_and_scale_in_out_keep_the_invariant(
     assert r.telemetry[1].boundary_s >= hook.migrations[0].seconds
 
 
-def test_link_emulation_is_computed_and_queues(ps_pool: Any, tmp_path: Any) -> None:
-    path = tmp_path / "slow.json"
-    path.write_text('{"servers": 2, "base": {"bandwidth_mb_s": 2.0, "latency_ms": 1.0}}')
-    r = run_training(tiny_config(str(path), strategy="tf-greedy"), pool=ps_pool)
+def test_link_emulation_is_computed_and_queues(ps_pool: Any) -> None:
+    slow = {"servers": 2, "base": {"bandwidth_mb_s": 2.0, "latency_ms": 1.0}}
+    r = tiny_run(scenario_from_mapping(slow, "slow.json"), pool=ps_pool)
     for step in r.telemetry:
         for s in step.servers:
             # busy time is computed from bytes, not measured: exact
@@ -122,38 +171,36 @@ def test_link_emulation_is_computed_and_queues(ps_pool: Any, tmp_path: Any) -> N
     assert r.predicted_iter_s > 0.01  # the links, not the engine, set the pace
 
 
-def test_loss_falls_on_digits(ps_pool: Any, fast_scenario: str) -> None:
-    r = run_training(
-        tiny_config(
-            fast_scenario,
-            data="digits",
-            iterations=25,
-            batch_size=32,
-            model_options={"width": 64, "depth": 2},
-            strategy="oracle",
-            sgd=SGDConfig(lr=0.1),
-        ),
+def test_loss_falls_on_digits(ps_pool: Any, fast_scenario: Scenario) -> None:
+    features, labels = load_digits()
+    digits = Named(ArrayData(features, labels, batch_size=32), "digits")
+    r = tiny_run(
+        fast_scenario,
+        data=digits,
+        iterations=25,
+        model_options={"width": 64, "depth": 2, "in_features": 64},
+        strategy=STRATEGIES["oracle"],
+        optimizer=SGDConfig(lr=0.1),
         pool=ps_pool,
     )
-    assert r.model_options["in_features"] == 64
+    assert r.model_options["in_features"] == 64 and r.data == "digits"
     assert r.loss_first > 2.0 and r.loss_last < 0.6 * r.loss_first
 
 
 def test_a_step_that_takes_too_long_stops_the_run_naming_who(
-    ps_pool: Any, tmp_path: Any, fast_scenario: str
+    ps_pool: Any, fast_scenario: Scenario
 ) -> None:
-    path = tmp_path / "crawl.json"
-    path.write_text('{"servers": 2, "base": {"bandwidth_mb_s": 0.01}}')  # 17 KB: seconds
+    crawl = scenario_from_mapping({"servers": 2, "base": {"bandwidth_mb_s": 0.01}}, "crawl")
     with pytest.raises(PSTimeoutError, match=r"iteration 0: no reply in 1 s from worker 0"):
-        run_training(tiny_config(str(path), timeout_s=1.0), pool=ps_pool)
+        tiny_run(crawl, timeout_s=1.0, pool=ps_pool)  # 17 KB: seconds
     # The pooled servers' stale transfers were cancelled: the next run is exact.
-    again = run_training(tiny_config(fast_scenario, check_reference=True), pool=ps_pool)
+    again = tiny_run(fast_scenario, check_reference=True, pool=ps_pool)
     assert again.params_match_reference is True
 
 
 @pytest.mark.parametrize("victim", ["server 1", "worker 1"])
 def test_a_dead_actor_stops_the_run_naming_it(
-    ps_pool: Any, fast_scenario: str, victim: str
+    ps_pool: Any, fast_scenario: Scenario, victim: str
 ) -> None:
     def kill(cluster: PSCluster, telemetry: IterationTelemetry) -> None:
         if telemetry.iteration == 0:
@@ -162,7 +209,7 @@ def test_a_dead_actor_stops_the_run_naming_it(
             ray.kill(actor)
 
     with pytest.raises(PSActorDiedError, match=f"{victim} died during iteration 1"):
-        run_training(tiny_config(fast_scenario, iterations=3), pool=ps_pool, hook=kill)
+        tiny_run(fast_scenario, strategy=HookStrategy(kill), pool=ps_pool)
     # the pool leaves the dead actor out: the next run works (one worker: no process to start)
-    r = run_training(tiny_config(fast_scenario, iterations=2, workers=1), pool=ps_pool)
+    r = tiny_run(fast_scenario, iterations=2, workers=1, pool=ps_pool)
     assert np.isfinite(r.loss_last)

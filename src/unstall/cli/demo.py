@@ -126,27 +126,23 @@ def _recommend(out: Path, quiet: bool) -> None:
 
 
 def _ps(out: Path, quiet: bool) -> None:
-    from unstall.cli.ps import bench
-    from unstall.ps.assign import STRATEGIES
+    from unstall import ps
+    from unstall.cli.common import progress_bar, save_json
+    from unstall.cli.ps import print_bench
+    from unstall.cli.resolvers.ps import PSRequest, resolve_bench
+    from unstall.report.ps_plot import plot_bench
 
-    # psld (when built) against the frameworks' default assignments and the static oracle.
-    wanted = [s for s in ("mxnet", "byteps", "tf-greedy", "psld") if s in STRATEGIES]
-    bench(
-        strategies=",".join(wanted),
-        scenarios="bandwidth",
-        model=None,
-        model_option=None,
-        workers=2,
-        spares=None,
-        iterations=8,
-        data="synthetic",
-        batch_size=32,
-        seed=0,
-        address=None,
-        plot=out / "ps_bench.png",
-        json_out=out / "ps_bench.json",
-        quiet=quiet,
-    )
+    # psld against the frameworks' default assignments and the static oracle.
+    names, scenarios = ["mxnet", "byteps", "tf-greedy", "psld"], ["bandwidth"]
+    request = PSRequest(iterations=8)
+    cases, strategies = resolve_bench(request, names, scenarios)
+    total = len(ps.with_oracle(strategies)) * len(cases)
+    with progress_bar("ps bench", total, quiet) as advance:
+        result = ps.compare_strategies(cases, strategies, iterations=8, progress=advance)
+    print_bench(result)
+    console.print(f"wrote {plot_bench(result, out / 'ps_bench.png')}", highlight=False)
+    config = {"base": request, "strategies": names, "scenarios": scenarios}
+    save_json(out / "ps_bench.json", result, config)
     console.print(
         "real training with the reference check: `unstall ps train --data digits "
         "--scenario bandwidth --strategy oracle -n 30 --check-reference`; PSLD with elastic "

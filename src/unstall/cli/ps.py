@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
+from unstall import ps
 from unstall.cli.common import (
     JsonOpt,
     QuietOpt,
@@ -20,12 +18,14 @@ from unstall.cli.common import (
     save_json,
     table,
 )
-from unstall.errors import ConfigError
-from unstall.ps.assign import STRATEGIES
-from unstall.ps.data import DATA_SOURCES
-from unstall.ps.optim import SGDConfig
-from unstall.ps.scenarios import SCENARIOS
-from unstall.ps.train import PSConfig, PSRunResult, prepare
+from unstall.cli.resolvers.ps import (
+    DATA_SOURCES,
+    PSRequest,
+    model_options,
+    resolve_bench,
+    resolve_run,
+)
+from unstall.ps import LOSSES, SCENARIOS, STRATEGIES, PSBenchResult, PSRunResult, SGDConfig
 
 app = typer.Typer(
     help="Parameter server on Ray: synchronous training, assignment strategies, stragglers.",
@@ -34,7 +34,11 @@ app = typer.Typer(
 
 ModelOpt = Annotated[
     str | None,
-    typer.Option("--model", help="Zoo model (default: the scenario's, an MLP)."),
+    typer.Option(
+        "--model",
+        help="Zoo model (default: the scenario's, an MLP), or FILE.py:FUNC / package.module:FUNC "
+        "(a function returning an nn.Module).",
+    ),
 ]
 ModelOptionOpt = Annotated[
     list[str] | None,
@@ -45,7 +49,18 @@ ModelOptionOpt = Annotated[
 WorkersOpt = Annotated[int, typer.Option("--workers", "-w", help="Worker actors.", min=1)]
 DataOpt = Annotated[
     str,
-    typer.Option("--data", help=f"Data: {', '.join(DATA_SOURCES)} (digits: a loss that falls)."),
+    typer.Option(
+        "--data",
+        help=f"Data: {', '.join(DATA_SOURCES)} (digits: a loss that falls), or FILE.py:FUNC "
+        "(a function (rank, world_size) -> iterable of (inputs, targets)).",
+    ),
+]
+LossOpt = Annotated[
+    str,
+    typer.Option(
+        "--loss",
+        help=f"Loss: {', '.join(LOSSES)}, or FILE.py:FUNC (outputs, targets) -> scalar tensor.",
+    ),
 ]
 BatchOpt = Annotated[
     int, typer.Option("--batch-size", help="Samples per worker per iteration.", min=1)
@@ -74,38 +89,6 @@ TimeoutOpt = Annotated[
 ]
 
 
-def parse_model_options(items: list[str] | None) -> dict[str, object]:
-    """``KEY=VALUE`` pairs; values read as JSON (numbers, true/false), else kept as text."""
-    out: dict[str, object] = {}
-    for item in items or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ConfigError("ps", "model-option", f"expected KEY=VALUE, got {item!r}")
-        try:
-            out[key.strip()] = json.loads(value)
-        except json.JSONDecodeError:
-            out[key.strip()] = value
-    return out
-
-
-@contextmanager
-def ray_running(address: str | None, workers: int) -> Iterator[None]:
-    """Ray for one command: connect or start (on loopback), and stop it after if started here.
-    Runs take their actors from the session's pool, so a Ray that outlives the command (a test
-    session) keeps them for the next one."""
-    import ray
-
-    from unstall.ps.coordinator import close_session_pool, ensure_ray
-
-    started = ensure_ray(address, num_cpus=max(workers + 1, 2))
-    try:
-        yield
-    finally:
-        if started:
-            close_session_pool()
-            ray.shutdown()
-
-
 @app.command("train")
 @handle_errors
 def train(
@@ -126,6 +109,7 @@ def train(
     ] = "none",
     iterations: Annotated[int, typer.Option("--iterations", "-n", help="Iterations.", min=1)] = 20,
     data: DataOpt = "synthetic",
+    loss: LossOpt = "cross_entropy",
     batch_size: BatchOpt = 32,
     lr: LrOpt = SGDConfig.lr,
     momentum: MomentumOpt = SGDConfig.momentum,
@@ -145,15 +129,14 @@ def train(
     json_out: JsonOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
-    """Train a zoo model with synchronous SGD on Ray servers and workers; print throughput,
-    per-server load and loss. Exit 1 when --check-reference finds a mismatch."""
-    from unstall.ps.coordinator import session_pool
-    from unstall.ps.train import run_training
-
-    config = PSConfig(
+    """Train a model (a zoo model or your own) with synchronous SGD on Ray servers and workers;
+    print throughput, per-server load and loss. Exit 1 when --check-reference finds a
+    mismatch."""
+    request = PSRequest(
         model=model,
-        model_options=parse_model_options(model_option),
+        model_options=model_options(model_option),
         data=data,
+        loss=loss,
         batch_size=batch_size,
         workers=workers,
         servers=servers,
@@ -167,23 +150,37 @@ def train(
         timeout_s=timeout,
         address=address,
     )
-    prepared = prepare(config)  # a bad scenario file fails here, before Ray starts
-    with (
-        ray_running(address, workers),
-        progress_bar(f"{strategy} on {scenario}", iterations, quiet) as advance,
-    ):
-        result = run_training(config, pool=session_pool(), advance=advance)
+    run = resolve_run(request)  # a bad name, file or function fails here, before Ray starts
+    with progress_bar(f"{strategy} on {scenario}", iterations, quiet) as advance:
+        result = ps.fit(
+            run.model,
+            run.data,
+            loss=run.loss,
+            optimizer=request.sgd,
+            workers=request.workers,
+            strategy=run.strategy,
+            scenario=run.scenario,
+            iterations=request.iterations,
+            seed=request.seed,
+            check_reference=request.check_reference,
+            address=request.address,
+            timeout_s=request.timeout_s,
+            piece_mb=request.piece_mb,
+            step_threads=request.step_threads,
+            progress=advance,
+        )
     print_run(result)
     if plot is not None:
         from unstall.report.ps_plot import plot_run
 
         console.print(f"wrote {plot_run(result, plot)}", highlight=False)
-    save_json(json_out, result, {"run": config, "scenario": prepared.scenario})
+    save_json(json_out, result, {"run": request, "scenario": ps.scenario_table(run.scenario)})
     if result.params_match_reference is False:
         raise typer.Exit(1)
 
 
 def print_run(r: PSRunResult) -> None:
+    """A run's summary table and its per-server table."""
     rows: list[list[Any]] = [
         ["strategy", r.strategy],
         ["scenario", r.scenario],
@@ -241,6 +238,7 @@ def bench(
         int, typer.Option("--iterations", "-n", help="Iterations a run.", min=2)
     ] = 10,
     data: DataOpt = "synthetic",
+    loss: LossOpt = "cross_entropy",
     batch_size: BatchOpt = 32,
     seed: SeedOpt = 0,
     address: AddressOpt = None,
@@ -251,15 +249,12 @@ def bench(
     quiet: QuietOpt = False,
 ) -> None:
     """Run every strategy in every scenario; print throughput and the ratio to oracle."""
-    from unstall.ps.bench import grid_strategies, run_grid
-    from unstall.ps.coordinator import session_pool
-
-    names = comma_list(strategies)
-    cases = comma_list(scenarios)
-    base = PSConfig(
+    names, cases = comma_list(strategies), comma_list(scenarios)
+    base = PSRequest(
         model=model,
-        model_options=parse_model_options(model_option),
+        model_options=model_options(model_option),
         data=data,
+        loss=loss,
         batch_size=batch_size,
         workers=workers,
         spares=spares,
@@ -267,9 +262,29 @@ def bench(
         seed=seed,
         address=address,
     )
-    total = len(grid_strategies(names)) * len(cases)
-    with ray_running(address, workers), progress_bar("ps bench", total, quiet) as advance:
-        result = run_grid(names, cases, base, pool=session_pool(), advance=advance)
+    grid, chosen = resolve_bench(base, names, cases)  # every name and file checked first
+    total = len(ps.with_oracle(chosen)) * len(grid)
+    with progress_bar("ps bench", total, quiet) as advance:
+        result = ps.compare_strategies(
+            grid,
+            chosen,
+            workers=workers,
+            spares=spares,
+            iterations=iterations,
+            seed=seed,
+            address=address,
+            progress=advance,
+        )
+    print_bench(result)
+    if plot is not None:
+        from unstall.report.ps_plot import plot_bench
+
+        console.print(f"wrote {plot_bench(result, plot)}", highlight=False)
+    save_json(json_out, result, {"base": base, "strategies": names, "scenarios": cases})
+
+
+def print_bench(result: PSBenchResult) -> None:
+    """The grid's table: each strategy's throughput in each scenario, against the oracle's."""
     rows = [
         [
             r.scenario,
@@ -285,16 +300,11 @@ def bench(
     ]
     console.print(
         table(
-            f"ps bench: {iterations} iterations, {workers} workers",
+            f"ps bench: {result.iterations} iterations, {result.workers} workers",
             ["scenario", "strategy", "it/s", "mean s", "model s", "vs oracle", "servers", "migr."],
             rows,
         )
     )
-    if plot is not None:
-        from unstall.report.ps_plot import plot_bench
-
-        console.print(f"wrote {plot_bench(result, plot)}", highlight=False)
-    save_json(json_out, result, {"base": base, "strategies": names, "scenarios": cases})
 
 
 @app.command("scenarios")

@@ -1,27 +1,46 @@
 """The strategy x scenario grid: one short run per cell, throughput compared with ``oracle``;
 and the link speed at which a model's transfers dominate its iteration (the evaluation's rule
-for choosing per-model links, :func:`link_for_transfer_ratio`, :func:`scaled_links`)."""
+for choosing per-model links, :func:`link_for_transfer_ratio`)."""
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+
+import torch.nn.functional as F
 
 from unstall.config import check
-from unstall.ps.assign import STRATEGIES
-from unstall.ps.coordinator import ActorPool
-from unstall.ps.links import MB, ServerSpec, server_cost
-from unstall.ps.scenarios import SPEC_FIELDS, Scenario, resolve_scenario
-from unstall.ps.train import PSConfig, run_training
+from unstall.net.link import MB
+from unstall.ps.assign import oracle
+from unstall.ps.data import DataFn, LossFn
+from unstall.ps.links import ServerSpec, server_cost
+from unstall.ps.optim import SGDConfig
+from unstall.ps.replica import ModelFn, TrainingJob
+from unstall.ps.runtime import ActorPool, ray_for_run
+from unstall.ps.scenarios import Scenario
+from unstall.ps.strategies import StaticStrategy, Strategy
+from unstall.ps.train import PSRunResult, make_plan, run_plan
 from unstall.results import JsonResult
 
-ORACLE = "oracle"
+ORACLE = StaticStrategy(oracle.NAME, oracle.assign)
+
+
+@dataclass(frozen=True, kw_only=True)
+class BenchCase:
+    """One scenario of a grid and what to train in it (a scenario's own model, typically)."""
+
+    scenario: Scenario
+    model: ModelFn
+    data: DataFn
+    loss: LossFn = F.cross_entropy
 
 
 @dataclass(frozen=True, kw_only=True)
 class BenchRow:
+    """One cell of the grid: a strategy in a scenario."""
+
     scenario: str
     strategy: str
     model: str
@@ -55,64 +74,80 @@ class PSBenchResult(JsonResult):
     results: tuple[BenchRow, ...]
 
     def row(self, scenario: str, strategy: str) -> BenchRow:
+        """The cell of ``strategy`` in ``scenario``."""
         return next(r for r in self.results if (r.scenario, r.strategy) == (scenario, strategy))
 
 
-def grid_strategies(strategies: Sequence[str]) -> list[str]:
-    """The strategies to run: as given (duplicates dropped), plus ``oracle`` for the ratios."""
-    out = list(dict.fromkeys(strategies))
-    for name in out:
-        check(name in STRATEGIES, "bench", "strategies", f"unknown strategy {name!r}")
-    return out if ORACLE in out else [*out, ORACLE]
+def with_oracle(strategies: Sequence[Strategy]) -> list[Strategy]:
+    """The strategies to run: as given (a name given twice runs once), plus the oracle for the
+    ratios."""
+    out: list[Strategy] = []
+    for strategy in strategies:
+        if all(s.name != strategy.name for s in out):
+            out.append(strategy)
+    return out if any(s.name == ORACLE.name for s in out) else [*out, ORACLE]
 
 
-def run_grid(
-    strategies: Sequence[str],
-    scenarios: Sequence[str],
-    base: PSConfig,
+def compare_strategies(
+    cases: Sequence[BenchCase],
+    strategies: Sequence[Strategy],
     *,
+    workers: int = 2,
+    spares: int | None = None,
+    iterations: int = 10,
+    seed: int = 0,
+    optimizer: SGDConfig | None = None,
+    address: str | None = None,
     pool: ActorPool | None = None,
-    advance: Callable[[int], None] | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> PSBenchResult:
-    """Run ``base`` once per (scenario, strategy); scenarios are presets or files."""
-    check(bool(scenarios), "bench", "scenarios", "must name at least one scenario")
-    for name in scenarios:
-        resolve_scenario(name)  # fail on a bad name or file before anything runs
-    names = grid_strategies(strategies)
-    own = pool is None
-    actors = pool if pool is not None else ActorPool()
-    rows = []
-    try:
-        for scenario in scenarios:
-            runs = {}
-            for strategy in names:
-                config = dataclasses.replace(base, scenario=scenario, strategy=strategy)
-                runs[strategy] = run_training(config, pool=actors)
-                if advance is not None:
-                    advance(1)
-            oracle = runs[ORACLE].throughput_it_s
-            rows += [
-                BenchRow(
-                    scenario=r.scenario,
-                    strategy=name,
-                    model=r.model,
-                    throughput_it_s=r.throughput_it_s,
-                    mean_iter_s=r.mean_iter_s,
-                    predicted_iter_s=r.predicted_iter_s,
-                    ratio_to_oracle=r.throughput_it_s / oracle,
-                    servers_over_time=r.servers_over_time,
-                    migrations=r.migrations,
-                    scale_outs=r.scale_outs,
-                    scale_ins=r.scale_ins,
-                    max_pause_s=r.max_pause_s,
-                    total_pause_s=r.total_pause_s,
+    """Run every strategy (and the oracle) in every case, once each, on one Ray connection;
+    ``spares`` replaces the scenarios' spare servers; ``progress(1)`` after every run."""
+    check(bool(cases), "bench", "scenarios", "must name at least one scenario")
+    runs = with_oracle(strategies)
+    rows: list[BenchRow] = []
+    with ray_for_run(address, max(workers + 1, 2), pool) as actors:
+        for case in cases:
+            scenario = case.scenario if spares is None else case.scenario.with_spares(spares)
+            job = TrainingJob(
+                model=case.model, data=case.data, loss=case.loss, seed=seed, workers=workers
+            )
+            results = {}
+            for strategy in runs:
+                plan = make_plan(
+                    job,
+                    strategy=strategy,
+                    scenario=scenario,
+                    iterations=iterations,
+                    sgd=optimizer if optimizer is not None else SGDConfig(),
                 )
-                for name, r in runs.items()
-            ]
-    finally:
-        if own:
-            actors.close()
-    return PSBenchResult(iterations=base.iterations, workers=base.workers, results=tuple(rows))
+                results[strategy.name] = run_plan(plan, actors)
+                if progress is not None:
+                    progress(1)
+            rows += _rows(results)
+    return PSBenchResult(iterations=iterations, workers=workers, results=tuple(rows))
+
+
+def _rows(runs: dict[str, PSRunResult]) -> list[BenchRow]:
+    oracle_it_s = runs[ORACLE.name].throughput_it_s
+    return [
+        BenchRow(
+            scenario=r.scenario,
+            strategy=name,
+            model=r.model,
+            throughput_it_s=r.throughput_it_s,
+            mean_iter_s=r.mean_iter_s,
+            predicted_iter_s=r.predicted_iter_s,
+            ratio_to_oracle=r.throughput_it_s / oracle_it_s,
+            servers_over_time=r.servers_over_time,
+            migrations=r.migrations,
+            scale_outs=r.scale_outs,
+            scale_ins=r.scale_ins,
+            max_pause_s=r.max_pause_s,
+            total_pause_s=r.total_pause_s,
+        )
+        for name, r in runs.items()
+    ]
 
 
 # --- links at which transfer dominates ----------------------------------------------------------
@@ -135,7 +170,8 @@ def link_for_transfer_ratio(
     check(model_bytes > 0, "links", "model_bytes", f"must be > 0, got {model_bytes}")
     share = model_bytes / servers
     # What is left for the links once the latency and the step are paid.
-    rest = server_cost(dataclasses.replace(base, bandwidth_mb_s=float("inf")), workers)
+    free_link = dataclasses.replace(base.link, bandwidth_gbps=math.inf)
+    rest = server_cost(dataclasses.replace(base, link=free_link), workers)
     left = ratio * engine_s - rest.seconds(share)
     check(
         left > 0,
@@ -145,51 +181,3 @@ def link_for_transfer_ratio(
         f"({rest.seconds(share):.3f} s): no bandwidth reaches it",
     )
     return 2 * workers * share / left / MB
-
-
-def scaled_links(scenario: Scenario, factor: float) -> Scenario:
-    """``scenario`` with every bandwidth (the base and each override) times ``factor``: the
-    same stragglers, relative to links ``factor`` times as fast."""
-    check(factor > 0, "links", "factor", f"must be > 0, got {factor}")
-
-    def scaled(value: float | None) -> float | None:
-        return None if value is None else value * factor
-
-    base = dataclasses.replace(scenario.base, bandwidth_mb_s=scenario.base.bandwidth_mb_s * factor)
-    phases = tuple(
-        dataclasses.replace(
-            phase,
-            servers=tuple(
-                dataclasses.replace(o, bandwidth_mb_s=scaled(o.bandwidth_mb_s))
-                for o in phase.servers
-            ),
-        )
-        for phase in scenario.phases
-    )
-    return dataclasses.replace(scenario, base=base, phases=phases)
-
-
-def scenario_table(scenario: Scenario) -> dict[str, Any]:
-    """``scenario`` as the structure of a scenario file (:func:`~unstall.ps.scenarios.
-    scenario_from_mapping` reads it back), so that a derived scenario can be run by path."""
-    table: dict[str, Any] = {
-        "name": scenario.name,
-        "description": scenario.description,
-        "servers": scenario.servers,
-        "spares": scenario.spares,
-        "base": {k: getattr(scenario.base, k) for k in SPEC_FIELDS},
-        "phases": [
-            {
-                "start": phase.start,
-                "servers": [
-                    {k: v for k, v in dataclasses.asdict(o).items() if v is not None}
-                    for o in phase.servers
-                ],
-            }
-            for phase in scenario.phases
-        ],
-    }
-    if scenario.model is not None:
-        table["model"] = scenario.model
-        table["model_options"] = dict(scenario.model_options)
-    return table

@@ -7,171 +7,47 @@ ObjectRefs, never through the driver), :meth:`~PSCluster.add_server`,
 :meth:`~PSCluster.remove_server` (once it owns nothing) and :meth:`~PSCluster.set_spec`. Every
 step returns the telemetry it needs (per worker, per server transfer times).
 
-An actor that dies stops the run with :class:`PSActorDiedError` naming it; a step that does not
-finish in time raises :class:`PSTimeoutError` naming what it waits on. Nothing hangs.
+An actor that dies stops the run with :class:`~unstall.ps.errors.PSActorDiedError` naming it; a
+step that does not finish in time raises :class:`~unstall.ps.errors.PSTimeoutError` naming what
+it waits on; an error in the user's code (the model, data or loss function, run by a worker)
+stops it with the worker's :class:`~unstall.usercode.UserCodeError`. Nothing hangs.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
-import re
 import time
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import ray
+import torch
 from ray.exceptions import ActorDiedError, GetTimeoutError, RayActorError, RayTaskError
 
 from unstall.errors import UnstallError
 from unstall.ps.chunks import Chunk, plan_pieces
-from unstall.ps.data import Dataset
+from unstall.ps.data import Batch
+from unstall.ps.errors import PSActorDiedError, PSTimeoutError
 from unstall.ps.links import ServerSpec
 from unstall.ps.optim import SGDConfig
-from unstall.ps.replica import ModelJob
-from unstall.ps.server import PSServer, ServerIteration
-from unstall.ps.worker import PSWorker, WorkerIteration
+from unstall.ps.replica import TrainingJob
+from unstall.ps.runtime import PING_TIMEOUT_S, ActorPool, first_line, root_cause
+from unstall.ps.server import ServerIteration
+from unstall.ps.worker import WorkerIteration
+from unstall.usercode import UserCodeError
 
-PING_TIMEOUT_S = 10.0
 # A server owning more than this exchanges it in pieces of this size, pipelined (plan_pieces).
-# Off in effect by default: on one machine every piece costs another Ray call (an object-store
-# object each way) and a piece of a large tensor a copy into the worker's model, which cost more
-# than hiding the step behind the next piece's transfer gains (benchmarks/ps_overhead.py at 64 MB
-# on one server: 8 MB pieces 36% of raw Ray, one piece 70%; two pieces cut at the tensors, which
-# the worker aliases, 72% in that run and 54% against 65% in another: no gain, as each piece adds
-# a call's fixed overhead, milliseconds here). Across a real network, whose transfers outlast the
-# step, smaller pieces (``PSConfig.piece_mb``) overlap the two.
+# Large enough that one machine exchanges everything in one piece: there every piece costs
+# another Ray call (an object-store object each way) and a piece of a large tensor a copy into
+# the worker's model, which cost more than hiding the step behind the next piece's transfer gains
+# (benchmarks/ps_overhead.py --variants: at 64 MB on one server, 8 MB pieces reach 36% of raw
+# Ray's throughput where one piece reaches 70%; pieces cut at the tensors gain nothing either,
+# as each adds a call's fixed overhead, milliseconds here). Across a real network, whose
+# transfers outlast the step, smaller pieces (``fit(piece_mb=...)``) overlap the two.
 DEFAULT_PIECE_BYTES = 256_000_000
-
-
-class PSActorDiedError(UnstallError):
-    """A worker or server actor died; the message names it."""
-
-
-class PSTimeoutError(UnstallError):
-    """A step did not finish in time; the message names what it was waiting on."""
-
-
-def ensure_ray(
-    address: str | None = None,
-    num_cpus: int | None = None,
-    object_store_bytes: int | None = None,
-) -> bool:
-    """Connect to Ray: ``address`` (or ``RAY_ADDRESS``) for an existing cluster, else a local
-    instance on the loopback interface (with an object store of ``object_store_bytes``; None:
-    Ray's default). True when this call started it (to shut down after)."""
-    # Torch tensors through the object store without a copy; read when Ray starts.
-    os.environ.setdefault("RAY_ENABLE_ZERO_COPY_TORCH_TENSORS", "1")
-    if ray.is_initialized():
-        return False
-    address = address or os.environ.get("RAY_ADDRESS") or None
-    common: dict[str, Any] = {"log_to_driver": False, "configure_logging": False}
-    if address:
-        from ray._private import ray_constants
-
-        # A multi-node cluster needs this node's routable address, not loopback (see ps/__init__).
-        ray_constants.ENABLE_RAY_CLUSTER = True
-        try:
-            ray.init(address=address, **common)
-        except (ConnectionError, RuntimeError) as exc:
-            raise UnstallError(
-                f"cannot connect to the Ray cluster at {address}: {_first_line(exc)} "
-                "(a cluster started with `ray start` wants RAY_AUTH_MODE=token and its token)"
-            ) from exc
-    else:
-        ray.init(
-            num_cpus=num_cpus or os.cpu_count() or 1,
-            include_dashboard=False,
-            _node_ip_address="127.0.0.1",
-            object_store_memory=object_store_bytes,
-            **common,
-        )
-    return True
-
-
-class ActorPool:
-    """Worker and server actors kept across runs: starting an actor starts a process (and a
-    worker imports torch), seconds each, so a benchmark grid or a test module reuses them.
-    Actors found dead are replaced; ``close`` kills them all."""
-
-    def __init__(self, worker_cpus: float | None = None) -> None:
-        self.worker_cpus = worker_cpus  # None: one CPU each, less when the cluster has fewer
-        self.workers: list[Any] = []
-        self.idle_servers: list[Any] = []
-
-    def take_workers(self, count: int) -> list[Any]:
-        """``count`` live worker actors, spread over the cluster's nodes."""
-        self.workers = [w for w in self.workers if _alive(w)]
-        cpus = self.worker_cpus
-        if cpus is None:
-            cpus = min(1.0, float(ray.cluster_resources().get("CPU", 1.0)) / count)
-        while len(self.workers) < count:
-            self.workers.append(
-                PSWorker.options(  # type: ignore[attr-defined]
-                    num_cpus=cpus, scheduling_strategy="SPREAD"
-                ).remote()
-            )
-        return self.workers[:count]
-
-    def take_server(self) -> Any:
-        """An idle server actor (reset by its next owner before use)."""
-        if self.idle_servers:
-            return self.idle_servers.pop()
-        return PSServer.options(scheduling_strategy="SPREAD").remote(  # type: ignore[attr-defined]
-            -1, 1, ServerSpec(), SGDConfig()
-        )
-
-    def give_back_server(self, server: Any) -> None:
-        if _alive(server):
-            self.idle_servers.append(server)
-
-    def close(self) -> None:
-        for actor in [*self.workers, *self.idle_servers]:
-            ray.kill(actor)
-        self.workers, self.idle_servers = [], []
-
-
-# One pool per Ray session for callers that run many short jobs (the CLI's commands, the test
-# suite): keyed by the session's job id, since a new ``ray.init`` means the old actors are gone.
-_session_pools: dict[str, ActorPool] = {}
-
-
-def session_pool() -> ActorPool:
-    """The pool of the current Ray session; its actors live until :func:`close_session_pool`
-    or until Ray shuts down."""
-    job = ray.get_runtime_context().get_job_id()
-    if job not in _session_pools:
-        _session_pools.clear()
-        _session_pools[job] = ActorPool()
-    return _session_pools[job]
-
-
-def close_session_pool() -> None:
-    for pool in _session_pools.values():
-        pool.close()
-    _session_pools.clear()
-
-
-@contextmanager
-def actor_pool() -> Iterator[ActorPool]:
-    pool = ActorPool()
-    try:
-        yield pool
-    finally:
-        pool.close()
-
-
-def _alive(actor: Any) -> bool:
-    try:
-        ray.get(actor.ping.remote(), timeout=PING_TIMEOUT_S)
-    except RayActorError:
-        return False
-    except GetTimeoutError:
-        return True  # busy, not dead
-    return True
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -200,11 +76,10 @@ class PSCluster:
 
     def __init__(
         self,
-        job: ModelJob,
+        job: TrainingJob,
         sgd: SGDConfig,
         pool: ActorPool,
         *,
-        dataset: Dataset | None = None,
         timeout_s: float = 300.0,
         piece_bytes: int = DEFAULT_PIECE_BYTES,
         step_threads: int = 1,
@@ -224,9 +99,9 @@ class PSCluster:
         self._next_server = 0
         self._labels: dict[str, Any] = {f"worker {r}": w for r, w in enumerate(self.workers)}
         self._abandoned: list[Any] = []  # refs left pending when a wait failed
-        data_ref = ray.put(dataset) if dataset is not None else None
+        job_ref = ray.put(job)  # the user's functions travel once, to every worker
         self._gather(
-            {f"worker {r}": w.setup.remote(r, job, data_ref) for r, w in enumerate(self.workers)}
+            {f"worker {r}": w.setup.remote(r, job_ref) for r, w in enumerate(self.workers)}
         )
 
     # --- set-up and the controller's hooks -----------------------------------------------------
@@ -364,6 +239,22 @@ class PSCluster:
             out[c.tensor][c.start : c.stop] = got[f"server {self.owner[c.id]}"][c.id]
         return out
 
+    def batches(self) -> list[list[Batch]]:
+        """Every worker's batches (rank order), one an iteration, as the workers recorded them
+        (a job with ``record_batches``)."""
+        with _read_only_tensors():
+            got = self._gather(
+                {f"worker {r}": w.batches.remote() for r, w in enumerate(self.workers)}
+            )
+        return [got[f"worker {r}"] for r in range(len(self.workers))]
+
+    def buffers(self) -> dict[str, torch.Tensor]:
+        """The model's buffers as worker 0 has them (each worker updates its own, e.g.
+        BatchNorm's running statistics from its batches)."""
+        with _read_only_tensors():
+            got = self._gather({"worker 0": self.workers[0].buffers.remote()})
+        return dict(got["worker 0"])
+
     def close(self, *, failed: bool = False) -> None:
         """Give the servers back to the pool (the workers stay in it). After a failure, first
         abort what the servers still wait for (a dead worker's push), which releases the
@@ -395,7 +286,7 @@ class PSCluster:
                 self._raise_dead(f"timed out after {self.timeout_s:g} s")
                 waiting = ", ".join(sorted(pending.values()))
                 raise PSTimeoutError(
-                    f"iteration {self.iteration}: no reply in {self.timeout_s:g} s from {waiting}"
+                    f"{self._when()}: no reply in {self.timeout_s:g} s from {waiting}"
                 )
             for ref in ready:
                 label = pending.pop(ref)
@@ -403,17 +294,27 @@ class PSCluster:
                     out[label] = ray.get(ref)
                 except Exception as exc:  # an actor died, or a method raised
                     self._abandoned += list(pending)
-                    # The actor called is the dead one (a RayTaskError also passes for its
-                    # cause's type: that is a call that failed because *another* actor died).
-                    if isinstance(exc, ActorDiedError) and not isinstance(exc, RayTaskError):
-                        raise PSActorDiedError(
-                            f"{label} died during iteration {self.iteration} ({_first_line(exc)})"
-                        ) from exc
-                    self._raise_dead(_first_line(exc))
-                    raise UnstallError(
-                        f"{label} failed in iteration {self.iteration}: {_first_line(exc)}"
-                    ) from exc
+                    self._raise_failure(label, exc)
+
         return out
+
+    def _when(self) -> str:
+        return f"iteration {self.iteration}" if self.iteration >= 0 else "set-up"
+
+    def _raise_failure(self, label: str, exc: Exception) -> None:
+        """Raise what ``label``'s failed call means: the user's code failed in it, it died,
+        another actor died, or the call raised."""
+        cause = root_cause(exc)
+        if isinstance(cause, UserCodeError):
+            raise UserCodeError(f"{label}: {cause}") from exc
+        # The actor called is the dead one (a RayTaskError also passes for its cause's type:
+        # that is a call that failed because *another* actor died).
+        if isinstance(exc, ActorDiedError) and not isinstance(exc, RayTaskError):
+            raise PSActorDiedError(
+                f"{label} died during {self._when()} ({first_line(exc)})"
+            ) from exc
+        self._raise_dead(first_line(exc))
+        raise UnstallError(f"{label} failed in {self._when()}: {first_line(exc)}") from exc
 
     def _raise_dead(self, cause: str) -> None:
         """Ping every actor; raise :class:`PSActorDiedError` naming those that do not answer."""
@@ -427,14 +328,13 @@ class PSCluster:
             except GetTimeoutError:
                 continue  # alive but busy
         if dead:
-            raise PSActorDiedError(
-                f"{' and '.join(dead)} died during iteration {self.iteration} ({cause})"
-            )
+            raise PSActorDiedError(f"{' and '.join(dead)} died during {self._when()} ({cause})")
 
 
-def _first_line(exc: BaseException) -> str:
-    """The root cause in one line: a remote task's error unwrapped to what it caught."""
-    while isinstance(exc, RayTaskError) and isinstance(exc.cause, BaseException):
-        exc = exc.cause
-    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}"
+@contextlib.contextmanager
+def _read_only_tensors() -> Iterator[None]:
+    """Torch tensors that arrive zero-copy from the object store are read-only, which torch
+    warns about once; the batches and buffers fetched here are only read."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        yield

@@ -1,44 +1,47 @@
-"""The global batches of a run, and each worker's shard of them.
+"""Where a worker's batches come from: the data contract, the built-in sources, the losses.
 
-Iteration ``i``'s global batch is the concatenation of the workers' shards in rank order; the
-reference trains on exactly that. Two sources:
+A run's data is a callable ``data(rank, world_size) -> iterable of (inputs, targets)``: worker
+``rank`` of ``world_size`` takes batch ``i`` of its iterable in iteration ``i``, and iteration
+``i``'s global batch is the workers' batches in rank order (the reference trains on exactly
+that). An iterable that ends is started again (a new epoch: a ``DataLoader`` reshuffles), so a
+run may be longer than an epoch. The data function and every batch are drawn with torch's
+global generator seeded by the run's seed, the rank and the iteration, so that a ``DataLoader``
+that shuffles gives the same batches in every run of the same seed.
 
-- ``synthetic``: the zoo's random batch for the model, drawn from a generator seeded by
-  ``(seed, iteration, rank)``; nothing to load, any model.
-- ``digits``: scikit-learn's 8x8 handwritten digits (1,797 images, 64 features scaled to [0, 1],
-  10 classes; shipped inside the wheel). Samples are taken epoch by epoch in a seeded
-  permutation; a ``features`` model (``mlp``) with 64 inputs and 10 classes learns it, and its
-  loss visibly falls.
+Two built-in sources:
+
+- :class:`SyntheticData`: random batches from a batch function (for a zoo model, its
+  ``example_batch``), drawn from a generator seeded by ``(seed, iteration, rank)``.
+- :class:`ArrayData`: in-memory features and labels (``digits``: scikit-learn's 8x8
+  handwritten digits, 1,797 images, 64 features scaled to [0, 1], 10 classes, shipped inside
+  the wheel, :func:`load_digits`). Samples are taken epoch by epoch in a seeded permutation.
+
+Losses are callables ``loss(outputs, targets) -> scalar tensor``; :data:`LOSSES` holds the
+built-in ones by name.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import itertools
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from unstall.config import check
-from unstall.workload import zoo
+from unstall.errors import UnstallError
+from unstall.ps.named import unwrap
+from unstall.usercode import UserCodeError, call_user, user_code_error, where_defined
 
-Dataset = tuple[np.ndarray, np.ndarray]  # features float32 (n, f), labels int64 (n,)
+Batch = tuple[Any, Any]  # (inputs, targets)
+DataFn = Callable[[int, int], Iterable[Batch]]
+LossFn = Callable[[Any, Any], torch.Tensor]
 
-
-def load_digits() -> Dataset:
-    """scikit-learn's digits, features scaled to [0, 1] (imported late: sklearn is slow to load)."""
-    from sklearn.datasets import load_digits as sk_load_digits
-
-    bunch = sk_load_digits()
-    features = (bunch.data / 16.0).astype(np.float32)
-    return features, bunch.target.astype(np.int64)
-
-
-# name -> (loader or None for synthetic, model options the data set needs)
-DATA_SOURCES: dict[str, tuple[Callable[[], Dataset] | None, dict[str, object]]] = {
-    "synthetic": (None, {}),
-    "digits": (load_digits, {"in_features": 64, "num_classes": 10}),
-}
+LOSSES: dict[str, LossFn] = {"cross_entropy": F.cross_entropy, "mse": F.mse_loss}
 
 
 def derive_seed(*parts: int) -> int:
@@ -46,18 +49,22 @@ def derive_seed(*parts: int) -> int:
     return int(np.random.SeedSequence(list(parts)).generate_state(1, dtype=np.uint64)[0] >> 1)
 
 
-@dataclass(frozen=True, kw_only=True)
-class DataSpec:
-    """Where batches come from; ``batch_size`` is per worker (the global batch is W times it)."""
+@contextmanager
+def seeded(seed: int) -> Iterator[None]:
+    """Torch's global generator seeded with ``seed`` inside, and as it was after."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        yield
 
-    source: str = "synthetic"
-    batch_size: int = 32
-    seed: int = 0
 
-    def __post_init__(self) -> None:
-        known = ", ".join(DATA_SOURCES)
-        check(self.source in DATA_SOURCES, self, "source", f"must be one of {known}")
-        check(self.batch_size >= 1, self, "batch_size", f"must be >= 1, got {self.batch_size}")
+def load_digits() -> tuple[np.ndarray, np.ndarray]:
+    """scikit-learn's digits: features float32 (1797, 64) scaled to [0, 1], labels int64
+    (imported late: sklearn is slow to load)."""
+    from sklearn.datasets import load_digits as sk_load_digits
+
+    bunch = sk_load_digits()
+    features = (bunch.data / 16.0).astype(np.float32)
+    return features, bunch.target.astype(np.int64)
 
 
 def global_indices(n_samples: int, seed: int, iteration: int, global_batch: int) -> np.ndarray:
@@ -73,21 +80,109 @@ def global_indices(n_samples: int, seed: int, iteration: int, global_batch: int)
     return out
 
 
-def worker_batch(
-    spec: DataSpec,
-    model: str,
-    model_options: dict[str, object],
-    *,
-    iteration: int,
-    rank: int,
-    workers: int,
-    dataset: Dataset | None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Worker ``rank``'s shard of iteration ``iteration``'s global batch."""
-    if dataset is None:
-        gen = torch.Generator().manual_seed(derive_seed(spec.seed, iteration, rank))
-        return zoo.example_batch(model, spec.batch_size, generator=gen, **model_options)
-    features, labels = dataset
-    idx = global_indices(len(labels), spec.seed, iteration, spec.batch_size * workers)
-    mine = idx[rank * spec.batch_size : (rank + 1) * spec.batch_size]
-    return torch.from_numpy(features[mine]), torch.from_numpy(labels[mine])
+@dataclass(frozen=True, eq=False)
+class ArrayData:
+    """In-memory ``features`` (n, ...) and ``labels`` (n,): iteration ``i``'s global batch is
+    positions ``[i*B*W, (i+1)*B*W)`` of a stream of per-epoch permutations of the samples
+    (epoch ``e`` shuffled by ``(seed, e)``); worker ``r``'s batch is its ``r``-th ``B``
+    (``batch_size``) of them."""
+
+    features: np.ndarray
+    labels: np.ndarray
+    batch_size: int = 32
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        n = len(self.labels)
+        check(len(self.features) == n, self, "features", f"must have {n} rows, as the labels")
+        check(n >= 1, self, "labels", "must hold at least one sample")
+        check(self.batch_size >= 1, self, "batch_size", f"must be >= 1, got {self.batch_size}")
+
+    def __call__(self, rank: int, world_size: int) -> Iterator[Batch]:
+        """Worker ``rank``'s batches, one an iteration, without end."""
+        for iteration in itertools.count():
+            idx = global_indices(
+                len(self.labels), self.seed, iteration, self.batch_size * world_size
+            )
+            mine = idx[rank * self.batch_size : (rank + 1) * self.batch_size]
+            yield torch.from_numpy(self.features[mine]), torch.from_numpy(self.labels[mine])
+
+
+@dataclass(frozen=True)
+class SyntheticData:
+    """Random batches: ``make_batch(batch_size, generator=g)`` returns one ``(inputs, targets)``
+    batch; worker ``r``'s batch of iteration ``i`` is drawn from a generator seeded by
+    ``(seed, i, r)``. For a zoo model the batch function is
+    ``functools.partial(unstall.workload.zoo.example_batch, name, **options)``."""
+
+    make_batch: Callable[..., Batch]
+    batch_size: int = 32
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        check(self.batch_size >= 1, self, "batch_size", f"must be >= 1, got {self.batch_size}")
+
+    def __call__(self, rank: int, world_size: int) -> Iterator[Batch]:
+        """Worker ``rank``'s batches, one an iteration, without end."""
+        for iteration in itertools.count():
+            gen = torch.Generator().manual_seed(derive_seed(self.seed, iteration, rank))
+            yield self.make_batch(self.batch_size, generator=gen)
+
+
+_END = object()  # what an exhausted iterator gives
+
+
+class BatchStream:
+    """One worker's batches from a data function (see the module docstring); errors in the
+    user's code, and batches that are not ``(inputs, targets)``, raise a one-line
+    :class:`~unstall.usercode.UserCodeError` naming the data function."""
+
+    def __init__(self, data: DataFn, rank: int, world_size: int, seed: int) -> None:
+        self.fn = unwrap(data)
+        self.rank = rank
+        self.seed = seed
+        with seeded(derive_seed(seed, rank, 3)):
+            self.iterable = call_user(self.fn, rank, world_size, what="data function")
+        if not isinstance(self.iterable, Iterable):
+            raise UserCodeError(
+                f"data function {where_defined(self.fn)} returned a "
+                f"{type(self.iterable).__name__}, not an iterable of (inputs, targets)"
+            )
+        self.iterator: Iterator[Any] | None = None
+        self.taken = 0  # batches of the current epoch
+
+    def next(self, iteration: int) -> Batch:
+        """The batch of ``iteration`` (iterations are asked for in order)."""
+        with seeded(derive_seed(self.seed, iteration, self.rank, 2)):
+            item = self._next()
+            if item is _END and self.taken > 0:  # the end of an epoch: start the next
+                self.iterator, self.taken = None, 0
+                item = self._next()
+                if item is _END:
+                    raise UserCodeError(
+                        f"data function {where_defined(self.fn)} ran out after {iteration} "
+                        f"batches for worker {self.rank} and gave none when started again (a "
+                        "spent generator cannot start again: return a list, a DataLoader or an "
+                        "endless generator)"
+                    )
+        if item is _END:
+            raise UserCodeError(
+                f"data function {where_defined(self.fn)} gave worker {self.rank} no batch"
+            )
+        self.taken += 1
+        if isinstance(item, tuple | list) and len(item) == 2:
+            return item[0], item[1]
+        raise UserCodeError(
+            f"data function {where_defined(self.fn)} must yield (inputs, targets) pairs; "
+            f"got a {type(item).__name__}"
+        )
+
+    def _next(self) -> Any:
+        try:
+            if self.iterator is None:
+                self.iterator = iter(self.iterable)
+            return next(self.iterator, _END)
+        except UnstallError:
+            raise
+        except Exception as exc:
+            raise user_code_error(self.fn, exc, what="data function") from exc

@@ -1,7 +1,8 @@
 """PSLD's elastic scaling module: carries the controller's decisions out while training goes on.
 
-:class:`ElasticPSLD` is an iteration hook (see :func:`unstall.ps.train.run_training`): after
-every iteration it feeds the servers' timings to the pure :class:`~unstall.ps.controller.
+A strategy may hand a run a :class:`Controller`, which the run calls at every iteration
+boundary with the cluster and the iteration's telemetry. :class:`ElasticPSLD` is PSLD's: after
+every iteration it feeds the servers' timings to the pure :class:`~unstall.ps.psld.controller.
 PSLDController`, asks for a decision and applies it through the :class:`~unstall.ps.coordinator.
 PSCluster` API before the next iteration starts: chunk state (parameters and momentum) moves
 server to server as ObjectRefs, new servers start with the spec the scenario gives their id,
@@ -15,20 +16,14 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
-from unstall.ps.controller import (
-    ClusterView,
-    ControllerConfig,
-    Decision,
-    NoChange,
-    PauseSample,
-    PSLDController,
-    Reassign,
-    ScaleIn,
-    ScaleOut,
-    samples_from,
-)
 from unstall.ps.coordinator import IterationTelemetry, PSCluster
+from unstall.ps.psld.config import ControllerConfig
+from unstall.ps.psld.controller import PSLDController
+from unstall.ps.psld.decisions import ClusterView, Decision, NoChange, Reassign, ScaleIn, ScaleOut
+from unstall.ps.psld.pauses import PauseSample
+from unstall.ps.psld.rates import samples_from
 from unstall.ps.scenarios import Scenario
 
 
@@ -47,6 +42,8 @@ class ElasticEvent:
 
 @dataclass(frozen=True, kw_only=True)
 class ElasticSummary:
+    """What a controller did over a run: servers after each iteration, decisions, pauses."""
+
     servers_over_time: tuple[int, ...]
     migrations: int
     scale_outs: int
@@ -56,8 +53,19 @@ class ElasticSummary:
     events: tuple[ElasticEvent, ...]
 
 
+class Controller(Protocol):
+    """Called at every iteration boundary, after the step: may change the cluster through
+    :class:`~unstall.ps.coordinator.PSCluster`'s hooks (reassign, add or remove servers)."""
+
+    def __call__(self, cluster: PSCluster, telemetry: IterationTelemetry) -> None: ...
+
+    def summary(self) -> ElasticSummary | None:
+        """What it did over the run (None: nothing to report; the servers stayed)."""
+        ...
+
+
 class ElasticPSLD:
-    """The iteration hook that runs PSLD on a live cluster."""
+    """The controller that runs PSLD on a live cluster."""
 
     def __init__(
         self,

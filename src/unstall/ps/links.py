@@ -1,10 +1,11 @@
 """The emulated link and compute of one parameter server, and the cost model strategies read.
 
-A server has a link with a bandwidth and a latency, one queue per direction (a NIC is full
-duplex): pushes queue on its ingress, pulls on its egress. A transfer of ``b`` bytes starts when
-the link is free, occupies it for ``b / bandwidth`` seconds, and arrives ``latency`` later (the
-propagation delay does not hold the link). Transfers on one link serialize, so W workers pushing
-to one server at once are all in after ``W * b / bandwidth + latency``.
+A server has a :class:`~unstall.net.link.Link` (bandwidth, latency: the network model the
+simulator uses too) with one queue per direction (a NIC is full duplex): pushes queue on its
+ingress, pulls on its egress. A transfer of ``b`` bytes starts when the link is free, occupies
+it for ``link.transfer_s(b)`` seconds, and arrives ``link.latency_s`` later (the propagation
+delay does not hold the link). Transfers on one link serialize, so W workers pushing to one
+server at once are all in after ``W * b / bandwidth + latency``.
 
 The server's compute (summing the W gradients and the SGD step) costs
 ``W * b * slowdown / apply_rate`` seconds; ``slowdown`` > 1 emulates interference from other
@@ -15,40 +16,50 @@ is set by the scenario rather than by the load of the machine it runs on.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from unstall.config import check, check_positive
+from unstall.net.link import MB, Link
 
-MB = 1e6  # bandwidths are in MB/s (10^6 bytes), as network figures are quoted
+# The presets' link: 25 MB/s (0.2 Gbit/s) and 0.5 ms, slow enough that moving their few MB of
+# parameters takes several times longer than their compute and Ray's own overhead on a small
+# machine, as the network does on a real cluster.
+DEFAULT_LINK_MB_S = 25.0
+DEFAULT_LATENCY_MS = 0.5
+
+
+def default_link() -> Link:
+    """The presets' server link: 25 MB/s, 0.5 ms."""
+    return Link.from_mb_s(DEFAULT_LINK_MB_S, latency_ms=DEFAULT_LATENCY_MS)
 
 
 @dataclass(frozen=True, kw_only=True)
 class ServerSpec:
-    """One server's emulated link and compute. ``inf`` bandwidth/apply rate means no limit."""
+    """One server's emulated link and compute: ``apply_mb_s`` is the rate (MB/s of gradients)
+    its step runs at, ``slowdown`` (>= 1) divides it. ``inf`` apply rate means no limit."""
 
-    bandwidth_mb_s: float = 25.0
-    latency_ms: float = 0.5
+    link: Link = field(default_factory=default_link)
     apply_mb_s: float = 400.0
     slowdown: float = 1.0
 
     def __post_init__(self) -> None:
-        for name in ("bandwidth_mb_s", "latency_ms", "apply_mb_s", "slowdown"):
+        check(isinstance(self.link, Link), self, "link", f"must be a Link, got {self.link!r}")
+        for name in ("apply_mb_s", "slowdown"):
             value = getattr(self, name)
             ok = isinstance(value, int | float) and not isinstance(value, bool)
             check(ok, self, name, f"must be a number, got {value!r}")
-        check_positive(self, bandwidth_mb_s=self.bandwidth_mb_s, apply_mb_s=self.apply_mb_s)
-        check(self.latency_ms >= 0, self, "latency_ms", f"must be >= 0, got {self.latency_ms}")
+        check_positive(self, apply_mb_s=self.apply_mb_s)
         check(self.slowdown >= 1, self, "slowdown", f"must be >= 1, got {self.slowdown}")
-        check(math.isfinite(self.latency_ms), self, "latency_ms", "must be finite")
         check(math.isfinite(self.slowdown), self, "slowdown", "must be finite")
 
     @property
     def seconds_per_byte(self) -> float:
-        return 1.0 / (self.bandwidth_mb_s * MB)
+        """Seconds one byte holds the link."""
+        return 1.0 / self.link.bytes_per_s
 
     @property
     def latency_s(self) -> float:
-        return self.latency_ms / 1e3
+        return self.link.latency_s
 
     def transfer_s(self, nbytes: int) -> float:
         """Seconds ``nbytes`` hold the link (serialisation only; latency comes on top)."""
@@ -61,7 +72,7 @@ class ServerSpec:
 
 def unlimited() -> ServerSpec:
     """No emulated limit: infinite bandwidth and compute, no latency (the engine's own speed)."""
-    return ServerSpec(bandwidth_mb_s=math.inf, latency_ms=0.0, apply_mb_s=math.inf)
+    return ServerSpec(link=Link.unlimited(), apply_mb_s=math.inf)
 
 
 class LinkQueue:

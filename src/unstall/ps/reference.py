@@ -1,7 +1,8 @@
 """The invariant's other side: single-process SGD with momentum over the same global batches.
 
-Each iteration computes every worker's shard gradient in rank order with the same code the
-workers run (:class:`~unstall.ps.replica.ModelReplica`, one thread), and applies
+Each iteration replays every worker's batch (the one the worker recorded, so the check holds for
+any data function, deterministic or not), computes its gradient in rank order with the same code
+the workers run (:class:`~unstall.ps.replica.ModelReplica`, one thread), and applies
 :func:`~unstall.ps.optim.sgd_momentum_step` to whole tensors. The parameters a parameter-server
 run ends with must equal these within ``REL_TOL`` (relative, per tensor).
 """
@@ -13,30 +14,32 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from unstall.ps.data import Dataset
+from unstall.ps.data import Batch
 from unstall.ps.optim import SGDConfig, sgd_momentum_step
-from unstall.ps.replica import ModelJob, ModelReplica, initial_params, one_thread
+from unstall.ps.replica import ModelReplica, TrainingJob, one_thread
 
 REL_TOL = 1e-6
 
 
 def reference_params(
-    job: ModelJob,
+    job: TrainingJob,
     sgd: SGDConfig,
-    iterations: int,
-    dataset: Dataset | None,
+    initial: Sequence[np.ndarray],
+    batches: Sequence[Sequence[Batch]],
     advance: Callable[[int], None] | None = None,
 ) -> list[np.ndarray]:
-    """Parameters after ``iterations`` steps of single-process synchronous SGD."""
-    _, params = initial_params(job)
+    """Parameters after single-process synchronous SGD from ``initial`` over ``batches``
+    (``batches[rank][iteration]``, one iteration per batch)."""
+    params = [p.copy() for p in initial]
     momentum = [np.zeros_like(p) for p in params]
-    replica = ModelReplica(job, dataset)
+    replica = ModelReplica(job)
+    iterations = min((len(b) for b in batches), default=0)
     with one_thread():
         for iteration in range(iterations):
             replica.load_all(params)
             by_rank = []
             for rank in range(job.workers):
-                _, grads = replica.gradients(iteration, rank)
+                _, grads = replica.gradients(batches[rank][iteration], iteration, rank)
                 by_rank.append([g.copy() for g in grads])  # the next backward reuses storage
             for t, (param, buf) in enumerate(zip(params, momentum, strict=True)):
                 sgd_momentum_step(param, buf, [g[t] for g in by_rank], sgd)
@@ -55,6 +58,7 @@ class ReferenceCheck:
 
 
 def compare(actual: Sequence[np.ndarray], expected: Sequence[np.ndarray]) -> ReferenceCheck:
+    """How far ``actual`` is from ``expected``, tensor by tensor."""
     errors = []
     for a, e in zip(actual, expected, strict=True):
         scale = float(np.linalg.norm(e.astype(np.float64)))

@@ -1,37 +1,44 @@
 """A model replica: the torch side of a worker, and of the single-process reference.
 
 Workers and the reference compute gradients with this same code, on one thread, so the two see
-the same float32 operations on the same inputs and agree bit for bit.
+the same float32 operations on the same inputs and agree bit for bit. Every copy of the model
+(the driver's, whose parameters are the run's starting point, each worker's and the
+reference's) is built by the user's model function with torch's generator seeded by the run's
+seed, so parameters that are not trained and buffers start equal everywhere too.
 """
 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from types import MappingProxyType
+from dataclasses import dataclass
 
 import numpy as np
 import torch
+from torch import nn
 
+from unstall.errors import UnstallError
 from unstall.ps.chunks import Chunk, TensorInfo, tensor_infos
-from unstall.ps.data import Dataset, DataSpec, derive_seed, worker_batch
-from unstall.workload import zoo
+from unstall.ps.data import Batch, DataFn, LossFn, derive_seed, seeded
+from unstall.ps.named import unwrap
+from unstall.usercode import UserCodeError, call_user, user_code_error, where_defined
+
+ModelFn = Callable[[], nn.Module]
 
 
 @dataclass(frozen=True, kw_only=True)
-class ModelJob:
-    """The model and data every worker of a run trains on."""
+class TrainingJob:
+    """What every worker of a run trains: the model, data and loss functions, the run's seed
+    and the number of workers; ``record_batches``: workers keep every batch they train on (for
+    the reference to replay)."""
 
-    model: str
-    model_options: Mapping[str, object] = field(default_factory=dict)
-    data: DataSpec = field(default_factory=DataSpec)
+    model: ModelFn
+    data: DataFn
+    loss: LossFn
+    seed: int = 0
     workers: int = 2
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "model_options", MappingProxyType(dict(self.model_options)))
-        zoo.resolve_options(self.model, dict(self.model_options))  # validates name and options
+    record_batches: bool = False
 
 
 @contextmanager
@@ -45,33 +52,51 @@ def one_thread() -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def _build(job: ModelJob, seed: int) -> torch.nn.Module:
-    # Model builders draw from torch's global generator; fork it so the caller's is untouched.
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        return zoo.build(job.model, **job.model_options)
+def trainable(model: nn.Module) -> list[nn.Parameter]:
+    """The parameters the servers own: those that require a gradient, in creation order."""
+    return [p for p in model.parameters() if p.requires_grad]
 
 
-def initial_params(job: ModelJob) -> tuple[list[TensorInfo], list[np.ndarray]]:
-    """The run's starting point: the model built with the data seed, as flat float32 arrays."""
-    model = _build(job, job.data.seed)
-    params = [p for p in model.parameters() if p.requires_grad]
-    return tensor_infos(model), [p.detach().reshape(-1).numpy().copy() for p in params]
+def build_model(model_fn: ModelFn, seed: int) -> nn.Module:
+    """The user's model, built with torch's generator seeded by ``seed`` (forked, so the
+    caller's is untouched), checked to be a module of float32 CPU parameters."""
+    fn = unwrap(model_fn)
+    with seeded(seed):
+        model = call_user(fn, what="model function")
+    if not isinstance(model, nn.Module):
+        raise UserCodeError(
+            f"model function {where_defined(fn)} returned a {type(model).__name__}, "
+            "not a torch.nn.Module"
+        )
+    params = trainable(model)
+    if not params:
+        raise UserCodeError(f"model function {where_defined(fn)}: the model has no parameters")
+    for name, p in model.named_parameters():
+        if p.requires_grad and (p.dtype != torch.float32 or p.device.type != "cpu"):
+            raise UserCodeError(
+                f"model function {where_defined(fn)}: parameter {name!r} is {p.dtype} on "
+                f"{p.device}; the parameter server trains float32 parameters on the CPU"
+            )
+    return model
+
+
+def initial_params(model: nn.Module) -> tuple[list[TensorInfo], list[np.ndarray]]:
+    """The run's starting point: ``model``'s trainable tensors, as flat float32 arrays."""
+    return tensor_infos(model), [p.detach().reshape(-1).numpy().copy() for p in trainable(model)]
 
 
 class ModelReplica:
     """One copy of the model whose parameters are written chunk by chunk and whose gradients
     are read as flat float32 arrays (views on the torch storage, no copy)."""
 
-    def __init__(self, job: ModelJob, dataset: Dataset | None) -> None:
+    def __init__(self, job: TrainingJob) -> None:
         self.job = job
-        self.dataset = dataset
-        self.model = _build(job, 0)  # its values are overwritten by the first pull
+        self.model = build_model(job.model, job.seed)  # trained values come with the first pull
         self.model.train()
-        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.params = trainable(self.model)
         self.own = [p.data for p in self.params]  # the replica's own storage, writable
         self.flat = [p.view(-1).numpy() for p in self.own]
-        self.loss_fn = zoo.loss_fn(job.model)
+        self.loss_fn = unwrap(job.loss)
 
     def load(self, chunk: Chunk, values: np.ndarray) -> None:
         """Set the chunk's elements. A chunk that is a whole tensor becomes the parameter's
@@ -105,27 +130,36 @@ class ModelReplica:
         for dst, src in zip(self.flat, values, strict=True):
             np.copyto(dst, src)
 
-    def gradients(self, iteration: int, rank: int) -> tuple[float, list[np.ndarray]]:
-        """Loss and flat gradients of worker ``rank``'s shard of iteration ``iteration``."""
-        job = self.job
-        inputs, targets = worker_batch(
-            job.data,
-            job.model,
-            dict(job.model_options),
-            iteration=iteration,
-            rank=rank,
-            workers=job.workers,
-            dataset=self.dataset,
-        )
+    def gradients(self, batch: Batch, iteration: int, rank: int) -> tuple[float, list[np.ndarray]]:
+        """Loss and flat gradients of worker ``rank``'s ``batch`` in iteration ``iteration``."""
+        inputs, targets = batch
         self.model.zero_grad(set_to_none=True)
         # Dropout draws from torch's global generator: seed a fork of it per (iteration, rank)
         # so that the reference draws the same masks.
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(derive_seed(job.data.seed, iteration, rank, 1))
-            loss = self.loss_fn(self.model(inputs), targets)
+        with seeded(derive_seed(self.job.seed, iteration, rank, 1)):
+            loss = self._loss(inputs, targets)
             loss.backward()
         grads = [
             p.grad.detach().reshape(-1).numpy() if p.grad is not None else np.zeros_like(flat)
             for p, flat in zip(self.params, self.flat, strict=True)
         ]
         return float(loss.item()), grads
+
+    def _loss(self, inputs: object, targets: object) -> torch.Tensor:
+        try:
+            outputs = self.model(inputs)
+        except UnstallError:
+            raise
+        except Exception as exc:
+            raise user_code_error(self.model.forward, exc, what="model's forward") from exc
+        loss = call_user(self.loss_fn, outputs, targets, what="loss function")
+        if not isinstance(loss, torch.Tensor) or loss.numel() != 1 or not loss.requires_grad:
+            raise UserCodeError(
+                f"loss function {where_defined(self.loss_fn)} returned "
+                f"{type(loss).__name__}, not a scalar tensor that depends on the model"
+            )
+        return loss
+
+    def buffers(self) -> dict[str, torch.Tensor]:
+        """The model's buffers (e.g. BatchNorm's running statistics), copied."""
+        return {name: b.detach().clone() for name, b in self.model.named_buffers()}

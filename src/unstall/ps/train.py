@@ -1,136 +1,42 @@
-"""One parameter-server training run: config in, :class:`PSRunResult` out.
+"""One parameter-server training run: callables in, :class:`PSRunResult` out.
 
-:func:`prepare` resolves a :class:`PSConfig` (scenario, model, data, optimizer) without touching
-Ray; :func:`run_training` starts the servers, assigns the chunks with the chosen strategy, runs
-the synchronous iterations (applying the scenario's changes and an optional controller hook at
-every iteration boundary) and, with ``check_reference``, compares the final parameters with
-single-process SGD over the same global batches.
+:func:`fit` builds the model once in the driver (the run's starting point), asks the strategy
+for the first assignment and its controller, connects to (or starts) Ray once, starts the
+servers, runs the synchronous iterations (applying the scenario's changes and the controller at
+every iteration boundary) and gathers the trained parameters. With ``check_reference`` it replays
+every worker's batches in single-process SGD and compares.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from types import MappingProxyType
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
 
 from unstall.config import check
-from unstall.errors import ConfigError
-from unstall.ps.assign import STRATEGIES, CostPhase, assign
+from unstall.ps.assign.base import CostPhase
 from unstall.ps.chunks import Assignment
-from unstall.ps.coordinator import (
-    DEFAULT_PIECE_BYTES,
-    ActorPool,
-    IterationTelemetry,
-    PSCluster,
-    ensure_ray,
-)
-from unstall.ps.data import DATA_SOURCES, Dataset, DataSpec
-from unstall.ps.elastic import ElasticEvent, ElasticPSLD
+from unstall.ps.coordinator import DEFAULT_PIECE_BYTES, IterationTelemetry, PSCluster
+from unstall.ps.data import DataFn, LossFn
+from unstall.ps.elastic import Controller, ElasticEvent
 from unstall.ps.links import server_cost
+from unstall.ps.named import label_of, options_of
 from unstall.ps.optim import SGDConfig
-from unstall.ps.reference import compare, reference_params
-from unstall.ps.replica import ModelJob, initial_params
-from unstall.ps.scenarios import Scenario, resolve_scenario
-from unstall.results import JsonResult
-from unstall.workload import zoo
+from unstall.ps.reference import ReferenceCheck, compare, reference_params
+from unstall.ps.replica import ModelFn, TrainingJob, build_model, initial_params, trainable
+from unstall.ps.runtime import ActorPool, ray_for_run
+from unstall.ps.scenarios import Scenario, none
+from unstall.ps.strategies import STRATEGIES, Strategy
+from unstall.results import JsonResult, to_jsonable
 
-DEFAULT_MODEL = "mlp"
-
-
-@dataclass(frozen=True, kw_only=True)
-class PSConfig:
-    """Everything one run needs. ``model=None`` takes the scenario's model (and its options);
-    ``servers=None`` the scenario's server count; ``batch_size`` is per worker."""
-
-    model: str | None = None
-    model_options: Mapping[str, object] = field(default_factory=dict)
-    data: str = "synthetic"
-    batch_size: int = 32
-    workers: int = 2
-    servers: int | None = None
-    spares: int | None = None  # servers a controller (psld) may add; None: the scenario's
-    strategy: str = "tf-greedy"
-    scenario: str = "none"
-    iterations: int = 20
-    sgd: SGDConfig = field(default_factory=SGDConfig)
-    seed: int = 0
-    check_reference: bool = False
-    timeout_s: float = 300.0
-    address: str | None = None
-    piece_mb: float = DEFAULT_PIECE_BYTES / 1e6  # pipelined push-pull pieces (plan_pieces)
-    step_threads: int = (
-        1  # threads a server steps a >= 1 M-element segment with (2: no gain on 2 cores)
-    )
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "model_options", MappingProxyType(dict(self.model_options)))
-        check(self.workers >= 1, self, "workers", f"must be >= 1, got {self.workers}")
-        ok = self.servers is None or self.servers >= 1
-        check(ok, self, "servers", f"must be >= 1, got {self.servers}")
-        ok = self.spares is None or self.spares >= 0
-        check(ok, self, "spares", f"must be >= 0, got {self.spares}")
-        check(self.iterations >= 1, self, "iterations", f"must be >= 1, got {self.iterations}")
-        check(self.batch_size >= 1, self, "batch_size", f"must be >= 1, got {self.batch_size}")
-        check(self.timeout_s > 0, self, "timeout_s", f"must be > 0, got {self.timeout_s}")
-        check(self.piece_mb > 0, self, "piece_mb", f"must be > 0, got {self.piece_mb}")
-        ok = self.step_threads >= 1
-        check(ok, self, "step_threads", f"must be >= 1, got {self.step_threads}")
-        known = ", ".join(STRATEGIES)
-        check(self.strategy in STRATEGIES, self, "strategy", f"must be one of {known}")
-        check(self.data in DATA_SOURCES, self, "data", f"must be one of {', '.join(DATA_SOURCES)}")
-
-
-@dataclass(frozen=True, kw_only=True)
-class PreparedRun:
-    """A config resolved: the scenario (on the run's server count), the job and the costs."""
-
-    config: PSConfig
-    scenario: Scenario
-    job: ModelJob
-
-    def costs(self) -> list[CostPhase]:
-        """Each stretch of constant specs with its share of the run and every server's cost."""
-        n = self.config.iterations
-        return [
-            CostPhase(
-                weight=(stop - start) / n,
-                servers=tuple(
-                    server_cost(s, self.job.workers) for s in self.scenario.specs(start, n)
-                ),
-            )
-            for start, stop in self.scenario.spans(n)
-        ]
-
-
-def _model(config: PSConfig, scenario: Scenario) -> tuple[str, dict[str, object]]:
-    """The model and options: the scenario's unless ``config.model`` names another; then the
-    data source's requirements (``digits``: 64 features, 10 classes)."""
-    name = config.model or scenario.model or DEFAULT_MODEL
-    options = dict(scenario.model_options) if name == scenario.model else {}
-    options.update(config.model_options)
-    _, needs = DATA_SOURCES[config.data]
-    if needs:
-        if zoo.spec(name).input_kind != "features":
-            raise ConfigError("PSConfig", "data", f"{config.data!r} needs a features model (mlp)")
-        options.update(needs)
-    return name, options
-
-
-def prepare(config: PSConfig) -> PreparedRun:
-    scenario = resolve_scenario(config.scenario)
-    if config.servers is not None:
-        scenario = scenario.with_servers(config.servers)
-    if config.spares is not None:
-        scenario = dataclasses.replace(scenario, spares=config.spares)
-    model, options = _model(config, scenario)
-    data = DataSpec(source=config.data, batch_size=config.batch_size, seed=config.seed)
-    job = ModelJob(model=model, model_options=options, data=data, workers=config.workers)
-    return PreparedRun(config=config, scenario=scenario, job=job)
+DEFAULT_STRATEGY = STRATEGIES["tf-greedy"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -138,7 +44,9 @@ class PSRunResult(JsonResult):
     """A run's outcome. Throughput and mean iteration time leave out iteration 0 (first-call
     set-up) when there is more than one; ``server_bytes`` are the parameter bytes each server
     owns at the end, ``server_traffic_bytes`` what crossed its link over the run;
-    ``predicted_iter_s`` is the cost model's transfer-and-step time of the assignment."""
+    ``predicted_iter_s`` is the cost model's transfer-and-step time of the first assignment.
+    ``state_dict`` holds the trained model (``model.load_state_dict(result.state_dict)``; its
+    buffers, e.g. BatchNorm's running statistics, are worker 0's); it is left out of the JSON."""
 
     strategy: str
     scenario: str
@@ -171,136 +79,282 @@ class PSRunResult(JsonResult):
     max_pause_s: float = 0.0
     total_pause_s: float = 0.0
     elastic_events: tuple[ElasticEvent, ...] = ()
+    state_dict: Mapping[str, torch.Tensor] = field(default_factory=dict, repr=False, compare=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field but ``state_dict`` (tensors belong in ``torch.save``, not JSON)."""
+        return {
+            f.name: to_jsonable(getattr(self, f.name))
+            for f in dataclasses.fields(self)
+            if f.name != "state_dict"
+        }
 
 
-class IterationHook(Protocol):
-    """Called at every iteration boundary after the step (a controller such as PSLD)."""
+@dataclass(frozen=True, kw_only=True)
+class RunPlan:
+    """A run made ready without Ray: the job, the scenario on the run's servers, the strategy,
+    the model built in the driver and its starting parameters, and the first assignment."""
 
-    def __call__(self, cluster: PSCluster, telemetry: IterationTelemetry) -> None: ...
+    job: TrainingJob
+    strategy: Strategy
+    scenario: Scenario
+    iterations: int
+    sgd: SGDConfig
+    check_reference: bool
+    timeout_s: float
+    piece_bytes: int
+    step_threads: int
+    model: nn.Module
+    initial: tuple[np.ndarray, ...]
+    assignment: Assignment
 
 
-def predicted_iter_s(run: PreparedRun, assignment: Assignment) -> float:
+def run_costs(scenario: Scenario, workers: int, iterations: int) -> list[CostPhase]:
+    """Each stretch of constant specs with its share of the run and every server's cost."""
+    return [
+        CostPhase(
+            weight=(stop - start) / iterations,
+            servers=tuple(server_cost(s, workers) for s in scenario.specs(start, iterations)),
+        )
+        for start, stop in scenario.spans(iterations)
+    ]
+
+
+def predicted_iter_s(assignment: Assignment, costs: Sequence[CostPhase]) -> float:
     """The cost model's iteration time of ``assignment`` (its slowest server's transfers and
     step), averaged over the run's stretches."""
     load = assignment.server_bytes()
     return sum(
         phase.weight * max(c.seconds(b) for c, b in zip(phase.servers, load, strict=True) if b)
-        for phase in run.costs()
+        for phase in costs
     )
 
 
-# Strategies that keep a controller running during training: strategy -> the hook to run.
-CONTROLLED: dict[str, Callable[[PreparedRun], IterationHook]] = {
-    "psld": lambda run: ElasticPSLD(run.scenario, run.config.iterations),
-}
-
-
-def _load_dataset(source: str) -> Dataset | None:
-    loader, _ = DATA_SOURCES[source]
-    return loader() if loader is not None else None
-
-
-def run_training(
-    config: PSConfig,
+def make_plan(
+    job: TrainingJob,
     *,
+    strategy: Strategy,
+    scenario: Scenario,
+    iterations: int,
+    sgd: SGDConfig,
+    check_reference: bool = False,
+    timeout_s: float = 300.0,
+    piece_mb: float = DEFAULT_PIECE_BYTES / 1e6,
+    step_threads: int = 1,
+) -> RunPlan:
+    """Validate a run and make it ready (the user's model function runs here, in the driver)."""
+    check(job.workers >= 1, "fit", "workers", f"must be >= 1, got {job.workers}")
+    check(iterations >= 1, "fit", "iterations", f"must be >= 1, got {iterations}")
+    check(timeout_s > 0, "fit", "timeout_s", f"must be > 0, got {timeout_s}")
+    check(piece_mb > 0, "fit", "piece_mb", f"must be > 0, got {piece_mb}")
+    check(step_threads >= 1, "fit", "step_threads", f"must be >= 1, got {step_threads}")
+    model = build_model(job.model, job.seed)
+    infos, initial = initial_params(model)
+    costs = run_costs(scenario, job.workers, iterations)
+    return RunPlan(
+        job=job,
+        strategy=strategy,
+        scenario=scenario,
+        iterations=iterations,
+        sgd=sgd,
+        check_reference=check_reference,
+        timeout_s=timeout_s,
+        piece_bytes=max(1, int(piece_mb * 1e6)),
+        step_threads=step_threads,
+        model=model,
+        initial=tuple(initial),
+        assignment=strategy.assign(infos, scenario.servers, costs),
+    )
+
+
+def fit(
+    model: ModelFn,
+    data: DataFn,
+    *,
+    loss: LossFn = F.cross_entropy,
+    optimizer: SGDConfig | None = None,
+    workers: int = 2,
+    servers: int | None = None,
+    spares: int | None = None,
+    strategy: Strategy = DEFAULT_STRATEGY,
+    scenario: Scenario | None = None,
+    iterations: int = 20,
+    seed: int = 0,
+    check_reference: bool = False,
+    address: str | None = None,
+    timeout_s: float = 300.0,
+    piece_mb: float = DEFAULT_PIECE_BYTES / 1e6,
+    step_threads: int = 1,
     pool: ActorPool | None = None,
-    hook: IterationHook | None = None,
-    advance: Callable[[int], None] | None = None,
+    progress: Callable[[int], None] | None = None,
 ) -> PSRunResult:
-    """Train as ``config`` says on Ray (started on loopback unless running or ``address``)."""
-    run = prepare(config)
-    ensure_ray(config.address, num_cpus=max(config.workers + 1, 2))
-    own_pool = pool is None
-    actors = pool if pool is not None else ActorPool()
-    dataset = _load_dataset(config.data)
-    infos, initial = initial_params(run.job)
-    assignment = assign(config.strategy, infos, run.scenario.servers, run.costs())
-    if hook is None and config.strategy in CONTROLLED:
-        hook = CONTROLLED[config.strategy](run)
+    """Train ``model()`` with synchronous SGD on parameter servers, ``workers`` Ray actors each
+    taking its batches from ``data(rank, workers)`` and its loss from ``loss(outputs, targets)``.
+
+    ``optimizer``: the servers' SGD (default ``SGDConfig()``). ``scenario``: the servers' links
+    and compute and how they change (default: the ``none`` preset, four equal servers);
+    ``servers`` and ``spares`` replace its counts. ``strategy``: how the parameters are placed
+    and moved (an entry of :data:`~unstall.ps.strategies.STRATEGIES` or a user's object).
+    ``seed`` seeds the model's initialisation, dropout and the data's draws. With
+    ``check_reference`` the final parameters are compared with single-process SGD over the
+    same batches (1e-6 relative). Ray: ``address`` (or ``RAY_ADDRESS``) for a cluster, else a
+    local Ray started on loopback and stopped at the end, unless one is running already.
+    ``piece_mb`` and ``step_threads`` tune the exchange (pipelined pieces, threads a server
+    steps a large segment with); ``pool`` reuses actors across runs; ``progress(n)`` is called
+    after every iteration. Errors in the user's functions raise a one-line
+    :class:`~unstall.usercode.UserCodeError` naming the function, file and line.
+    """
+    job = TrainingJob(
+        model=model,
+        data=data,
+        loss=loss,
+        seed=seed,
+        workers=workers,
+        record_batches=check_reference,
+    )
+    plan = make_plan(
+        job,
+        strategy=strategy,
+        scenario=on_servers(scenario, servers, spares),
+        iterations=iterations,
+        sgd=optimizer if optimizer is not None else SGDConfig(),
+        check_reference=check_reference,
+        timeout_s=timeout_s,
+        piece_mb=piece_mb,
+        step_threads=step_threads,
+    )
+    with ray_for_run(address, max(workers + 1, 2), pool) as actors:
+        return run_plan(plan, actors, progress)
+
+
+def on_servers(scenario: Scenario | None, servers: int | None, spares: int | None) -> Scenario:
+    """``scenario`` (None: the ``none`` preset) with ``servers`` and ``spares`` when given."""
+    scenario = scenario if scenario is not None else none()
+    if servers is not None:
+        scenario = scenario.with_servers(servers)
+    if spares is not None:
+        scenario = scenario.with_spares(spares)
+    return scenario
+
+
+def predict_iter_s(
+    model: ModelFn,
+    *,
+    strategy: Strategy = DEFAULT_STRATEGY,
+    scenario: Scenario | None = None,
+    servers: int | None = None,
+    workers: int = 2,
+    iterations: int = 20,
+    seed: int = 0,
+) -> float:
+    """The cost model's transfer-and-step time of an iteration under ``strategy``'s first
+    assignment of ``model()``'s parameters (as :func:`fit` would make it), without running
+    anything: the part of an iteration the placement decides."""
+    scenario = on_servers(scenario, servers, None)
+    infos, _ = initial_params(build_model(model, seed))
+    costs = run_costs(scenario, workers, iterations)
+    return predicted_iter_s(strategy.assign(infos, scenario.servers, costs), costs)
+
+
+def run_plan(
+    plan: RunPlan, pool: ActorPool, progress: Callable[[int], None] | None = None
+) -> PSRunResult:
+    """Run ``plan`` on a connected Ray with actors from ``pool``."""
+    controller = plan.strategy.controller(plan.scenario, plan.iterations)
     cluster: PSCluster | None = None
     try:
         cluster = PSCluster(
-            run.job,
-            config.sgd,
-            actors,
-            dataset=dataset,
-            timeout_s=config.timeout_s,
-            piece_bytes=max(1, int(config.piece_mb * 1e6)),
-            step_threads=config.step_threads,
+            plan.job,
+            plan.sgd,
+            pool,
+            timeout_s=plan.timeout_s,
+            piece_bytes=plan.piece_bytes,
+            step_threads=plan.step_threads,
         )
+        chunks = plan.assignment.chunks
         cluster.start(
-            assignment.chunks,
-            [assignment.owner[c.id] for c in assignment.chunks],
-            run.scenario.specs(0, config.iterations),
-            initial,
+            chunks,
+            [plan.assignment.owner[c.id] for c in chunks],
+            plan.scenario.specs(0, plan.iterations),
+            plan.initial,
         )
-        telemetry = _iterate(run, cluster, hook, advance)
+        telemetry = _iterate(plan, cluster, controller, progress)
         final = cluster.params()
         owned = cluster.owned_bytes()
+        batches = cluster.batches() if plan.check_reference else []
+        buffers = cluster.buffers() if any(True for _ in plan.model.buffers()) else {}
     except BaseException:
         if cluster is not None:
             cluster.close(failed=True)
         raise
     else:
         cluster.close()
-    finally:
-        if own_pool:
-            actors.close()
-    check_result = None
-    if config.check_reference:
-        expected = reference_params(run.job, config.sgd, config.iterations, dataset)
-        check_result = compare(final, expected)
-    elastic = hook.summary() if isinstance(hook, ElasticPSLD) else None
-    result = _result(run, assignment, telemetry, owned, check_result)
-    if elastic is None:
-        return dataclasses.replace(
-            result, servers_over_time=(run.scenario.servers,) * len(telemetry)
-        )
+    checked = None
+    if plan.check_reference:
+        expected = reference_params(plan.job, plan.sgd, plan.initial, batches)
+        checked = compare(final, expected)
+    result = _result(plan, telemetry, owned, checked, _state_dict(plan.model, final, buffers))
+    summary = controller.summary() if controller is not None else None
+    if summary is None:
+        servers = (plan.scenario.servers,) * len(telemetry)
+        return dataclasses.replace(result, servers_over_time=servers)
     return dataclasses.replace(
         result,
-        servers_over_time=elastic.servers_over_time,
-        migrations=elastic.migrations,
-        scale_outs=elastic.scale_outs,
-        scale_ins=elastic.scale_ins,
-        max_pause_s=elastic.max_pause_s,
-        total_pause_s=elastic.total_pause_s,
-        elastic_events=elastic.events,
+        servers_over_time=summary.servers_over_time,
+        migrations=summary.migrations,
+        scale_outs=summary.scale_outs,
+        scale_ins=summary.scale_ins,
+        max_pause_s=summary.max_pause_s,
+        total_pause_s=summary.total_pause_s,
+        elastic_events=summary.events,
     )
 
 
 def _iterate(
-    run: PreparedRun,
+    plan: RunPlan,
     cluster: PSCluster,
-    hook: IterationHook | None,
-    advance: Callable[[int], None] | None,
+    controller: Controller | None,
+    progress: Callable[[int], None] | None,
 ) -> list[IterationTelemetry]:
-    n = run.config.iterations
+    n = plan.iterations
     out: list[IterationTelemetry] = []
     boundary_s = 0.0
     for iteration in range(n):
         started = time.perf_counter()
         for sid in list(cluster.servers):
-            cluster.set_spec(sid, run.scenario.spec(sid, iteration, n))
+            cluster.set_spec(sid, plan.scenario.spec(sid, iteration, n))
         boundary_s += time.perf_counter() - started
         step = cluster.step(iteration)
         out.append(dataclasses.replace(step, boundary_s=boundary_s))
         started = time.perf_counter()
-        if hook is not None:
-            hook(cluster, step)
+        if controller is not None:
+            controller(cluster, step)
         boundary_s = time.perf_counter() - started
-        if advance is not None:
-            advance(1)
+        if progress is not None:
+            progress(1)
     return out
 
 
+def _state_dict(
+    model: nn.Module, final: Sequence[np.ndarray], buffers: Mapping[str, torch.Tensor]
+) -> dict[str, torch.Tensor]:
+    """``model``'s state with the trained parameters and the workers' buffers."""
+    with torch.no_grad():
+        for param, values in zip(trainable(model), final, strict=True):
+            param.copy_(torch.from_numpy(values).view(param.shape))
+        named = dict(model.named_buffers())
+        for name, value in buffers.items():
+            named[name].copy_(value)
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
 def _result(
-    run: PreparedRun,
-    assignment: Assignment,
+    plan: RunPlan,
     telemetry: list[IterationTelemetry],
     owned: Mapping[int, int],
-    check_result: Any,
+    checked: ReferenceCheck | None,
+    state_dict: dict[str, torch.Tensor],
 ) -> PSRunResult:
-    config = run.config
     warmup = 1 if len(telemetry) > 1 else 0
     measured = telemetry[warmup:]
     spent = sum(t.iter_s + t.boundary_s for t in measured)
@@ -311,27 +365,29 @@ def _result(
             key = str(s.server)
             traffic[key] = traffic.get(key, 0) + s.bytes_in + s.bytes_out
             busy[key] = busy.get(key, 0.0) + s.busy_s / len(telemetry)
+    costs = run_costs(plan.scenario, plan.job.workers, plan.iterations)
     return PSRunResult(
-        strategy=config.strategy,
-        scenario=run.scenario.name,
-        model=run.job.model,
-        model_options=dict(run.job.model_options),
-        data=config.data,
-        workers=config.workers,
-        servers=run.scenario.servers,
-        chunks=len(assignment.chunks),
+        strategy=plan.strategy.name,
+        scenario=plan.scenario.name,
+        model=label_of(plan.job.model),
+        model_options=options_of(plan.job.model),
+        data=label_of(plan.job.data),
+        workers=plan.job.workers,
+        servers=plan.scenario.servers,
+        chunks=len(plan.assignment.chunks),
         iterations=len(telemetry),
         warmup_iterations=warmup,
         throughput_it_s=len(measured) / spent,
         mean_iter_s=float(np.mean([t.iter_s for t in measured])),
-        predicted_iter_s=predicted_iter_s(run, assignment),
+        predicted_iter_s=predicted_iter_s(plan.assignment, costs),
         total_s=sum(t.iter_s + t.boundary_s for t in telemetry),
         server_bytes={str(k): v for k, v in sorted(owned.items())},
         server_traffic_bytes=traffic,
         server_busy_s=busy,
         loss_first=telemetry[0].loss,
         loss_last=telemetry[-1].loss,
-        params_match_reference=None if check_result is None else check_result.matches,
-        reference_max_rel_err=None if check_result is None else check_result.max_rel_err,
+        params_match_reference=None if checked is None else checked.matches,
+        reference_max_rel_err=None if checked is None else checked.max_rel_err,
         telemetry=tuple(telemetry),
+        state_dict=state_dict,
     )

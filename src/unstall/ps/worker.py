@@ -1,12 +1,13 @@
 """The worker actor: pulls its parameters from every server that owns some (once, at the start
-of a run), computes real gradients of a real torch model on its shard of the global batch, and
+of a run), computes real gradients of the user's torch model on its batch of the iteration, and
 each iteration exchanges with every server the gradient slices of the chunks it owns for their
 new values (one push-pull round trip a piece: one piece unless the server owns more than a
 piece's bytes; see :func:`~unstall.ps.chunks.plan_pieces`), loading each piece as it comes
 back, and times each exchange per server (what a load balancer reads).
 
-A worker is set up for a run (model, data, rank) and can be set up again for the next one, so a
-benchmark grid does not start a process (and import torch) per run.
+A worker is set up for a run (model, data, loss, rank) and can be set up again for the next one,
+so a benchmark grid does not start a process (and import torch) per run. For the reference check
+it keeps the batches it trained on, which the driver fetches at the end.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ import ray
 import torch
 
 from unstall.ps.chunks import Chunk, Segment, wire_parts
-from unstall.ps.data import Dataset
-from unstall.ps.replica import ModelJob, ModelReplica
+from unstall.ps.data import Batch, BatchStream
+from unstall.ps.replica import ModelReplica, TrainingJob
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -81,18 +82,32 @@ class PSWorker:
         torch.set_num_threads(1)  # as the reference computes: the same float32 operations
         self.rank = -1
         self.replica: ModelReplica | None = None
+        self.stream: BatchStream | None = None
+        self.recorded: list[Batch] | None = None
         self.routes: dict[int, Route] = {}
         self.fresh = False
 
     def ping(self) -> int:
         return self.rank
 
-    def setup(self, rank: int, job: ModelJob, dataset: Dataset | None) -> None:
-        """Build the model for a new run (``dataset`` arrives zero-copy from the object store)."""
+    def setup(self, rank: int, job: TrainingJob) -> None:
+        """Build the model and open the data for a new run."""
         self.rank = rank
-        self.replica = ModelReplica(job, dataset)
+        self.replica, self.stream, self.recorded = None, None, None
         self.routes = {}
         self.fresh = False  # parameters not pulled yet
+        self.replica = ModelReplica(job)
+        self.stream = BatchStream(job.data, rank, job.workers, job.seed)
+        self.recorded = [] if job.record_batches else None
+
+    def batches(self) -> list[Batch]:
+        """The batches trained on so far, one an iteration (kept with ``record_batches``)."""
+        return self.recorded or []
+
+    def buffers(self) -> dict[str, torch.Tensor]:
+        """The model's buffers (e.g. BatchNorm's running statistics) as this worker has them."""
+        assert self.replica is not None, "setup() first"
+        return self.replica.buffers()
 
     def set_routes(self, routes: dict[int, Route]) -> None:
         """The routing table: server id -> (handle, chunks). Set at iteration boundaries; the
@@ -120,8 +135,8 @@ class PSWorker:
 
     def step(self, iteration: int) -> WorkerIteration:
         """Compute this worker's gradients and exchange them for the next parameters."""
-        replica = self.replica
-        assert replica is not None, "setup() first"
+        replica, stream = self.replica, self.stream
+        assert replica is not None and stream is not None, "setup() first"
         started = time.perf_counter()
         pulled: dict[int, tuple[float, Any]] = {}
         if not self.fresh:
@@ -130,7 +145,10 @@ class PSWorker:
             for sid, (_, values) in pulled.items():
                 self._load(sid, values)
         computed = time.perf_counter()
-        loss, grads = replica.gradients(iteration, self.rank)
+        batch = stream.next(iteration)
+        if self.recorded is not None:
+            self.recorded.append(batch)
+        loss, grads = replica.gradients(batch, iteration, self.rank)
         pushed = time.perf_counter()
         replies = self._push_pull(iteration, grads, pushed)
         transfers = [

@@ -1,9 +1,10 @@
-"""The one small interface every assignment strategy implements.
+"""The one small interface every placement implements.
 
-A strategy is a pure function: the model's tensors (creation order), the number of servers and,
+A placement is a pure function: the model's tensors (creation order), the number of servers and,
 optionally, what each server costs (phases of a run, each with a weight and one
 :class:`~unstall.ps.links.ServerCost` per server) in; an :class:`~unstall.ps.chunks.Assignment`
-(chunks and the server index of each) out. Only ``oracle`` (and later ``psld``) read the costs.
+(chunks and the server index of each) out. Only ``oracle`` reads the costs: ``psld`` starts
+without knowing the servers and learns them while the run goes on.
 """
 
 from __future__ import annotations
@@ -29,7 +30,9 @@ class CostPhase:
         check(bool(self.servers), self, "servers", "must list at least one server")
 
 
-class Strategy(Protocol):
+class Placement(Protocol):
+    """``(tensors, servers, costs) -> Assignment`` (see the module docstring)."""
+
     def __call__(
         self, tensors: Sequence[TensorInfo], servers: int, costs: Sequence[CostPhase] = ()
     ) -> Assignment: ...

@@ -3,7 +3,7 @@
 Rule: every tensor is cut into pieces of at most ``CHUNK_BYTES`` (so that a big tensor can be
 split between servers and load moved in small steps), and each piece, in creation order, goes to
 the server with the fewest bytes so far. PSLD knows nothing of the servers' speeds at the start:
-it learns them from the workers' transfer timings (:mod:`unstall.ps.controller`).
+it learns them from the workers' transfer timings (:mod:`unstall.ps.psld`).
 """
 
 from __future__ import annotations

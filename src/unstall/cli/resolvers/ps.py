@@ -1,0 +1,227 @@
+"""The parameter server's resolver: command-line text to the objects :func:`unstall.ps.fit` and
+:func:`unstall.ps.compare_strategies` take.
+
+- a model: a zoo name with ``KEY=VALUE`` options (default: the scenario's model, an MLP), or
+  user code (``FILE.py:FUNC``, ``package.module:FUNC``: a function returning an ``nn.Module``);
+- data: ``synthetic`` (a zoo model's random batches), ``digits`` (scikit-learn's handwritten
+  digits; a zoo features model gets 64 inputs and 10 classes), or user code (``(rank,
+  world_size) -> iterable of (inputs, targets)``);
+- a loss: a name of :data:`unstall.ps.LOSSES` or user code (``(outputs, targets) -> scalar``);
+- a scenario: a preset of :data:`unstall.ps.SCENARIOS` or a ``.toml``/``.json`` scenario file;
+- a strategy: a name of :data:`unstall.ps.STRATEGIES`.
+
+Each callable comes back as a :class:`unstall.ps.Named` whose label is what the user typed, so
+results say ``"model": "mlp"`` or ``"data": "digits"``. Every error is one line naming the
+option (``ps.data``, ...), the file or the user's function.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+
+from unstall.config import parse_text_options
+from unstall.errors import ConfigError
+from unstall.ps import (
+    LOSSES,
+    SCENARIOS,
+    STRATEGIES,
+    ArrayData,
+    BenchCase,
+    Named,
+    Scenario,
+    SGDConfig,
+    Strategy,
+    SyntheticData,
+    load_digits,
+    load_scenario,
+)
+from unstall.usercode import is_reference, load_callable
+from unstall.workload import zoo
+
+OWNER = "ps"
+DEFAULT_MODEL = "mlp"
+DEFAULT_PIECE_MB = 256.0
+SYNTHETIC, DIGITS = "synthetic", "digits"
+DATA_SOURCES = (SYNTHETIC, DIGITS)
+# What a zoo model needs to learn the digits: 64 features in, 10 classes out.
+DIGITS_MODEL_OPTIONS: dict[str, object] = {"in_features": 64, "num_classes": 10}
+
+
+@dataclass(frozen=True, kw_only=True)
+class PSRequest:
+    """A run as the command line describes it, in the user's words (saved beside a result):
+    ``model`` None takes the scenario's model; ``servers``/``spares`` None the scenario's;
+    ``model_options`` are the ``KEY=VALUE`` texts, typed by the zoo model's options."""
+
+    model: str | None = None
+    model_options: Mapping[str, str] = field(default_factory=dict)
+    data: str = SYNTHETIC
+    loss: str = "cross_entropy"
+    batch_size: int = 32
+    workers: int = 2
+    servers: int | None = None
+    spares: int | None = None
+    strategy: str = "tf-greedy"
+    scenario: str = "none"
+    iterations: int = 20
+    sgd: SGDConfig = field(default_factory=SGDConfig)
+    seed: int = 0
+    check_reference: bool = False
+    timeout_s: float = 300.0
+    address: str | None = None
+    piece_mb: float = DEFAULT_PIECE_MB
+    step_threads: int = 1
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "model_options", MappingProxyType(dict(self.model_options)))
+
+
+@dataclass(frozen=True, kw_only=True)
+class ResolvedRun:
+    """A request's objects: what :func:`unstall.ps.fit` takes besides the request's numbers
+    (the scenario already on the request's servers and spares)."""
+
+    request: PSRequest
+    model: Named
+    data: Named
+    loss: Named
+    scenario: Scenario
+    strategy: Strategy
+
+
+def model_options(items: Sequence[str] | None) -> dict[str, str]:
+    """``--model-option`` texts ``KEY=VALUE`` to a dict of texts."""
+    out: dict[str, str] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(OWNER, "model-option", f"expected KEY=VALUE, got {item!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+def resolve_scenario(text: str) -> Scenario:
+    """``--scenario``: a preset by name, or a TOML/JSON scenario file by path."""
+    preset = SCENARIOS.get(text)
+    if preset is not None:
+        return preset()
+    if Path(text).suffix.lower() in (".toml", ".json"):
+        return load_scenario(text)
+    known = ", ".join(SCENARIOS)
+    raise ConfigError(
+        OWNER, "scenario", f"{text!r} is neither a preset ({known}) nor a .toml/.json file"
+    )
+
+
+def resolve_strategy(text: str, *, option: str = "strategy") -> Strategy:
+    """``--strategy``: a built-in strategy by name."""
+    found = STRATEGIES.get(text)
+    if found is None:
+        known = ", ".join(STRATEGIES)
+        raise ConfigError(OWNER, option, f"unknown strategy {text!r}; known: {known}")
+    return found
+
+
+def resolve_loss(text: str) -> Named:
+    """``--loss``: a built-in loss by name, or user code."""
+    if is_reference(text):
+        return Named(load_callable(text, what="loss function"), text)
+    found = LOSSES.get(text)
+    if found is None:
+        known = ", ".join(LOSSES)
+        raise ConfigError(
+            OWNER, "loss", f"{text!r} is neither a loss ({known}) nor FILE.py:FUNC / module:FUNC"
+        )
+    return Named(found, text)
+
+
+def resolve_model(
+    text: str | None, options: Mapping[str, str], *, scenario: Scenario, data: str
+) -> Named:
+    """``--model`` and ``--model-option``: user code, or a zoo model (default: the scenario's,
+    with its options) with the options typed by the model's, and those the data needs."""
+    if text is not None and is_reference(text):
+        if options:
+            raise ConfigError(OWNER, "model-option", "applies to zoo models, not to user code")
+        return Named(load_callable(text, what="model function"), text)
+    name = text or scenario.model or DEFAULT_MODEL
+    spec = zoo.spec(name)
+    merged = dict(scenario.model_options) if name == scenario.model else {}
+    merged.update(parse_text_options(spec.options_type, list(options.items()), owner=name))
+    if data == DIGITS:
+        if spec.input_kind != "features":
+            raise ConfigError(OWNER, "data", f"{data!r} needs a features model (mlp)")
+        merged.update(DIGITS_MODEL_OPTIONS)
+    zoo.resolve_options(name, merged)  # an unknown or bad option: a clear error now
+    return Named(functools.partial(zoo.build, name, **merged), name, merged)
+
+
+def resolve_data(text: str, model: Named, *, batch_size: int, seed: int) -> Named:
+    """``--data``: ``synthetic`` batches of the zoo model ``model``, ``digits``, or user code
+    (whose batches are its own: ``batch_size`` is for the built-in sources)."""
+    if is_reference(text):
+        return Named(load_callable(text, what="data function"), text)
+    if text == DIGITS:
+        features, labels = load_digits()
+        return Named(ArrayData(features, labels, batch_size=batch_size, seed=seed), text)
+    if text == SYNTHETIC:
+        if is_reference(model.label):
+            raise ConfigError(
+                OWNER,
+                "data",
+                f"synthetic batches need a zoo model, and {model.label} is not one: give your "
+                "data function (FILE.py:FUNC or package.module:FUNC)",
+            )
+        make = functools.partial(zoo.example_batch, model.label, **model.options)
+        return Named(SyntheticData(make, batch_size=batch_size, seed=seed), text)
+    known = ", ".join(DATA_SOURCES)
+    raise ConfigError(
+        OWNER, "data", f"{text!r} is neither a source ({known}) nor FILE.py:FUNC / module:FUNC"
+    )
+
+
+def _parts(request: PSRequest, scenario: Scenario) -> tuple[Named, Named, Named]:
+    model = resolve_model(
+        request.model, request.model_options, scenario=scenario, data=request.data
+    )
+    data = resolve_data(request.data, model, batch_size=request.batch_size, seed=request.seed)
+    return model, data, resolve_loss(request.loss)
+
+
+def resolve_case(request: PSRequest, scenario: Scenario) -> BenchCase:
+    """What to train in ``scenario``: the request's model (or the scenario's), data and loss."""
+    model, data, loss = _parts(request, scenario)
+    return BenchCase(scenario=scenario, model=model, data=data, loss=loss)
+
+
+def resolve_run(request: PSRequest) -> ResolvedRun:
+    """Every object of ``request``; a bad name, file or function fails here, before Ray."""
+    scenario = resolve_scenario(request.scenario)
+    if request.servers is not None:
+        scenario = scenario.with_servers(request.servers)
+    if request.spares is not None:
+        scenario = scenario.with_spares(request.spares)
+    model, data, loss = _parts(request, scenario)
+    return ResolvedRun(
+        request=request,
+        model=model,
+        data=data,
+        loss=loss,
+        scenario=scenario,
+        strategy=resolve_strategy(request.strategy),
+    )
+
+
+def resolve_bench(
+    request: PSRequest, strategies: Sequence[str], scenarios: Sequence[str]
+) -> tuple[list[BenchCase], list[Strategy]]:
+    """``ps bench``: one case per scenario (each with its own model unless ``--model``), and
+    the strategies by name; every name and file is checked before anything runs."""
+    if not scenarios:
+        raise ConfigError(OWNER, "scenarios", "must name at least one scenario")
+    chosen = [resolve_strategy(name, option="strategies") for name in strategies]
+    return [resolve_case(request, resolve_scenario(s)) for s in scenarios], chosen

@@ -1,0 +1,1 @@
+"""PSLD's controller, pure: per-server timings in, a load-distribution decision out."""

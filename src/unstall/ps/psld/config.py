@@ -1,0 +1,47 @@
+"""The knobs of PSLD's controller."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from unstall.config import check, check_non_negative, check_positive
+
+
+@dataclass(frozen=True, kw_only=True)
+class ControllerConfig:
+    """Knobs of the controller (defaults suit the presets' 4 MB models on 25 MB/s links)."""
+
+    window: int = 6  # samples kept per server
+    min_samples: int = 2  # below this a server is uncertain: explored, not trusted
+    z: float = 3.0  # a sample beyond z standard errors (or ``change_tolerance``) is a change
+    change_tolerance: float = 0.25  # relative: smaller deviations are noise
+    explore_share: float = 0.04  # of all bytes, for each uncertain server
+    horizon_iterations: int = 50
+    margin: float = 1.5  # predicted gain must beat the cost by this factor
+    min_relative_gain: float = 0.03  # and cut the slowest server's time by at least this much
+    # Priors of the pause a decision causes; replaced by what the pauses of the decisions
+    # already carried out measured (:class:`PauseModel`), when ``learn_pauses``.
+    migration_mb_s: float = 200.0  # speed of moving chunk state server to server
+    migration_fixed_s: float = 0.05  # pause of any migration (routing switch)
+    scale_out_gain: float = 0.15  # relative cut of the slowest time an extra server must give
+    scale_out_cost_s: float = 1.0  # pause of starting a server, on top of its migration
+    learn_pauses: bool = True
+    pause_window: int = 8  # measured pauses kept per kind of decision
+    scale_in_share: float = 0.02  # a server predicted to deserve less than this is removed
+
+    def __post_init__(self) -> None:
+        check(self.window >= 2, self, "window", f"must be >= 2, got {self.window}")
+        check(self.min_samples >= 1, self, "min_samples", "must be >= 1")
+        check_positive(
+            self,
+            z=self.z,
+            margin=self.margin,
+            migration_mb_s=self.migration_mb_s,
+            horizon_iterations=self.horizon_iterations,
+            pause_window=self.pause_window,
+        )
+        check_non_negative(
+            self, migration_fixed_s=self.migration_fixed_s, scale_out_cost_s=self.scale_out_cost_s
+        )
+        check(0 < self.explore_share < 0.5, self, "explore_share", "must be in (0, 0.5)")
+        check(0 <= self.scale_in_share < 0.5, self, "scale_in_share", "must be in [0, 0.5)")

@@ -1,0 +1,101 @@
+"""What the controller knows of each server: seconds per owned byte, over a sliding window.
+
+Each iteration every server reports the bytes it owned and the seconds it took (its workers'
+slowest ingress and egress plus its step). Per server the estimator keeps a window of seconds
+per byte: a mean and its standard error (a confidence interval). A sample outside the interval
+restarts the window (the server's conditions changed), so the estimate follows a moving
+straggler within an iteration or two.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from unstall.ps.psld.config import ControllerConfig
+
+if TYPE_CHECKING:  # the Ray actor's module; the controller itself runs without Ray
+    from unstall.ps.server import ServerIteration
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServerSample:
+    """One server in one iteration: the bytes it owned and the seconds it took for them."""
+
+    server: int
+    owned_bytes: int
+    seconds: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class RateEstimate:
+    """Seconds per owned byte: window mean, standard error, samples."""
+
+    per_byte_s: float
+    stderr: float
+    samples: int
+
+    @property
+    def rate_mb_s(self) -> float:
+        return 1e-6 / self.per_byte_s if self.per_byte_s > 0 else math.inf
+
+
+@dataclass
+class RateEstimator:
+    """Sliding windows of seconds-per-byte samples, one per server."""
+
+    config: ControllerConfig
+    windows: dict[int, deque[float]] = field(default_factory=dict)
+    # Servers once measured ``min_samples`` times: after a change their one new sample is
+    # trusted (the change is the news), where a new server is explored first.
+    established: set[int] = field(default_factory=set)
+
+    def add(self, sample: ServerSample) -> bool:
+        """Add a sample; True when it revealed a change (the window restarted at it)."""
+        if sample.owned_bytes <= 0:
+            return False
+        value = sample.seconds / sample.owned_bytes
+        window = self.windows.setdefault(sample.server, deque(maxlen=self.config.window))
+        est = self.estimate(sample.server)
+        changed = False
+        if est is not None and est.samples >= self.config.min_samples:
+            bound = max(self.config.z * est.stderr, self.config.change_tolerance * est.per_byte_s)
+            if abs(value - est.per_byte_s) > bound:
+                window.clear()
+                changed = True
+        window.append(value)
+        if len(window) >= self.config.min_samples:
+            self.established.add(sample.server)
+        return changed
+
+    def estimate(self, server: int) -> RateEstimate | None:
+        window = self.windows.get(server)
+        if not window:
+            return None
+        values = list(window)
+        se = statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else math.inf
+        return RateEstimate(per_byte_s=statistics.fmean(values), stderr=se, samples=len(values))
+
+    def forget(self, server: int) -> None:
+        self.windows.pop(server, None)
+        self.established.discard(server)
+
+    def trusted(self, server: int) -> bool:
+        est = self.estimate(server)
+        if est is None:
+            return False
+        return est.samples >= self.config.min_samples or server in self.established
+
+
+def samples_from(servers: Sequence[ServerIteration]) -> list[ServerSample]:
+    """Per-server samples from an iteration's telemetry: the seconds the server's links were
+    occupied by the workers' pushes and pulls (both directions) plus its step. These are the
+    transfer times as the server saw them, without the queueing that depends on when each worker
+    arrived, so a sample per byte is the server's service time whatever its load."""
+    return [
+        ServerSample(server=s.server, owned_bytes=s.owned_bytes, seconds=s.busy_s) for s in servers
+    ]
