@@ -50,10 +50,11 @@ class Job:
 
 
 def load_trace(job: Job):  # type: ignore[no-untyped-def]
-    from unstall.traces import SyntheticTraceConfig, generate, read_trace
+    from unstall.cli.resolvers.sim import resolve_trace
+    from unstall.traces import SyntheticTraceConfig, generate
 
     if job.trace == "philly":
-        return read_trace(PHILLY, "philly-csv")
+        return resolve_trace(PHILLY, "philly-csv")
     # More multi-GPU jobs than Philly (half of them), at 90% offered load of the medium cluster.
     return generate(
         SyntheticTraceConfig(
@@ -68,19 +69,22 @@ def load_trace(job: Job):  # type: ignore[no-untyped-def]
 
 
 def run_one(job: Job) -> dict[str, object]:
-    from unstall.sched.dally import Dally, DallyConfig
-    from unstall.sim.run import SimConfig, run_simulation
+    from unstall.cli.resolvers.sim import resolve_cluster, resolve_congestion, resolve_policy
+    from unstall.sched import Dally, DallyConfig
+    from unstall.sim import simulate
 
-    policy = None
-    name = job.policy
-    if name in ABLATIONS:
-        policy = Dally(DallyConfig(**ABLATIONS[name]), name=name)  # type: ignore[arg-type]
-        name = "dally"
+    if job.policy in ABLATIONS:
+        # Built here, not by name: each variant labels its results with its own name.
+        policy = Dally(DallyConfig(**ABLATIONS[job.policy]), name=job.policy)  # type: ignore[arg-type]
+    else:
+        policy = resolve_policy(job.policy)
     started = time.perf_counter()
-    run = run_simulation(
+    run = simulate(
         load_trace(job),
-        SimConfig(policy=name, cluster=job.cluster, congestion=job.congestion, seed=1),
-        policy=policy,
+        resolve_cluster(job.cluster),
+        policy,
+        congestion=resolve_congestion(job.congestion),
+        seed=1,
     )
     out = run.result.to_dict()
     out.update(trace_kind=job.trace, variant=job.policy, wall_total_s=time.perf_counter() - started)

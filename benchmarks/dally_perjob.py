@@ -16,13 +16,14 @@ from dally_eval import Job, load_trace
 
 
 def jobs_of(policy: str, congestion: str, order: str | None) -> pd.DataFrame:
-    from unstall.sched.dally import Dally, DallyConfig
-    from unstall.sim.run import SimConfig, run_simulation
+    from unstall.cli.resolvers.sim import SimRequest, simulate_request
 
-    custom = Dally(DallyConfig(order=order)) if (policy == "dally" and order) else None
+    options = (("order", order),) if (policy == "dally" and order) else ()
     trace = load_trace(Job("synthetic-multi-gpu", "medium", congestion, policy, 3000))
-    config = SimConfig(policy=policy, cluster="medium", congestion=congestion, seed=1)
-    return run_simulation(trace, config, policy=custom).jobs.set_index("job_id")
+    request = SimRequest(
+        policy=policy, policy_options=options, cluster="medium", congestion=congestion, seed=1
+    )
+    return simulate_request(request, trace).jobs.set_index("job_id")
 
 
 def main() -> None:

@@ -32,12 +32,12 @@ def one_run(
     kind: str, policy: str, jobs: int, cluster: str, congestion: str, load: float | None
 ) -> dict[str, object]:
     """Runs in a child process: simulate once and report figures."""
-    from unstall.sim.run import SimConfig, run_simulation
-    from unstall.traces import SyntheticTraceConfig, generate, read_trace
+    from unstall.cli.resolvers.sim import SimRequest, resolve_trace, simulate_request
+    from unstall.traces import SyntheticTraceConfig, generate
 
     started = time.perf_counter()
     if kind == "philly":
-        trace = read_trace(PHILLY, "philly-csv")
+        trace = resolve_trace(PHILLY, "philly-csv")
     else:
         # Without a load the generator's defaults hold: Philly's own arrival rate, which offers
         # the philly preset about 0.17 of its GPU-time (the real trace's own share).
@@ -45,7 +45,7 @@ def one_run(
         trace = generate(SyntheticTraceConfig(jobs=jobs, seed=1, **shape))
     trace_s = time.perf_counter() - started
     started = time.perf_counter()
-    run = run_simulation(trace, SimConfig(policy=policy, cluster=cluster, congestion=congestion))
+    run = simulate_request(SimRequest(policy=policy, cluster=cluster, congestion=congestion), trace)
     total = time.perf_counter() - started
     r = run.result
     return {

@@ -17,8 +17,8 @@ from unstall.sched.base import (
 )
 from unstall.sched.fifo import Fifo
 from unstall.sim.congestion import CongestionSchedule
-from unstall.sim.engine import Engine, EngineSettings, build_jobs
-from unstall.sim.state import JobState, SimInvariantError
+from unstall.sim.engine import Engine, EngineSettings
+from unstall.sim.state import JobState, SimInvariantError, build_jobs
 
 NO_CONGESTION = CongestionSchedule(times_s=(0.0,), fractions=(0.0,))
 

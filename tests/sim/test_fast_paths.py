@@ -14,15 +14,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from unstall.net.topology import TOPOLOGY_PRESETS, topology_preset
+from unstall.net import TOPOLOGY_PRESETS, topology_preset
+from unstall.sched import Placement, Sensitivity, make_policy
 from unstall.sched import placement as pl
-from unstall.sched.base import Placement, Sensitivity
-from unstall.sim import engine, network
+from unstall.sim import congestion_level, engine, network
 from unstall.sim.perf_speed import PerfSpeedModel
-from unstall.sim.run import SimConfig, run_simulation
+from unstall.sim.run import simulate_with_speed
 from unstall.sim.speed import Flow, LinkId
 from unstall.traces import SyntheticTraceConfig, generate
-from unstall.workload import perf
+from unstall.workload import plan_time
 
 
 @settings(max_examples=60, deadline=None)
@@ -42,7 +42,7 @@ def test_rate_timing_is_plan_time_to_the_bit(
     flow = speed.flow(model, n, placement)
     rate = (flow.cap if flow is not None else 1e9) * scale
     plan = speed.plan(model, placement)
-    expected = perf.plan_time(plan, plan.bandwidth_at_rate(rate)).total_s
+    expected = plan_time(plan, plan.bandwidth_at_rate(rate)).total_s
     assert speed.rate_timing(model, n, placement)(rate) == expected
 
 
@@ -74,9 +74,21 @@ def jobs_of(policy: str, *, fast: bool, monkeypatch: pytest.MonkeyPatch) -> pd.D
     trace = generate(
         SyntheticTraceConfig(jobs=400, seed=5, load=1.5, cluster_gpus=64, multi_gpu_share=0.6)
     )
-    config = SimConfig(policy=policy, cluster="small", congestion="high", seed=2)
-    speed = PerfSpeedModel(config.topology())
-    run = run_simulation(trace, config, speed=speed if fast else PlainSpeed(speed))  # type: ignore[arg-type]
+    cluster = topology_preset("small")
+    speed = PerfSpeedModel(cluster)
+    run = simulate_with_speed(
+        trace,
+        cluster,
+        make_policy(policy),
+        speed if fast else PlainSpeed(speed),
+        congestion=congestion_level("high"),
+        seed=2,
+        restore_s=60.0,
+        tick_s=None,
+        model_mix=None,
+        max_jobs=None,
+        on_finish=None,
+    )
     return run.jobs
 
 
@@ -102,11 +114,13 @@ def test_best_fit_on_one_node_is_the_fewest_free_that_hold_the_job(free: list[in
 
 _ONE_RUN = """
 import sys
-from unstall.sim.run import SimConfig, run_simulation
+from unstall.net import small
+from unstall.sched import make_policy
+from unstall.sim import congestion_level, simulate
 from unstall.traces import SyntheticTraceConfig, generate
 trace = generate(SyntheticTraceConfig(jobs=800, seed=3, load=0.9, cluster_gpus=64,
                                       multi_gpu_share=0.5, max_gpus=16))
-run = run_simulation(trace, SimConfig(policy="first-fit", cluster="small", congestion="high"))
+run = simulate(trace, small(), make_policy("first-fit"), congestion=congestion_level("high"))
 sys.stdout.write(run.jobs[["finish_s", "comm_overhead_s"]].to_csv(float_format="%.17g"))
 """
 

@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pandas as pd
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sim_fakes import FakeSpeed
-from unstall.net.topology import small
-from unstall.sched.base import ClusterLayout
-from unstall.sched.registry import POLICIES, make_policy
-from unstall.sim.congestion import preset
-from unstall.sim.engine import Engine, EngineSettings, build_jobs
-from unstall.sim.perf_speed import PerfSpeedModel
-from unstall.sim.run import SimConfig, run_simulation
-from unstall.sim.state import JobState
+from unstall.net import small
+from unstall.sched import POLICIES, ClusterLayout, make_policy
+from unstall.sim import congestion_level, simulate
+from unstall.sim.engine import Engine, EngineSettings
+from unstall.sim.state import JobState, build_jobs
 from unstall.traces import Trace
 
 LAYOUT = ClusterLayout.regular(racks=2, nodes_per_rack=2, gpus_per_node=4)
@@ -40,6 +39,7 @@ def test_every_job_finishes_once_after_it_arrives_and_runs_no_faster_than_alone(
     policy: str, rows: list[tuple[float, int, float, str]], congested: bool
 ) -> None:
     rows = sorted(rows)
+    level = congestion_level("high" if congested else "none")
     speed = FakeSpeed(LAYOUT)
     jobs = build_jobs(
         job_ids=[f"j{i}" for i in range(len(rows))],
@@ -54,7 +54,7 @@ def test_every_job_finishes_once_after_it_arrives_and_runs_no_faster_than_alone(
         speed=speed,
         policy=make_policy(policy),
         jobs=jobs,
-        congestion=preset("high" if congested else "none", 2000.0, seed=1, period_s=60.0),
+        congestion=replace(level, period_s=60.0).schedule(2000.0, seed=1),
         settings=EngineSettings(restore_s=5.0, tick_s=30.0, seed=0),
     )
     # The engine checks capacity and state on every change and raises if either breaks.
@@ -88,8 +88,7 @@ def test_with_the_perf_model_jcts_are_never_shorter_than_durations(
     rows: list[tuple[float, int, float, str]], policy: str
 ) -> None:
     trace = _trace(sorted(rows))
-    speed = PerfSpeedModel(small())
-    run = run_simulation(trace, SimConfig(policy=policy, congestion="medium"), speed=speed)
+    run = simulate(trace, small(), make_policy(policy), congestion=congestion_level("medium"))
     assert run.result.jobs_finished == len(rows)
     done = run.jobs
     assert (done["jct_s"] >= done["duration_s"] * (1 - 1e-9)).all()

@@ -9,8 +9,11 @@ from typer.testing import CliRunner
 
 from unstall.cli.app import app
 from unstall.errors import ConfigError
-from unstall.sim.run import SimConfig, run_simulation
+from unstall.net import small
+from unstall.sched import make_policy
+from unstall.sim import SimResult, congestion_level, simulate
 from unstall.traces import Trace, default_trace
+from unstall.workload import JobProfile
 
 REQUIRED = {
     "policy",
@@ -32,8 +35,9 @@ REQUIRED = {
 
 def test_embedded_trace_finishes_under_every_baseline_and_is_reproducible() -> None:
     trace = default_trace()
-    first = run_simulation(trace, SimConfig(policy="tiresias", congestion="medium", seed=3))
-    again = run_simulation(trace, SimConfig(policy="tiresias", congestion="medium", seed=3))
+    medium = congestion_level("medium")
+    first = simulate(trace, small(), make_policy("tiresias"), congestion=medium, seed=3)
+    again = simulate(trace, small(), make_policy("tiresias"), congestion=medium, seed=3)
     assert first.result.jobs_finished == len(trace)
     assert set(first.result.to_dict()) >= REQUIRED
     # Everything but the wall-clock figures is deterministic.
@@ -44,12 +48,14 @@ def test_embedded_trace_finishes_under_every_baseline_and_is_reproducible() -> N
 
 def test_congestion_never_helps_and_consolidation_beats_first_fit_on_overhead() -> None:
     trace = default_trace()
-    calm = run_simulation(trace, SimConfig(policy="fifo", congestion="none")).result
-    busy = run_simulation(trace, SimConfig(policy="fifo", congestion="high")).result
+    high = congestion_level("high")
+    calm = simulate(trace, small(), make_policy("fifo")).result
+    busy = simulate(trace, small(), make_policy("fifo"), congestion=high).result
+    assert calm.congestion == "none" and busy.congestion == "high"
     assert busy.comm_overhead_s > calm.comm_overhead_s
     assert busy.avg_jct_s > calm.avg_jct_s
-    ff = run_simulation(trace, SimConfig(policy="first-fit", congestion="high")).result
-    cons = run_simulation(trace, SimConfig(policy="consolidate", congestion="high")).result
+    ff = simulate(trace, small(), make_policy("first-fit"), congestion=high).result
+    cons = simulate(trace, small(), make_policy("consolidate"), congestion=high).result
     assert cons.comm_overhead_frac < ff.comm_overhead_frac
 
 
@@ -62,21 +68,26 @@ def test_jobs_larger_than_the_cluster_are_counted_not_simulated() -> None:
             "duration_s": [10.0, 5.0],
         }
     )
-    run = run_simulation(Trace.from_frame(frame), SimConfig(policy="fifo", cluster="small"))
+    run = simulate(Trace.from_frame(frame), small(), make_policy("fifo"))
     assert run.result.jobs == 2
     assert run.result.jobs_finished == 1
     assert run.result.jobs_rejected == 1
 
 
-def test_config_errors_name_the_field() -> None:
-    with pytest.raises(ConfigError, match=r"SimConfig\.policy"):
-        SimConfig(policy="nope")
-    with pytest.raises(ConfigError, match=r"SimConfig\.cluster"):
-        SimConfig(cluster="huge")
-    with pytest.raises(ConfigError, match=r"SimConfig\.congestion"):
-        SimConfig(congestion="extreme")
-    with pytest.raises(ConfigError, match=r"SimConfig\.restore_s"):
-        SimConfig(restore_s=-1)
+@pytest.mark.parametrize(
+    ("settings", "named"),
+    [
+        ({"restore_s": -1.0}, r"simulate\.restore_s"),
+        ({"seed": -1}, r"simulate\.seed"),
+        ({"tick_s": 0.0}, r"simulate\.tick_s"),
+        ({"max_jobs": 0}, r"simulate\.max_jobs"),
+        ({"model_mix": {"resnet18": -1.0}}, r"simulate\.model_mix"),
+        ({"model_mix": {}}, r"simulate\.model_mix"),
+    ],
+)
+def test_bad_settings_name_the_argument(settings: dict[str, object], named: str) -> None:
+    with pytest.raises(ConfigError, match=named):
+        simulate(default_trace(), small(), make_policy("fifo"), **settings)  # type: ignore[arg-type]
 
 
 def test_cli_run_and_compare_write_results(tmp_path: Path) -> None:
@@ -112,7 +123,14 @@ def test_cli_run_and_compare_write_results(tmp_path: Path) -> None:
     assert "consolidate" in (folder / "report.html").read_text()
     bad = runner.invoke(app, ["sim", "run", "--policy", "nope"])
     assert bad.exit_code == 1
-    assert "SimConfig.policy" in bad.output
+    assert "unknown policy 'nope'" in bad.output
+    for option, value, named in (
+        ("--cluster", "huge", "SimRequest.cluster"),
+        ("--congestion", "extreme", "SimRequest.congestion"),
+    ):
+        bad = runner.invoke(app, ["sim", "run", "--policy", "fifo", option, value])
+        assert bad.exit_code == 1
+        assert named in bad.output
 
 
 def test_cli_policy_options_reach_the_policy_and_bad_ones_are_named(tmp_path: Path) -> None:
@@ -133,10 +151,8 @@ def test_cli_policy_options_reach_the_policy_and_bad_ones_are_named(tmp_path: Pa
     assert "KEY=VALUE" in malformed.output
 
 
-def _profile(tmp_path: Path, name: str, gradient_bytes: int) -> Path:
-    from unstall.workload.profiles import JobProfile
-
-    profile = JobProfile(
+def _my_net(gradient_bytes: int) -> JobProfile:
+    return JobProfile(
         model="my-net",
         device="v100",
         compute_s=0.05,
@@ -145,7 +161,10 @@ def _profile(tmp_path: Path, name: str, gradient_bytes: int) -> Path:
         gradient_tensors=40,
         layers=20,
     )
-    return profile.save(tmp_path / f"{name}.json")
+
+
+def _profile(tmp_path: Path, name: str, gradient_bytes: int) -> Path:
+    return _my_net(gradient_bytes).save(tmp_path / f"{name}.json")
 
 
 def _my_net_trace(jobs: int) -> Trace:
@@ -154,23 +173,24 @@ def _my_net_trace(jobs: int) -> Trace:
     return Trace.from_frame(frame)
 
 
-def test_job_profiles_give_their_model_the_measured_figures(tmp_path: Path) -> None:
+def test_job_profiles_give_their_model_the_measured_figures() -> None:
     trace = _my_net_trace(80)
-    base = {"policy": "first-fit", "cluster": "small", "congestion": "high"}
-    light = _profile(tmp_path, "light", 1_000_000)
-    heavy = _profile(tmp_path, "heavy", 400_000_000)
-    runs = {
-        p.stem: run_simulation(trace, SimConfig(**base, job_profiles=(str(p),))).result  # type: ignore[arg-type]
-        for p in (light, heavy)
-    }
+    high = congestion_level("high")
+    light, heavy = _my_net(1_000_000), _my_net(400_000_000)
+
+    def run(*profiles: JobProfile) -> SimResult:
+        policy = make_policy("first-fit")
+        return simulate(trace, small(), policy, congestion=high, job_profiles=profiles).result
+
+    runs = {"light": run(light), "heavy": run(heavy)}
     # The same placements cost far more time on the network with 400x the gradient bytes.
     assert runs["heavy"].comm_overhead_s > 10 * runs["light"].comm_overhead_s > 0
     with pytest.raises(ConfigError, match="unknown model 'my-net'"):
-        run_simulation(trace, SimConfig(**base))  # type: ignore[arg-type]
-    with pytest.raises(ConfigError, match="a second profile of model 'my-net'"):
-        run_simulation(trace, SimConfig(**base, job_profiles=(str(light), str(heavy))))  # type: ignore[arg-type]
-    with pytest.raises(ConfigError, match="no such file"):
-        SimConfig(job_profiles=(str(tmp_path / "missing.json"),))
+        run()
+    with pytest.raises(
+        ConfigError, match=r"simulate\.job_profiles: a second profile of model 'my-net'"
+    ):
+        run(light, heavy)
 
 
 def test_cli_job_profile_and_model_mix_for_a_trace_without_models(tmp_path: Path) -> None:
@@ -191,3 +211,6 @@ def test_cli_job_profile_and_model_mix_for_a_trace_without_models(tmp_path: Path
     bad = CliRunner().invoke(app, [*args, "--model-mix", "my-net"])
     assert bad.exit_code == 1
     assert "NAME=SHARE" in bad.output
+    missing = CliRunner().invoke(app, [*args, "--job-profile", str(tmp_path / "missing.json")])
+    assert missing.exit_code == 1
+    assert "missing.json: no such file" in missing.output

@@ -17,19 +17,22 @@ from unstall.cli.common import QuietOpt, console
 
 
 def _zoo(out: Path, quiet: bool) -> None:
-    from unstall.cli.sim import models
+    from unstall.cli.common import save_json
+    from unstall.cli.sim import print_models_table
+    from unstall.workload import facts_table
 
-    models(image_size=224, model=None, json_path=out / "zoo.json")
+    zoo = facts_table(224)
+    print_models_table(zoo.models, 224)
+    save_json(out / "zoo.json", zoo, {"image_size": 224, "model": None})
     console.print("full table and per-tensor view: `unstall sim models [--model resnet50]`")
 
 
 def _perf(out: Path, quiet: bool) -> None:
     from unstall.cli.common import table
-    from unstall.net.topology import small
-    from unstall.sim.perf_speed import spec_for
-    from unstall.workload.perf import Placement, iteration_time
+    from unstall.cli.resolvers.sim import resolve_cluster
+    from unstall.workload import Placement, iteration_time, spec_for
 
-    topo = small()
+    topo = resolve_cluster("small")
     rows = []
     for model in ("resnet50", "vgg16", "lstm_lm"):
         spec = spec_for(model, topo.device)
@@ -60,20 +63,13 @@ def _trace(out: Path, quiet: bool) -> None:
 
 
 def _sim(out: Path, quiet: bool) -> None:
-    from unstall.cli.sim_run import compare
+    from unstall.cli.resolvers.sim import SimRequest, resolve_trace
+    from unstall.cli.sim_run import simulate_all, write_comparison
+    from unstall.sched import POLICIES
 
-    compare(
-        policies="",
-        trace=None,
-        trace_format="auto",
-        cluster="small",
-        congestion="medium",
-        seed=0,
-        restore_s=60.0,
-        max_jobs=None,
-        out=out / "sim",
-        quiet=quiet,
-    )
+    requests = [SimRequest(policy=name, cluster="small", congestion="medium") for name in POLICIES]
+    runs = simulate_all(requests, resolve_trace(None), quiet)
+    write_comparison(runs, requests, "embedded", out / "sim")
     console.print("on a real trace: `unstall sim compare --trace philly_jobs.csv --cluster philly`")
 
 

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -20,7 +19,18 @@ from unstall.cli.common import (
     save_json,
     table,
 )
+from unstall.cli.resolvers.sim import (
+    SimRequest,
+    parse_model_mix,
+    parse_pairs,
+    resolve_trace,
+    simulate_request,
+)
 from unstall.results import to_jsonable, write_result
+
+if TYPE_CHECKING:
+    from unstall.sim import SimRun
+    from unstall.traces import Trace
 
 HOUR = 3600.0
 
@@ -78,47 +88,6 @@ PolicyOptionOpt = Annotated[
 ]
 
 
-def _pairs(items: list[str], option: str, form: str) -> tuple[tuple[str, str], ...]:
-    """``KEY=VALUE`` texts split at the first ``=``, stripped; a text without one is an error."""
-    from unstall.errors import ConfigError
-
-    pairs = []
-    for text in items:
-        key, sep, value = text.partition("=")
-        if not sep or not key.strip():
-            raise ConfigError(option, text, f"expected {form}")
-        pairs.append((key.strip(), value.strip()))
-    return tuple(pairs)
-
-
-def _policy_options(texts: list[str] | None) -> tuple[tuple[str, str], ...]:
-    return _pairs(texts or [], "--policy-option", "KEY=VALUE")
-
-
-def _model_mix(text: str | None) -> tuple[tuple[str, float], ...] | None:
-    from unstall.errors import ConfigError
-
-    if text is None:
-        return None
-    form = "NAME=SHARE with a number share"
-    mix = []
-    for name, share in _pairs(comma_list(text), "--model-mix", form):
-        try:
-            value = float(share)
-        except ValueError:
-            value = math.nan
-        if not math.isfinite(value):
-            raise ConfigError("--model-mix", f"{name}={share}", f"expected {form}")
-        mix.append((name, value))
-    return tuple(mix)
-
-
-def _load_trace(trace: Path | None, fmt: str):  # type: ignore[no-untyped-def]
-    from unstall.traces import default_trace, read_trace
-
-    return default_trace() if trace is None else read_trace(trace, fmt)
-
-
 def _row(r) -> list[object]:  # type: ignore[no-untyped-def]
     return [
         r.policy,
@@ -174,23 +143,21 @@ def run(
     quiet: QuietOpt = False,
 ) -> None:
     """Simulate one policy on a trace and print its metrics."""
-    from unstall.sim.run import SimConfig, run_simulation
-
-    config = SimConfig(
+    request = SimRequest(
         policy=policy,
-        policy_options=_policy_options(policy_option),
+        policy_options=parse_pairs(policy_option or [], "--policy-option", "KEY=VALUE"),
         cluster=cluster,
         congestion=congestion,
         seed=seed,
         restore_s=restore_s,
         max_jobs=max_jobs,
         job_profiles=tuple(str(p) for p in job_profile or ()),
-        model_mix=_model_mix(model_mix),
+        model_mix=parse_model_mix(model_mix),
     )
-    loaded = _load_trace(trace, trace_format)
+    loaded = resolve_trace(trace, trace_format)
     total = min(len(loaded), max_jobs or len(loaded))
     with progress_bar(f"simulating {policy}", total, quiet) as advance:
-        outcome = run_simulation(loaded, config, on_finish=advance)
+        outcome = simulate_request(request, loaded, on_finish=advance)
     r = outcome.result
     console.print(results_table(f"{r.trace} on {r.cluster} ({r.total_gpus} GPUs)", [r]))
     console.print(
@@ -199,7 +166,7 @@ def run(
     )
     if jobs_out is not None:
         _write_table(outcome.jobs, jobs_out)
-    save_json(json_path, r, {"sim": config, "trace": str(trace or "embedded default")})
+    save_json(json_path, r, {"sim": request, "trace": str(trace or "embedded default")})
 
 
 def _write_table(frame: object, path: Path) -> None:
@@ -234,13 +201,11 @@ def compare(
     quiet: QuietOpt = False,
 ) -> None:
     """Simulate several policies on the same trace; write a table, plots and an HTML report."""
-    from unstall.report.sim_report import write_html, write_plots
-    from unstall.sched.registry import POLICIES
-    from unstall.sim.run import SimConfig, run_simulation
+    from unstall.sched import POLICIES
 
     names = comma_list(policies) or list(POLICIES)
-    configs = [
-        SimConfig(
+    requests = [
+        SimRequest(
             policy=name,
             cluster=cluster,
             congestion=congestion,
@@ -248,16 +213,32 @@ def compare(
             restore_s=restore_s,
             max_jobs=max_jobs,
             job_profiles=tuple(str(p) for p in job_profile or ()),
-            model_mix=_model_mix(model_mix),
+            model_mix=parse_model_mix(model_mix),
         )
         for name in names
     ]
-    loaded = _load_trace(trace, trace_format)
-    total = min(len(loaded), max_jobs or len(loaded)) * len(configs)
+    loaded = resolve_trace(trace, trace_format)
+    runs = simulate_all(requests, loaded, quiet)
+    write_comparison(runs, requests, str(trace or "embedded"), out)
+
+
+def simulate_all(requests: Sequence[SimRequest], trace: Trace, quiet: bool) -> list[SimRun]:
+    """Every request on the same trace, one after the other, under one progress bar."""
+    total = sum(min(len(trace), r.max_jobs or len(trace)) for r in requests)
     runs = []
-    with progress_bar(f"simulating {len(configs)} policies", total, quiet) as advance:
-        for config in configs:
-            runs.append(run_simulation(loaded, config, on_finish=advance))
+    with progress_bar(f"simulating {len(requests)} policies", total, quiet) as advance:
+        for request in requests:
+            runs.append(simulate_request(request, trace, on_finish=advance))
+    return runs
+
+
+def write_comparison(
+    runs: Sequence[SimRun], requests: Sequence[SimRequest], trace_label: str, out: Path
+) -> None:
+    """Print the runs' table; write ``summary.json`` (with the requests beside it), per-job
+    Parquet files, plots and an HTML report into ``out``."""
+    from unstall.report.sim_report import write_html, write_plots
+
     results = [r.result for r in runs]
     out.mkdir(parents=True, exist_ok=True)
     first = results[0]
@@ -273,9 +254,7 @@ def compare(
     for name, frame in jobs.items():
         frame.to_parquet(out / f"jobs_{name}.parquet", index=False)
     summary = out / "summary.json"
-    write_result(
-        summary, _ResultList(results), {"runs": configs, "trace": str(trace or "embedded")}
-    )
+    write_result(summary, _ResultList(results), {"runs": list(requests), "trace": trace_label})
     plots = write_plots(results, jobs, timelines, out)
     report = write_html(results, plots, out, "unstall sim compare")
     console.print(
@@ -295,10 +274,10 @@ class _ResultList:
 
 def policies() -> None:
     """List the scheduling policies."""
-    from unstall.sched.registry import DESCRIPTIONS
+    from unstall.sched import describe_policies
 
     console.print(
-        table("scheduling policies", ["policy", "what it does"], list(DESCRIPTIONS.items()))
+        table("scheduling policies", ["policy", "what it does"], list(describe_policies().items()))
     )
 
 

@@ -1,1 +1,60 @@
-"""Event-driven simulator of a GPU cluster running a job trace under a scheduling policy."""
+"""Event-driven simulator of a GPU cluster running a job trace under a scheduling policy.
+
+What this part offers:
+
+- ``simulate(trace, cluster, policy, *, congestion=, seed=, restore_s=, tick_s=, model_mix=,
+  max_jobs=, job_profiles=, on_finish=)`` -> :class:`SimRun`: a :class:`unstall.traces.Trace`
+  on a :class:`unstall.net.TopologyConfig` under a :class:`unstall.sched.Policy` object. Job
+  speeds come from the perf model (:mod:`unstall.workload`): placement and network contention
+  (max-min fair shares of NICs and uplinks, less background congestion) change progress exactly.
+- :class:`SimRun`: the summary (:class:`SimResult`, with ``to_json()``), one row per job, the
+  timeline (busy GPUs, queue, congestion) and the policy's telemetry, as DataFrames.
+- Background congestion (:class:`Congestion`): a seeded :class:`CongestionLevel` (the levels
+  ``none``, ``low``, ``medium``, ``high`` by ``congestion_level(name)``), or any
+  :class:`CongestionSchedule` (``read_congestion_schedule(path)`` reads ``time_s,fraction``).
+- :class:`SimInvariantError`: a policy (or the engine) broke an invariant, e.g. gave a GPU twice.
+
+Example: the first 50 jobs of the embedded trace, fifo on the small cluster.
+
+>>> from unstall.net import topology_preset
+>>> from unstall.sched import make_policy
+>>> from unstall.sim import congestion_level, simulate
+>>> from unstall.traces import default_trace
+>>> run = simulate(
+...     default_trace(), topology_preset("small"), make_policy("fifo"),
+...     congestion=congestion_level("medium"), max_jobs=50,
+... )
+>>> run.result.policy, run.result.cluster, run.result.congestion, run.result.jobs_finished
+('fifo', 'small', 'medium', 50)
+>>> len(run.jobs), bool(run.result.avg_jct_s > 0)
+(50, True)
+"""
+
+from unstall.sim.congestion import (
+    CONGESTION_LEVELS,
+    MAX_FRACTION,
+    NO_CONGESTION,
+    Congestion,
+    CongestionLevel,
+    CongestionSchedule,
+    congestion_level,
+    read_congestion_schedule,
+)
+from unstall.sim.metrics import SimResult
+from unstall.sim.run import SimRun, simulate
+from unstall.sim.state import SimInvariantError
+
+__all__ = [
+    "CONGESTION_LEVELS",
+    "MAX_FRACTION",
+    "NO_CONGESTION",
+    "Congestion",
+    "CongestionLevel",
+    "CongestionSchedule",
+    "SimInvariantError",
+    "SimResult",
+    "SimRun",
+    "congestion_level",
+    "read_congestion_schedule",
+    "simulate",
+]

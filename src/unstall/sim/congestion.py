@@ -1,7 +1,10 @@
 """Background congestion over time: the fraction of shared-link bandwidth other traffic takes.
 
-Levels are presets (a seeded random walk around a mean, changing every ``period_s``); a schedule
-file (CSV ``time_s,fraction``) gives any other pattern.
+Two kinds, one interface (:class:`Congestion`: a ``name`` for the results and
+``schedule(horizon_s, seed)``): a :class:`CongestionLevel` is a seeded random walk around a mean,
+changing every ``period_s`` (the levels ``none``, ``low``, ``medium`` and ``high`` are in
+:data:`CONGESTION_LEVELS`); a :class:`CongestionSchedule` is any step function, for example one
+read from a CSV file (``time_s,fraction``) by :func:`read_congestion_schedule`.
 """
 
 from __future__ import annotations
@@ -10,18 +13,25 @@ import csv
 import random
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
-from unstall.config import check
-from unstall.errors import DataFileError
+from unstall.config import check, check_non_negative, check_positive
+from unstall.errors import ConfigError, DataFileError
 
-# Mean share of NIC and uplink bandwidth taken by background traffic, and how far it swings.
-LEVELS: dict[str, tuple[float, float]] = {
-    "none": (0.0, 0.0),
-    "low": (0.2, 0.1),
-    "medium": (0.4, 0.15),
-    "high": (0.6, 0.2),
-}
 MAX_FRACTION = 0.95  # a link never loses all its bandwidth: jobs slow down but still finish
+
+
+class Congestion(Protocol):
+    """Background congestion as the simulator takes it: a label and a step function."""
+
+    @property
+    def name(self) -> str:
+        """What results call it (a level's name, or the schedule file as the user named it)."""
+        ...
+
+    def schedule(self, horizon_s: float, seed: int) -> CongestionSchedule:
+        """The step function over a run of ``horizon_s`` seconds, seeded by the run's seed."""
+        ...
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,26 +61,68 @@ class CongestionSchedule:
     def mean(self) -> float:
         return sum(self.fractions) / len(self.fractions) if self.fractions else 0.0
 
+    def schedule(self, horizon_s: float, seed: int) -> CongestionSchedule:
+        """Itself: a given schedule holds whatever the run's length and seed."""
+        return self
 
-def preset(level: str, horizon_s: float, seed: int, period_s: float = 1800.0) -> CongestionSchedule:
-    """A seeded random walk around the level's mean, new value every ``period_s`` seconds."""
-    if level not in LEVELS:
-        raise DataFileError("--congestion", f"unknown level {level!r}; known: {sorted(LEVELS)}")
-    mean, swing = LEVELS[level]
-    if mean == 0.0:
-        return CongestionSchedule(times_s=(0.0,), fractions=(0.0,), name=level)
-    rng = random.Random(seed)
-    steps = max(1, int(horizon_s // period_s) + 1)
-    times = tuple(i * period_s for i in range(steps))
-    fractions = tuple(
-        round(min(MAX_FRACTION, max(0.0, mean + rng.uniform(-swing, swing))), 4)
-        for _ in range(steps)
+
+@dataclass(frozen=True, kw_only=True)
+class CongestionLevel:
+    """A seeded random walk: every ``period_s`` seconds a new fraction drawn uniformly within
+    ``swing`` of ``mean`` (clipped to [0, :data:`MAX_FRACTION`], rounded to 4 digits)."""
+
+    name: str
+    mean: float
+    swing: float = 0.0
+    period_s: float = 1800.0
+
+    def __post_init__(self) -> None:
+        check(0.0 <= self.mean <= MAX_FRACTION, self, "mean", f"must be in [0, {MAX_FRACTION}]")
+        check_non_negative(self, swing=self.swing)
+        check_positive(self, period_s=self.period_s)
+
+    def schedule(self, horizon_s: float, seed: int) -> CongestionSchedule:
+        """One value per period from 0 until past ``horizon_s``, drawn from ``random.Random(seed)``
+        (no congestion at all when the mean is 0)."""
+        if self.mean == 0.0:
+            return CongestionSchedule(times_s=(0.0,), fractions=(0.0,), name=self.name)
+        rng = random.Random(seed)
+        steps = max(1, int(horizon_s // self.period_s) + 1)
+        times = tuple(i * self.period_s for i in range(steps))
+        fractions = tuple(
+            round(min(MAX_FRACTION, max(0.0, self.mean + rng.uniform(-self.swing, self.swing))), 4)
+            for _ in range(steps)
+        )
+        return CongestionSchedule(times_s=times, fractions=fractions, name=self.name)
+
+
+# Mean share of NIC and uplink bandwidth taken by background traffic, and how far it swings.
+CONGESTION_LEVELS: dict[str, CongestionLevel] = {
+    level.name: level
+    for level in (
+        CongestionLevel(name="none", mean=0.0),
+        CongestionLevel(name="low", mean=0.2, swing=0.1),
+        CongestionLevel(name="medium", mean=0.4, swing=0.15),
+        CongestionLevel(name="high", mean=0.6, swing=0.2),
     )
-    return CongestionSchedule(times_s=times, fractions=fractions, name=level)
+}
+NO_CONGESTION = CONGESTION_LEVELS["none"]
 
 
-def load_schedule(path: Path) -> CongestionSchedule:
-    """Read ``time_s,fraction`` rows; errors name the file, line and field."""
+def congestion_level(name: str) -> CongestionLevel:
+    """The level called ``name``, with an error listing the known ones."""
+    level = CONGESTION_LEVELS.get(name)
+    if level is None:
+        raise ConfigError(
+            "congestion", "level", f"unknown level {name!r}; known: {sorted(CONGESTION_LEVELS)}"
+        )
+    return level
+
+
+def read_congestion_schedule(path: str | Path, *, name: str | None = None) -> CongestionSchedule:
+    """Read ``time_s,fraction`` rows; errors name the file, line and field. ``name`` labels the
+    schedule in results (default: the path as given)."""
+    path = Path(path)
     if not path.is_file():
         raise DataFileError(str(path), "no such file")
     times: list[float] = []
@@ -96,4 +148,6 @@ def load_schedule(path: Path) -> CongestionSchedule:
                 raise DataFileError(str(path), "times must increase", line=lineno, field="time_s")
     if not times:
         raise DataFileError(str(path), "no rows")
-    return CongestionSchedule(times_s=tuple(times), fractions=tuple(fractions), name=path.stem)
+    return CongestionSchedule(
+        times_s=tuple(times), fractions=tuple(fractions), name=str(path) if name is None else name
+    )

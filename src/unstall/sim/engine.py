@@ -19,10 +19,9 @@ from __future__ import annotations
 import gc
 import math
 import random
-from array import array
-from collections.abc import Callable, Collection, Generator, Iterator, Sequence
+from collections.abc import Callable, Generator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from unstall.sched.base import (
     ClusterLayout,
@@ -31,14 +30,15 @@ from unstall.sched.base import (
     JobView,
     Placement,
     Policy,
-    Sensitivity,
 )
 from unstall.sim.congestion import CongestionSchedule
 from unstall.sim.events import EventKind, EventQueue
 from unstall.sim.network import NetworkState
 from unstall.sim.network_jobs import NetworkJobs
+from unstall.sim.round_views import RoundView, SpreadViews
 from unstall.sim.speed import RateTiming, SpeedModel
 from unstall.sim.state import ClusterState, JobState, SimInvariantError, SimJob
+from unstall.sim.timeline import Timeline
 
 # Compact the event queue once this many superseded finish events wait in it (and they are half
 # of it): popping them one by one costs more than one pass that drops them all.
@@ -55,18 +55,9 @@ class EngineSettings:
 
 
 @dataclass(slots=True)
-class Timeline:
-    """Step functions sampled after every round: value holds until the next time."""
-
-    time_s: array = field(default_factory=lambda: array("d"))
-    busy_gpus: array = field(default_factory=lambda: array("l"))
-    queued: array = field(default_factory=lambda: array("l"))
-    congestion: array = field(default_factory=lambda: array("d"))
-    telemetry: list[tuple[float, str, float]] = field(default_factory=list)
-
-
-@dataclass(slots=True)
 class EngineOutcome:
+    """What a finished loop hands to the metrics: the jobs as they ended, the timeline, counts."""
+
     jobs: list[SimJob]
     timeline: Timeline
     events: int
@@ -76,6 +67,9 @@ class EngineOutcome:
 
 
 class Engine:
+    """The simulator as a backend of the Policy protocol: it builds each round's snapshot,
+    carries the policy's decision out and advances the jobs (see the module docstring)."""
+
     def __init__(
         self,
         *,
@@ -109,7 +103,7 @@ class Engine:
         self._telemetry_last: dict[str, float] = {}
         self._finished_since_round: list[JobView] = []
         self.spread_running: set[int] = set()  # running jobs placed over several nodes
-        self.spread_views = _SpreadViews(self.spread_running, self.running_views)
+        self.spread_views = SpreadViews(self.spread_running, self.running_views)
         # Running jobs on shared links: their progress and finish times, re-planned in bulk
         # (they have no finish events in the queue).
         self.network_jobs = NetworkJobs()
@@ -420,93 +414,3 @@ def _collector_paused() -> Generator[None, None, None]:
     finally:
         if was_enabled:
             gc.enable()
-
-
-class RoundView(Collection[JobView]):
-    """A live collection of views that a policy may read during one round only.
-
-    Passing the engine's own collections instead of copies saves a copy of every running job
-    per round; once ``decide`` returns they change, so reading one later raises instead of
-    silently showing another instant.
-    """
-
-    __slots__ = ("_live", "_name")
-
-    def __init__(self, live: Collection[JobView], name: str) -> None:
-        self._live: Collection[JobView] | None = live
-        self._name = name
-
-    def expire(self) -> None:
-        self._live = None
-
-    def _source(self) -> Collection[JobView]:
-        if self._live is None:
-            raise SimInvariantError(
-                f"snapshot.{self._name} was read after its round; copy it (tuple(...)) inside "
-                "decide() to keep it"
-            )
-        return self._live
-
-    def __len__(self) -> int:
-        return len(self._source())
-
-    def __iter__(self) -> Iterator[JobView]:
-        return iter(self._source())
-
-    def __contains__(self, item: object) -> bool:
-        return item in self._source()
-
-
-class _SpreadViews(Collection[JobView]):
-    """The views of the spread running jobs, looked up only when a policy iterates them (most
-    policies never do), in the order of the engine's set of their indices."""
-
-    __slots__ = ("_indices", "_views")
-
-    def __init__(self, indices: set[int], views: dict[int, JobView]) -> None:
-        self._indices = indices
-        self._views = views
-
-    def __len__(self) -> int:
-        return len(self._indices)
-
-    def __iter__(self) -> Iterator[JobView]:
-        return map(self._views.__getitem__, self._indices)
-
-    def __contains__(self, item: object) -> bool:
-        return isinstance(item, JobView) and self._views.get(item.index) is item
-
-
-def build_jobs(
-    *,
-    job_ids: Sequence[str],
-    submit_s: Sequence[float],
-    num_gpus: Sequence[int],
-    duration_s: Sequence[float],
-    models: Sequence[str],
-    speed: SpeedModel,
-) -> list[SimJob]:
-    """Jobs with their consolidated iteration time and sensitivity, cached per (model, GPUs)."""
-    cache: dict[tuple[str, int], tuple[float, Sensitivity]] = {}
-    jobs: list[SimJob] = []
-    for i, (jid, sub, n, dur, model) in enumerate(
-        zip(job_ids, submit_s, num_gpus, duration_s, models, strict=True)
-    ):
-        key = (model, int(n))
-        facts = cache.get(key)
-        if facts is None:
-            facts = (speed.consolidated_iter_s(model, int(n)), speed.sensitivity(model, int(n)))
-            cache[key] = facts
-        jobs.append(
-            SimJob(
-                index=i,
-                job_id=str(jid),
-                submit_s=float(sub),
-                num_gpus=int(n),
-                duration_s=float(dur),
-                model=model,
-                cons_iter_s=facts[0],
-                sensitivity=facts[1],
-            )
-        )
-    return jobs

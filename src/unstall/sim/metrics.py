@@ -8,8 +8,9 @@ import numpy as np
 import pandas as pd
 
 from unstall.results import JsonResult
-from unstall.sim.engine import EngineOutcome, Timeline
+from unstall.sim.engine import EngineOutcome
 from unstall.sim.state import JobState, SimJob
+from unstall.sim.timeline import Timeline
 
 
 @dataclass(frozen=True, kw_only=True)

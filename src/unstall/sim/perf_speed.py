@@ -12,11 +12,11 @@ from collections.abc import Mapping
 from unstall.net.topology import INTRA, TopologyConfig
 from unstall.sched.base import CONGESTION_GRID, Placement, Sensitivity
 from unstall.sim.speed import Flow, LinkId, RateTiming
-from unstall.workload.traffic import CommPlan, comm_plan
 from unstall.workload.job_specs import JobPerfSpec, spec_for
 from unstall.workload.perf import plan_time
 from unstall.workload.placement import Placement as Shape
 from unstall.workload.placement import consolidated_placement
+from unstall.workload.traffic import CommPlan, comm_plan
 
 
 def _shape(placement: Placement, topology: TopologyConfig) -> Shape:

@@ -1,95 +1,35 @@
-"""One simulated run, end to end: config -> cluster, speed model, policy, jobs -> results."""
+"""One simulated run, end to end: trace, cluster, policy and settings -> results.
+
+Everything :func:`simulate` takes is an object (a :class:`~unstall.traces.Trace`, a
+:class:`~unstall.net.TopologyConfig`, a :class:`~unstall.sched.Policy`, a congestion, measured
+:class:`~unstall.workload.JobProfile` objects): names and files are resolved before it is called
+(``unstall.cli.resolvers.sim`` does it for the command line).
+"""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
 from unstall.config import check, check_non_negative
-from unstall.net.topology import TOPOLOGY_PRESETS, TopologyConfig, load_topology, topology_preset
+from unstall.net.topology import TopologyConfig
 from unstall.sched.base import ClusterLayout, Policy
-from unstall.sched.registry import POLICIES, make_policy
-from unstall.sim.congestion import LEVELS, CongestionSchedule, load_schedule, preset
-from unstall.sim.engine import Engine, EngineSettings, build_jobs
+from unstall.sim.congestion import NO_CONGESTION, Congestion
+from unstall.sim.engine import Engine, EngineSettings
 from unstall.sim.metrics import SimResult, job_table, summarise, timeline_table
 from unstall.sim.perf_speed import PerfSpeedModel
-from unstall.traces import Trace, assign_models
-from unstall.traces.models import normalised_mix
-from unstall.workload.perf import JobPerfSpec
+from unstall.sim.speed import SpeedModel
+from unstall.sim.state import build_jobs
+from unstall.traces.models import assign_models, normalised_mix
+from unstall.traces.schema import Trace
+from unstall.workload.job_specs import JobPerfSpec
 from unstall.workload.profiles import JobProfile
 
-
-@dataclass(frozen=True, kw_only=True)
-class SimConfig:
-    """Everything that decides a run besides the trace itself."""
-
-    policy: str = "fifo"
-    # The policy's own knobs as (field, text) pairs, e.g. (("order", "las"),) for dally.
-    policy_options: tuple[tuple[str, str], ...] = ()
-    cluster: str = "small"  # a preset name or a TOML/JSON topology file
-    congestion: str = "none"  # a level or a CSV schedule file (time_s,fraction)
-    seed: int = 0
-    restore_s: float = 60.0  # checkpoint + restore paid by each preemption and migration
-    tick_s: float | None = None  # None: the policy's own re-scheduling period, if it has one
-    # Share of each zoo model among jobs whose trace names none (Philly has no model column).
-    model_mix: tuple[tuple[str, float], ...] | None = None
-    max_jobs: int | None = None  # simulate only the first N jobs of the trace
-    # JobProfile JSON files (from `unstall profile run`): jobs of a profiled model's name run at
-    # its measured figures instead of the zoo's estimates (a zoo name is overridden).
-    job_profiles: tuple[str, ...] = ()
-
-    def __post_init__(self) -> None:
-        check(self.policy in POLICIES, self, "policy", f"unknown; known: {sorted(POLICIES)}")
-        if self.policy_options:
-            make_policy(self.policy, self.policy_options)  # rejects unknown or mistyped options
-        check(
-            self.cluster in TOPOLOGY_PRESETS or Path(self.cluster).suffix in (".toml", ".json"),
-            self,
-            "cluster",
-            f"{self.cluster!r} is neither a preset {sorted(TOPOLOGY_PRESETS)} nor a .toml/.json",
-        )
-        check(
-            self.congestion in LEVELS or self.congestion.endswith(".csv"),
-            self,
-            "congestion",
-            f"{self.congestion!r} is neither a level {sorted(LEVELS)} nor a .csv schedule",
-        )
-        check_non_negative(self, restore_s=self.restore_s, seed=self.seed)
-        check(self.tick_s is None or self.tick_s > 0, self, "tick_s", "must be > 0")
-        check(self.max_jobs is None or self.max_jobs > 0, self, "max_jobs", "must be > 0")
-        for path in self.job_profiles:
-            check(Path(path).is_file(), self, "job_profiles", f"no such file: {path}")
-        if self.model_mix is not None:
-            normalised_mix(self, "model_mix", dict(self.model_mix))
-
-    def profiled_specs(self) -> dict[str, JobPerfSpec]:
-        """The perf specs of ``job_profiles`` by model name (each file's errors name it)."""
-        specs: dict[str, JobPerfSpec] = {}
-        for path in self.job_profiles:
-            profile = JobProfile.from_json(Path(path))
-            check(
-                profile.model not in specs,
-                self,
-                "job_profiles",
-                f"{path}: a second profile of model {profile.model!r}",
-            )
-            # The measured compute time stands; the device only names where it was measured.
-            specs[profile.model] = profile.to_perf_spec()
-        return specs
-
-    def topology(self) -> TopologyConfig:
-        if self.cluster in TOPOLOGY_PRESETS:
-            return topology_preset(self.cluster)
-        return load_topology(self.cluster)
-
-    def congestion_schedule(self, horizon_s: float) -> CongestionSchedule:
-        if self.congestion in LEVELS:
-            return preset(self.congestion, horizon_s, self.seed)
-        return load_schedule(Path(self.congestion))
+OWNER = "simulate"  # what argument errors are reported against
 
 
 @dataclass(frozen=True)
@@ -104,6 +44,7 @@ class SimRun:
 
 
 def layout_of(topology: TopologyConfig) -> ClusterLayout:
+    """The cluster's shape as policies see it."""
     return ClusterLayout.regular(
         racks=topology.racks,
         nodes_per_rack=topology.nodes_per_rack,
@@ -111,32 +52,112 @@ def layout_of(topology: TopologyConfig) -> ClusterLayout:
     )
 
 
-def prepare_trace(trace: Trace, config: SimConfig) -> Trace:
+def profiled_specs(profiles: Sequence[JobProfile]) -> dict[str, JobPerfSpec]:
+    """The perf specs of measured job profiles by model name (one profile a model)."""
+    specs: dict[str, JobPerfSpec] = {}
+    for profile in profiles:
+        check(
+            profile.model not in specs,
+            OWNER,
+            "job_profiles",
+            f"a second profile of model {profile.model!r}",
+        )
+        # The measured compute time stands; the device only names where it was measured.
+        specs[profile.model] = profile.to_perf_spec()
+    return specs
+
+
+def prepare_trace(
+    trace: Trace, *, max_jobs: int | None, model_mix: Mapping[str, float] | None, seed: int
+) -> Trace:
     """The jobs to simulate: the first ``max_jobs``, every job with a model."""
-    if config.max_jobs is not None and config.max_jobs < len(trace):
-        trace = trace.with_jobs(trace.jobs.iloc[: config.max_jobs].reset_index(drop=True))
+    if max_jobs is not None and max_jobs < len(trace):
+        trace = trace.with_jobs(trace.jobs.iloc[:max_jobs].reset_index(drop=True))
     if trace.jobs["model"].isna().any():
-        mix = dict(config.model_mix) if config.model_mix else None
-        trace = assign_models(trace, mix, seed=config.seed)
+        trace = assign_models(trace, dict(model_mix) if model_mix else None, seed=seed)
     return trace
 
 
-def run_simulation(
-    trace: Trace,
-    config: SimConfig,
+def _check_settings(
     *,
-    policy: Policy | None = None,
-    speed: PerfSpeedModel | None = None,
+    seed: int,
+    restore_s: float,
+    tick_s: float | None,
+    model_mix: Mapping[str, float] | None,
+    max_jobs: int | None,
+) -> None:
+    check_non_negative(OWNER, restore_s=restore_s, seed=seed)
+    check(tick_s is None or tick_s > 0, OWNER, "tick_s", "must be > 0")
+    check(max_jobs is None or max_jobs > 0, OWNER, "max_jobs", "must be > 0")
+    if model_mix is not None:
+        normalised_mix(OWNER, "model_mix", model_mix)
+
+
+def simulate(
+    trace: Trace,
+    cluster: TopologyConfig,
+    policy: Policy,
+    *,
+    congestion: Congestion = NO_CONGESTION,
+    seed: int = 0,
+    restore_s: float = 60.0,
+    tick_s: float | None = None,
+    model_mix: Mapping[str, float] | None = None,
+    max_jobs: int | None = None,
+    job_profiles: Sequence[JobProfile] = (),
     on_finish: Callable[[int], None] | None = None,
 ) -> SimRun:
-    """Simulate ``trace`` under ``config``; ``policy`` overrides ``config.policy`` (ablations)."""
-    topology = config.topology()
-    speed = speed or PerfSpeedModel(topology, config.profiled_specs())
-    policy = policy or make_policy(config.policy, config.policy_options)
-    trace = prepare_trace(trace, config)
+    """Simulate ``trace`` on ``cluster`` under ``policy``.
+
+    ``congestion``: background traffic on NICs and uplinks (a level, e.g.
+    ``congestion_level("medium")``, or a :class:`CongestionSchedule`); ``seed`` seeds it, the
+    models given to jobs whose trace names none (drawn from ``model_mix``, default uniform over
+    the zoo) and the policy's random generator. ``restore_s``: checkpoint + restore paid by each
+    preemption and migration. ``tick_s``: extra scheduling rounds while jobs wait (None: the
+    policy's own ``tick_s``, if it has one). ``max_jobs``: only the first N jobs.
+    ``job_profiles``: measured jobs; jobs of a profiled model's name run at its measured figures
+    instead of the zoo's estimates. ``on_finish(n)`` is called as jobs finish (progress bars).
+    Jobs larger than the whole cluster are counted as rejected, not simulated.
+    """
+    _check_settings(
+        seed=seed, restore_s=restore_s, tick_s=tick_s, model_mix=model_mix, max_jobs=max_jobs
+    )
+    speed = PerfSpeedModel(cluster, profiled_specs(job_profiles))
+    return simulate_with_speed(
+        trace,
+        cluster,
+        policy,
+        speed,
+        congestion=congestion,
+        seed=seed,
+        restore_s=restore_s,
+        tick_s=tick_s,
+        model_mix=model_mix,
+        max_jobs=max_jobs,
+        on_finish=on_finish,
+    )
+
+
+def simulate_with_speed(
+    trace: Trace,
+    cluster: TopologyConfig,
+    policy: Policy,
+    speed: SpeedModel,
+    *,
+    congestion: Congestion,
+    seed: int,
+    restore_s: float,
+    tick_s: float | None,
+    model_mix: Mapping[str, float] | None,
+    max_jobs: int | None,
+    on_finish: Callable[[int], None] | None,
+) -> SimRun:
+    """:func:`simulate` on a given speed model: the tests compare the perf model's fast paths
+    with a speed model that lacks them, on the same run."""
+    trace = prepare_trace(trace, max_jobs=max_jobs, model_mix=model_mix, seed=seed)
     arrays = trace.arrays()
-    fits = arrays.num_gpus <= topology.n_gpus
-    models = arrays.model if arrays.model is not None else None
+    fits = arrays.num_gpus <= cluster.n_gpus
+    models = arrays.model
     assert models is not None
     # Python lists: the engine reads these values one at a time, where numpy scalars are slow.
     jobs = build_jobs(
@@ -148,14 +169,14 @@ def run_simulation(
         speed=speed,
     )
     horizon = float(arrays.submit_s.max() + arrays.duration_s.max()) if len(arrays) else 0.0
-    tick = config.tick_s if config.tick_s is not None else getattr(policy, "tick_s", None)
+    tick = tick_s if tick_s is not None else getattr(policy, "tick_s", None)
     engine = Engine(
-        layout=layout_of(topology),
+        layout=layout_of(cluster),
         speed=speed,
         policy=policy,
         jobs=jobs,
-        congestion=config.congestion_schedule(horizon),
-        settings=EngineSettings(restore_s=config.restore_s, tick_s=tick, seed=config.seed),
+        congestion=congestion.schedule(horizon, seed),
+        settings=EngineSettings(restore_s=restore_s, tick_s=tick, seed=seed),
     )
     started = time.perf_counter()
     outcome = engine.run(on_finish)
@@ -163,11 +184,11 @@ def run_simulation(
     result = summarise(
         outcome,
         policy=policy.name,
-        cluster=topology.name,
+        cluster=cluster.name,
         trace=Path(trace.source).name,
-        congestion=config.congestion,
-        seed=config.seed,
-        total_gpus=topology.n_gpus,
+        congestion=congestion.name,
+        seed=seed,
+        total_gpus=cluster.n_gpus,
         jobs_rejected=int((~fits).sum()),
         wall_s=wall,
     )

@@ -7,9 +7,11 @@ holds more than its GPUs, a job runs only after it arrives and finishes exactly 
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 
 from unstall.errors import UnstallError
 from unstall.sched.base import ClusterLayout, JobView, Placement, Sensitivity
+from unstall.sim.speed import SpeedModel
 
 
 class SimInvariantError(UnstallError, AssertionError):
@@ -187,3 +189,38 @@ class ClusterState:
             if self.free_by_node[node] > gpn:
                 raise SimInvariantError(f"node {node} released more GPUs than it has")
             self.used_gpus -= k
+
+
+def build_jobs(
+    *,
+    job_ids: Sequence[str],
+    submit_s: Sequence[float],
+    num_gpus: Sequence[int],
+    duration_s: Sequence[float],
+    models: Sequence[str],
+    speed: SpeedModel,
+) -> list[SimJob]:
+    """Jobs with their consolidated iteration time and sensitivity, cached per (model, GPUs)."""
+    cache: dict[tuple[str, int], tuple[float, Sensitivity]] = {}
+    jobs: list[SimJob] = []
+    for i, (jid, sub, n, dur, model) in enumerate(
+        zip(job_ids, submit_s, num_gpus, duration_s, models, strict=True)
+    ):
+        key = (model, int(n))
+        facts = cache.get(key)
+        if facts is None:
+            facts = (speed.consolidated_iter_s(model, int(n)), speed.sensitivity(model, int(n)))
+            cache[key] = facts
+        jobs.append(
+            SimJob(
+                index=i,
+                job_id=str(jid),
+                submit_s=float(sub),
+                num_gpus=int(n),
+                duration_s=float(dur),
+                model=model,
+                cons_iter_s=facts[0],
+                sensitivity=facts[1],
+            )
+        )
+    return jobs

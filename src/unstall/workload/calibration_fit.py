@@ -18,16 +18,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import least_squares
 
 from unstall.config import check, check_positive
 from unstall.errors import ConfigError
 from unstall.net.link import Link
 from unstall.net.topology import INTRA, NIC, TopologyConfig
-from unstall.workload.traffic import comm_plan
 from unstall.workload.job_specs import JobPerfSpec
 from unstall.workload.placement import Placement
 from unstall.workload.pollux_placements import GPUS_PER_NODE
+from unstall.workload.traffic import comm_plan
 
 POLLUX_DEVICE = "t4"
 # fp32 gradient bytes of the models behind Pollux's applications (published parameter counts x 4
@@ -188,6 +187,9 @@ def fit_params(
     local_bsz: np.ndarray, feats: np.ndarray, y: np.ndarray, config: CalibrationConfig
 ) -> np.ndarray:
     """Least-squares fit of :data:`PARAM_NAMES` on relative error; the best of a few starts."""
+    # scipy takes half a second to import: only a calibration pays it, not every user of workload.
+    from scipy.optimize import least_squares
+
     to_x = _ORDERED if config.ordered_links else np.eye(len(PARAM_NAMES))
     lower = np.array([0.0, 0.0, _MIN_PASS_S, 0.0, 0.0 if config.ordered_links else _MIN_PASS_S])
     lower = np.concatenate([lower, [0.0, 0.0]])

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 
 from unstall.errors import ConfigError
 from unstall.net.topology import LinkId, TopologyConfig
-from unstall.workload.traffic import CommPlan, cached_plan
 from unstall.workload.job_specs import JobPerfSpec
 from unstall.workload.placement import Placement, consolidated_placement
+from unstall.workload.traffic import CommPlan, cached_plan
 
 
 @dataclass(frozen=True, slots=True)
