@@ -23,14 +23,55 @@ def test_data_writes_png_images(tmp_path: Path) -> None:
 def test_bad_input_is_one_clear_error(tmp_path: Path) -> None:
     cases = [
         (["--model", "nosuch"], "unknown model"),
-        (["--model", "mlp", "--network", "fast"], "network"),
-        (["--model", "mlp", "--data", str(tmp_path)], "data_dir"),
+        (["--model", "mlp", "--network", "fast"], "profile.network"),
+        (["--model", "mlp", "--data", str(tmp_path)], "profile.data"),
         (["--model", "resnet18", "--data", str(tmp_path / "none")], "no such directory"),
+        (["--model", "mlp", "--loss", "l1"], "unknown loss 'l1'"),
+        (["--model", f"{tmp_path / 'none.py'}:model"], "model function file"),
+        (["--model", "mlp", "--profile-device", "cpu"], "profile_device"),
     ]
     for args, message in cases:
         result = runner.invoke(app, ["profile", "run", *args])
         assert result.exit_code == 1, (args, result.output)
         assert message in result.output, (args, result.output)
+        assert result.output.count("error:") == 1 and "Traceback" not in result.output
+
+
+USER_CODE = """
+import torch
+from torch import nn
+
+
+def model():
+    return nn.Sequential(nn.Linear(10, 16), nn.ReLU(), nn.Linear(16, 3))
+
+
+def data(rank, world_size):
+    for _ in range(4):
+        yield torch.randn(6, 10), torch.randint(0, 3, (6,))
+"""
+
+
+def test_run_profiles_a_model_and_data_from_a_users_file(tmp_path: Path) -> None:
+    code = tmp_path / "net.py"
+    code.write_text(USER_CODE, encoding="utf-8")
+    out = tmp_path / "r.json"
+    args = ["profile", "run", "--model", f"{code}:model", "--data", f"{code}:data"]
+    args += ["--loss", "cross_entropy", "--workers", "2", "--iterations", "1", "--warmup", "1"]
+    args += ["--repeats", "1", "--json", str(out)]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert f"profiling {code}:model: 2 workers on 1 host(s)" in result.output
+    assert "runs compute, warm, cached, local" in result.output
+    report = json.loads(out.read_text())
+    assert report["model"] == f"{code}:model" and report["batch"] == 6
+    assert report["job_profile"]["gradient_bytes"] == 4 * (10 * 16 + 16 + 16 * 3 + 3)
+    config = json.loads((tmp_path / "r.config.json").read_text())["config"]
+    assert (config["data_dir"], config["data"], config["loss"]) == (
+        None,
+        f"{code}:data",
+        "cross_entropy",
+    )
 
 
 def test_run_prints_the_breakdown_and_writes_report_profile_trace(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ instance over many small for a communication-heavy job, the Pareto front, infeas
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -11,13 +12,13 @@ from hypothesis import strategies as st
 
 from unstall.cost.catalog import Catalog, Instance, default_catalog
 from unstall.cost.predict import JobModel, Prediction, TrainingConfig, predict_all
-from unstall.cost.recommend import (
+from unstall.cost.ranking import (
     Candidate,
     RecommendConfig,
     dominates,
     pareto_front,
     rank,
-    recommend,
+    rank_configurations,
 )
 from unstall.errors import ConfigError
 from unstall.workload.perf import JobPerfSpec
@@ -53,14 +54,14 @@ def make_spec(gradient_bytes: float, compute_s: float = 0.1) -> JobPerfSpec:
 IMAGENET = TrainingConfig(samples=1_281_167, epochs=90)
 
 
-def config(budget_hours: float, max_instances: int = 16, **training: object) -> RecommendConfig:
+def config(budget_hours: float, max_instances: int = 16, **training: Any) -> RecommendConfig:
     t = dataclasses.replace(IMAGENET, **training) if training else IMAGENET
     return RecommendConfig(training=t, budget_hours=budget_hours, max_instances=max_instances)
 
 
 def test_the_recommendation_is_the_cheapest_configuration_within_the_budget() -> None:
     job = JobModel(spec=make_spec(100e6))
-    rec = recommend(job, default_catalog(), config(24.0))
+    rec = rank_configurations(job, default_catalog(), config(24.0))
     assert rec.feasible and rec.recommended is not None
     within = [c for c in rec.candidates if c.predicted_hours <= 24.0]
     assert within and all(c.within_budget for c in within)
@@ -105,8 +106,8 @@ def test_a_slower_but_cheaper_configuration_wins_when_the_budget_allows() -> Non
         source="test",
     )
     job = JobModel(spec=make_spec(0.0, compute_s=0.2))  # nothing to communicate
-    loose = recommend(job, catalog, config(2000.0, max_instances=1))
-    tight = recommend(job, catalog, config(150.0, max_instances=1))
+    loose = rank_configurations(job, catalog, config(2000.0, max_instances=1))
+    tight = rank_configurations(job, catalog, config(150.0, max_instances=1))
     assert loose.recommended is not None and tight.recommended is not None
     assert loose.recommended.instance == "slow.1"
     assert tight.recommended.instance == "fast.1"
@@ -126,7 +127,7 @@ def _one_big_or_eight_small(gradient_bytes: float) -> tuple[Candidate, Candidate
         source="test",
     )
     job = JobModel(spec=make_spec(gradient_bytes))
-    rec = recommend(job, catalog, config(20.0, max_instances=8))
+    rec = rank_configurations(job, catalog, config(20.0, max_instances=8))
     big = next(c for c in rec.candidates if c.label == "1 x big.8")
     small = next(c for c in rec.candidates if c.label == "8 x small.1")
     assert rec.recommended is not None
@@ -151,7 +152,7 @@ def test_without_communication_the_cheaper_small_instances_win() -> None:
 
 def test_an_infeasible_budget_has_no_recommendation_and_names_the_fastest() -> None:
     job = JobModel(spec=make_spec(100e6))
-    rec = recommend(job, default_catalog(), config(0.01))
+    rec = rank_configurations(job, default_catalog(), config(0.01))
     assert not rec.feasible and rec.recommended is None
     assert not any(c.within_budget for c in rec.candidates)
     assert rec.fastest == rec.candidates[0]
@@ -161,7 +162,7 @@ def test_an_infeasible_budget_has_no_recommendation_and_names_the_fastest() -> N
 
 
 def test_json_has_the_recommended_and_every_candidate() -> None:
-    rec = recommend(JobModel(spec=make_spec(100e6)), default_catalog(), config(24.0))
+    rec = rank_configurations(JobModel(spec=make_spec(100e6)), default_catalog(), config(24.0))
     data = rec.to_dict()
     for key in ("instance", "count", "predicted_hours", "predicted_cost_usd"):
         assert key in data["recommended"]
@@ -218,7 +219,7 @@ def test_front_of_a_small_example() -> None:
 
 
 def test_the_recommendation_marks_the_front() -> None:
-    rec = recommend(JobModel(spec=make_spec(100e6)), default_catalog(), config(24.0))
+    rec = rank_configurations(JobModel(spec=make_spec(100e6)), default_catalog(), config(24.0))
     on_front = [c for c in rec.candidates if c.on_pareto_front]
     assert sorted(on_front, key=lambda c: c.predicted_hours) == list(rec.pareto_front)
     assert rec.recommended is not None and rec.recommended.on_pareto_front
@@ -238,7 +239,7 @@ def test_the_recommendation_is_always_on_the_front(points: list[Prediction], bud
 
 def test_families_select_instance_types() -> None:
     job = JobModel(spec=make_spec(100e6))
-    rec = recommend(
+    rec = rank_configurations(
         job,
         default_catalog(),
         RecommendConfig(training=IMAGENET, budget_hours=100.0, families=("g4dn", "p3dn")),
@@ -250,7 +251,7 @@ def test_families_select_instance_types() -> None:
         "p3dn.24xlarge",
     }
     with pytest.raises(ConfigError, match="no instance type"):
-        recommend(
+        rank_configurations(
             job,
             default_catalog(),
             RecommendConfig(training=IMAGENET, budget_hours=1.0, families=("z9",)),
@@ -260,7 +261,7 @@ def test_families_select_instance_types() -> None:
 def test_a_global_batch_smaller_than_every_configuration_is_an_error() -> None:
     catalog = Catalog(instances=(make_instance("big.8", 8, "v100", 24.0),), source="t")
     with pytest.raises(ConfigError, match="global_batch"):
-        recommend(JobModel(spec=make_spec(1e6)), catalog, config(10.0, global_batch=4))
+        rank_configurations(JobModel(spec=make_spec(1e6)), catalog, config(10.0, global_batch=4))
 
 
 @pytest.mark.parametrize(

@@ -8,26 +8,28 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import torch
 import torch.distributed as dist
 
-from unstall.errors import ConfigError
+from unstall.errors import ConfigError, DataFileError
+from unstall.net.link import Link
 from unstall.profile.config import ProfileConfig
-from unstall.profile.fit import (
-    FIRST_BUCKET_BYTES,
-    MIB,
-    CommStallModel,
-    FeatureRegression,
-    SweepPoint,
-    ddp_bucket_bytes,
-    fit_comm_stall,
-    load_points,
-    measure_points,
-    parse_variant,
-)
-from unstall.profile.link import LinkSpec
+from unstall.profile.fit import fit_comm_stall
+from unstall.profile.job import model_shape
+from unstall.profile.laws import CommStallModel, FeatureRegression
 from unstall.profile.report import build_report
 from unstall.profile.runner import RawTimings
 from unstall.profile.select import TIE_TOLERANCE
+from unstall.profile.sweep import (
+    FIRST_BUCKET_BYTES,
+    MIB,
+    SweepPoint,
+    ddp_bucket_bytes,
+    load_points,
+    measure_points,
+    save_points,
+    sweep_point,
+)
 from unstall.workload import zoo
 
 LAW = CommStallModel(per_bucket_s=1e-3, per_byte_s=8e-9, overlap=0.8)
@@ -35,7 +37,7 @@ LAW = CommStallModel(per_bucket_s=1e-3, per_byte_s=8e-9, overlap=0.8)
 
 def test_buckets_follow_ddp() -> None:
     # DDP's own assignment (reverse registration order, 1 MiB then 25 MiB) on resnet18's tensors.
-    params = list(zoo.build("resnet18", image_size=32).parameters())
+    params: list[torch.Tensor] = list(zoo.build("resnet18", image_size=32).parameters())
     limits = [FIRST_BUCKET_BYTES, 25 * MIB]
     indices, _ = dist._compute_bucket_assignment_by_size(params[::-1], limits)
     expected = tuple(sum(params[::-1][i].numel() * 4 for i in bucket) for bucket in indices)
@@ -77,7 +79,7 @@ def test_bucket_model_recovers_the_law_and_predicts_the_held_out_model() -> None
     # Many small tensors, a large backward: its stall is the last bucket, not total - overlap.
     held = _point("mobilenet-like", (5_000_000, 9_000_000), 0.08, LAW)
     assert held.network_stall_s == pytest.approx(1e-3 + 8e-9 * 9_000_000)
-    link = LinkSpec(gbps=1.0, latency_ms=1.0)
+    link = Link(bandwidth_gbps=1.0, latency_us=1000.0)
     fit = fit_comm_stall(points, stall="network", held_out=held, link=link)
     bucket = fit.candidate("ddp-buckets")
     assert isinstance(bucket.model, CommStallModel)
@@ -99,6 +101,7 @@ def test_bucket_model_recovers_the_law_and_predicts_the_held_out_model() -> None
     )
     comm = fit_comm_stall(points, link=link)  # interconnect + network: 1.5 x the law
     assert comm.stall == "comm" and comm.link == link
+    assert comm.to_dict()["link"] == {"gbps": 1.0, "latency_ms": 1.0}
     assert points[0].stall("comm") == pytest.approx(1.5 * points[0].network_stall_s)
     assert comm.candidate("ddp-buckets").model.to_dict()["per_byte_s"] > 1.4 * 8e-9
 
@@ -178,20 +181,13 @@ def test_selection_picks_the_form_that_generated_the_points(law_name: str) -> No
         assert "fewest parameters (2)" in fit.reason
 
 
-def test_parse_variant() -> None:
-    assert parse_variant("resnet:depth=34") == ("resnet", {"depth": 34})
-    assert parse_variant("mlp:depth=2,width=64") == ("mlp", {"depth": 2, "width": 64})
-    assert parse_variant("mobilenet_v2") == ("mobilenet_v2", {})
-    for bad in ("nosuch", "resnet:depth", "resnet:colour=3"):
-        with pytest.raises(ConfigError):
-            parse_variant(bad)
-
-
 def test_sweep_points_come_from_the_report_and_resume_from_the_file(tmp_path: Path) -> None:
-    profiled: list[str] = []
+    measured: list[str] = []
+    config = ProfileConfig(network=Link(bandwidth_gbps=1.0))
 
-    def fake_profile(config: ProfileConfig) -> object:
-        profiled.append(str(config.model_options))
+    def fake_measure(variant: str) -> SweepPoint:
+        measured.append(variant)
+        depth = int(variant.rpartition("=")[2])
         raw = RawTimings(
             # The fastest repeats: compute 0.1, local 0.13, network 0.3 (others disturbed).
             runs={
@@ -200,21 +196,34 @@ def test_sweep_points_come_from_the_report_and_resume_from_the_file(tmp_path: Pa
                 "network": [0.3, 0.4, 0.5],
             },
             phases={"compute": {"backward": [0.06, 0.07, 0.08]}},
+            batch=8,
         )
-        return build_report(config, raw)
+        shape = model_shape(lambda: zoo.build("mlp", depth=depth))
+        report = build_report(config, raw, model=variant, model_options={}, shape=shape)
+        return sweep_point(variant, report, shape.tensor_bytes, config.bucket_mb)
 
-    base = ProfileConfig(model="mlp", network=LinkSpec(gbps=1.0))
     path = tmp_path / "points.json"
-    first = measure_points(["mlp:depth=2", "mlp:depth=8"], base, fake_profile, points_path=path)  # type: ignore[arg-type]
+
+    def save(point: SweepPoint, points: dict[str, SweepPoint]) -> None:
+        save_points(path, points)
+
+    first = measure_points(["mlp:depth=2", "mlp:depth=8"], fake_measure, on_point=save)
     point = first["mlp:depth=8"]
     assert point.network_stall_s == pytest.approx(0.17)
     assert point.interconnect_stall_s == pytest.approx(0.03)
     assert point.backward_s == pytest.approx(0.07)
+    facts = zoo.facts("mlp", depth=8)
+    assert (point.layers, point.gradient_bytes) == (facts.layers, facts.gradient_bytes)
     assert point.bucket_bytes == ddp_bucket_bytes(
-        [t.bytes for t in zoo.facts("mlp", depth=8).tensors], cap_bytes=25 * MIB
+        [t.bytes for t in facts.tensors], cap_bytes=25 * MIB
     )
     assert len(point.bucket_bytes) == 2  # 4.2 MB, then the 24.2 MB rest (as DDP rebuilt them)
-    again = measure_points(["mlp:depth=8", "mlp:depth=4"], base, fake_profile, points_path=path)  # type: ignore[arg-type]
-    assert profiled == ["{'depth': 2}", "{'depth': 8}", "{'depth': 4}"]  # depth 8 was read back
+    known = load_points(path)
+    again = measure_points(["mlp:depth=8", "mlp:depth=4"], fake_measure, known=known, on_point=save)
+    assert measured == ["mlp:depth=2", "mlp:depth=8", "mlp:depth=4"]  # depth 8 was read back
     assert again["mlp:depth=8"] == point
     assert set(load_points(path)) == {"mlp:depth=2", "mlp:depth=8", "mlp:depth=4"}
+    assert load_points(tmp_path / "none.json") == {}
+    (tmp_path / "bad.json").write_text("[{", encoding="utf-8")
+    with pytest.raises(DataFileError, match=r"bad\.json"):
+        load_points(tmp_path / "bad.json")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from unstall.errors import ConfigError
-from unstall.profile.config import BACKENDS, ProfileConfig, resolve_device
+from unstall.profile.config import BACKENDS, ProfileConfig, resolve_device, run_names
 from unstall.profile.launch import TorchrunLaunch, torchrun_launch
 from unstall.profile.runner import _paired_order
 
@@ -35,8 +35,8 @@ def test_torchrun_environment() -> None:
 
 def test_backend_follows_the_device() -> None:
     assert BACKENDS == {"cpu": "gloo", "cuda": "nccl"}
-    assert ProfileConfig(model="mlp", device="cpu").backend == "gloo"
-    assert ProfileConfig(model="mlp", device="cuda").backend == "nccl"
+    assert ProfileConfig(device="cpu").backend == "gloo"
+    assert ProfileConfig(device="cuda").backend == "nccl"
     # auto: NCCL when every worker on the host has its own GPU, gloo on the CPU otherwise.
     assert resolve_device("auto", gpus=0, workers_per_node=2) == "cpu"
     assert resolve_device("auto", gpus=1, workers_per_node=2) == "cpu"
@@ -51,9 +51,31 @@ def test_backend_follows_the_device() -> None:
 
 
 def test_overhead_runs_alternate_with_their_timed_twins() -> None:
-    names = ProfileConfig(model="mlp", measure_overhead=True).run_names()
+    names = run_names(ProfileConfig(measure_overhead=True))
     assert names == ["compute", "compute_untimed", "local", "local_untimed"]
     assert _paired_order(names, 0) == names
     assert _paired_order(names, 1) == ["compute_untimed", "compute", "local_untimed", "local"]
     plain = ["compute", "local", "network"]
     assert _paired_order(plain, 1) == plain
+
+
+def test_the_data_runs_come_from_the_source_and_the_network_run_from_the_link() -> None:
+    from unstall.net.link import Link
+
+    config = ProfileConfig(network=Link(bandwidth_gbps=1.0))
+    assert run_names(config, ("cached", "warm", "cold")) == [
+        "compute",
+        "cold",
+        "warm",
+        "cached",
+        "local",
+        "network",
+    ]
+    assert run_names(config, ("warm", "cached")) == [
+        "compute",
+        "warm",
+        "cached",
+        "local",
+        "network",
+    ]
+    assert run_names(ProfileConfig(workers=4, nodes=2)) == ["compute", "local", "network"]

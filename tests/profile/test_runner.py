@@ -3,33 +3,49 @@ find each delay in the stall it belongs to, and the network stall must follow th
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from unstall.profile.config import InjectedDelays, ProfileConfig
-from unstall.profile.data import write_image_dataset
-from unstall.profile.link import LinkSpec
-from unstall.profile.report import profile_stalls
+from unstall.net.link import Link
+from unstall.profile import (
+    ImageFileData,
+    InjectedDelays,
+    StallReport,
+    SyntheticData,
+    list_dataset,
+    measure_stalls,
+    write_image_dataset,
+)
+from unstall.workload import zoo
 
 MS = 1e-3
+
+
+def _profile(model: str, options: dict[str, Any], batch: int, **settings: Any) -> StallReport:
+    """A zoo model on its synthetic batches, as the resolver builds them."""
+    build = functools.partial(zoo.build, model, **options)
+    data = SyntheticData(functools.partial(zoo.example_batch, model, batch, **options))
+    return measure_stalls(build, data, name=model, model_options=options, **settings)
 
 
 @pytest.mark.slow
 def test_injected_data_delays_land_in_fetch_and_prep(tmp_path: Path) -> None:
     write_image_dataset(tmp_path, count=16, image_size=32, num_classes=10, seed=1)
-    config = ProfileConfig(
-        model="mobilenet_v2",
-        model_options={"width_mult": 0.5},
+    options: dict[str, Any] = {"width_mult": 0.5, "image_size": 32}
+    memory = SyntheticData(functools.partial(zoo.example_batch, "mobilenet_v2", 2, **options))
+    data = ImageFileData(tuple(list_dataset(tmp_path)), 2, memory=memory, label=str(tmp_path))
+    r = measure_stalls(
+        functools.partial(zoo.build, "mobilenet_v2", **options),
+        data,
         workers=1,
-        batch=2,
         iterations=2,
         warmup=1,
         repeats=5,
-        data_dir=tmp_path,
         delays=InjectedDelays(fetch_s=100 * MS, prep_s=80 * MS),
     )
-    r = profile_stalls(config)
     # Each stall holds its injected delay; the slack is real work (reading and decoding PNG
     # files). Differences of the runs' fastest repeats: on a shared 2-core machine other work
     # only ever adds time, and disturbed repeats move a median of three by 150 ms (cached
@@ -43,18 +59,17 @@ def test_injected_data_delays_land_in_fetch_and_prep(tmp_path: Path) -> None:
 
 
 def test_injected_allreduce_and_link_delays_land_in_the_comm_stalls() -> None:
-    config = ProfileConfig(
-        model="mlp",
-        model_options={"in_features": 32, "width": 32, "depth": 2},
+    r = _profile(
+        "mlp",
+        {"in_features": 32, "width": 32, "depth": 2},
+        4,
         workers=2,
-        batch=4,
         iterations=4,
         warmup=1,
         repeats=3,
-        network=LinkSpec(gbps=100.0, latency_ms=60.0),
+        network=Link(bandwidth_gbps=100.0, latency_us=60_000.0),
         delays=InjectedDelays(allreduce_s=40 * MS),
     )
-    r = profile_stalls(config)
     # One bucket per iteration: the injected 40 ms is interconnect, the link's 60 ms network.
     assert 30 * MS <= r.interconnect_stall_s <= 40 * MS + 40 * MS, r.runs
     assert r.emulated_delay_s == pytest.approx(60 * MS, rel=0.01)
@@ -65,17 +80,16 @@ def test_injected_allreduce_and_link_delays_land_in_the_comm_stalls() -> None:
 
 
 def _network_stall(gbps: float) -> tuple[float, float]:
-    config = ProfileConfig(
-        model="mlp",
-        model_options={"in_features": 64, "width": 512, "depth": 4},
+    r = _profile(
+        "mlp",
+        {"in_features": 64, "width": 512, "depth": 4},
+        4,
         workers=2,
-        batch=4,
         iterations=4,
         warmup=1,
         repeats=3,
-        network=LinkSpec(gbps=gbps, latency_ms=0.0),
+        network=Link(bandwidth_gbps=gbps),
     )
-    r = profile_stalls(config)
     assert r.emulated_delay_s is not None
     return r.network_stall_s, r.emulated_delay_s
 

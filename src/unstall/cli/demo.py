@@ -99,24 +99,25 @@ def _sparse_lstm(out: Path, quiet: bool) -> None:
 
 
 def _recommend(out: Path, quiet: bool) -> None:
-    from unstall.cli.recommend import recommend
+    from typing import Any
 
-    recommend(
-        samples=1_281_167,
-        epochs=90,
-        budget_hours=24,
-        profile=None,
-        model="resnet50",
-        catalog_path=None,
-        family=None,
-        max_instances=16,
-        global_batch=None,
-        precision="fp32",
-        network_efficiency=None,
+    from unstall.cli.common import progress_bar
+    from unstall.cli.recommend import show_recommendation
+    from unstall.cli.resolvers.cost import resolve_catalog, resolve_job
+    from unstall.cost import recommend, recommend_config
+
+    question: dict[str, Any] = {"samples": 1_281_167, "epochs": 90, "budget_hours": 24}
+    catalog = resolve_catalog(None)
+    job = resolve_job(profile=None, model="resnet50", catalog=catalog, precision="fp32")
+    with progress_bar("predicting", len(catalog), quiet) as advance:
+        rec = recommend(job, catalog=catalog, **question, on_instance=lambda _: advance(1))
+    inputs = {"profile": None, "model": "resnet50", "catalog": catalog.source, "precision": "fp32"}
+    show_recommendation(
+        rec,
         top=8,
         plot=out / "recommend_pareto.png",
         json_path=out / "recommend.json",
-        quiet=quiet,
+        config={**inputs, "recommend": recommend_config(**question)},
     )
     console.print("your own measured profile: `unstall recommend --profile profile.json ...`")
 
@@ -175,14 +176,37 @@ def _sparse_cnn(out: Path, quiet: bool) -> None:
 
 
 def _profile(out: Path, quiet: bool) -> None:
-    from typer.main import get_command
+    from typing import Any
 
-    from unstall.cli.app import app
+    from unstall.cli.profile import print_header, saved_config, show_report
+    from unstall.cli.resolvers.profile import (
+        resolve_data,
+        resolve_device,
+        resolve_model,
+        resolve_network,
+    )
+    from unstall.profile import ProfileConfig, measure_stalls
 
-    args = ["profile", "run", "--model", "mlp", "--workers", "2", "--network", "1,0.5"]
-    args += ["--iterations", "4", "--repeats", "3", "--json", str(out / "stalls_mlp.json")]
-    args += ["--plot", str(out / "stalls_mlp.png")]
-    get_command(app).main(args=args, standalone_mode=False)
+    model = resolve_model("mlp")
+    data = resolve_data("synthetic", model, batch=8)
+    settings: dict[str, Any] = {"workers": 2, "network": resolve_network("1,0.5")}
+    settings |= {"iterations": 4, "repeats": 3}
+    config = ProfileConfig(**settings, device=resolve_device("auto", workers_per_node=2))
+    print_header(model.name, config, data)
+    report = measure_stalls(
+        model.build,
+        data,
+        name=model.name,
+        model_options=model.options,
+        **settings,
+        device=config.device,
+    )
+    show_report(
+        report,
+        plot=out / "stalls_mlp.png",
+        json_path=out / "stalls_mlp.json",
+        config=saved_config(model, config, batch=8, image_size=32, data=None),
+    )
     console.print(
         "with data stalls: `unstall profile data DIR` then `unstall profile run --data DIR ...`"
     )

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -18,9 +18,8 @@ from unstall.cli.common import (
 )
 
 if TYPE_CHECKING:
-    from unstall.profile.config import ProfileConfig
-    from unstall.profile.fit import CommStallFit, SweepPoint
-    from unstall.profile.report import StallReport
+    from unstall.cli.resolvers.profile import ResolvedModel
+    from unstall.profile import CommStallFit, DataSource, ProfileConfig, StallReport, SweepPoint
 
 app = typer.Typer(
     help="Stall profiler: compute, data, interconnect and network stalls of DDP training.",
@@ -29,7 +28,14 @@ app = typer.Typer(
 
 MS = 1e3
 
-ModelOpt = Annotated[str, typer.Option("--model", help="Zoo model name (unstall sim models).")]
+ModelOpt = Annotated[
+    str,
+    typer.Option(
+        "--model",
+        help="Zoo model name (unstall sim models), or FILE.py:FUNC / package.module:FUNC: a"
+        " function returning your nn.Module.",
+    ),
+]
 WorkersOpt = Annotated[int, typer.Option("--workers", min=1, help="Data-parallel workers.")]
 NetworkOpt = Annotated[
     str | None,
@@ -59,7 +65,20 @@ def run(
     workers: WorkersOpt = 2,
     network: NetworkOpt = None,
     data: Annotated[
-        Path | None, typer.Option("--data", help="Image dataset dir (unstall profile data).")
+        str | None,
+        typer.Option(
+            "--data",
+            help="synthetic (a zoo model's random batches; the default), an image dataset dir"
+            " (unstall profile data), or FILE.py:FUNC / package.module:FUNC: your data function"
+            " (rank, world_size) -> iterable of (inputs, targets).",
+        ),
+    ] = None,
+    loss: Annotated[
+        str | None,
+        typer.Option(
+            "--loss",
+            help="cross_entropy (the default), mse, or FILE.py:FUNC: your loss(outputs, targets).",
+        ),
     ] = None,
     batch: BatchOpt = 8,
     image_size: ImageOpt = 32,
@@ -101,51 +120,116 @@ def run(
     """
     import os
 
-    import torch
-
-    from unstall.profile.config import ProfileConfig, resolve_device
-    from unstall.profile.launch import torchrun_launch
-    from unstall.profile.link import LinkSpec
-    from unstall.profile.report import profile_stalls
-    from unstall.profile.trace import write_chrome_trace
+    from unstall.cli.resolvers.profile import (
+        resolve_data,
+        resolve_device,
+        resolve_loss,
+        resolve_model,
+        resolve_network,
+    )
+    from unstall.profile import ProfileConfig, measure_stalls, torchrun_launch
 
     launch = torchrun_launch(os.environ)
     nodes = launch.nodes if launch else 1
     workers = launch.world_size if launch else workers
-    config = ProfileConfig(
-        model=model,
-        workers=workers,
-        nodes=nodes,
-        network=LinkSpec.parse(network) if network else None,
-        data_dir=data,
-        batch=batch,
-        image_size=image_size,
-        iterations=iterations,
-        warmup=warmup,
-        repeats=repeats,
-        device=resolve_device(
-            device, gpus=torch.cuda.device_count(), workers_per_node=workers // nodes
-        ),
-        profile_device=profile_device,
-        measure_overhead=overhead,
-    )
+    target = resolve_model(model, image_size=image_size)
+    source = resolve_data(data, target, batch=batch)
+    settings: dict[str, Any] = {
+        "workers": workers,
+        "nodes": nodes,
+        "network": resolve_network(network),
+        "iterations": iterations,
+        "warmup": warmup,
+        "repeats": repeats,
+        "device": resolve_device(device, workers_per_node=workers // nodes),
+        "profile_device": profile_device,
+        "measure_overhead": overhead,
+    }
+    config = ProfileConfig(**settings)
     lead = launch is None or launch.rank == 0
     if lead:
-        console.print(
-            f"profiling {model}: {workers} workers on {nodes} host(s), {config.device}"
-            f" ({config.backend}); runs {', '.join(config.run_names())}",
-            highlight=False,
-        )
-    report = profile_stalls(config)
+        print_header(target.name, config, source)
+    report = measure_stalls(
+        target.build,
+        source,
+        loss=resolve_loss(loss),
+        name=target.name,
+        model_options=target.options,
+        **settings,
+    )
     if not lead:
         return
+    saved = saved_config(target, config, batch=batch, image_size=image_size, data=data, loss=loss)
+    show_report(
+        report, trace=trace, plot=plot, profile_out=profile_out, json_path=json_path, config=saved
+    )
+
+
+def print_header(name: str, config: ProfileConfig, source: DataSource) -> None:
+    """What is about to run: the workers, hosts, device and the runs of each round."""
+    from unstall.profile import run_names
+
+    runs = ", ".join(run_names(config, source.data_runs))
+    console.print(
+        f"profiling {name}: {config.workers} workers on {config.nodes} host(s), {config.device}"
+        f" ({config.backend}); runs {runs}",
+        highlight=False,
+    )
+
+
+def saved_config(
+    target: ResolvedModel,
+    config: ProfileConfig,
+    *,
+    batch: int,
+    image_size: int,
+    data: str | None,
+    loss: str | None = None,
+) -> dict[str, object]:
+    """The run's full config as ``--json`` saves it beside the report: what was profiled (as
+    typed) and the config, the link in the units of ``--network``."""
+    from unstall.usercode import is_reference
+
+    settings = config.to_dict()
+    user_data = data is not None and is_reference(data)
+    saved: dict[str, object] = {
+        "model": target.name,
+        "model_options": {k: v for k, v in target.options.items() if k != "image_size"},
+        "workers": settings.pop("workers"),
+        "nodes": settings.pop("nodes"),
+        "batch": batch,
+        "image_size": image_size,
+    }
+    for key in ("iterations", "warmup", "repeats", "network"):
+        saved[key] = settings.pop(key)
+    saved["data_dir"] = None if data in (None, "synthetic") or user_data else data
+    if user_data:
+        saved["data"] = data
+    if loss is not None:
+        saved["loss"] = loss
+    return saved | settings
+
+
+def show_report(
+    report: StallReport,
+    *,
+    trace: Path | None = None,
+    plot: Path | None = None,
+    profile_out: Path | None = None,
+    json_path: Path | None = None,
+    config: object = None,
+) -> None:
+    """Print the report and write what was asked: the trace, the plot, the JobProfile, the JSON
+    with its config."""
+    from unstall.profile import write_chrome_trace
+
     print_report(report)
     if trace is not None:
         console.print(f"wrote {write_chrome_trace(trace, report.chrome_trace())}", highlight=False)
     if plot is not None:
         from unstall.report.stall_plot import plot_stalls
 
-        console.print(f"wrote {plot_stalls([report], [model], plot)}", highlight=False)
+        console.print(f"wrote {plot_stalls([report], [report.model], plot)}", highlight=False)
     if profile_out is not None:
         console.print(f"wrote {report.job_profile.save(profile_out)}", highlight=False)
     save_json(json_path, report, config)
@@ -153,7 +237,7 @@ def run(
 
 def print_report(report: StallReport) -> None:
     """The runs, the stall breakdown, the text bar and the phase timers."""
-    from unstall.profile.stalls import STALL_FIELDS, StallBreakdown, text_bar
+    from unstall.profile import STALL_FIELDS, StallBreakdown, text_bar
 
     runs = [
         (r.name, r.median_s * MS, r.min_s * MS, r.max_s * MS, len(r.samples_s))
@@ -233,27 +317,20 @@ def fit(
     """Fit the communication stall over depth sweeps with every candidate model (DDP buckets,
     DDP buckets without overlap, the plain regression on layers, tensors and bytes), pick the
     one with the lowest cross-validated error, and predict a held-out model with it."""
+    from unstall.cli.resolvers.profile import DEFAULT_SWEEP, resolve_model, resolve_network
     from unstall.config import check
-    from unstall.profile.config import ProfileConfig
-    from unstall.profile.fit import DEFAULT_SWEEP, STALL_KINDS, fit_comm_stall
-    from unstall.profile.link import LinkSpec
-    from unstall.profile.select import CV_GROUPS
+    from unstall.profile import CV_GROUPS, STALL_KINDS, ProfileConfig, fit_comm_stall
 
     check(stall in STALL_KINDS, "profile fit", "--stall", f"must be one of {sorted(STALL_KINDS)}")
     check(cv in CV_GROUPS, "profile fit", "--cv", f"must be one of {sorted(CV_GROUPS)}")
     sweep = tuple(variants) if variants else DEFAULT_SWEEP
-    link = LinkSpec.parse(network)
+    link = resolve_network(network)
     base = ProfileConfig(
-        model="mlp",
-        workers=workers,
-        network=link,
-        batch=batch,
-        image_size=image_size,
-        iterations=iterations,
-        warmup=warmup,
-        repeats=repeats,
+        workers=workers, network=link, iterations=iterations, warmup=warmup, repeats=repeats
     )
-    measured = _measure_points([*sweep, held_out], base, points_path, quiet)
+    measured = _measure_points(
+        [*sweep, held_out], base, points_path, quiet, batch=batch, image_size=image_size
+    )
     result = fit_comm_stall(
         [measured[v] for v in sweep],
         stall=stall,
@@ -263,26 +340,51 @@ def fit(
         cv_groups=cv,
     )
     print_fit(result)
-    config = {"sweep": sweep, "held_out": held_out, "cv": cv, "base": base}
+    # The base every variant is profiled with (each variant replaces the model).
+    saved_base = saved_config(
+        resolve_model("mlp"), base, batch=batch, image_size=image_size, data=None
+    )
+    config = {"sweep": sweep, "held_out": held_out, "cv": cv, "base": saved_base}
     save_json(json_path, result, config)
 
 
 def _measure_points(
-    variants: list[str], base: ProfileConfig, points_path: Path | None, quiet: bool
+    variants: list[str],
+    base: ProfileConfig,
+    points_path: Path | None,
+    quiet: bool,
+    *,
+    batch: int,
+    image_size: int,
 ) -> dict[str, SweepPoint]:
-    from unstall.profile.fit import load_points, measure_points
-    from unstall.profile.report import profile_stalls
+    """Each variant's point: read from ``points_path`` when there, else profiled (zoo variants
+    on their synthetic batches) and the file rewritten at once."""
+    from unstall.cli.resolvers.profile import resolve_data, resolve_model
+    from unstall.profile import load_points, measure_points, measure_sweep_point, save_points
 
     known = load_points(points_path) if points_path is not None else {}
     missing = [v for v in dict.fromkeys(variants) if v not in known]
-    with progress_bar("profiling variants", len(missing), quiet) as advance:
-        return measure_points(
-            variants,
-            base,
-            profile_stalls,
-            points_path=points_path,
-            on_point=lambda _: advance(1),
+    targets = {v: resolve_model(v, image_size=image_size) for v in missing}
+    sources = {v: resolve_data(None, target, batch=batch) for v, target in targets.items()}
+
+    def measure(variant: str) -> SweepPoint:
+        target = targets[variant]
+        return measure_sweep_point(
+            variant,
+            target.build,
+            sources[variant],
+            config=base,
+            model_options=target.options,
         )
+
+    with progress_bar("profiling variants", len(missing), quiet) as advance:
+
+        def saved(point: SweepPoint, points: dict[str, SweepPoint]) -> None:
+            if points_path is not None:
+                save_points(points_path, points)
+            advance(1)
+
+        return measure_points(variants, measure, known=known, on_point=saved)
 
 
 def print_fit(result: CommStallFit) -> None:
@@ -356,7 +458,7 @@ def data(
     seed: Annotated[int, typer.Option("--seed")] = 0,
 ) -> None:
     """Write a small random image dataset (PNG, NNNNNN_LABEL.png) for `profile run --data`."""
-    from unstall.profile.data import write_image_dataset
+    from unstall.profile import write_image_dataset
 
     paths = write_image_dataset(
         directory, count=count, image_size=image_size, num_classes=num_classes, seed=seed

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -18,12 +18,9 @@ from unstall.cli.common import (
     save_json,
     table,
 )
-from unstall.errors import ConfigError
 
 if TYPE_CHECKING:
-    from unstall.cost.catalog import Catalog
-    from unstall.cost.predict import JobModel
-    from unstall.cost.recommend import Candidate, Recommendation
+    from unstall.cost import Candidate, Recommendation
 
 COLUMNS = [
     "#",
@@ -37,18 +34,6 @@ COLUMNS = [
     "budget",
     "front",
 ]
-
-
-def _job(profile: Path | None, model: str | None, precision: str, catalog: Catalog) -> JobModel:
-    from unstall.cost.predict import job_from_model, job_from_profile
-    from unstall.workload.profiles import JobProfile
-
-    if (profile is None) == (model is None):
-        raise ConfigError("recommend", "--profile/--model", "give exactly one of them")
-    if profile is not None:
-        return job_from_profile(JobProfile.from_json(profile), precision=precision)
-    assert model is not None
-    return job_from_model(model, catalog.devices, precision=precision)
 
 
 def _row(rank: int, c: Candidate) -> list[object]:
@@ -67,7 +52,25 @@ def _row(rank: int, c: Candidate) -> list[object]:
     ]
 
 
-def _print(rec: Recommendation, top: int) -> None:
+def show_recommendation(
+    rec: Recommendation,
+    *,
+    top: int = 15,
+    plot: Path | None = None,
+    json_path: Path | None = None,
+    config: object = None,
+) -> None:
+    """Print the ranked table and the verdict; write the plot and the JSON with its config."""
+    print_recommendation(rec, top)
+    if plot is not None:
+        from unstall.report.cost_plot import plot_recommendation
+
+        console.print(f"wrote {plot_recommendation(rec, plot)}", highlight=False)
+    save_json(json_path, rec, config)
+
+
+def print_recommendation(rec: Recommendation, top: int) -> None:
+    """The first ``top`` configurations, the catalog's dates, the recommendation."""
     shown = rec.candidates[:top]
     console.print(
         f"[bold]{rec.job}[/]: {rec.job_origin}; {rec.samples:,} samples x {rec.epochs:g} "
@@ -177,42 +180,36 @@ def recommend(
 ) -> None:
     """Rank cloud GPU configurations (instance type x 1..N) by predicted time and cost; recommend
     the cheapest one within the budget. Exit 1 when none meets it."""
-    from unstall.cost.catalog import load_catalog
-    from unstall.cost.predict import TrainingConfig
-    from unstall.cost.recommend import RecommendConfig
-    from unstall.cost.recommend import recommend as run_recommend
+    from unstall.cli.resolvers.cost import resolve_catalog, resolve_job
+    from unstall.cost import recommend as run_recommend
+    from unstall.cost import recommend_config
     from unstall.net.topology import CALIBRATED_NETWORK_EFFICIENCY
 
-    training = TrainingConfig(
-        samples=samples,
-        epochs=epochs,
-        global_batch=global_batch,
-        network_efficiency=(
+    question: dict[str, Any] = {
+        "samples": samples,
+        "epochs": epochs,
+        "budget_hours": budget_hours,
+        "global_batch": global_batch,
+        "network_efficiency": (
             CALIBRATED_NETWORK_EFFICIENCY if network_efficiency is None else network_efficiency
         ),
-    )
-    config = RecommendConfig(
-        training=training,
-        budget_hours=budget_hours,
-        max_instances=max_instances,
-        families=tuple(family or ()),
-    )
-    catalog = load_catalog(catalog_path)
-    job = _job(profile, model, precision, catalog)
+        "max_instances": max_instances,
+        "families": tuple(family or ()),
+    }
+    config = recommend_config(**question)
+    catalog = resolve_catalog(catalog_path)
+    job = resolve_job(profile=profile, model=model, catalog=catalog, precision=precision)
     selected = [i for i in catalog if config.selects(i)]
     with progress_bar("predicting", len(selected), quiet) as advance:
-        rec = run_recommend(job, catalog, config, on_instance=lambda _: advance(1))
-    _print(rec, top)
-    if plot is not None:
-        from unstall.report.cost_plot import plot_recommendation
-
-        console.print(f"wrote {plot_recommendation(rec, plot)}", highlight=False)
+        rec = run_recommend(job, catalog=catalog, **question, on_instance=lambda _: advance(1))
     inputs = {
         "profile": profile,
         "model": model,
         "catalog": catalog.source,
         "precision": precision,
     }
-    save_json(json_path, rec, {**inputs, "recommend": config})
+    show_recommendation(
+        rec, top=top, plot=plot, json_path=json_path, config={**inputs, "recommend": config}
+    )
     if not rec.feasible:
         raise typer.Exit(EXIT_FAILED)

@@ -252,10 +252,8 @@ def parse_catalog(text: str, *, source: str = "<text>") -> Catalog:
     return Catalog(instances=tuple(instances), source=source)
 
 
-def load_catalog(path: str | Path | None = None) -> Catalog:
-    """The catalog in the CSV file ``path``, or the default one shipped in the package."""
-    if path is None:
-        return default_catalog()
+def load_catalog(path: str | Path) -> Catalog:
+    """The catalog in the CSV file ``path`` (errors name the file, line and column)."""
     p = Path(path)
     if not p.is_file():
         raise DataFileError(str(p), "no such file")

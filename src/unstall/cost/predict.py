@@ -144,7 +144,7 @@ def job_from_profile(profile: JobProfile, *, precision: str = "fp32") -> JobMode
 def job_from_model(name: str, devices: Sequence[str], *, precision: str = "fp32") -> JobModel:
     """A zoo model (or Pollux application) estimated from its FLOPs on each of ``devices``.
 
-    The estimates come from :func:`unstall.sim.perf_speed.spec_for` (FLOPs at the device's
+    The estimates come from :func:`unstall.workload.spec_for` (FLOPs at the device's
     typical achieved rate plus a fixed framework overhead per iteration); ``precision`` "fp16"
     moves the FLOP part to the half-precision (tensor-core) rate.
     """

@@ -158,14 +158,15 @@ def rank(predictions: Sequence[Prediction], budget_hours: float) -> list[Candida
     ]
 
 
-def recommend(
+def rank_configurations(
     job: JobModel,
     catalog: Catalog,
     config: RecommendConfig,
     *,
     on_instance: Callable[[Instance], None] | None = None,
 ) -> Recommendation:
-    """Predict every configuration of the catalog's (selected) types and rank them."""
+    """Predict every configuration of the catalog's (selected) types and rank them;
+    ``on_instance`` follows each instance type predicted (for progress)."""
     instances = [i for i in catalog if config.selects(i)]
     if not instances:
         raise ConfigError(

@@ -1,2 +1,98 @@
-"""Stall profiler: differential runs of a real DDP training loop (compute, fetch, prep,
-interconnect and network stalls) and the comm-stall model fitted across model variants."""
+"""Stall profiler: where the time of an iteration of data-parallel training goes.
+
+Differential runs of a real DDP training loop, each adding one source of waiting (DS-Analyzer's
+method with two communication stalls): compute alone, the input pipeline (fetch and prep
+stalls), N workers on one host (interconnect stall), N workers over the network or an emulated
+link (network stall). What the part offers:
+
+- :func:`measure_stalls` ``(model, data, *, loss=..., workers=, network=, ...)``: profile your
+  model function, data (a :class:`DataSource` or a function ``(rank, world_size) -> batches``)
+  and loss; returns a :class:`StallReport`, whose ``job_profile`` (a :class:`JobProfile`, saved
+  with ``.save(path)``) drives ``unstall sim`` and :func:`unstall.cost.recommend`.
+- Data sources: :class:`SyntheticData` (random batches), :class:`ImageFileData` (a PNG folder
+  read cold, warm and cached; :func:`write_image_dataset` writes one, :func:`list_dataset`
+  lists it), :class:`UserData` (your data function).
+- The comm-stall model: :func:`measure_sweep_point` and :func:`measure_points` measure a sweep
+  of model variants, :func:`fit_comm_stall` fits every candidate law and picks the one that
+  predicts left-out models best (a :class:`CommStallFit`); :func:`load_points` /
+  :func:`save_points` keep a sweep on disk.
+- Showing a report: :func:`text_bar`, :func:`write_chrome_trace` (Perfetto) of its
+  ``chrome_trace()``.
+
+The emulated link is a :class:`unstall.net.link.Link`. For example, a small model of your own on
+two workers over a 1 Gbit/s link with 0.5 ms per gradient bucket:
+
+>>> import torch
+>>> from torch import nn
+>>> from unstall.net.link import Link
+>>> from unstall.profile import measure_stalls
+>>> def model():
+...     return nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 10))
+>>> def data(rank, world_size):
+...     generator = torch.Generator().manual_seed(rank)
+...     for _ in range(8):
+...         yield torch.randn(16, 32, generator=generator), torch.randint(0, 10, (16,))
+>>> link = Link(bandwidth_gbps=1.0, latency_us=500.0)
+>>> report = measure_stalls(
+...     model, data, workers=2, network=link, iterations=2, warmup=1, repeats=1, name="tiny"
+... )
+>>> sorted(report.runs)
+['cached', 'compute', 'local', 'network', 'warm']
+>>> profile = report.job_profile
+>>> profile.model, profile.local_batch, profile.gradient_tensors, profile.layers
+('tiny', 16, 4, 2)
+>>> report.network_stall_s >= 0 and report.emulated_delay_s > 0
+True
+"""
+
+from unstall.profile.config import InjectedDelays, ProfileConfig, resolve_device, run_names
+from unstall.profile.fit import CANDIDATES, CommStallFit, fit_comm_stall
+from unstall.profile.images import list_dataset, write_image_dataset
+from unstall.profile.launch import TorchrunLaunch, torchrun_launch
+from unstall.profile.measure import measure_stalls
+from unstall.profile.report import StallReport
+from unstall.profile.select import CV_GROUPS
+from unstall.profile.sources import DataSource, ImageFileData, SyntheticData, UserData
+from unstall.profile.stalls import STALL_FIELDS, StallBreakdown, text_bar
+from unstall.profile.sweep import (
+    STALL_KINDS,
+    SweepPoint,
+    load_points,
+    measure_points,
+    measure_sweep_point,
+    save_points,
+)
+from unstall.profile.trace import write_chrome_trace
+from unstall.workload.profiles import JobProfile
+
+__all__ = [
+    "CANDIDATES",
+    "CV_GROUPS",
+    "STALL_FIELDS",
+    "STALL_KINDS",
+    "CommStallFit",
+    "DataSource",
+    "ImageFileData",
+    "InjectedDelays",
+    "JobProfile",
+    "ProfileConfig",
+    "StallBreakdown",
+    "StallReport",
+    "SweepPoint",
+    "SyntheticData",
+    "TorchrunLaunch",
+    "UserData",
+    "fit_comm_stall",
+    "list_dataset",
+    "load_points",
+    "measure_points",
+    "measure_stalls",
+    "measure_sweep_point",
+    "resolve_device",
+    "run_names",
+    "save_points",
+    "text_bar",
+    "torchrun_launch",
+    "write_chrome_trace",
+    "write_image_dataset",
+]

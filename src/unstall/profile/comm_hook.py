@@ -1,11 +1,11 @@
 """An emulated network link for DDP: a communication hook that delays every gradient bucket.
 
 The hook runs the normal all-reduce, then holds the bucket's result back by the time the bucket
-would take on a link of ``gbps`` Gbit/s and ``latency_ms`` per bucket. A ring all-reduce of
-``B`` bytes over ``N`` workers sends ``2 (N - 1) / N * B`` bytes through each worker's link
-(reduce-scatter, then all-gather), so::
+would take on a :class:`~unstall.net.link.Link`. A ring all-reduce of ``B`` bytes over ``N``
+workers sends ``2 (N - 1) / N * B`` bytes through each worker's link (reduce-scatter, then
+all-gather), so::
 
-    delay = latency_ms / 1e3 + 2 (N - 1) / N * B * 8 / (gbps * 1e9)
+    delay = latency + 2 (N - 1) / N * B / bytes_per_s
 
 The latency is counted once per bucket (the ring's steps are pipelined across chunks). The
 delay is a sleep in the future's callback, so it overlaps backward compute exactly as a real
@@ -20,40 +20,30 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from unstall.config import check, check_non_negative, check_positive
-from unstall.errors import ConfigError
+from unstall.net.link import Link
 
 
-@dataclass(frozen=True, kw_only=True)
-class LinkSpec:
-    """An emulated link: bandwidth per direction in Gbit/s and latency per bucket in ms."""
+def ring_bytes(bucket_bytes: float, workers: int) -> float:
+    """Bytes a ring all-reduce of ``bucket_bytes`` sends through each worker's link."""
+    return 2.0 * (workers - 1) / workers * bucket_bytes
 
-    gbps: float
-    latency_ms: float = 0.0
 
-    def __post_init__(self) -> None:
-        check_positive(self, gbps=self.gbps)
-        check_non_negative(self, latency_ms=self.latency_ms)
+def bandwidth_delay_s(link: Link, bucket_bytes: float, workers: int) -> float:
+    """The bandwidth part of one bucket's delay: the ring's bytes over the link's bandwidth."""
+    return link.transfer_s(ring_bytes(bucket_bytes, workers))
 
-    @classmethod
-    def parse(cls, text: str) -> LinkSpec:
-        """``"GBPS,LATENCY_MS"`` (or just ``"GBPS"``), e.g. ``"1,0.5"``."""
-        parts = [p.strip() for p in text.split(",")]
-        check(len(parts) in (1, 2), "LinkSpec", "network", f"want GBPS,LATENCY_MS, got {text!r}")
-        try:
-            numbers = [float(p) for p in parts]
-        except ValueError as exc:
-            raise ConfigError("LinkSpec", "network", f"not numbers: {text!r}") from exc
-        return cls(gbps=numbers[0], latency_ms=numbers[1] if len(numbers) == 2 else 0.0)
 
-    def bandwidth_delay_s(self, bucket_bytes: int, workers: int) -> float:
-        """The bandwidth part: ring all-reduce bytes through one link over its bandwidth."""
-        ring_bytes = 2.0 * (workers - 1) / workers * bucket_bytes
-        return ring_bytes * 8.0 / (self.gbps * 1e9)
+def bucket_delay_s(link: Link, bucket_bytes: float, workers: int) -> float:
+    """Latency plus the bandwidth part, for one bucket."""
+    return link.latency_s + bandwidth_delay_s(link, bucket_bytes, workers)
 
-    def delay_s(self, bucket_bytes: int, workers: int) -> float:
-        """Latency plus the bandwidth part, for one bucket."""
-        return self.latency_ms / 1e3 + self.bandwidth_delay_s(bucket_bytes, workers)
+
+def link_json(link: Link | None) -> dict[str, float] | None:
+    """The emulated link as results and configs show it: the units ``--network GBPS,LATENCY_MS``
+    takes on the command line."""
+    if link is None:
+        return None
+    return {"gbps": link.bandwidth_gbps, "latency_ms": link.latency_ms}
 
 
 @dataclass(kw_only=True)
@@ -63,7 +53,7 @@ class HookState:
     (recorded only while ``record_spans``: off in the overhead runs without timers)."""
 
     workers: int
-    link: LinkSpec | None = None
+    link: Link | None = None
     extra_delay_s: float = 0.0
     record_spans: bool = True
     spans: list[tuple[float, float]] = field(default_factory=list)
@@ -95,7 +85,9 @@ def timed_allreduce_hook(state, bucket):  # type: ignore[no-untyped-def]
     started = time.perf_counter() if state.record_spans else 0.0
     link_delay = 0.0
     if state.link is not None:
-        link_delay = state.link.delay_s(tensor.numel() * tensor.element_size(), state.workers)
+        link_delay = bucket_delay_s(
+            state.link, tensor.numel() * tensor.element_size(), state.workers
+        )
     delay = state.extra_delay_s + link_delay
     future = dist.all_reduce(tensor, async_op=True).get_future()
 

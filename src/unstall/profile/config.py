@@ -1,17 +1,25 @@
-"""Configuration of a stall-profiling run (what to train, how long, which runs, which link)."""
+"""How a stall profile runs: workers, hosts, repeats, the emulated link, the device (plain data).
+
+What is profiled (the model, its data, its loss) is not part of the config: those are objects
+handed to :func:`unstall.profile.measure_stalls`. A config only describes the runs.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields
+from typing import Any
 
 from unstall.config import check, check_non_negative, check_positive
 from unstall.net.hardware import DEVICE_PRESETS
-from unstall.profile.link import LinkSpec
-from unstall.workload import zoo
+from unstall.net.link import Link
+from unstall.profile.comm_hook import link_json
+from unstall.results import to_jsonable
 
 BACKENDS = {"cpu": "gloo", "cuda": "nccl"}
 DEVICE_CHOICES = ("auto", *BACKENDS)
+# The one-worker runs that feed real data, in the order of each round (see unstall.profile.stalls).
+DATA_RUNS = ("cold", "warm", "cached")
 
 
 def resolve_device(requested: str, *, gpus: int, workers_per_node: int) -> str:
@@ -59,26 +67,24 @@ class InjectedDelays:
 
 @dataclass(frozen=True, kw_only=True)
 class ProfileConfig:
-    """One differential profile of model ``model`` trained data-parallel on ``workers`` workers.
+    """One differential profile trained data-parallel on ``workers`` workers over ``nodes`` hosts.
 
     Each of ``repeats`` rounds times ``iterations`` iterations of every run after ``warmup``
     untimed ones; the rounds interleave the runs so that drift on a shared machine hits all runs
-    alike. ``threads`` per worker defaults to the cores divided by the workers (the same in every
-    run, so that the runs differ only in what they isolate). ``profile_device`` labels the
-    :class:`JobProfile` when it was measured on a CPU, which has no device preset.
+    alike. ``network`` is the emulated link of the network run on one host (``None``: no network
+    run; across real hosts the network is real and no link is emulated). ``threads`` per worker
+    defaults to the cores divided by the workers on a host (the same in every run, so that the
+    runs differ only in what they isolate). ``profile_device`` labels the :class:`JobProfile`
+    when it was measured on a CPU, which has no device preset. ``timeout_s`` bounds how long a
+    worker waits for the others in a collective before the run fails.
     """
 
-    model: str
-    model_options: dict[str, object] = field(default_factory=dict)
     workers: int = 2
     nodes: int = 1
-    batch: int = 8
-    image_size: int = 32
     iterations: int = 10
     warmup: int = 3
     repeats: int = 3
-    network: LinkSpec | None = None
-    data_dir: Path | None = None
+    network: Link | None = None
     device: str = "cpu"
     threads: int | None = None
     bucket_mb: float = 25.0
@@ -89,8 +95,7 @@ class ProfileConfig:
     timeout_s: float = 600.0
 
     def __post_init__(self) -> None:
-        zoo.spec(self.model)
-        for name in ("workers", "nodes", "batch", "iterations", "repeats"):
+        for name in ("workers", "nodes", "iterations", "repeats"):
             value = getattr(self, name)
             check(
                 isinstance(value, int) and value >= 1,
@@ -99,10 +104,15 @@ class ProfileConfig:
                 f"must be an integer >= 1, got {value!r}",
             )
         check(isinstance(self.warmup, int) and self.warmup >= 0, self, "warmup", "must be >= 0")
-        check(self.image_size >= 32, self, "image_size", "must be >= 32 (zoo image models)")
         check(self.device in BACKENDS, self, "device", f"must be one of {sorted(BACKENDS)}")
         check(self.threads is None or self.threads >= 1, self, "threads", "must be >= 1")
         check(self.workers % self.nodes == 0, self, "nodes", "must divide workers")
+        check(
+            self.network is None or isinstance(self.network, Link),
+            self,
+            "network",
+            f"must be a unstall.net.link.Link or None, got {type(self.network).__name__}",
+        )
         check(
             self.nodes == 1 or self.network is None,
             self,
@@ -116,13 +126,6 @@ class ProfileConfig:
             "profile_device",
             f"unknown device {self.profile_device!r}; known: {sorted(DEVICE_PRESETS)}",
         )
-        if self.data_dir is not None:
-            check(
-                zoo.spec(self.model).input_kind == "image",
-                self,
-                "data_dir",
-                f"the data runs feed images; {self.model} takes {zoo.spec(self.model).input_kind}",
-            )
 
     @property
     def backend(self) -> str:
@@ -132,24 +135,23 @@ class ProfileConfig:
     def workers_per_node(self) -> int:
         return self.workers // self.nodes
 
-    def zoo_options(self) -> dict[str, object]:
-        """The model's options: ``image_size`` for image models, then ``model_options``."""
-        options: dict[str, object] = {}
-        if "image_size" in zoo.spec(self.model).defaults:
-            options["image_size"] = self.image_size
-        options.update(self.model_options)
-        return options
+    def to_dict(self) -> dict[str, Any]:
+        """The config as JSON values; the link in the units the command line takes (Gbit/s, ms)."""
+        out = {f.name: to_jsonable(getattr(self, f.name)) for f in fields(self)}
+        out["network"] = link_json(self.network)
+        return out
 
-    def run_names(self) -> list[str]:
-        """The runs this config times, in the order of each round."""
-        names = ["compute"]
-        if self.measure_overhead:
-            names.append("compute_untimed")
-        if self.data_dir is not None:
-            names += ["cold", "warm", "cached"]
-        names.append("local")
-        if self.measure_overhead:
-            names.append("local_untimed")
-        if self.network is not None or self.nodes > 1:
-            names.append("network")
-        return names
+
+def run_names(config: ProfileConfig, data_runs: Sequence[str] = ()) -> list[str]:
+    """The runs a profile of ``config`` times, in the order of each round; ``data_runs`` are the
+    one-worker data runs its data source offers (a subset of :data:`DATA_RUNS`)."""
+    names = ["compute"]
+    if config.measure_overhead:
+        names.append("compute_untimed")
+    names += [run for run in DATA_RUNS if run in data_runs]
+    names.append("local")
+    if config.measure_overhead:
+        names.append("local_untimed")
+    if config.network is not None or config.nodes > 1:
+        names.append("network")
+    return names

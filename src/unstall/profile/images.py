@@ -110,7 +110,9 @@ def prepare(
     return torch.stack([augment(decode(blob), rng) for blob in blobs])
 
 
-BatchFeed = Callable[[int], tuple[torch.Tensor, torch.Tensor]]
+Batch = tuple[torch.Tensor, torch.Tensor]
+# A feed gives batch ``index`` of a run (0, 1, ...); it may wrap around its data.
+BatchFeed = Callable[[int], Batch]
 
 
 def batch_paths(paths: list[Path], index: int, batch: int) -> list[Path]:
@@ -129,7 +131,7 @@ def file_feed(
 ) -> BatchFeed:
     """Batches read and prepared from the files (cold or warm depends on the page cache)."""
 
-    def feed(index: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def feed(index: int) -> Batch:
         chosen = batch_paths(paths, index, batch)
         images = prepare(fetch(chosen, fetch_delay_s), rng, prep_delay_s)
         return images, torch.tensor([label_of(p) for p in chosen])
@@ -142,7 +144,7 @@ def cached_feed(paths: list[Path], batch: int) -> BatchFeed:
     images = [(decode(p.read_bytes()) - _MEAN) / _STD for p in paths]
     labels = [label_of(p) for p in paths]
 
-    def feed(index: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def feed(index: int) -> Batch:
         start = index * batch
         picks = [(start + k) % len(paths) for k in range(batch)]
         return torch.stack([images[i] for i in picks]), torch.tensor([labels[i] for i in picks])

@@ -1,23 +1,25 @@
 """``StallReport``: the profile of one job, assembled (purely) from the runs' raw timings.
 
-:func:`profile_stalls` is the entry point: it runs the workers (:mod:`unstall.profile.runner`)
-and turns their timings into a report, whose ``job_profile`` is what ``sim`` and ``recommend``
-read. :func:`build_report` is the pure half, tested on timings with known injected delays.
+:func:`build_report` turns the workers' timings (:mod:`unstall.profile.runner`) into a report,
+whose ``job_profile`` is what ``sim`` and ``recommend`` read; it is pure, and tested on timings
+with known injected delays. :func:`unstall.profile.measure_stalls` runs the workers and calls it.
 """
 
 from __future__ import annotations
 
 import statistics
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from unstall.profile.config import ProfileConfig
-from unstall.profile.link import LinkSpec
-from unstall.profile.runner import PHASES, RawTimings, run_workers
+from unstall.net.link import Link
+from unstall.profile.comm_hook import link_json
+from unstall.profile.config import DATA_RUNS, ProfileConfig
+from unstall.profile.job import ModelShape
+from unstall.profile.runner import PHASES, RawTimings
 from unstall.profile.stalls import STALL_FIELDS, RunSummary, stall_breakdown, summarize
 from unstall.profile.trace import PhaseSpan, chrome_trace
 from unstall.results import JsonResult
-from unstall.workload import zoo
 from unstall.workload.profiles import JobProfile
 
 
@@ -27,7 +29,10 @@ class StallReport(JsonResult):
     every run's median and spread, the phase timers, and the resulting :class:`JobProfile`.
 
     ``device`` is where it ran ("cpu" or the GPU's name); ``job_profile.device`` is the preset
-    the profile is labelled with (see :class:`ProfileConfig`). ``emulated_delay_s`` is the delay
+    the profile is labelled with (see :class:`ProfileConfig`). ``model`` and ``model_options``
+    name what was profiled, as the caller labelled it; ``batch`` is the local batch (samples
+    per worker and iteration). ``network`` is the emulated link (in JSON in the units of the
+    command line: ``gbps``, ``latency_ms``). ``emulated_delay_s`` is the delay
     the emulated link added per iteration (the network stall cannot be smaller unless it hides
     behind backward compute). ``profiler_overhead`` is, for the compute run and the local DDP
     run, the median over the rounds of timed / untimed - 1 (the phase timers' cost), when
@@ -43,7 +48,7 @@ class StallReport(JsonResult):
     iterations: int
     warmup: int
     repeats: int
-    network: LinkSpec | None
+    network: Link | None
     compute_s: float
     fetch_stall_s: float
     prep_stall_s: float
@@ -59,6 +64,11 @@ class StallReport(JsonResult):
     profiler_overhead_samples: dict[str, list[float]] | None
     trace: tuple[PhaseSpan, ...]
     job_profile: JobProfile
+
+    def to_dict(self) -> dict[str, Any]:
+        out = super().to_dict()
+        out["network"] = link_json(self.network)
+        return out
 
     def chrome_trace(self) -> dict[str, Any]:
         """One profiled iteration of the last multi-worker run, as a Chrome trace."""
@@ -88,25 +98,16 @@ def _overhead(raw: RawTimings) -> dict[str, list[float]]:
     }
 
 
-def _job_profile(
-    config: ProfileConfig, medians: dict[str, float], data_s: float | None
-) -> JobProfile:
-    facts = zoo.facts(config.model, **config.zoo_options())
-    return JobProfile(
-        model=config.model,
-        device=config.profile_device,
-        compute_s=medians["compute"],
-        local_batch=config.batch,
-        gradient_bytes=facts.gradient_bytes,
-        gradient_tensors=facts.gradient_tensors,
-        layers=facts.layers,
-        data_s=data_s,
-        measured=_placements(config, medians),
-    )
-
-
-def build_report(config: ProfileConfig, raw: RawTimings) -> StallReport:
-    """The report of ``config``'s runs from their raw timings (pure)."""
+def build_report(
+    config: ProfileConfig,
+    raw: RawTimings,
+    *,
+    model: str,
+    model_options: Mapping[str, object],
+    shape: ModelShape,
+) -> StallReport:
+    """The report of ``config``'s runs of ``model`` (of ``shape``) from their raw timings
+    (pure)."""
     runs = {name: summarize(name, samples) for name, samples in raw.runs.items()}
     medians = {name: run.median_s for name, run in runs.items() if not name.endswith("_untimed")}
     breakdown = stall_breakdown(medians)
@@ -115,14 +116,15 @@ def build_report(config: ProfileConfig, raw: RawTimings) -> StallReport:
         for name, per in raw.phases.items()
     }
     overhead = _overhead(raw)
-    data_s = breakdown.fetch_stall_s + breakdown.prep_stall_s if config.data_dir else None
+    measured_data = any(run in raw.runs for run in DATA_RUNS)
+    data_s = breakdown.fetch_stall_s + breakdown.prep_stall_s if measured_data else None
     return StallReport(
-        model=config.model,
-        model_options=config.zoo_options(),
+        model=model,
+        model_options=dict(model_options),
         workers=config.workers,
         backend=config.backend,
         device=raw.device_name,
-        batch=config.batch,
+        batch=raw.batch,
         iterations=config.iterations,
         warmup=config.warmup,
         repeats=config.repeats,
@@ -145,10 +147,15 @@ def build_report(config: ProfileConfig, raw: RawTimings) -> StallReport:
             )
             for s in raw.trace
         ),
-        job_profile=_job_profile(config, medians, data_s),
+        job_profile=JobProfile(
+            model=model,
+            device=config.profile_device,
+            compute_s=medians["compute"],
+            local_batch=raw.batch,
+            gradient_bytes=shape.gradient_bytes,
+            gradient_tensors=shape.gradient_tensors,
+            layers=shape.layers,
+            data_s=data_s,
+            measured=_placements(config, medians),
+        ),
     )
-
-
-def profile_stalls(config: ProfileConfig) -> StallReport:
-    """Run the differential profile of ``config`` and report its stalls."""
-    return build_report(config, run_workers(config))

@@ -1,8 +1,10 @@
 """The torch.distributed adapter: spawn the workers, time every run, return the raw timings.
 
-One spawn serves all runs: rank 0 times the one-worker runs (compute, data) while the other
-ranks wait at a barrier, then all ranks time the DDP runs (local, then over the emulated link;
-the same DDP model, its hook state switched between them). gloo binds to 127.0.0.1 only.
+The workers train a :class:`~unstall.profile.job.ProfiledJob` (spawned workers get it as a
+cloudpickle blob). One spawn serves all runs: rank 0 times the one-worker runs (compute, data)
+while the other ranks wait at a barrier, then all ranks time the DDP runs (local, then over the
+emulated link; the same DDP model, its hook state switched between them). gloo binds to
+127.0.0.1 only.
 Rank 0 writes the raw timings as JSON; :func:`run_workers` reads them back.
 
 Under torchrun (see :mod:`unstall.profile.launch`) this process is one of the workers: it joins
@@ -22,44 +24,47 @@ import os
 import socket
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 import torch.distributed as dist
 from torch import nn
 
 from unstall.errors import UnstallError
-from unstall.profile import data as datafeed
-from unstall.profile.config import ProfileConfig
+from unstall.profile.comm_hook import HookState, timed_allreduce_hook
+from unstall.profile.config import ProfileConfig, run_names
+from unstall.profile.images import BatchFeed
+from unstall.profile.job import LossFunction, ProfiledJob, build_model, pack, unpack
 from unstall.profile.launch import TorchrunLaunch, torchrun_launch
-from unstall.profile.link import HookState, timed_allreduce_hook
-from unstall.workload import zoo
+from unstall.usercode import UserCodeError, call_user, where_defined
 
 PHASES = ("data", "forward", "backward", "allreduce", "optimizer")
 
 
 @dataclass(kw_only=True)
 class RawTimings:
-    """Per run: seconds per iteration of each round, and each phase's mean per round."""
+    """Per run: seconds per iteration of each round, and each phase's mean per round; the
+    local batch (samples per worker) of the in-memory batches."""
 
     runs: dict[str, list[float]] = field(default_factory=dict)
     phases: dict[str, dict[str, list[float]]] = field(default_factory=dict)
     trace: list[dict[str, Any]] = field(default_factory=list)
     emulated_delay_s: list[float] = field(default_factory=list)
     device_name: str = "cpu"
+    batch: int = 0
 
 
 @dataclass
 class _Loop:
-    """What one timed run steps: a model, its optimizer, a batch feed, the hook state."""
+    """What one timed run steps: a model, its optimizer, a batch feed, the loss, the hook state."""
 
     model: nn.Module
     optimizer: torch.optim.Optimizer
-    feed: Callable[[int], tuple[torch.Tensor, torch.Tensor]]
+    feed: BatchFeed
+    loss: LossFunction
     hook: HookState | None
     device: torch.device
 
@@ -75,9 +80,7 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _step(
-    loop: _Loop, index: int, loss_fn: nn.Module, compute_delay_s: float
-) -> list[tuple[str, float, float]]:
+def _step(loop: _Loop, index: int, compute_delay_s: float) -> list[tuple[str, float, float]]:
     """One timed iteration; returns (phase, start, end) spans, the buckets' spans included."""
     marks = [time.perf_counter()]
     inputs, targets = loop.feed(index)
@@ -86,7 +89,7 @@ def _step(
     marks.append(time.perf_counter())
     if compute_delay_s > 0:
         time.sleep(compute_delay_s)
-    loss = loss_fn(loop.model(inputs), targets)
+    loss = loop.loss(loop.model(inputs), targets)
     _sync(loop.device)
     marks.append(time.perf_counter())
     if loop.hook is not None:
@@ -105,12 +108,12 @@ def _step(
     return spans
 
 
-def _untimed_step(loop: _Loop, index: int, loss_fn: nn.Module, compute_delay_s: float) -> None:
+def _untimed_step(loop: _Loop, index: int, compute_delay_s: float) -> None:
     """The same iteration without the phase timers, for measuring the timers' overhead."""
     inputs, targets = loop.feed(index)
     if compute_delay_s > 0:
         time.sleep(compute_delay_s)
-    loss_fn(loop.model(inputs.to(loop.device)), targets.to(loop.device)).backward()
+    loop.loss(loop.model(inputs.to(loop.device)), targets.to(loop.device)).backward()
     loop.optimizer.step()
     loop.optimizer.zero_grad(set_to_none=True)
     _sync(loop.device)
@@ -132,10 +135,9 @@ def _time_run(
 ) -> tuple[float, dict[str, float], list[tuple[str, float, float]]]:
     """Warm-up, then ``iterations`` timed iterations: seconds per iteration, phase means, and
     the last iteration's spans."""
-    loss_fn = zoo.loss_fn(config.model)
     delay = config.delays.compute_s
     for index in range(config.warmup):
-        _untimed_step(loop, index, loss_fn, delay)
+        _untimed_step(loop, index, delay)
     if loop.hook is not None:
         loop.hook.delay_total_s = 0.0  # the emulated link's delay of the timed iterations only
     totals = dict.fromkeys(PHASES, 0.0)
@@ -143,43 +145,36 @@ def _time_run(
     started = time.perf_counter()
     for index in range(config.warmup, config.warmup + config.iterations):
         if timed:
-            spans = _step(loop, index, loss_fn, delay)
+            spans = _step(loop, index, delay)
             for phase, seconds in phase_totals(spans).items():
                 totals[phase] += seconds
         else:
-            _untimed_step(loop, index, loss_fn, delay)
+            _untimed_step(loop, index, delay)
     per_iteration = (time.perf_counter() - started) / config.iterations
     return per_iteration, {p: t / config.iterations for p, t in totals.items()}, spans
 
 
-def _synthetic_feed(
-    config: ProfileConfig, rank: int
-) -> Callable[[int], tuple[torch.Tensor, torch.Tensor]]:
-    """A fixed pool of synthetic batches in memory (no input pipeline at all)."""
-    generator = torch.Generator().manual_seed(config.seed * 1000 + rank)
-    pool = [
-        zoo.example_batch(config.model, config.batch, generator=generator, **config.zoo_options())
-        for _ in range(4)
-    ]
-    return lambda index: pool[index % len(pool)]
-
-
-def _solo_feeds(
-    config: ProfileConfig,
-) -> dict[str, Callable[[int], tuple[torch.Tensor, torch.Tensor]]]:
-    """The one-worker runs' batch feeds: synthetic, and the data runs when a dataset is given."""
-    synthetic = _synthetic_feed(config, 0)
-    feeds = {"compute": synthetic, "compute_untimed": synthetic}
-    if config.data_dir is not None:
-        paths = datafeed.list_dataset(config.data_dir)
-        rng = np.random.default_rng(config.seed)
-        delays = config.delays
-        feeds["cold"] = datafeed.file_feed(
-            paths, config.batch, rng, fetch_delay_s=delays.fetch_s, prep_delay_s=delays.prep_s
-        )
-        feeds["warm"] = datafeed.file_feed(paths, config.batch, rng, prep_delay_s=delays.prep_s)
-        feeds["cached"] = datafeed.cached_feed(paths, config.batch)
+def _solo_feeds(config: ProfileConfig, job: ProfiledJob) -> dict[str, BatchFeed]:
+    """The one-worker runs' batch feeds: in memory for compute, and the source's data runs."""
+    memory = job.data.memory_feed(0, 1, config.seed)
+    feeds = {"compute": memory, "compute_untimed": memory}
+    feeds |= job.data.data_feeds(seed=config.seed, delays=config.delays)
     return feeds
+
+
+def _check_step(loop: _Loop) -> int:
+    """One forward and loss on the first batch, each user function named when it fails (the
+    timed loops call them bare); returns the batch's size, the local batch."""
+    inputs, targets = loop.feed(0)
+    with torch.no_grad():
+        outputs = call_user(loop.model, inputs.to(loop.device), what="model")
+        loss = call_user(loop.loss, outputs, targets.to(loop.device), what="loss function")
+    if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+        raise UserCodeError(
+            f"loss function {where_defined(loop.loss)} must return a scalar tensor, got"
+            f" {type(loss).__name__}{tuple(loss.shape) if isinstance(loss, torch.Tensor) else ''}"
+        )
+    return int(inputs.shape[0]) if inputs.dim() > 0 else 1
 
 
 def _record(raw: RawTimings, name: str, seconds: float, phases: dict[str, float]) -> None:
@@ -203,14 +198,18 @@ def _paired_order(names: list[str], round_index: int) -> list[str]:
 
 
 def _solo_round(
-    config: ProfileConfig, raw: RawTimings, solo: _Loop, feeds: dict[str, Any], round_index: int
+    config: ProfileConfig,
+    raw: RawTimings,
+    solo: _Loop,
+    job: ProfiledJob,
+    feeds: dict[str, BatchFeed],
+    round_index: int,
 ) -> None:
-    """Rank 0 alone: compute (and its untimed twin), then cold, warm and cached data."""
-    for name in _paired_order(config.run_names(), round_index):
+    """Rank 0 alone: compute (and its untimed twin), then the data runs (cold, warm, cached)."""
+    for name in _paired_order(run_names(config, job.data.data_runs), round_index):
         if name in DDP_RUNS:
             continue
-        if name == "cold":
-            datafeed.drop_page_cache(datafeed.list_dataset(config.data_dir))  # type: ignore[arg-type]
+        job.data.before_run(name)
         solo.feed = feeds[name]
         seconds, phases, _ = _time_run(solo, config, timed=not name.endswith("_untimed"))
         _record(raw, name, seconds, phases)
@@ -228,7 +227,7 @@ def _ddp_round(
     """All ranks: the local run (and its untimed twin), then the run over the network (the
     emulated link on one host; the real network across hosts)."""
     last = round_index == config.repeats - 1
-    for name in _paired_order([n for n in config.run_names() if n in DDP_RUNS], round_index):
+    for name in _paired_order([n for n in run_names(config) if n in DDP_RUNS], round_index):
         ddp = loops[name]
         assert ddp.hook is not None
         ddp.hook.link = config.network if name == "network" else None
@@ -251,78 +250,127 @@ def _join(config: ProfileConfig, rank: int, init_method: str) -> torch.device:
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
     dist.init_process_group(
-        config.backend, init_method=init_method, rank=rank, world_size=config.workers
+        config.backend,
+        init_method=init_method,
+        rank=rank,
+        world_size=config.workers,
+        timeout=timedelta(seconds=config.timeout_s),
     )
     return device
 
 
-def _worker(rank: int, config: ProfileConfig, port: int, out_path: str) -> None:
-    """A spawned worker on this host; rank 0 writes the raw timings to ``out_path``."""
+def _worker(rank: int, config: ProfileConfig, blob: bytes, port: int, out_path: str) -> None:
+    """A spawned worker on this host; rank 0 writes the raw timings to ``out_path``. A worker
+    that fails writes its error, one line, to ``out_path.error`` for the parent to report."""
     os.environ["GLOO_SOCKET_IFNAME"] = "lo"
-    device = _join(config, rank, f"tcp://127.0.0.1:{port}")
     try:
-        raw = _worker_rounds(rank, config, device)
-        if rank == 0:
-            Path(out_path).write_text(json.dumps(raw.__dict__), encoding="utf-8")
-    finally:
-        dist.destroy_process_group()
+        job = unpack(blob)
+        device = _join(config, rank, f"tcp://127.0.0.1:{port}")
+        try:
+            raw = _worker_rounds(rank, config, job, device)
+            if rank == 0:
+                Path(out_path).write_text(json.dumps(raw.__dict__), encoding="utf-8")
+        finally:
+            dist.destroy_process_group()
+    except Exception as exc:
+        Path(f"{out_path}.error").write_text(_one_line(exc), encoding="utf-8")
+        raise
+
+
+def _one_line(exc: BaseException) -> str:
+    if isinstance(exc, UnstallError):
+        return str(exc)
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+
+
+def _with_origins(message: str, job: ProfiledJob) -> str:
+    """``message`` from a worker with each user function's file put back: code sent by value
+    reaches a worker without its file name (cloudpickle writes ``<dynamic-code>``)."""
+    functions = [job.model, job.loss, getattr(job.data, "fn", None)]
+    functions.append(getattr(job.data, "make_batch", None))
+    for fn in functions:
+        code = getattr(getattr(fn, "__func__", fn), "__code__", None)
+        if code is None:
+            continue
+        name = getattr(fn, "__qualname__", "")
+        remote = f"{name} (<dynamic-code>:{code.co_firstlineno})"
+        message = message.replace(remote, where_defined(fn))
+    return message
 
 
 def _ddp_loop(
-    config: ProfileConfig, rank: int, device: torch.device, group: Any, workers: int
+    config: ProfileConfig,
+    job: ProfiledJob,
+    rank: int,
+    device: torch.device,
+    group: Any,
+    workers: int,
 ) -> _Loop:
     """A DDP copy of the model on ``group`` (``None``: all workers), its comm hook attached."""
     from torch.nn.parallel import DistributedDataParallel
 
     model = DistributedDataParallel(
-        zoo.build(config.model, **config.zoo_options()).to(device),
+        build_model(job.model).to(device),
         device_ids=[device.index] if device.type == "cuda" else None,
         bucket_cap_mb=config.bucket_mb,
         process_group=group,
     )
     hook = HookState(workers=workers, extra_delay_s=config.delays.allreduce_s)
     model.register_comm_hook(hook, timed_allreduce_hook)
-    return _Loop(model, _optimizer(model), _synthetic_feed(config, rank), hook, device)
+    feed = job.data.memory_feed(rank, config.workers, config.seed)
+    return _Loop(model, _optimizer(model), feed, job.loss, hook, device)
 
 
-def _ddp_loops(config: ProfileConfig, rank: int, device: torch.device) -> dict[str, _Loop]:
+def _ddp_loops(
+    config: ProfileConfig, job: ProfiledJob, rank: int, device: torch.device
+) -> dict[str, _Loop]:
     """The loop of each DDP run: one model on one host (the hook switches the link on and
     off); on several hosts one model per host for the local runs and one across all."""
     if config.nodes == 1:
-        shared = _ddp_loop(config, rank, device, None, config.workers)
+        shared = _ddp_loop(config, job, rank, device, None, config.workers)
         return dict.fromkeys(DDP_RUNS, shared)
     host_group, _ = dist.new_subgroups(group_size=config.workers_per_node)
-    local = _ddp_loop(config, rank, device, host_group, config.workers_per_node)
+    local = _ddp_loop(config, job, rank, device, host_group, config.workers_per_node)
     return {
         "local": local,
         "local_untimed": local,
-        "network": _ddp_loop(config, rank, device, None, config.workers),
+        "network": _ddp_loop(config, job, rank, device, None, config.workers),
     }
 
 
-def _worker_rounds(rank: int, config: ProfileConfig, device: torch.device) -> RawTimings:
-    """Every round of every run; rank 0's timings (the other ranks' are empty)."""
-    solo_model = zoo.build(config.model, **config.zoo_options()).to(device)
-    solo = _Loop(solo_model, _optimizer(solo_model), _synthetic_feed(config, 0), None, device)
-    loops = _ddp_loops(config, rank, device)
+def _worker_rounds(
+    rank: int, config: ProfileConfig, job: ProfiledJob, device: torch.device
+) -> RawTimings:
+    """Every round of every run; rank 0's timings (the other ranks' are empty). Rank 0 also
+    steps the one-worker runs, on a model of its own."""
     raw = RawTimings(
         device_name=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
     )
-    feeds = _solo_feeds(config) if rank == 0 else {}
+    feeds: dict[str, BatchFeed] = {}
+    solo: _Loop | None = None
+    if rank == 0:
+        solo_model = build_model(job.model).to(device)
+        feeds = _solo_feeds(config, job)
+        solo = _Loop(solo_model, _optimizer(solo_model), feeds["compute"], job.loss, None, device)
+        raw.batch = _check_step(solo)
+    loops = _ddp_loops(config, job, rank, device)
     for round_index in range(config.repeats):
-        if rank == 0:
-            _solo_round(config, raw, solo, feeds, round_index)
+        if solo is not None:
+            _solo_round(config, raw, solo, job, feeds, round_index)
         dist.barrier()
         _ddp_round(config, raw if rank == 0 else None, loops, round_index)
         dist.barrier()
     return raw
 
 
-def _run_under_torchrun(config: ProfileConfig, launch: TorchrunLaunch) -> RawTimings:
+def _run_under_torchrun(
+    config: ProfileConfig, job: ProfiledJob, launch: TorchrunLaunch
+) -> RawTimings:
     """This process is worker ``launch.rank``: join the group, run, share rank 0's timings."""
     device = _join(config, launch.rank, "env://")
     try:
-        raw = _worker_rounds(launch.rank, config, device)
+        raw = _worker_rounds(launch.rank, config, job, device)
         shared: list[Any] = [raw.__dict__ if launch.rank == 0 else None]
         dist.broadcast_object_list(shared, src=0, device=device)
         return RawTimings(**shared[0])
@@ -330,15 +378,14 @@ def _run_under_torchrun(config: ProfileConfig, launch: TorchrunLaunch) -> RawTim
         dist.destroy_process_group()
 
 
-def run_workers(config: ProfileConfig) -> RawTimings:
-    """Spawn ``config.workers`` processes, run every round, return rank 0's raw timings.
+def run_workers(config: ProfileConfig, job: ProfiledJob) -> RawTimings:
+    """Spawn ``config.workers`` processes training ``job``, run every round, return rank 0's
+    raw timings.
 
     Under torchrun the launched processes are the workers: each runs its part and returns rank
     0's timings (``config.workers`` must then be torchrun's world size)."""
     import torch.multiprocessing as mp
 
-    if config.data_dir is not None:
-        datafeed.list_dataset(config.data_dir)  # a missing dataset fails here, not in a worker
     launch = torchrun_launch(os.environ)
     if launch is not None:
         if (launch.world_size, launch.nodes) != (config.workers, config.nodes):
@@ -346,21 +393,29 @@ def run_workers(config: ProfileConfig) -> RawTimings:
                 f"torchrun started {launch.world_size} workers on {launch.nodes} hosts; the"
                 f" config wants {config.workers} on {config.nodes}"
             )
-        return _run_under_torchrun(config, launch)
+        return _run_under_torchrun(config, job, launch)
     if config.nodes > 1:
         raise UnstallError("workers on several hosts need torchrun (see unstall profile run)")
     if config.device == "cuda" and torch.cuda.device_count() < config.workers:
         raise UnstallError(
             f"--workers {config.workers} needs as many GPUs; found {torch.cuda.device_count()}"
         )
+    blob = pack(job)
     with tempfile.TemporaryDirectory(prefix="unstall-profile-") as tmp:
         out_path = str(Path(tmp) / "raw.json")
         try:
             mp.spawn(
-                _worker, args=(config, _free_port(), out_path), nprocs=config.workers, join=True
+                _worker,
+                args=(config, blob, _free_port(), out_path),
+                nprocs=config.workers,
+                join=True,
             )
         except Exception as exc:  # a worker's failure arrives as ProcessRaisedException
-            raise UnstallError(
-                f"profiling workers failed: {str(exc).strip().splitlines()[-1]}"
-            ) from exc
+            error = Path(f"{out_path}.error")
+            why = (
+                error.read_text(encoding="utf-8")
+                if error.exists()
+                else str(exc).strip().splitlines()[-1]
+            )
+            raise UnstallError(f"profiling workers failed: {_with_origins(why, job)}") from exc
         return RawTimings(**json.loads(Path(out_path).read_text(encoding="utf-8")))

@@ -59,6 +59,7 @@ def chrome_trace(
 
 
 def write_chrome_trace(path: Path, trace: dict[str, Any]) -> Path:
+    """Write ``trace`` (a :func:`chrome_trace` object) to ``path`` as JSON; returns the path."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(trace, indent=1) + "\n", encoding="utf-8")
     return path

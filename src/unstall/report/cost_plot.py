@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from unstall.cost.recommend import Recommendation
+from unstall.cost import Recommendation
 from unstall.report.plotting import new_figure, save
 
 

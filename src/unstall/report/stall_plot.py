@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from unstall.profile.report import StallReport
-from unstall.profile.stalls import STALL_FIELDS
+from unstall.profile import STALL_FIELDS, StallReport
 from unstall.report.plotting import new_figure, save
 
 LABELS = {

@@ -1,0 +1,196 @@
+"""The profiler's resolver: command-line text to the objects :func:`unstall.profile.measure_stalls`
+takes.
+
+- a model: a zoo name (``resnet18``), a sweep variant (``resnet:depth=34``) or user code
+  (``FILE.py:FUNC``, ``package.module:FUNC``: a function returning an ``nn.Module``);
+- data: ``synthetic`` (a zoo model's random batches), a folder of the profiler's PNG files
+  (``unstall profile data DIR``), or user code (``FILE.py:FUNC``: ``(rank, world_size) ->
+  iterable of (inputs, targets)``);
+- a loss: a name of :data:`LOSSES` or user code (``loss(outputs, targets) -> scalar tensor``);
+- the emulated link: ``GBPS[,LATENCY_MS]`` (Gbit/s per direction, milliseconds per bucket).
+
+Every error is one line naming the option (``profile.model``, ``profile.data``, ...) or the file.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from torch import nn
+
+from unstall.config import check
+from unstall.errors import ConfigError
+from unstall.net.link import Link
+from unstall.profile import (
+    DataSource,
+    ImageFileData,
+    SyntheticData,
+    UserData,
+    list_dataset,
+)
+from unstall.profile import resolve_device as choose_device
+from unstall.usercode import is_reference, load_callable
+from unstall.workload import zoo
+
+OWNER = "profile"
+LOSSES: dict[str, Callable[[], nn.Module]] = {
+    "cross_entropy": nn.CrossEntropyLoss,
+    "mse": nn.MSELoss,
+}
+SYNTHETIC = "synthetic"
+# The comm-stall model's default sweep: depth sweeps of three zoo families, and a model of
+# another family held out to test the fit's prediction.
+DEFAULT_SWEEP = (
+    "resnet:depth=18",
+    "resnet:depth=34",
+    "resnet:depth=50",
+    "vgg:depth=11",
+    "vgg:depth=13",
+    "vgg:depth=16",
+    "mlp:depth=2",
+    "mlp:depth=4",
+    "mlp:depth=8",
+)
+DEFAULT_HELD_OUT = "mobilenet_v2"
+DEFAULT_FIT_NETWORK = "1,1"
+
+
+@dataclass(frozen=True)
+class ResolvedModel:
+    """A model function and the labels a report shows: ``name`` (the zoo name, or the user-code
+    reference as typed) and ``options`` (a zoo model's options, defaults left out). ``zoo_name``
+    is the zoo model behind it, if any (it has synthetic batches); ``input_kind`` what it takes
+    ("image", ...)."""
+
+    build: Callable[[], nn.Module]
+    name: str
+    options: dict[str, Any] = field(default_factory=dict)
+    zoo_name: str | None = None
+    input_kind: str | None = None
+
+
+def parse_variant(text: str) -> tuple[str, dict[str, object]]:
+    """``"NAME[:key=value,...]"`` (integer or float values) to a zoo name and its options."""
+    name, _, rest = text.partition(":")
+    options: dict[str, object] = {}
+    for item in filter(None, (p.strip() for p in rest.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError("variant", text, f"option {item!r} is not key=value")
+        try:
+            options[key.strip()] = (
+                int(value) if value.strip().lstrip("-").isdigit() else float(value)
+            )
+        except ValueError as exc:
+            raise ConfigError("variant", text, f"option {key!r} is not a number") from exc
+    zoo.resolve_options(name.strip(), options)  # unknown model or option: a clear error now
+    return name.strip(), options
+
+
+def zoo_model(
+    name: str, *, image_size: int = 32, options: dict[str, object] | None = None
+) -> ResolvedModel:
+    """Zoo model ``name`` with ``options``; image models at ``image_size`` pixels a side."""
+    check(
+        image_size >= 32, OWNER, "image_size", f"must be >= 32 (zoo image models), got {image_size}"
+    )
+    spec = zoo.spec(name)
+    full: dict[str, object] = {}
+    if "image_size" in spec.defaults:
+        full["image_size"] = image_size
+    full.update(options or {})
+    zoo.resolve_options(name, full)
+    return ResolvedModel(
+        build=functools.partial(zoo.build, name, **full),
+        name=name,
+        options=full,
+        zoo_name=name,
+        input_kind=spec.input_kind,
+    )
+
+
+def resolve_model(text: str, *, image_size: int = 32) -> ResolvedModel:
+    """``--model``: a zoo name, a sweep variant ``NAME:key=value,...``, or user code."""
+    if is_reference(text) and not _is_variant(text):
+        return ResolvedModel(build=load_callable(text, what="model function"), name=text)
+    name, options = parse_variant(text)
+    return zoo_model(name, image_size=image_size, options=options)
+
+
+def _is_variant(text: str) -> bool:
+    """``resnet:depth=34`` is a zoo variant, not ``module:function``: its right side has ``=``."""
+    return "=" in text.rpartition(":")[2] and text.partition(":")[0] in zoo.names()
+
+
+def synthetic_data(model: ResolvedModel, *, batch: int) -> SyntheticData:
+    """Random batches of ``batch`` samples for zoo model ``model``."""
+    if model.zoo_name is None:
+        raise ConfigError(
+            OWNER,
+            "data",
+            f"synthetic batches need a zoo model, and {model.name} is not one: give your data"
+            " function (FILE.py:FUNC or package.module:FUNC)",
+        )
+    make = functools.partial(zoo.example_batch, model.zoo_name, batch, **model.options)
+    return SyntheticData(make)
+
+
+def resolve_data(text: str | None, model: ResolvedModel, *, batch: int = 8) -> DataSource:
+    """``--data``: ``synthetic`` (the default), a PNG folder, or a user data function."""
+    check(batch >= 1, OWNER, "batch", f"must be >= 1, got {batch}")
+    if text is None or text == SYNTHETIC:
+        return synthetic_data(model, batch=batch)
+    if is_reference(text):
+        return UserData(load_callable(text, what="data function"), label=text)
+    if model.input_kind not in (None, "image"):
+        raise ConfigError(
+            OWNER,
+            "data",
+            f"the image files of {text} feed images; {model.name} takes {model.input_kind}",
+        )
+    paths = tuple(list_dataset(Path(text)))
+    memory = synthetic_data(model, batch=batch) if model.zoo_name is not None else None
+    return ImageFileData(paths, batch, memory=memory, label=text)
+
+
+def resolve_loss(text: str | None) -> Any:
+    """``--loss``: a name of :data:`LOSSES` (default cross-entropy) or a user loss function."""
+    if text is None:
+        return LOSSES["cross_entropy"]()
+    if is_reference(text):
+        return load_callable(text, what="loss function")
+    if text not in LOSSES:
+        known = ", ".join(LOSSES)
+        raise ConfigError(OWNER, "loss", f"unknown loss {text!r}; known: {known}, or FILE.py:FUNC")
+    return LOSSES[text]()
+
+
+def resolve_network(text: str | None) -> Link | None:
+    """``--network GBPS[,LATENCY_MS]`` (e.g. ``1,0.5``: 1 Gbit/s, 0.5 ms per bucket) to a link."""
+    if text is None:
+        return None
+    parts = [p.strip() for p in text.split(",")]
+    check(
+        len(parts) in (1, 2), OWNER, "network", f"want GBPS,LATENCY_MS (e.g. 1,0.5), got {text!r}"
+    )
+    try:
+        gbps, latency_ms = float(parts[0]), float(parts[1]) if len(parts) == 2 else 0.0
+    except ValueError:
+        raise ConfigError(
+            OWNER, "network", f"GBPS,LATENCY_MS must be numbers, got {text!r}"
+        ) from None
+    check(gbps > 0, OWNER, "network", f"bandwidth must be > 0 Gbit/s, got {text!r}")
+    check(latency_ms >= 0, OWNER, "network", f"latency must be >= 0 ms, got {text!r}")
+    return Link(bandwidth_gbps=gbps, latency_us=latency_ms * 1e3)
+
+
+def resolve_device(text: str, *, workers_per_node: int) -> str:
+    """``--device auto|cpu|cuda`` on this host: ``auto`` takes CUDA when every worker of the
+    host has a GPU."""
+    import torch
+
+    return choose_device(text, gpus=torch.cuda.device_count(), workers_per_node=workers_per_node)

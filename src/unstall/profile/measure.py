@@ -1,0 +1,129 @@
+"""The profiler's entry: profile a model, its data and its loss; report the stalls."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from torch import nn
+
+from unstall.errors import ConfigError
+from unstall.net.link import Link
+from unstall.profile.config import InjectedDelays, ProfileConfig
+from unstall.profile.job import (
+    LossFunction,
+    ModelFunction,
+    ModelShape,
+    ProfiledJob,
+    model_shape,
+)
+from unstall.profile.report import StallReport, build_report
+from unstall.profile.runner import run_workers
+from unstall.profile.sources import DataFunction, DataSource, UserData
+from unstall.usercode import where_defined
+
+
+def measure_stalls(
+    model: ModelFunction,
+    data: DataSource | DataFunction,
+    *,
+    loss: LossFunction | None = None,
+    workers: int = 2,
+    network: Link | None = None,
+    iterations: int = 10,
+    warmup: int = 3,
+    repeats: int = 3,
+    device: str = "cpu",
+    nodes: int = 1,
+    threads: int | None = None,
+    bucket_mb: float = 25.0,
+    seed: int = 0,
+    profile_device: str = "k80",
+    measure_overhead: bool = False,
+    delays: InjectedDelays | None = None,
+    timeout_s: float = 600.0,
+    name: str | None = None,
+    model_options: Mapping[str, object] | None = None,
+) -> StallReport:
+    """The differential stall profile of training ``model`` data-parallel on ``data``.
+
+    ``model`` builds the model (``() -> nn.Module``; every worker calls it); ``data`` is a
+    :class:`DataSource` or a data function ``(rank, world_size) -> iterable of (inputs,
+    targets)``; ``loss(outputs, targets)`` returns a scalar tensor (default: cross-entropy).
+    ``workers`` train with DDP (gloo on the CPU, NCCL with ``device="cuda"``), spawned on this
+    host, or the processes torchrun launched (then ``workers`` and ``nodes`` must be its world
+    size and hosts). ``network`` is the emulated link of the network run (``None``: no network
+    run on one host). The other settings are those of :class:`ProfileConfig`. ``name`` and
+    ``model_options`` label the report and its :class:`JobProfile` (default: the function's
+    name, no options).
+
+    Functions from a user's file loaded with :mod:`unstall.usercode` reach the spawned workers by
+    value; other functions must be importable by the workers (defined in a module, not in
+    ``__main__`` or a notebook cell, unless cloudpickle can send them by value).
+    """
+    config = ProfileConfig(
+        workers=workers,
+        nodes=nodes,
+        iterations=iterations,
+        warmup=warmup,
+        repeats=repeats,
+        network=network,
+        device=device,
+        threads=threads,
+        bucket_mb=bucket_mb,
+        seed=seed,
+        profile_device=profile_device,
+        measure_overhead=measure_overhead,
+        delays=delays or InjectedDelays(),
+        timeout_s=timeout_s,
+    )
+    job = profiled_job(model, data, loss)
+    label = name if name is not None else _name_of(model)
+    return profile_job(config, job, name=label, model_options=model_options or {})
+
+
+def profiled_job(
+    model: ModelFunction, data: DataSource | DataFunction, loss: LossFunction | None = None
+) -> ProfiledJob:
+    """The bundle the workers train: a data function becomes a :class:`UserData` source, no
+    loss cross-entropy."""
+    if not callable(model):
+        raise ConfigError("measure_stalls", "model", "must be a function returning a nn.Module")
+    if not isinstance(data, DataSource):
+        if not callable(data):
+            raise ConfigError(
+                "measure_stalls",
+                "data",
+                "must be a DataSource or a function (rank, world_size) -> batches",
+            )
+        data = UserData(data, label=where_defined(data))
+    if loss is not None and not callable(loss):
+        raise ConfigError("measure_stalls", "loss", "must be a function (outputs, targets)")
+    return ProfiledJob(model=model, data=data, loss=loss or nn.CrossEntropyLoss())
+
+
+def profile_job(
+    config: ProfileConfig,
+    job: ProfiledJob,
+    *,
+    name: str,
+    model_options: Mapping[str, object],
+    shape: ModelShape | None = None,
+) -> StallReport:
+    """Run the differential profile of ``job`` as ``config`` says; report it as ``name``.
+    ``shape`` is the model's, when the caller has it already."""
+    shape = shape or model_shape(job.model)
+    if shape.gradient_tensors == 0 or shape.layers == 0:
+        raise ConfigError(
+            "measure_stalls",
+            "model",
+            f"{name} has {shape.gradient_tensors} trainable tensors and {shape.layers} weight"
+            " layers (Linear, convolution, embedding, recurrent, attention); a data-parallel"
+            " profile needs at least one of each",
+        )
+    raw = run_workers(config, job)
+    return build_report(config, raw, model=name, model_options=model_options, shape=shape)
+
+
+def _name_of(model: Any) -> str:
+    return str(getattr(model, "__name__", None) or type(model).__name__)

@@ -1,0 +1,134 @@
+"""The profiler's resolver: model, data, loss and link text to objects; bad text is one line
+naming the option or the file."""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from unstall.cli.resolvers.profile import (
+    parse_variant,
+    resolve_data,
+    resolve_device,
+    resolve_loss,
+    resolve_model,
+    resolve_network,
+)
+from unstall.errors import ConfigError, DataFileError
+from unstall.net.link import Link
+from unstall.profile import ImageFileData, SyntheticData, UserData, write_image_dataset
+from unstall.usercode import UserCodeError
+from unstall.workload import zoo
+
+USER_CODE = """
+import torch
+from torch import nn
+
+
+def model():
+    return nn.Linear(3, 2)
+
+
+def data(rank, world_size):
+    yield torch.zeros(4, 3), torch.zeros(4, dtype=torch.long)
+
+
+def loss(outputs, targets):
+    return outputs.sum()
+"""
+
+
+@pytest.fixture
+def user_file(tmp_path: Path) -> Path:
+    path = tmp_path / "mine.py"
+    path.write_text(USER_CODE, encoding="utf-8")
+    return path
+
+
+def test_zoo_models_and_variants() -> None:
+    resnet = resolve_model("resnet18", image_size=64)
+    assert (resnet.name, resnet.zoo_name, resnet.input_kind) == ("resnet18", "resnet18", "image")
+    assert resnet.options == {"image_size": 64}
+    assert isinstance(resnet.build, functools.partial)  # pickles by reference to the zoo
+    mlp = resolve_model("mlp:depth=2,width=64")
+    assert (mlp.name, mlp.options) == ("mlp", {"depth": 2, "width": 64})
+    params = sum(p.numel() for p in mlp.build().parameters())
+    assert params == zoo.facts("mlp", depth=2, width=64).params
+    assert parse_variant("resnet:depth=34") == ("resnet", {"depth": 34})
+    assert parse_variant("mobilenet_v2") == ("mobilenet_v2", {})
+    for bad in ("nosuch", "resnet:depth", "resnet:colour=3"):
+        with pytest.raises(ConfigError):
+            parse_variant(bad)
+    with pytest.raises(ConfigError, match="unknown model 'nosuch'"):
+        resolve_model("nosuch")
+    with pytest.raises(ConfigError, match=r"profile\.image_size"):
+        resolve_model("resnet18", image_size=16)
+
+
+def test_user_code_model_data_and_loss(user_file: Path) -> None:
+    model = resolve_model(f"{user_file}:model")
+    assert model.name == f"{user_file}:model" and model.zoo_name is None
+    assert isinstance(model.build(), nn.Linear)
+    data = resolve_data(f"{user_file}:data", model)
+    assert isinstance(data, UserData) and data.label == f"{user_file}:data"
+    loss = resolve_loss(f"{user_file}:loss")
+    assert float(loss(torch.ones(2, 2), None)) == 4.0
+    with pytest.raises(UserCodeError, match=r"mine\.py has no model function 'absent'"):
+        resolve_model(f"{user_file}:absent")
+    with pytest.raises(UserCodeError, match="no such file"):
+        resolve_data(f"{user_file.parent / 'none.py'}:data", model)
+    # A model of the user's own has no synthetic batches: the error says what to give instead.
+    with pytest.raises(ConfigError, match=r"profile\.data: synthetic batches need a zoo model"):
+        resolve_data(None, model)
+
+
+def test_synthetic_and_image_folder_data(tmp_path: Path) -> None:
+    resnet = resolve_model("resnet18")
+    synthetic = resolve_data("synthetic", resnet, batch=3)
+    assert isinstance(synthetic, SyntheticData)
+    assert synthetic.memory_feed(0, 1, seed=0)(0)[0].shape == (3, 3, 32, 32)
+    write_image_dataset(tmp_path, count=5, image_size=32, num_classes=2, seed=0)
+    folder = resolve_data(str(tmp_path), resnet, batch=2)
+    assert isinstance(folder, ImageFileData) and len(folder.paths) == 5
+    assert folder.label == str(tmp_path) and isinstance(folder.memory, SyntheticData)
+    with pytest.raises(ConfigError, match=r"profile\.data: .* mlp takes features"):
+        resolve_data(str(tmp_path), resolve_model("mlp"))
+    with pytest.raises(DataFileError, match="no such directory"):
+        resolve_data(str(tmp_path / "none"), resnet)
+    with pytest.raises(ConfigError, match=r"profile\.batch"):
+        resolve_data(None, resnet, batch=0)
+
+
+def test_losses_by_name() -> None:
+    assert isinstance(resolve_loss(None), nn.CrossEntropyLoss)
+    assert isinstance(resolve_loss("mse"), nn.MSELoss)
+    with pytest.raises(
+        ConfigError, match=r"profile\.loss: unknown loss 'l1'; known: cross_entropy"
+    ):
+        resolve_loss("l1")
+
+
+def test_network_text_to_a_link() -> None:
+    assert resolve_network(None) is None
+    link = resolve_network("1,0.5")
+    assert link == Link(bandwidth_gbps=1.0, latency_us=500.0)
+    assert link is not None and link.latency_ms == 0.5
+    assert resolve_network("2") == Link(bandwidth_gbps=2.0)
+    for bad, why in (
+        ("x,1", "GBPS,LATENCY_MS must be numbers"),
+        ("1,2,3", "want GBPS,LATENCY_MS"),
+        ("0,1", "bandwidth must be > 0"),
+        ("1,-1", "latency must be >= 0"),
+    ):
+        with pytest.raises(ConfigError, match=rf"profile\.network: {why}"):
+            resolve_network(bad)
+
+
+def test_device() -> None:
+    assert resolve_device("cpu", workers_per_node=2) == "cpu"
+    with pytest.raises(ConfigError, match="device"):
+        resolve_device("tpu", workers_per_node=1)

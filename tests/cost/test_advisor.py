@@ -1,0 +1,75 @@
+"""The front door: ``unstall.cost.recommend`` takes a measured profile or a job model, a catalog
+object and the question as keywords, and answers as the ranking does."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from unstall.cost import (
+    Catalog,
+    JobModel,
+    default_catalog,
+    job_from_profile,
+    parse_catalog,
+    recommend,
+    recommend_config,
+)
+from unstall.cost.ranking import rank_configurations
+from unstall.errors import ConfigError
+from unstall.workload.profiles import JobProfile
+
+PROFILE = JobProfile(
+    model="resnet50",
+    device="v100",
+    compute_s=0.11,
+    local_batch=32,
+    gradient_bytes=102_228_128,
+    gradient_tensors=161,
+    layers=54,
+    measured={"8": 0.125, "4": 0.118},
+)
+IMAGENET: dict[str, Any] = {"samples": 1_281_167, "epochs": 90.0}
+
+
+def test_a_profile_is_recommended_for_as_the_ranking_of_its_job_model() -> None:
+    catalog = default_catalog()
+    rec = recommend(PROFILE, catalog=catalog, budget_hours=24.0, families=["p3"], **IMAGENET)
+    config = recommend_config(budget_hours=24.0, families=("p3",), **IMAGENET)
+    same = rank_configurations(job_from_profile(PROFILE), catalog, config)
+    assert rec == same
+    assert rec.recommended is not None and rec.recommended.instance.startswith("p3.")
+    assert {c.source for c in rec.candidates} >= {"measured", "modelled"}
+
+
+def test_fp16_profile_and_job_model_and_progress() -> None:
+    catalog = default_catalog()
+    seen: list[str] = []
+    job = job_from_profile(PROFILE, precision="fp16")
+    assert isinstance(job, JobModel)
+    rec = recommend(
+        job,
+        catalog=catalog,
+        budget_hours=24.0,
+        max_instances=2,
+        on_instance=lambda i: seen.append(i.instance),
+        **IMAGENET,
+    )
+    assert seen == [i.instance for i in catalog]
+    assert len(rec.candidates) <= 2 * len(catalog)
+
+
+def test_a_catalog_of_ones_own_and_bad_questions_name_the_field() -> None:
+    catalog = parse_catalog(
+        "instance,gpus,gpu,gpu_memory_gb,gpu_link,network_gbps,usd_per_hour,date,source\n"
+        "mine.4,4,v100,16,nvlink2,25,10.0,2026-11,me\n",
+        source="mine.csv",
+    )
+    assert isinstance(catalog, Catalog)
+    rec = recommend(PROFILE, catalog=catalog, budget_hours=1000.0, max_instances=2, **IMAGENET)
+    assert rec.catalog == "mine.csv" and {c.instance for c in rec.candidates} == {"mine.4"}
+    with pytest.raises(ConfigError, match=r"RecommendConfig\.budget_hours"):
+        recommend(PROFILE, catalog=catalog, budget_hours=-1.0, **IMAGENET)
+    with pytest.raises(ConfigError, match=r"TrainingConfig\.network_efficiency"):
+        recommend(PROFILE, catalog=catalog, budget_hours=1.0, network_efficiency=2.0, **IMAGENET)
