@@ -42,13 +42,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import math
 import os
 import platform
 import resource
 import statistics
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -57,20 +57,22 @@ import numpy as np
 import ray
 import torch
 
-from unstall.ps.chunks import wire_parts
-from unstall.ps.coordinator import ensure_ray, session_pool
-from unstall.ps.optim import SGDConfig, sgd_momentum_step
-from unstall.ps.server import PushPullTiming, step_pool
-from unstall.ps.train import PSConfig, run_training
+from unstall import ps
+from unstall.cli.resolvers.ps import PSRequest, resolve_case, resolve_strategy
+from unstall.net.link import Link
 
-UNLIMITED_SCENARIO = """
-name = "unlimited"
-servers = {servers}
-[base]
-bandwidth_mb_s = 1e9
-latency_ms = 0.0
-apply_mb_s = 1e9
-"""  # 10^15 bytes/s: 16 MB in 16 ns, i.e. no limit, but equal finite speeds for the oracle
+# private on purpose: this benchmark times the server's own machinery (its wire format, its
+# step, its reply timing) against raw Ray, piece by piece
+from unstall.ps.chunks import wire_parts
+from unstall.ps.optim import sgd_momentum_step
+from unstall.ps.server import PushPullTiming, step_pool
+
+
+def unlimited(servers: int) -> ps.Scenario:
+    """``servers`` servers at 10^15 bytes/s (16 MB in 16 ns), i.e. no limit, but equal finite
+    speeds for the oracle."""
+    base = ps.ServerSpec(link=Link.from_mb_s(1e9, latency_ms=0.0), apply_mb_s=1e9)
+    return ps.Scenario(name="unlimited", servers=servers, base=base)
 
 
 @ray.remote(num_cpus=0)
@@ -230,21 +232,21 @@ def ps_push_pull(
     mb: float, workers: int, servers: int, iterations: int, piece_mb: float, step_threads: int
 ) -> dict[str, float]:
     width = int(math.sqrt(mb * 1e6 / 4 / 2))  # two width x width layers
-    with tempfile.TemporaryDirectory() as tmp:
-        scenario = Path(tmp) / "unlimited.toml"
-        scenario.write_text(UNLIMITED_SCENARIO.format(servers=servers))
-        config = PSConfig(
-            model="mlp",
-            model_options={"in_features": width, "width": width, "depth": 3, "num_classes": 2},
-            workers=workers,
-            scenario=str(scenario),
-            strategy="oracle",  # equal servers: an even split
-            iterations=iterations + 1,
-            batch_size=1,
-            piece_mb=piece_mb,
-            step_threads=step_threads,
-        )
-        result = run_training(config, pool=session_pool())
+    options = {"in_features": width, "width": width, "depth": 3, "num_classes": 2}
+    request = PSRequest(model="mlp", model_options={k: str(v) for k, v in options.items()})
+    scenario = unlimited(servers)
+    case = resolve_case(dataclasses.replace(request, batch_size=1), scenario)
+    result = ps.fit(
+        case.model,
+        case.data,
+        loss=case.loss,
+        workers=workers,
+        scenario=scenario,
+        strategy=resolve_strategy("oracle"),  # equal servers: an even split
+        iterations=iterations + 1,
+        piece_mb=piece_mb,
+        step_threads=step_threads,
+    )
     steps = result.telemetry[1:]  # iteration 0 also has the run's first pull
     moved, exchange_s, transport_s, iteration_s = [], [], [], []
     for step in steps:
@@ -310,7 +312,7 @@ def step_against_memcpy(mb: float, repeats: int) -> dict[str, float]:
     rng = np.random.default_rng(0)
     param, grad = rng.standard_normal(n, np.float32), rng.standard_normal(n, np.float32)
     buf, dst = np.zeros(n, np.float32), np.empty(n, np.float32)
-    sgd = SGDConfig()
+    sgd = ps.SGDConfig()
 
     def median_s(work: Any) -> float:
         times = []
@@ -461,7 +463,7 @@ def main() -> None:
     parser.add_argument("--servers", type=int, nargs="+", default=[1, 4])
     parser.add_argument("--iterations", type=int, default=10, help="per round")
     parser.add_argument("--rounds", type=int, default=5)
-    default = PSConfig()
+    default = PSRequest()
     parser.add_argument(
         "--variants",
         nargs="+",
@@ -497,7 +499,7 @@ def main() -> None:
     store = None if args.object_store_gb is None else int(args.object_store_gb * 1e9)
 
     def start_ray() -> None:
-        ensure_ray(num_cpus=os.cpu_count() or 2, object_store_bytes=store)
+        ps.ensure_ray(num_cpus=os.cpu_count() or 2, object_store_bytes=store)
 
     if args.faults:
         start_ray()

@@ -1,5 +1,5 @@
 """PSLD evaluation: every scenario x strategy x model, repeated; throughput, speed-ups of psld
-over the baselines, ratio to oracle, the issue's goal checks, and a plot of the dynamic
+over the baselines, ratio to oracle, the checks of PSLD's goals, and a plot of the dynamic
 scenario's iteration time and servers.
 
     .venv/bin/python benchmarks/psld_eval.py --models big-tensor --repeats 3 \
@@ -21,10 +21,13 @@ would be under ``--transfer-ratio`` (2) times the engine time; then they are slo
 is that ratio, every link of every scenario by the same factor (the stragglers stay relative).
 The grid takes the result with ``--links``:
 
-    /tmp/timed .venv/bin/python benchmarks/psld_eval.py --calibrate \
+    .venv/bin/python benchmarks/psld_eval.py --calibrate \
         --models big-tensor,mlp-deep,transformer --json links.json
-    /tmp/timed .venv/bin/python benchmarks/psld_eval.py --models transformer --links links.json \
+    .venv/bin/python benchmarks/psld_eval.py --models transformer --links links.json \
         --iterations 20 --json tr.json
+
+Every run goes through the parameter server's resolver and :func:`unstall.ps.fit`, as
+`unstall ps train --model NAME -o KEY=VALUE --scenario NAME --strategy NAME` does.
 """
 
 from __future__ import annotations
@@ -33,10 +36,10 @@ import argparse
 import dataclasses
 import itertools
 import json
+import math
 import os
 import statistics
 import subprocess
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -46,21 +49,14 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from unstall.ps.assign import assign
-from unstall.ps.bench import even_split_s, link_for_transfer_ratio, scaled_links, scenario_table
-from unstall.ps.controller import optimal_shares
-from unstall.ps.coordinator import ActorPool, ensure_ray
-from unstall.ps.links import server_cost, unlimited
-from unstall.ps.replica import initial_params
-from unstall.ps.scenarios import IMBALANCED_MODEL, SCENARIOS, resolve_scenario
-from unstall.ps.train import (
-    PreparedRun,
-    PSConfig,
-    PSRunResult,
-    predicted_iter_s,
-    prepare,
-    run_training,
-)
+from unstall import ps
+from unstall.cli.resolvers.ps import PSRequest, resolve_case, resolve_scenario, resolve_strategy
+from unstall.net.link import Link
+
+# private on purpose: the cost model's per-server cost and PSLD's min-max split, for the bound
+# of an assignment that follows every change at no cost (which no strategy's run measures)
+from unstall.ps.links import server_cost
+from unstall.ps.psld.balance import optimal_shares
 
 BASELINES = ("mxnet", "byteps", "tf-greedy", "round-robin")
 STATIC_SCENARIOS = ("none", "bandwidth", "interference", "imbalance")
@@ -71,7 +67,7 @@ PRESET_LINK_MB_S = 25.0  # the presets' links (ServerSpec's default)
 # zoo's defaults are 33-53 MB, minutes a run on these 25 MB/s links).
 MODELS: dict[str, tuple[str | None, dict[str, object]]] = {
     "preset": (None, {}),
-    "big-tensor": (IMBALANCED_MODEL[0], dict(IMBALANCED_MODEL[1])),
+    "big-tensor": ("mlp", dict(ps.SCENARIOS["imbalance"]().model_options)),
     "mlp-deep": ("mlp", {"in_features": 256, "width": 256, "depth": 16}),
     "transformer": ("transformer", {"d_model": 128, "layers": 4, "ff": 512, "vocab": 2000}),
     "lstm": ("lstm_lm", {"embed_dim": 256, "hidden": 256, "vocab": 2000}),
@@ -79,7 +75,31 @@ MODELS: dict[str, tuple[str | None, dict[str, object]]] = {
 Row = dict[str, Any]
 
 
-def settled_s(r: PSRunResult) -> float:
+def case(model: str, scenario: ps.Scenario) -> ps.BenchCase:
+    """What the grid trains for ``model`` (a key of MODELS) in ``scenario``: through the
+    resolver, as `unstall ps train --model NAME -o KEY=VALUE` would."""
+    name, options = MODELS[model]
+    texts = {k: str(v) for k, v in options.items()}
+    return resolve_case(PSRequest(model=name, model_options=texts), scenario)
+
+
+def run(
+    model: str, scenario: ps.Scenario, strategy: str, iterations: int, spares: int, pool: Any
+) -> ps.PSRunResult:
+    c = case(model, scenario)
+    return ps.fit(
+        c.model,
+        c.data,
+        loss=c.loss,
+        scenario=scenario,
+        strategy=resolve_strategy(strategy),
+        iterations=iterations,
+        spares=spares,
+        pool=pool,
+    )
+
+
+def settled_s(r: ps.PSRunResult) -> float:
     tail = r.telemetry[len(r.telemetry) // 2 :]
     return sum(t.iter_s + t.boundary_s for t in tail) / len(tail)
 
@@ -126,85 +146,66 @@ def plot_dynamic(rows: Sequence[Row], path: Path) -> None:
 # --- links at which transfer dominates --------------------------------------------------------
 
 
-def write_scenario(scenario: Any, folder: Path) -> str:
-    path = folder / f"{scenario.name}-{scenario.base.bandwidth_mb_s:.4g}.json"
-    path.write_text(json.dumps(scenario_table(scenario)))
-    return str(path)
-
-
-def calibrate(a: argparse.Namespace, pool: ActorPool) -> dict[str, Any]:
+def calibrate(a: argparse.Namespace, pool: ps.ActorPool) -> dict[str, Any]:
     """Per model: the engine time (median iteration with unlimited links, after the first, over
     ``--repeats`` runs of ``--iterations``), the even split's time on the presets' links, and
     the link speed the rule gives (see the module docstring)."""
     preset = resolve_scenario("none")
-    free = dataclasses.replace(preset, base=unlimited(), model=None, model_options={})
+    unlimited = ps.ServerSpec(link=Link.unlimited(), apply_mb_s=math.inf)
+    free = dataclasses.replace(preset, base=unlimited, model=None, model_options={})
     out: dict[str, Any] = {"transfer_ratio": a.transfer_ratio, "models": {}}
-    with tempfile.TemporaryDirectory() as tmp:
-        path = write_scenario(free, Path(tmp))
-        for model in a.models.split(","):
-            name, options = MODELS[model]
-            times: list[float] = []
-            compute: list[float] = []  # the slowest worker's forward-backward
-            for _ in range(a.repeats):
-                config = PSConfig(
-                    model=name,
-                    model_options=options,
-                    scenario=path,
-                    strategy="round-robin",
-                    iterations=a.iterations,
-                    spares=0,
-                )
-                r = run_training(config, pool=pool)
-                times += [t.iter_s for t in r.telemetry[1:]]
-                compute += [max(w.compute_s for w in t.workers) for t in r.telemetry[1:]]
-            engine = statistics.median(times)
-            size = dict(model_bytes=sum(r.server_bytes.values()), workers=r.workers, servers=4)
-            even = even_split_s(preset.base, **size)
-            rule = link_for_transfer_ratio(
-                preset.base, engine_s=engine, ratio=a.transfer_ratio, **size
-            )
-            link = min(preset.base.bandwidth_mb_s, rule)
-            out["models"][model] = {
-                "engine_s": engine,
-                "engine_iqr_s": [float(q) for q in statistics.quantiles(times, n=4)[::2]],
-                "compute_s": statistics.median(compute),
-                "model_bytes": size["model_bytes"],
-                "preset_link_mb_s": preset.base.bandwidth_mb_s,
-                "even_split_s_preset": even,
-                "ratio_preset": even / engine,
-                "link_mb_s": link,
-            }
-            print(
-                f"{model:11s} engine {engine * 1e3:6.1f} ms (compute "
-                f"{statistics.median(compute) * 1e3:5.1f} ms)  even split at "
-                f"{preset.base.bandwidth_mb_s:g} MB/s {even * 1e3:6.1f} ms (x{even / engine:.2f}) "
-                f"-> links {link:.3g} MB/s",
-                flush=True,
-            )
+    for model in a.models.split(","):
+        times: list[float] = []
+        compute: list[float] = []  # the slowest worker's forward-backward
+        for _ in range(a.repeats):
+            r = run(model, free, "round-robin", a.iterations, 0, pool)
+            times += [t.iter_s for t in r.telemetry[1:]]
+            compute += [max(w.compute_s for w in t.workers) for t in r.telemetry[1:]]
+        engine = statistics.median(times)
+        size = dict(model_bytes=sum(r.server_bytes.values()), workers=r.workers, servers=4)
+        even = ps.even_split_s(preset.base, **size)
+        rule = ps.link_for_transfer_ratio(
+            preset.base, engine_s=engine, ratio=a.transfer_ratio, **size
+        )
+        link = min(preset.base.link.mb_s, rule)
+        out["models"][model] = {
+            "engine_s": engine,
+            "engine_iqr_s": [float(q) for q in statistics.quantiles(times, n=4)[::2]],
+            "compute_s": statistics.median(compute),
+            "model_bytes": size["model_bytes"],
+            "preset_link_mb_s": preset.base.link.mb_s,
+            "even_split_s_preset": even,
+            "ratio_preset": even / engine,
+            "link_mb_s": link,
+        }
+        print(
+            f"{model:11s} engine {engine * 1e3:6.1f} ms (compute "
+            f"{statistics.median(compute) * 1e3:5.1f} ms)  even split at "
+            f"{preset.base.link.mb_s:g} MB/s {even * 1e3:6.1f} ms (x{even / engine:.2f}) "
+            f"-> links {link:.3g} MB/s",
+            flush=True,
+        )
     return out
 
 
-def model_scenario(model: str, scenario: str, links: dict[str, float], folder: Path) -> str:
+def model_scenario(model: str, scenario: str, links: dict[str, float]) -> ps.Scenario:
     """The scenario to run ``model`` on: the preset, or with its links scaled to the model's."""
     link = links.get(model)
     preset = resolve_scenario(scenario)
-    if link is None or link == preset.base.bandwidth_mb_s:
-        return scenario
-    return write_scenario(scaled_links(preset, link / preset.base.bandwidth_mb_s), folder)
+    if link is None or link == preset.base.link.mb_s:
+        return preset
+    return ps.scaled_links(preset, link / preset.base.link.mb_s)
 
 
-def adaptive_best_s(run: PreparedRun, total_bytes: int) -> float:
+def adaptive_best_s(scenario: ps.Scenario, workers: int, iterations: int, total: int) -> float:
     """The cost model's slowest-server time of the best split over every server and spare,
     phase by phase (an assignment that follows each change at no cost), weighted by phase."""
-    n, sc = run.config.iterations, run.scenario
+    n, sc = iterations, scenario
     out = 0.0
     for start, stop in sc.spans(n):
-        costs = [
-            server_cost(sc.spec(s, start, n), run.job.workers)
-            for s in range(sc.servers + sc.spares)
-        ]
+        costs = [server_cost(sc.spec(s, start, n), workers) for s in range(sc.servers + sc.spares)]
         shares = optimal_shares({s: c.per_byte_s for s, c in enumerate(costs)})
-        slowest = max(c.seconds(shares[s] * total_bytes) for s, c in enumerate(costs))
+        slowest = max(c.seconds(shares[s] * total) for s, c in enumerate(costs))
         out += (stop - start) / n * slowest
     return out
 
@@ -220,38 +221,30 @@ def bounds(a: argparse.Namespace, engine: dict[str, float], links: dict[str, flo
     )
     # Each model on the presets' links, and on its chosen links where those differ.
     choices = [{}, links]
-    with tempfile.TemporaryDirectory() as tmp:
-        for model, chosen, scenario in itertools.product(
-            a.models.split(","), choices, a.scenarios.split(",")
-        ):
-            if chosen and chosen.get(model, PRESET_LINK_MB_S) == PRESET_LINK_MB_S:
-                continue
-            name, options = MODELS[model]
-            path = model_scenario(model, scenario, chosen, Path(tmp))
-            config = PSConfig(
-                model=name,
-                model_options=options,
-                scenario=path,
-                iterations=a.iterations,
-                spares=a.spares,
+    for model, chosen, scenario in itertools.product(
+        a.models.split(","), choices, a.scenarios.split(",")
+    ):
+        if chosen and chosen.get(model, PRESET_LINK_MB_S) == PRESET_LINK_MB_S:
+            continue
+        sc = model_scenario(model, scenario, chosen).with_spares(a.spares)
+        built = case(model, sc).model
+        total = sum(p.numel() * p.element_size() for p in built().parameters() if p.requires_grad)
+        pred = {
+            s: ps.predict_iter_s(
+                built, strategy=resolve_strategy(s), scenario=sc, iterations=a.iterations
             )
-            run = prepare(config)
-            infos, _ = initial_params(run.job)
-            total = sum(i.nbytes for i in infos)
-            pred = {
-                s: predicted_iter_s(run, assign(s, infos, run.scenario.servers, run.costs()))
-                for s in ("mxnet", "oracle")
-            }
-            e, best = engine[model], adaptive_best_s(run, total)
-            mx, orc = e + pred["mxnet"], e + pred["oracle"]
-            print(
-                f"| {model} | {run.scenario.base.bandwidth_mb_s:.3g} | {scenario} | {e:.3f} "
-                f"| {mx:.3f} | {orc:.3f} | {e + best:.3f} | {mx / orc:.2f}x "
-                f"| {mx / (e + best):.2f}x |"
-            )
+            for s in ("mxnet", "oracle")
+        }
+        e, best = engine[model], adaptive_best_s(sc, 2, a.iterations, total)
+        mx, orc = e + pred["mxnet"], e + pred["oracle"]
+        print(
+            f"| {model} | {sc.base.link.mb_s:.3g} | {scenario} | {e:.3f} "
+            f"| {mx:.3f} | {orc:.3f} | {e + best:.3f} | {mx / orc:.2f}x "
+            f"| {mx / (e + best):.2f}x |"
+        )
 
 
-def run_row(model: str, scenario: str, strategy: str, repeat: int, r: PSRunResult) -> Row:
+def run_row(model: str, scenario: str, strategy: str, repeat: int, r: ps.PSRunResult) -> Row:
     times = [t.iter_s + t.boundary_s for t in r.telemetry]
     return {
         "model": model,
@@ -271,18 +264,18 @@ def run_row(model: str, scenario: str, strategy: str, repeat: int, r: PSRunResul
     }
 
 
-def run_grid(a: argparse.Namespace, pool: ActorPool, links: dict[str, float]) -> list[Row]:
+def run_grid(a: argparse.Namespace, pool: ps.ActorPool, links: dict[str, float]) -> list[Row]:
     rows: list[Row] = []
     # psld last: the pool then holds the baselines' idle server actors, so that a scale-out
     # reuses one (a live cluster keeps spare machines warm) instead of starting a process.
     strategies = sorted(a.strategies.split(","), key=lambda s: s == "psld")
     repeats = range(a.repeat_start, a.repeat_start + a.repeats)
-    cells = itertools.product(repeats, a.models.split(","), a.scenarios.split(","))
-    with tempfile.TemporaryDirectory() as tmp:
-        for repeat, model, scenario in cells:
-            path = model_scenario(model, scenario, links, Path(tmp))
-            for strategy in strategies:
-                rows.append(run_cell(a, model, scenario, path, strategy, repeat, pool))
+    for repeat, model, scenario in itertools.product(
+        repeats, a.models.split(","), a.scenarios.split(",")
+    ):
+        sc = model_scenario(model, scenario, links)
+        for strategy in strategies:
+            rows.append(run_cell(a, model, scenario, sc, strategy, repeat, pool))
     return rows
 
 
@@ -290,22 +283,15 @@ def run_cell(
     a: argparse.Namespace,
     model: str,
     scenario: str,
-    path: str,
+    sc: ps.Scenario,
     strategy: str,
     repeat: int,
-    pool: ActorPool,
+    pool: ps.ActorPool,
 ) -> Row:
-    name, options = MODELS[model]
-    config = PSConfig(
-        model=name,
-        model_options=options,
-        scenario=path,
-        strategy=strategy,
-        iterations=a.iterations,
-        spares=a.spares,
+    row = run_row(
+        model, scenario, strategy, repeat, run(model, sc, strategy, a.iterations, a.spares, pool)
     )
-    row = run_row(model, scenario, strategy, repeat, run_training(config, pool=pool))
-    row["link_mb_s"] = resolve_scenario(path).base.bandwidth_mb_s
+    row["link_mb_s"] = sc.base.link.mb_s
     print(
         f"#{repeat} {model:11s} {scenario:12s} {strategy:11s} "
         f"{row['throughput_it_s']:6.2f} it/s settled {row['settled_s']:.3f} s "
@@ -347,7 +333,7 @@ def cells_of(rows: Sequence[Row]) -> dict[tuple[str, str], dict[str, Row]]:
         out.setdefault((model, scenario), {})[strategy] = cell
     # Models in the order they came, scenarios in the presets' order (pieces come in any).
     models = list(dict.fromkeys(m for m, _ in out))
-    order = list(SCENARIOS)
+    order = list(ps.SCENARIOS)
 
     def rank(key: tuple[str, str]) -> tuple[int, int, str]:
         m, s = key
@@ -390,7 +376,9 @@ def markdown(cells: dict[tuple[str, str], dict[str, Row]]) -> str:
 
 
 def goal_checks(cells: dict[tuple[str, str], dict[str, Row]]) -> list[str]:
-    """The issue's four goals, checked per model on the median cells."""
+    """PSLD's four goals (speed-up over mxnet's default, closeness to the oracle when nothing
+    changes, recovery after a change, never below the best static baseline), checked per model
+    on the median cells."""
     out = []
     for model in dict.fromkeys(m for m, _ in cells):
         mine = {s: by for (m, s), by in cells.items() if m == model and "psld" in by}
@@ -520,11 +508,11 @@ def main() -> None:
         if a.bounds:
             bounds(a, {m: float(c["engine_s"]) for m, c in chosen.items()}, links)
             return
-    # Ray's workers at the driver's priority (Ray's default is nice 15): under /tmp/timed the
-    # whole run gets the boost, not only the driver.
+    # Ray's workers at the driver's priority (Ray's default is nice 15): a run started at a
+    # raised priority gives it to the whole run, not only to the driver.
     os.environ.setdefault("RAY_worker_niceness", "0")
-    ensure_ray(None, num_cpus=3)
-    pool = ActorPool()
+    ps.ensure_ray(None, num_cpus=3)
+    pool = ps.ActorPool()
     # Spare servers kept warm, as a cluster keeps spare machines: a scale-out then costs the
     # actor's reset and the chunks' move, not a process start (seconds on this machine).
     warm = [pool.take_server() for _ in range(MAX_SERVERS + a.spares)]
