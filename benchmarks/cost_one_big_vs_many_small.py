@@ -14,8 +14,8 @@ import json
 import time
 from pathlib import Path
 
-from unstall.cost.catalog import default_catalog
-from unstall.cost.predict import TrainingConfig, job_from_model, predict
+from unstall.cli.resolvers.cost import resolve_catalog, resolve_job
+from unstall.cost import TrainingConfig, predict_all
 
 CONFIGURATIONS = [
     ("p3.16xlarge", 1),
@@ -28,14 +28,18 @@ CONFIGURATIONS = [
 
 
 def rows(models: list[str], samples: int, epochs: float) -> list[dict[str, object]]:
-    catalog = default_catalog()
+    catalog = resolve_catalog(None)
     training = TrainingConfig(samples=samples, epochs=epochs)
+    instances = [catalog.get(name) for name in dict.fromkeys(n for n, _ in CONFIGURATIONS)]
+    most = max(count for _, count in CONFIGURATIONS)
     out: list[dict[str, object]] = []
     for model in models:
-        job = job_from_model(model, catalog.devices)
+        job = resolve_job(profile=None, model=model, catalog=catalog)
+        # Every count up to the largest of each type; the configurations are picked from them.
+        predicted = predict_all(job, instances, training, max_instances=most)
+        by_configuration = {(p.instance, p.count): p for p in predicted}
         for name, count in CONFIGURATIONS:
-            p = predict(job, catalog.get(name), count, training)
-            assert p is not None
+            p = by_configuration[(name, count)]
             out.append(
                 {
                     "model": model,

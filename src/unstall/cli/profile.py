@@ -359,23 +359,12 @@ def _measure_points(
 ) -> dict[str, SweepPoint]:
     """Each variant's point: read from ``points_path`` when there, else profiled (zoo variants
     on their synthetic batches) and the file rewritten at once."""
-    from unstall.cli.resolvers.profile import resolve_data, resolve_model
-    from unstall.profile import load_points, measure_points, measure_sweep_point, save_points
+    from unstall.cli.resolvers.profile import sweep_measure
+    from unstall.profile import load_points, measure_points, save_points
 
     known = load_points(points_path) if points_path is not None else {}
     missing = [v for v in dict.fromkeys(variants) if v not in known]
-    targets = {v: resolve_model(v, image_size=image_size) for v in missing}
-    sources = {v: resolve_data(None, target, batch=batch) for v, target in targets.items()}
-
-    def measure(variant: str) -> SweepPoint:
-        target = targets[variant]
-        return measure_sweep_point(
-            variant,
-            target.build,
-            sources[variant],
-            config=base,
-            model_options=target.options,
-        )
+    measure = sweep_measure(missing, base, batch=batch, image_size=image_size)
 
     with progress_bar("profiling variants", len(missing), quiet) as advance:
 

@@ -7,7 +7,8 @@ takes.
   (``unstall profile data DIR``), or user code (``FILE.py:FUNC``: ``(rank, world_size) ->
   iterable of (inputs, targets)``);
 - a loss: a name of :data:`LOSSES` or user code (``loss(outputs, targets) -> scalar tensor``);
-- the emulated link: ``GBPS[,LATENCY_MS]`` (Gbit/s per direction, milliseconds per bucket).
+- the emulated link: ``GBPS[,LATENCY_MS]`` (Gbit/s per direction, milliseconds per bucket);
+- a sweep of zoo variants for the comm-stall model: the function that profiles each one.
 
 Every error is one line naming the option (``profile.model``, ``profile.data``, ...) or the file.
 """
@@ -15,7 +16,7 @@ Every error is one line naming the option (``profile.model``, ``profile.data``, 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,9 +29,12 @@ from unstall.net.link import Link
 from unstall.profile import (
     DataSource,
     ImageFileData,
+    ProfileConfig,
+    SweepPoint,
     SyntheticData,
     UserData,
     list_dataset,
+    measure_sweep_point,
 )
 from unstall.profile import resolve_device as choose_device
 from unstall.usercode import is_reference, load_callable
@@ -186,6 +190,24 @@ def resolve_network(text: str | None) -> Link | None:
     check(gbps > 0, OWNER, "network", f"bandwidth must be > 0 Gbit/s, got {text!r}")
     check(latency_ms >= 0, OWNER, "network", f"latency must be >= 0 ms, got {text!r}")
     return Link(bandwidth_gbps=gbps, latency_us=latency_ms * 1e3)
+
+
+def sweep_measure(
+    variants: Sequence[str], config: ProfileConfig, *, batch: int = 8, image_size: int = 32
+) -> Callable[[str], SweepPoint]:
+    """Sweep variants (``NAME[:key=value,...]``, zoo models) to the function that profiles one
+    of them, on its synthetic batches, as :func:`unstall.profile.measure_points` wants. Every
+    variant is resolved now, so that a typo fails before the first minutes-long profile."""
+    models = {v: resolve_model(v, image_size=image_size) for v in dict.fromkeys(variants)}
+    sources = {v: resolve_data(None, model, batch=batch) for v, model in models.items()}
+
+    def measure(variant: str) -> SweepPoint:
+        model = models[variant]
+        return measure_sweep_point(
+            variant, model.build, sources[variant], config=config, model_options=model.options
+        )
+
+    return measure
 
 
 def resolve_device(text: str, *, workers_per_node: int) -> str:
