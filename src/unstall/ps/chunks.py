@@ -172,7 +172,7 @@ def plan_pieces(chunks: Sequence[Chunk], piece_bytes: int) -> tuple[tuple[Segmen
     ``piece_bytes``: consecutive whole chunks packed together, a chunk larger than
     ``piece_bytes`` cut into near-equal segments of its own; the pieces, one after the other,
     are the chunks' elements in order. Everything fits in one piece when the server owns at most
-    ``piece_bytes``: one call moves it all, as before pipelining. With several pieces, the
+    ``piece_bytes``: one call moves it all. With several pieces, the
     server steps a piece as soon as every worker's push of it is in and sends it back while
     the next pieces still travel (the step overlaps the transfers)."""
     check(piece_bytes > 0, "plan_pieces", "piece_bytes", f"must be > 0, got {piece_bytes}")

@@ -61,11 +61,11 @@ class ServerSpec:
     def latency_s(self) -> float:
         return self.link.latency_s
 
-    def transfer_s(self, nbytes: int) -> float:
+    def transfer_s(self, nbytes: float) -> float:
         """Seconds ``nbytes`` hold the link (serialisation only; latency comes on top)."""
         return nbytes * self.seconds_per_byte
 
-    def apply_s(self, nbytes: int) -> float:
+    def apply_s(self, nbytes: float) -> float:
         """Seconds the server computes on ``nbytes`` of gradients (all workers' together)."""
         return nbytes * self.slowdown / (self.apply_mb_s * MB)
 

@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
+from typing import Any
 
 from unstall.config import parse_text_options
 from unstall.errors import ConfigError
@@ -176,7 +177,8 @@ def resolve_data(text: str, model: Named, *, batch_size: int, seed: int) -> Name
                 f"synthetic batches need a zoo model, and {model.label} is not one: give your "
                 "data function (FILE.py:FUNC or package.module:FUNC)",
             )
-        make = functools.partial(zoo.example_batch, model.label, **model.options)
+        options: dict[str, Any] = dict(model.options)
+        make = functools.partial(zoo.example_batch, model.label, **options)
         return Named(SyntheticData(make, batch_size=batch_size, seed=seed), text)
     known = ", ".join(DATA_SOURCES)
     raise ConfigError(
