@@ -33,7 +33,7 @@ ABLATIONS = {
     "dally-no-delay": {"delay": False},
     "dally-no-preemption": {"preemption": False},
     "dally-no-autotune": {"autotune": False},
-    # The base order: LAS (the previous default, with the plain preemption cost) and FIFO.
+    # The base order: LAS (with the plain preemption cost, no learnt requeue wait) and FIFO.
     "dally-las-order": {"order": "las", "learn_requeue": False},
     "dally-fifo-order": {"order": "fifo"},
 }

@@ -126,9 +126,9 @@ sys.stdout.write(run.jobs[["finish_s", "comm_overhead_s"]].to_csv(float_format="
 
 
 def test_a_seed_gives_the_same_bits_whatever_the_string_hashing() -> None:
-    # Link ids hold strings, whose hashes change per process unless PYTHONHASHSEED is fixed.
-    # Before the sharing step searched its links in a fixed order, hash seeds 1 and 3 gave
-    # finish times that differed in the last bits on this trace.
+    # Link ids hold strings, whose hashes change per process unless PYTHONHASHSEED is fixed. A
+    # sharing step that visited links in hash order would sum floats in another order, and
+    # hash seeds 1 and 3 would then give finish times that differ in the last bits here.
     import os
     import subprocess
     import sys

@@ -168,7 +168,7 @@ class ClusterSnapshot:
 
     ``queued``, ``running`` and ``spread_running`` may be live read-only views of the backend's
     own collections (the simulator passes dict views: copying thousands of views every round
-    was a large share of a run's time). They hold still while ``decide`` runs and change once
+    would be a large share of a run's time). They hold still while ``decide`` runs and change once
     its decision is carried out, so a policy must not keep them past the round.
     """
 

@@ -14,15 +14,23 @@ What this part offers:
   :class:`CongestionSchedule` (``read_congestion_schedule(path)`` reads ``time_s,fraction``).
 - :class:`SimInvariantError`: a policy (or the engine) broke an invariant, e.g. gave a GPU twice.
 
-Example: the first 50 jobs of the embedded trace, fifo on the small cluster.
+Example: the first 50 jobs of the embedded trace, all training a model measured by
+``unstall profile`` (a :class:`unstall.workload.JobProfile`; jobs naming a zoo model need no
+profile), under fifo on the small cluster.
 
 >>> from unstall.net import topology_preset
 >>> from unstall.sched import make_policy
 >>> from unstall.sim import congestion_level, simulate
->>> from unstall.traces import default_trace
+>>> from unstall.traces import assign_models, default_trace
+>>> from unstall.workload import JobProfile
+>>> my_net = JobProfile(
+...     model="my-net", device="v100", compute_s=0.05, local_batch=32,
+...     gradient_bytes=100_000_000, gradient_tensors=40, layers=20,
+... )
+>>> trace = assign_models(default_trace(), {"my-net": 1.0}, overwrite=True)
 >>> run = simulate(
-...     default_trace(), topology_preset("small"), make_policy("fifo"),
-...     congestion=congestion_level("medium"), max_jobs=50,
+...     trace, topology_preset("small"), make_policy("fifo"),
+...     congestion=congestion_level("medium"), max_jobs=50, job_profiles=[my_net],
 ... )
 >>> run.result.policy, run.result.cluster, run.result.congestion, run.result.jobs_finished
 ('fifo', 'small', 'medium', 50)

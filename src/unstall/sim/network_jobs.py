@@ -2,11 +2,12 @@
 
 A change of background congestion moves the share of every job on a shared link, and a job
 starting or finishing on a coupled rack moves those of hundreds; each such job's iteration time,
-progress and finish time must then be re-planned. Done job by job, with one finish event pushed
-per re-plan, that was most of a run that spreads jobs over the cluster (first-fit: 3.5 M re-plans
-on the Philly trace). Here those jobs' progress lives in arrays, one slot per job, and a re-plan
-is a few array operations over the jobs whose share changed; their finish times stay in an array
-whose minimum is the next such finish, so no finish event is pushed or superseded at all.
+progress and finish time must then be re-planned. A run that spreads jobs over the cluster
+re-plans millions of times (first-fit on the Philly trace: 3.5 M), so job by job, with one
+finish event pushed per re-plan, that would be most of the run. Here those jobs' progress lives
+in arrays, one slot per job, and a re-plan is a few array operations over the jobs whose share
+changed; their finish times stay in an array whose minimum is the next such finish, so no finish
+event is pushed or superseded at all.
 
 Every operation is the one :class:`~unstall.sim.state.SimJob` and
 :class:`~unstall.sim.speed.RateTiming` do on Python floats, in the same order, so the
