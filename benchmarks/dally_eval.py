@@ -50,7 +50,7 @@ class Job:
 
 
 def load_trace(job: Job):  # type: ignore[no-untyped-def]
-    from unstall.cli.resolvers.sim import resolve_trace
+    from unstall.cli.resolvers.traces import resolve_trace
     from unstall.traces import SyntheticTraceConfig, generate
 
     if job.trace == "philly":

@@ -17,9 +17,9 @@ from unstall.cli.resolvers.sim import (
     resolve_congestion,
     resolve_job_profiles,
     resolve_policy,
-    resolve_trace,
     simulate_request,
 )
+from unstall.cli.resolvers.traces import resolve_trace
 from unstall.errors import ConfigError, DataFileError
 from unstall.net import small
 from unstall.results import to_jsonable
@@ -190,3 +190,20 @@ def test_a_request_runs_as_the_objects_it_names_and_saves_as_the_text_it_holds()
     saved = json.loads(json.dumps(to_jsonable(request)))
     assert list(saved) == [f.name for f in dataclasses.fields(SimRequest)]
     assert saved["congestion"] == "low" and saved["policy_options"] == []
+
+
+def test_sim_run_takes_a_policy_class_from_a_file(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from unstall.cli.app import app
+
+    path = tmp_path / "my_policies.py"
+    path.write_text(USER_POLICIES)
+    out = tmp_path / "run.json"
+    args = ["sim", "run", "--policy", f"{path}:Greedy", "--max-jobs", "20", "--json", str(out)]
+    res = CliRunner().invoke(app, [*args, "--policy-option", "largest_first=yes"])
+    assert res.exit_code == 0, res.output
+    assert json.loads(out.read_text())["policy"] == "greedy"
+    bad = CliRunner().invoke(app, [*args, "--policy-option", "largest_first=sometimes"])
+    assert bad.exit_code == 1
+    assert "Greedy.largest_first: 'sometimes' is not a bool" in bad.output

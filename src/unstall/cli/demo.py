@@ -63,7 +63,8 @@ def _trace(out: Path, quiet: bool) -> None:
 
 
 def _sim(out: Path, quiet: bool) -> None:
-    from unstall.cli.resolvers.sim import SimRequest, resolve_trace
+    from unstall.cli.resolvers.sim import SimRequest
+    from unstall.cli.resolvers.traces import resolve_trace
     from unstall.cli.sim_run import simulate_all, write_comparison
     from unstall.sched import POLICIES
 

@@ -23,9 +23,9 @@ from unstall.cli.resolvers.sim import (
     SimRequest,
     parse_model_mix,
     parse_pairs,
-    resolve_trace,
     simulate_request,
 )
+from unstall.cli.resolvers.traces import resolve_trace
 from unstall.results import to_jsonable, write_result
 
 if TYPE_CHECKING:
@@ -125,7 +125,14 @@ def results_table(title: str, results: Sequence[object]) -> object:
 
 @handle_errors
 def run(
-    policy: Annotated[str, typer.Option("--policy", help="Scheduling policy (see sim policies).")],
+    policy: Annotated[
+        str,
+        typer.Option(
+            "--policy",
+            help="Scheduling policy (see sim policies), or your own class as FILE.py:Class or "
+            "package.module:Class.",
+        ),
+    ],
     trace: TraceOpt = None,
     trace_format: FormatOpt = "auto",
     cluster: ClusterOpt = "small",
@@ -184,7 +191,11 @@ def _write_table(frame: object, path: Path) -> None:
 @handle_errors
 def compare(
     policies: Annotated[
-        str, typer.Option("--policies", help="Comma-separated policies (default: all).")
+        str,
+        typer.Option(
+            "--policies",
+            help="Comma-separated policies, built-in or FILE.py:Class (default: all built-in).",
+        ),
     ] = "",
     trace: TraceOpt = None,
     trace_format: FormatOpt = "auto",

@@ -8,15 +8,14 @@ from typing import Annotated
 import typer
 
 from unstall.cli.common import JsonOpt, console, handle_errors, save_json, table
+from unstall.cli.resolvers.traces import resolve_trace
 from unstall.traces import (
     READERS,
     ReadOptions,
     SyntheticTraceConfig,
     Trace,
     TraceSummary,
-    default_trace,
     generate,
-    read_trace,
     write_trace,
 )
 
@@ -55,10 +54,10 @@ def _read(
 ) -> tuple[Trace, dict[str, object]]:
     """The trace at ``path`` (or the embedded default) and the settings it was read with."""
     if path is None:
-        return default_trace(), {"path": "embedded default trace"}
+        return resolve_trace(None), {"path": "embedded default trace"}
     options = ReadOptions(pollux_duration=duration_from, seed=seed, pai_task_table=task_table)
     settings = {"path": str(path), "format": fmt_name, "options": options}
-    return read_trace(path, fmt_name, options), settings
+    return resolve_trace(path, fmt_name, options), settings
 
 
 @app.command("show")

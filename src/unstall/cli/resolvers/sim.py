@@ -6,7 +6,8 @@ code) into the objects :func:`unstall.sim.simulate` takes.
   the options as keyword arguments (typed like the class's defaults);
 - cluster: a preset name (``small``, ``medium``, ``philly``) or a ``.toml``/``.json`` file;
 - congestion: a level (``none``, ``low``, ``medium``, ``high``) or a ``.csv`` schedule file;
-- trace: a file in any known format (or the embedded default trace);
+- trace: :func:`unstall.cli.resolvers.traces.resolve_trace` (a file in any known format, or
+  the embedded default trace);
 - job profiles: JobProfile JSON files.
 
 :class:`SimRequest` holds one run as the user gave it; it is what ``--json`` saves beside a
@@ -35,7 +36,7 @@ from unstall.sim import (
     read_congestion_schedule,
     simulate,
 )
-from unstall.traces import ReadOptions, Trace, default_trace, read_trace
+from unstall.traces import Trace
 from unstall.usercode import call_user, is_reference, load_callable
 from unstall.workload import JobProfile
 
@@ -169,13 +170,6 @@ def resolve_congestion(text: str) -> Congestion:
         "congestion",
         f"{text!r} is neither a level {sorted(CONGESTION_LEVELS)} nor a .csv schedule",
     )
-
-
-def resolve_trace(
-    path: str | Path | None, fmt: str = "auto", options: ReadOptions | None = None
-) -> Trace:
-    """The trace at ``path`` in format ``fmt`` (detected by default), or the embedded one."""
-    return default_trace() if path is None else read_trace(path, fmt, options)
 
 
 def resolve_job_profiles(paths: Sequence[str | Path]) -> tuple[JobProfile, ...]:
