@@ -74,7 +74,7 @@ def load_callable(reference: str, *, what: str = "function") -> Callable[..., An
         raise UserCodeError(
             f"{what} {reference!r} is a {type(obj).__name__}, not something to call"
         )
-    return obj  # type: ignore[no-any-return]
+    return obj
 
 
 def _load_file(path: Path, *, what: str) -> ModuleType:
