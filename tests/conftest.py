@@ -47,6 +47,7 @@ def ray_session() -> Iterator[Any]:
     ray = pytest.importorskip("ray")
     if not ray.is_initialized():
         ray.init(
+            address="local",  # a new instance, even if `ray start` left one on this machine
             num_cpus=4,
             include_dashboard=False,
             log_to_driver=False,

@@ -51,7 +51,7 @@ def test_step_on_slices_equals_step_on_the_whole_bit_for_bit() -> None:
 
 
 def test_server_core_steps_once_every_push_is_in_summing_in_rank_order() -> None:
-    core = ServerCore(0, workers=3, spec=ServerSpec(), sgd=SGDConfig(lr=1.0, momentum=0.0))
+    core = ServerCore(0, workers=3, spec=ServerSpec(), optimizer=SGDConfig(lr=1.0, momentum=0.0))
     core.load({7: (np.zeros(1, np.float32), np.zeros(1, np.float32))})
     g = {
         0: np.array([1e8], np.float32),
@@ -71,7 +71,7 @@ def test_server_core_steps_piece_by_piece_as_the_whole() -> None:
     """Two pieces (a chunk cut in two, and another chunk): each stepped when its pushes are
     in; the iteration is complete only with the last, and equals the step on whole arrays."""
     config = SGDConfig()
-    core = ServerCore(0, workers=2, spec=ServerSpec(), sgd=config)
+    core = ServerCore(0, workers=2, spec=ServerSpec(), optimizer=config)
     a, b = rng.standard_normal(300).astype(np.float32), rng.standard_normal(5).astype(np.float32)
     core.load({0: (a, np.zeros(300, np.float32)), 1: (b, np.zeros(5, np.float32))})
     ga = [rng.standard_normal(300).astype(np.float32) for _ in range(2)]
@@ -201,7 +201,7 @@ def test_server_core_steps_a_large_segment_with_threads_exactly() -> None:
     config = SGDConfig()
     param = rng.standard_normal(n).astype(np.float32)
     grads = [rng.standard_normal(n).astype(np.float32) for _ in range(2)]
-    core = ServerCore(0, workers=2, spec=ServerSpec(), sgd=config, step_threads=2)
+    core = ServerCore(0, workers=2, spec=ServerSpec(), optimizer=config, step_threads=2)
     core.load({0: (param, np.zeros(n, np.float32))})
     for rank in (0, 1):
         core.add_push(0, 0, rank, [grads[rank]])

@@ -64,6 +64,19 @@ def save_json(path: Path | None, result: Any, config: Any) -> None:
     console.print(f"wrote {path} (config: {cpath})", highlight=False)
 
 
+def check_writable(*paths: Path | None) -> None:
+    """Fail now, before a long run, when an output path cannot be written: a folder, or in a
+    folder that does not exist."""
+    for path in paths:
+        if path is None:
+            continue
+        if path.is_dir():
+            raise UnstallError(f"{path} is a folder: give a file name to write")
+        parent = path.parent if str(path.parent) else Path(".")
+        if not parent.is_dir():
+            raise UnstallError(f"cannot write {path}: folder {parent} does not exist")
+
+
 def comma_list(text: str) -> list[str]:
     """``"a, b,,c"`` -> ``["a", "b", "c"]``: the parsing of every comma-separated option."""
     return [part.strip() for part in text.split(",") if part.strip()]

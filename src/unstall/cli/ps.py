@@ -11,6 +11,7 @@ from unstall import ps
 from unstall.cli.common import (
     JsonOpt,
     QuietOpt,
+    check_writable,
     comma_list,
     console,
     handle_errors,
@@ -25,7 +26,17 @@ from unstall.cli.resolvers.ps import (
     resolve_bench,
     resolve_run,
 )
-from unstall.ps import LOSSES, SCENARIOS, STRATEGIES, PSBenchResult, PSRunResult, SGDConfig
+from unstall.ps import (
+    LOSSES,
+    OPTIMIZERS,
+    SCENARIOS,
+    STRATEGIES,
+    AdamConfig,
+    PSBenchResult,
+    PSCheckpoint,
+    PSRunResult,
+    SGDConfig,
+)
 
 app = typer.Typer(
     help="Parameter server on Ray: synchronous training, assignment strategies, stragglers.",
@@ -65,8 +76,26 @@ LossOpt = Annotated[
 BatchOpt = Annotated[
     int, typer.Option("--batch-size", help="Samples per worker per iteration.", min=1)
 ]
-LrOpt = Annotated[float, typer.Option("--lr", help="Learning rate.")]
-MomentumOpt = Annotated[float, typer.Option("--momentum", help="SGD momentum.")]
+OptimizerOpt = Annotated[
+    str,
+    typer.Option(
+        "--optimizer", help=f"The servers' optimizer: {', '.join(OPTIMIZERS)}; its state moves."
+    ),
+]
+LrOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--lr",
+        help=f"Learning rate (default: sgd {SGDConfig.lr}, adam {AdamConfig.lr}).",
+    ),
+]
+MomentumOpt = Annotated[
+    float | None, typer.Option("--momentum", help=f"SGD momentum [default: {SGDConfig.momentum}].")
+]
+WeightDecayOpt = Annotated[
+    float, typer.Option("--weight-decay", help="L2 weight decay (sgd and adam).", min=0.0)
+]
+NesterovOpt = Annotated[bool, typer.Option("--nesterov", help="Nesterov momentum (sgd).")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of the model and the data.")]
 AddressOpt = Annotated[
     str | None,
@@ -111,8 +140,11 @@ def train(
     data: DataOpt = "synthetic",
     loss: LossOpt = "cross_entropy",
     batch_size: BatchOpt = 32,
-    lr: LrOpt = SGDConfig.lr,
-    momentum: MomentumOpt = SGDConfig.momentum,
+    optimizer: OptimizerOpt = SGDConfig.name,
+    lr: LrOpt = None,
+    momentum: MomentumOpt = None,
+    weight_decay: WeightDecayOpt = 0.0,
+    nesterov: NesterovOpt = False,
     seed: SeedOpt = 0,
     check_reference: Annotated[
         bool,
@@ -122,6 +154,40 @@ def train(
         ),
     ] = False,
     address: AddressOpt = None,
+    working_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--working-dir",
+            help="Folder Ray ships to every node and runs the actors in (Ray's runtime "
+            "environment): for user code that imports its own modules. Code named FILE.py:FUNC "
+            "travels by itself.",
+        ),
+    ] = None,
+    save: Annotated[
+        Path | None,
+        typer.Option(
+            "--save",
+            help="Write the trained state_dict here (model.load_state_dict(torch.load(PATH))).",
+        ),
+    ] = None,
+    checkpoint: Annotated[
+        Path | None,
+        typer.Option("--checkpoint", help="Checkpoint file, written every --checkpoint-every."),
+    ] = None,
+    checkpoint_every: Annotated[
+        int | None,
+        typer.Option(
+            "--checkpoint-every", help="Iterations between checkpoints (and after the last).", min=1
+        ),
+    ] = None,
+    resume: Annotated[
+        Path | None,
+        typer.Option(
+            "--resume",
+            help="Go on from this checkpoint up to --iterations in all (same model, data, "
+            "workers and seed): the result an unstopped run would have had.",
+        ),
+    ] = None,
     timeout: TimeoutOpt = 300.0,
     plot: Annotated[
         Path | None, typer.Option("--plot", help="Iteration time, loss and server busy (PNG).")
@@ -144,32 +210,37 @@ def train(
         strategy=strategy,
         scenario=scenario,
         iterations=iterations,
-        sgd=SGDConfig(lr=lr, momentum=momentum),
+        optimizer=optimizer,
+        lr=lr,
+        momentum=momentum,
+        weight_decay=weight_decay,
+        nesterov=nesterov,
         seed=seed,
         check_reference=check_reference,
         timeout_s=timeout,
         address=address,
+        working_dir=None if working_dir is None else str(working_dir),
+        resume=None if resume is None else str(resume),
+        checkpoint=None if checkpoint is None else str(checkpoint),
+        checkpoint_every=checkpoint_every,
+        save=None if save is None else str(save),
     )
     run = resolve_run(request)  # a bad name, file or function fails here, before Ray starts
-    with progress_bar(f"{strategy} on {scenario}", iterations, quiet) as advance:
+    check_writable(save, json_out, checkpoint, plot)  # and an unwritable output here, too
+    first = run.resume.iteration if run.resume is not None else 0
+    with progress_bar(f"{strategy} on {scenario}", iterations - first, quiet) as advance:
         result = ps.fit(
             run.model,
             run.data,
-            loss=run.loss,
-            optimizer=request.sgd,
-            workers=request.workers,
-            strategy=run.strategy,
-            scenario=run.scenario,
-            iterations=request.iterations,
-            seed=request.seed,
-            check_reference=request.check_reference,
-            address=request.address,
-            timeout_s=request.timeout_s,
-            piece_mb=request.piece_mb,
-            step_threads=request.step_threads,
+            on_checkpoint=None if checkpoint is None else _saver(checkpoint),
             progress=advance,
+            **run.fit_options(),
         )
     print_run(result)
+    if checkpoint is not None and result.checkpoints:
+        console.print(f"checkpoint: {checkpoint} (iteration {iterations})", highlight=False)
+    if save is not None:
+        console.print(f"wrote {save_state_dict(result.state_dict, save)}", highlight=False)
     if plot is not None:
         from unstall.report.ps_plot import plot_run
 
@@ -179,6 +250,25 @@ def train(
         raise typer.Exit(1)
 
 
+def _saver(path: Path) -> Any:
+    """The checkpoint callback: each checkpoint replaces the last at ``path``, atomically."""
+
+    def save(checkpoint: PSCheckpoint) -> None:
+        checkpoint.save(path)
+
+    return save
+
+
+def save_state_dict(state: Any, path: Path) -> Path:
+    """``torch.save`` the trained weights to ``path`` atomically (a temporary file renamed)."""
+    import torch
+
+    tmp = path.with_name(f".{path.name}.tmp")
+    torch.save(dict(state), tmp)
+    tmp.replace(path)
+    return path
+
+
 def print_run(r: PSRunResult) -> None:
     """A run's summary table and its per-server table."""
     rows: list[list[Any]] = [
@@ -186,6 +276,9 @@ def print_run(r: PSRunResult) -> None:
         ["scenario", r.scenario],
         ["model", f"{r.model} ({sum(r.server_bytes.values()) / 1e6:.2f} MB, {r.chunks} chunks)"],
         ["workers x servers", f"{r.workers} x {r.servers}"],
+        ["optimizer", r.optimizer],
+        ["ray nodes", f"{r.node_count} ({len(r.nodes)} actors)"],
+        *([["resumed at", f"iteration {r.start_iteration}"]] if r.start_iteration else []),
         *_elastic_rows(r),
         ["throughput (it/s)", f"{r.throughput_it_s:.3g}"],
         ["mean iteration (s)", f"{r.mean_iter_s:.4g} (model: {r.predicted_iter_s:.4g})"],

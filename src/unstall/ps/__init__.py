@@ -21,7 +21,13 @@ What it offers:
   :func:`scenario_table`.
 - Data and losses: :class:`ArrayData`, :class:`SyntheticData`, :func:`load_digits`,
   :data:`LOSSES`; :class:`Named` gives a callable the label results show.
-- :class:`SGDConfig` (the servers' optimizer); Ray: :func:`ensure_ray`, :class:`ActorPool`;
+- Optimizers the servers step with (their state moves with the parameters): :class:`SGDConfig`
+  (momentum, weight decay, Nesterov), :class:`AdamConfig`, by name in :data:`OPTIMIZERS`; the
+  protocol :class:`ServerOptimizer`.
+- :class:`PSCheckpoint`: a run's progress (``fit(checkpoint_every=, on_checkpoint=)`` hands
+  them out, ``fit(resume=)`` goes on from one with an unstopped run's result), saved and
+  loaded with ``.save(path)`` / ``PSCheckpoint.load(path)``.
+- Ray: :func:`ensure_ray`, :class:`ActorPool` (a result's ``nodes`` says where each actor ran);
   errors :class:`PSActorDiedError`, :class:`PSTimeoutError` (and
   :class:`~unstall.usercode.UserCodeError` for errors in the user's functions).
 - The evaluation's links rule: :func:`even_split_s`, :func:`link_for_transfer_ratio`.
@@ -61,11 +67,12 @@ from unstall.ps.bench import (
     link_for_transfer_ratio,
     with_oracle,
 )
+from unstall.ps.checkpoint import PSCheckpoint
 from unstall.ps.data import LOSSES, ArrayData, SyntheticData, load_digits
 from unstall.ps.errors import PSActorDiedError, PSTimeoutError
 from unstall.ps.links import ServerSpec
 from unstall.ps.named import Named
-from unstall.ps.optim import SGDConfig
+from unstall.ps.optim import OPTIMIZERS, AdamConfig, ServerOptimizer, SGDConfig
 from unstall.ps.psld.config import ControllerConfig
 from unstall.ps.runtime import ActorPool, ensure_ray
 from unstall.ps.scenarios import (
@@ -87,9 +94,11 @@ from unstall.ps.train import PSRunResult, fit, predict_iter_s
 
 __all__ = [
     "LOSSES",
+    "OPTIMIZERS",
     "SCENARIOS",
     "STRATEGIES",
     "ActorPool",
+    "AdamConfig",
     "ArrayData",
     "BenchCase",
     "BenchRow",
@@ -97,12 +106,14 @@ __all__ = [
     "Named",
     "PSActorDiedError",
     "PSBenchResult",
+    "PSCheckpoint",
     "PSLDStrategy",
     "PSRunResult",
     "PSTimeoutError",
     "Phase",
     "SGDConfig",
     "Scenario",
+    "ServerOptimizer",
     "ServerOverride",
     "ServerSpec",
     "StaticStrategy",

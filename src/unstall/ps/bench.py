@@ -16,7 +16,7 @@ from unstall.net.link import MB
 from unstall.ps.assign import oracle
 from unstall.ps.data import DataFn, LossFn
 from unstall.ps.links import ServerSpec, server_cost
-from unstall.ps.optim import SGDConfig
+from unstall.ps.optim import ServerOptimizer, SGDConfig
 from unstall.ps.replica import ModelFn, TrainingJob
 from unstall.ps.runtime import ActorPool, ray_for_run
 from unstall.ps.scenarios import Scenario
@@ -96,7 +96,7 @@ def compare_strategies(
     spares: int | None = None,
     iterations: int = 10,
     seed: int = 0,
-    optimizer: SGDConfig | None = None,
+    optimizer: ServerOptimizer | None = None,
     address: str | None = None,
     pool: ActorPool | None = None,
     progress: Callable[[int], None] | None = None,
@@ -119,7 +119,7 @@ def compare_strategies(
                     strategy=strategy,
                     scenario=scenario,
                     iterations=iterations,
-                    sgd=optimizer if optimizer is not None else SGDConfig(),
+                    optimizer=optimizer if optimizer is not None else SGDConfig(),
                 )
                 results[strategy.name] = run_plan(plan, actors)
                 if progress is not None:

@@ -2,7 +2,7 @@
 synchronous iterations, and is the place where a controller acts at iteration boundaries.
 
 Hooks for a load balancer (PSLD): between two calls of :meth:`PSCluster.step` a controller may
-:meth:`~PSCluster.reassign` chunks (their parameters and momentum move server to server as
+:meth:`~PSCluster.reassign` chunks (their parameters and optimizer state move server to server as
 ObjectRefs, never through the driver), :meth:`~PSCluster.add_server`,
 :meth:`~PSCluster.remove_server` (once it owns nothing) and :meth:`~PSCluster.set_spec`. Every
 step returns the telemetry it needs (per worker, per server transfer times).
@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import time
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,7 +32,7 @@ from unstall.ps.chunks import Chunk, plan_pieces
 from unstall.ps.data import Batch
 from unstall.ps.errors import PSActorDiedError, PSTimeoutError
 from unstall.ps.links import ServerSpec
-from unstall.ps.optim import SGDConfig
+from unstall.ps.optim import ServerOptimizer
 from unstall.ps.replica import TrainingJob
 from unstall.ps.runtime import PING_TIMEOUT_S, ActorPool, first_line, root_cause
 from unstall.ps.server import ServerIteration
@@ -77,17 +77,19 @@ class PSCluster:
     def __init__(
         self,
         job: TrainingJob,
-        sgd: SGDConfig,
+        optimizer: ServerOptimizer,
         pool: ActorPool,
         *,
         timeout_s: float = 300.0,
         piece_bytes: int = DEFAULT_PIECE_BYTES,
         step_threads: int = 1,
+        start_iteration: int = 0,
+        buffers: Mapping[str, torch.Tensor] | None = None,
     ) -> None:
         self.job = job
         self.piece_bytes = piece_bytes
         self.step_threads = step_threads
-        self.sgd = sgd
+        self.optimizer = optimizer
         self.pool = pool
         self.workers = pool.take_workers(job.workers)
         self.timeout_s = timeout_s
@@ -99,10 +101,16 @@ class PSCluster:
         self._next_server = 0
         self._labels: dict[str, Any] = {f"worker {r}": w for r, w in enumerate(self.workers)}
         self._abandoned: list[Any] = []  # refs left pending when a wait failed
+        self.nodes: dict[str, str] = {}  # actor label -> the Ray node it ran on
         job_ref = ray.put(job)  # the user's functions travel once, to every worker
+        buffers_ref = ray.put(dict(buffers or {}))
         self._gather(
-            {f"worker {r}": w.setup.remote(r, job_ref) for r, w in enumerate(self.workers)}
+            {
+                f"worker {r}": w.setup.remote(r, job_ref, start_iteration, buffers_ref)
+                for r, w in enumerate(self.workers)
+            }
         )
+        self._record_nodes({f"worker {r}": w for r, w in enumerate(self.workers)})
 
     # --- set-up and the controller's hooks -----------------------------------------------------
 
@@ -112,17 +120,25 @@ class PSCluster:
         owner: Sequence[int],
         specs: Sequence[ServerSpec],
         initial: Sequence[np.ndarray],
+        initial_state: Sequence[Sequence[np.ndarray]] | None = None,
     ) -> None:
         """Start one server per spec (ids 0..n-1), give each the chunks ``owner`` (indexed by
-        chunk id) assigns it, with ``initial`` parameters and zero momentum."""
+        chunk id) assigns it, with ``initial`` parameters and optimizer state
+        (``initial_state[slot][tensor]``; None: zeros)."""
         self.chunks = tuple(chunks)
         for spec in specs:
             self.add_server(spec)
         self.owner = {c.id: owner[c.id] for c in self.chunks}
+        if initial_state is None:
+            initial_state = [
+                [np.zeros_like(p) for p in initial] for _ in range(self.optimizer.slots)
+            ]
         loads = {}
         for sid, server in self.servers.items():
             state = {
-                c.id: (initial[c.tensor][c.start : c.stop], np.zeros(c.numel, np.float32))
+                c.id: tuple(
+                    tensors[c.tensor][c.start : c.stop] for tensors in (initial, *initial_state)
+                )
                 for c in self.chunks
                 if self.owner[c.id] == sid
             }
@@ -139,11 +155,12 @@ class PSCluster:
         self._gather(
             {
                 f"server {sid}": server.reset.remote(
-                    sid, len(self.workers), spec, self.sgd, self.step_threads
+                    sid, len(self.workers), spec, self.optimizer, self.step_threads
                 )
             }
         )
         self.servers[sid] = server
+        self._record_nodes({f"server {sid}": server})
         self.specs[sid] = spec
         return sid
 
@@ -164,7 +181,7 @@ class PSCluster:
 
     def reassign(self, owner: Mapping[int, int]) -> Migration:
         """Route chunks as ``owner`` (chunk id -> server id) says from the next iteration on;
-        chunks that change hands carry their parameters and momentum server to server."""
+        chunks that change hands carry their parameters and optimizer state server to server."""
         started = time.perf_counter()
         unknown = sorted(set(owner.values()) - set(self.servers))
         if unknown or set(owner) != set(self.owner):
@@ -231,13 +248,39 @@ class PSCluster:
     def params(self) -> list[np.ndarray]:
         """The current parameters, tensor by tensor, gathered from the servers."""
         got = self._gather({f"server {sid}": s.params.remote() for sid, s in self.servers.items()})
+        return self._assemble(lambda label, cid: got[label][cid])
+
+    def state(self) -> tuple[list[np.ndarray], list[list[np.ndarray]]]:
+        """The current parameters and optimizer state (``state[slot][tensor]``), tensor by
+        tensor, gathered from the servers (for a checkpoint)."""
+        got = self._gather(
+            {
+                f"server {sid}": s.export_chunks.remote(
+                    [c for c, o in self.owner.items() if o == sid]
+                )
+                for sid, s in self.servers.items()
+            }
+        )
+        params = self._assemble(lambda label, cid: got[label][cid][0])
+        slots = [
+            self._assemble(lambda label, cid, k=k: got[label][cid][k])
+            for k in range(1, 1 + self.optimizer.slots)
+        ]
+        return params, slots
+
+    def _assemble(self, part: Callable[[str, int], np.ndarray]) -> list[np.ndarray]:
+        """Whole tensors from every chunk's ``part(server label, chunk id)``."""
         sizes: dict[int, int] = {}
         for c in self.chunks:
             sizes[c.tensor] = max(sizes.get(c.tensor, 0), c.stop)
         out = [np.empty(sizes[t], np.float32) for t in sorted(sizes)]
         for c in self.chunks:
-            out[c.tensor][c.start : c.stop] = got[f"server {self.owner[c.id]}"][c.id]
+            out[c.tensor][c.start : c.stop] = part(f"server {self.owner[c.id]}", c.id)
         return out
+
+    def _record_nodes(self, actors: Mapping[str, Any]) -> None:
+        """Note the Ray node each of ``actors`` runs on."""
+        self.nodes.update(self._gather({label: a.node.remote() for label, a in actors.items()}))
 
     def batches(self) -> list[list[Batch]]:
         """Every worker's batches (rank order), one an iteration, as the workers recorded them

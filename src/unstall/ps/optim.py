@@ -1,20 +1,31 @@
-"""Synchronous SGD with momentum, as servers apply it and as the reference recomputes it.
+"""The servers' optimizers, as servers apply them and as the reference recomputes them.
 
-One function does the arithmetic for both, on float32 numpy arrays, in place: the gradients of
-the W workers are summed in worker-rank order, divided by W (the mean of the workers' mean-loss
-gradients, which is the gradient of the global batch's mean loss), then
-``buf = momentum * buf + g`` and ``param -= lr * buf`` (PyTorch's SGD without dampening or
-Nesterov), the last two in one pass by torch's fused CPU SGD kernel (what
-``torch.optim.SGD(fused=True)`` runs). Every element gets the same operations wherever a slice
-starts or ends (see :func:`fused_momentum_update`), so applying the step to a slice of a tensor
-on a server gives bit for bit what applying it to the whole tensor gives in the reference.
+One function per optimizer does the arithmetic for both, on float32 numpy arrays, in place: the
+gradients of the W workers are summed in worker-rank order, divided by W (the mean of the
+workers' mean-loss gradients, which is the gradient of the global batch's mean loss), then the
+update. Every element gets the same operations wherever a slice starts or ends, so applying a
+step to a slice of a tensor on a server gives bit for bit what applying it to the whole tensor
+gives in the reference; that is what keeps a run exact whatever the placement and migrations.
+
+- :class:`SGDConfig`: PyTorch's SGD (momentum, weight decay, Nesterov; no dampening), run by
+  torch's fused CPU SGD kernel (what ``torch.optim.SGD(fused=True)`` runs; see
+  :func:`fused_momentum_update` for how slices stay exact). State: one momentum buffer.
+- :class:`AdamConfig`: Adam with bias correction and L2 weight decay (PyTorch's ``Adam``
+  formula), in numpy ufuncs, which round every element alike whatever the slice. State: the
+  first and second moments; the step count is the iteration's number plus one.
+
+Both follow :class:`ServerOptimizer`: ``slots`` state arrays per parameter (zero at the start,
+moved with their parameters by migrations and saved in checkpoints), ``step(...)`` in place.
 """
 
 from __future__ import annotations
 
+import functools
+import math
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import ClassVar, Protocol
 
 import numpy as np
 import torch
@@ -22,16 +33,138 @@ import torch
 from unstall.config import check
 
 
+class ServerOptimizer(Protocol):
+    """What a server steps with: ``slots`` float32 state arrays per parameter element range
+    (zeros at the start), and an in-place ``step`` of a range from the workers' gradients in
+    rank order (``step``: the 1-based count of steps taken, for bias corrections)."""
+
+    name: ClassVar[str]
+    slots: ClassVar[int]
+
+    def step(
+        self,
+        param: np.ndarray,
+        state: Sequence[np.ndarray],
+        grads: Sequence[np.ndarray],
+        *,
+        step: int,
+        scratch: np.ndarray | None = None,
+    ) -> None: ...
+
+
 @dataclass(frozen=True, kw_only=True)
 class SGDConfig:
-    """Learning rate and momentum of the servers' optimizer."""
+    """SGD as PyTorch's ``torch.optim.SGD`` (no dampening): learning rate, momentum, L2 weight
+    decay, Nesterov momentum."""
+
+    name: ClassVar[str] = "sgd"
+    slots: ClassVar[int] = 1  # the momentum buffer
 
     lr: float = 0.05
     momentum: float = 0.9
+    weight_decay: float = 0.0
+    nesterov: bool = False
 
     def __post_init__(self) -> None:
         check(self.lr > 0, self, "lr", f"must be > 0, got {self.lr}")
         check(0 <= self.momentum < 1, self, "momentum", f"must be in [0, 1), got {self.momentum}")
+        check(
+            self.weight_decay >= 0,
+            self,
+            "weight_decay",
+            f"must be >= 0, got {self.weight_decay}",
+        )
+        check(
+            not self.nesterov or self.momentum > 0,
+            self,
+            "nesterov",
+            "needs momentum > 0 (Nesterov momentum with no momentum is plain SGD)",
+        )
+
+    def step(
+        self,
+        param: np.ndarray,
+        state: Sequence[np.ndarray],
+        grads: Sequence[np.ndarray],
+        *,
+        step: int,
+        scratch: np.ndarray | None = None,
+    ) -> None:
+        sgd_momentum_step(param, state[0], grads, self, scratch)
+
+
+@dataclass(frozen=True, kw_only=True)
+class AdamConfig:
+    """Adam as PyTorch's ``torch.optim.Adam`` (``amsgrad=False``): ``m = b1 m + (1-b1) g``,
+    ``v = b2 v + (1-b2) g^2``, ``p -= lr / (1-b1^t) * m / (sqrt(v) / sqrt(1-b2^t) + eps)``,
+    with ``g`` the mean gradient plus ``weight_decay * p``."""
+
+    name: ClassVar[str] = "adam"
+    slots: ClassVar[int] = 2  # first and second moments
+
+    lr: float = 1e-3
+    beta1: float = 0.9
+    beta2: float = 0.999
+    eps: float = 1e-8
+    weight_decay: float = 0.0
+
+    def __post_init__(self) -> None:
+        check(self.lr > 0, self, "lr", f"must be > 0, got {self.lr}")
+        for name in ("beta1", "beta2"):
+            value = getattr(self, name)
+            check(0 <= value < 1, self, name, f"must be in [0, 1), got {value}")
+        check(self.eps > 0, self, "eps", f"must be > 0, got {self.eps}")
+        check(
+            self.weight_decay >= 0,
+            self,
+            "weight_decay",
+            f"must be >= 0, got {self.weight_decay}",
+        )
+
+    def step(
+        self,
+        param: np.ndarray,
+        state: Sequence[np.ndarray],
+        grads: Sequence[np.ndarray],
+        *,
+        step: int,
+        scratch: np.ndarray | None = None,
+    ) -> None:
+        check(step >= 1, self, "step", f"the step count starts at 1, got {step}")
+        update = functools.partial(adam_update, config=self, step=step)
+        blockwise_mean_step(param, state, grads, update, scratch)
+
+
+def adam_update(
+    param: np.ndarray,
+    state: Sequence[np.ndarray],
+    grad: np.ndarray,
+    *,
+    config: AdamConfig,
+    step: int,
+) -> None:
+    """One Adam update of ``param`` and its moments ``state`` from the mean gradient ``grad``
+    (only read), elementwise float32 ufuncs with float32 constants (no float64 promotion)."""
+    f32 = np.float32
+    exp_avg, exp_avg_sq = state
+    g = grad
+    if config.weight_decay:
+        g = g + f32(config.weight_decay) * param
+    exp_avg *= f32(config.beta1)
+    exp_avg += f32(1.0 - config.beta1) * g
+    exp_avg_sq *= f32(config.beta2)
+    exp_avg_sq += f32(1.0 - config.beta2) * (g * g)
+    step_size = f32(config.lr / (1.0 - config.beta1**step))
+    denom = np.sqrt(exp_avg_sq)
+    denom /= f32(math.sqrt(1.0 - config.beta2**step))
+    denom += f32(config.eps)
+    param -= step_size * (exp_avg / denom)
+
+
+OPTIMIZERS: dict[str, type[SGDConfig] | type[AdamConfig]] = {
+    SGDConfig.name: SGDConfig,
+    AdamConfig.name: AdamConfig,
+}
 
 
 # Elements per block of the gradient sum (several workers): the sum of a block (1 MiB) and its
@@ -84,11 +217,11 @@ def _fused_kernel(
         [torch.from_numpy(param)],
         [grad_t],
         buffers,
-        weight_decay=0.0,
+        weight_decay=config.weight_decay,
         momentum=config.momentum,
         lr=config.lr,
         dampening=0.0,
-        nesterov=False,
+        nesterov=config.nesterov,
         maximize=False,
         is_first_step=False,  # a zero buffer gives ``0 * momentum + g = g``, as torch's first
     )
@@ -103,24 +236,48 @@ def sgd_momentum_step(
 ) -> None:
     """Update ``param`` and ``momentum_buf`` in place from the workers' ``grads`` (rank order).
 
-    One gradient is its own mean (dividing by 1 is exact): one fused pass. Several are summed
-    block by block (:data:`STEP_BLOCK` elements, into ``scratch``, a float32 array of at least
-    ``min(size, STEP_BLOCK)`` elements that saves an allocation per step) and each block's mean
-    is applied while in cache. Blocks start at multiples of :data:`FUSED_ALIGN`, so the result
-    is the same as one call on the whole. The gradients are never written.
+    One gradient is its own mean (dividing by 1 is exact): one fused pass. Several are averaged
+    block by block (:func:`blockwise_mean_step`) and each block's mean is applied while in cache.
+    The gradients are never written.
     """
-    n = param.size
     if len(grads) == 1:
         fused_momentum_update(param, momentum_buf, grads[0], config)
         return
+
+    def update(p: np.ndarray, state: Sequence[np.ndarray], mean: np.ndarray) -> None:
+        fused_momentum_update(p, state[0], mean, config)
+
+    blockwise_mean_step(param, [momentum_buf], grads, update, scratch)
+
+
+BlockUpdate = Callable[[np.ndarray, Sequence[np.ndarray], np.ndarray], None]
+
+
+def blockwise_mean_step(
+    param: np.ndarray,
+    state: Sequence[np.ndarray],
+    grads: Sequence[np.ndarray],
+    update: BlockUpdate,
+    scratch: np.ndarray | None = None,
+) -> None:
+    """``update(param block, state blocks, mean gradient block)`` over blocks of
+    :data:`STEP_BLOCK` elements: the workers' gradients summed in rank order into ``scratch`` (a
+    float32 array of at least ``min(size, STEP_BLOCK)`` elements, which saves an allocation per
+    step) and divided by their number. Blocks start at multiples of :data:`FUSED_ALIGN`, so the
+    result is the same as one call on the whole. The gradients are never written."""
+    n = param.size
     block = min(n, STEP_BLOCK)
     if scratch is None or scratch.size < block:
         scratch = np.empty(block, np.float32)
     workers = np.float32(len(grads))
     for lo in range(0, n, STEP_BLOCK):
         hi = min(lo + STEP_BLOCK, n)
-        mean = np.add(grads[0][lo:hi], grads[1][lo:hi], out=scratch[: hi - lo])
-        for g in grads[2:]:
-            mean += g[lo:hi]
-        mean /= workers
-        fused_momentum_update(param[lo:hi], momentum_buf[lo:hi], mean, config)
+        mean = scratch[: hi - lo]
+        if len(grads) == 1:
+            np.copyto(mean, grads[0][lo:hi])
+        else:
+            np.add(grads[0][lo:hi], grads[1][lo:hi], out=mean)
+            for g in grads[2:]:
+                mean += g[lo:hi]
+            mean /= workers
+        update(param[lo:hi], [s[lo:hi] for s in state], mean)

@@ -1,9 +1,10 @@
-"""The invariant's other side: single-process SGD with momentum over the same global batches.
+"""The invariant's other side: single-process training with the servers' optimizer over the same
+global batches.
 
 Each iteration replays every worker's batch (the one the worker recorded, so the check holds for
 any data function, deterministic or not), computes its gradient in rank order with the same code
-the workers run (:class:`~unstall.ps.replica.ModelReplica`, one thread), and applies
-:func:`~unstall.ps.optim.sgd_momentum_step` to whole tensors. The parameters a parameter-server
+the workers run (:class:`~unstall.ps.replica.ModelReplica`, one thread), and applies the
+optimizer's step (:mod:`unstall.ps.optim`) to whole tensors. The parameters a parameter-server
 run ends with must equal these within ``REL_TOL`` (relative, per tensor).
 """
 
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from unstall.ps.data import Batch
-from unstall.ps.optim import SGDConfig, sgd_momentum_step
+from unstall.ps.optim import ServerOptimizer
 from unstall.ps.replica import ModelReplica, TrainingJob, one_thread
 
 REL_TOL = 1e-6
@@ -23,26 +24,36 @@ REL_TOL = 1e-6
 
 def reference_params(
     job: TrainingJob,
-    sgd: SGDConfig,
+    optimizer: ServerOptimizer,
     initial: Sequence[np.ndarray],
     batches: Sequence[Sequence[Batch]],
     advance: Callable[[int], None] | None = None,
+    *,
+    initial_state: Sequence[Sequence[np.ndarray]] | None = None,
+    start_iteration: int = 0,
 ) -> list[np.ndarray]:
-    """Parameters after single-process synchronous SGD from ``initial`` over ``batches``
-    (``batches[rank][iteration]``, one iteration per batch)."""
+    """Parameters after single-process synchronous training from ``initial`` (and optimizer
+    state ``initial_state[slot][tensor]``; None: zeros) over ``batches``
+    (``batches[rank][k]``: iteration ``start_iteration + k``, one batch an iteration)."""
     params = [p.copy() for p in initial]
-    momentum = [np.zeros_like(p) for p in params]
+    if initial_state is None:
+        state = [[np.zeros_like(p) for p in params] for _ in range(optimizer.slots)]
+    else:
+        state = [[s.copy() for s in slot] for slot in initial_state]
     replica = ModelReplica(job)
     iterations = min((len(b) for b in batches), default=0)
     with one_thread():
-        for iteration in range(iterations):
+        for k in range(iterations):
+            iteration = start_iteration + k
             replica.load_all(params)
             by_rank = []
             for rank in range(job.workers):
-                _, grads = replica.gradients(batches[rank][iteration], iteration, rank)
+                _, grads = replica.gradients(batches[rank][k], iteration, rank)
                 by_rank.append([g.copy() for g in grads])  # the next backward reuses storage
-            for t, (param, buf) in enumerate(zip(params, momentum, strict=True)):
-                sgd_momentum_step(param, buf, [g[t] for g in by_rank], sgd)
+            for t, param in enumerate(params):
+                optimizer.step(
+                    param, [slot[t] for slot in state], [g[t] for g in by_rank], step=iteration + 1
+                )
             if advance is not None:
                 advance(1)
     return params

@@ -10,7 +10,7 @@ seed, so parameters that are not trained and buffers start equal everywhere too.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -163,3 +163,13 @@ class ModelReplica:
     def buffers(self) -> dict[str, torch.Tensor]:
         """The model's buffers (e.g. BatchNorm's running statistics), copied."""
         return {name: b.detach().clone() for name, b in self.model.named_buffers()}
+
+    def set_buffers(self, buffers: Mapping[str, torch.Tensor]) -> None:
+        """Set the model's buffers by name (a resumed run's, from its checkpoint)."""
+        named = dict(self.model.named_buffers())
+        unknown = sorted(set(buffers) - set(named))
+        if unknown:
+            raise UnstallError(f"the model has no buffer(s) {unknown}; it has {sorted(named)}")
+        with torch.no_grad():
+            for name, value in buffers.items():
+                named[name].copy_(value)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -46,11 +46,15 @@ def ensure_ray(
     address: str | None = None,
     num_cpus: int | None = None,
     object_store_bytes: int | None = None,
+    runtime_env: Mapping[str, Any] | None = None,
 ) -> bool:
-    """Connect to Ray: ``address`` (or ``RAY_ADDRESS``) for an existing cluster, else a local
-    instance on the loopback interface (with ``num_cpus`` and an object store of
-    ``object_store_bytes``; None: Ray's defaults). True when this call started it (to shut
-    down after); False when Ray was already connected."""
+    """Connect to Ray: ``address`` (or ``RAY_ADDRESS``) for an existing cluster, with
+    ``runtime_env`` (Ray's runtime environment: ``working_dir``, ``py_modules``, ...), else a
+    new local instance on the loopback interface (with ``num_cpus`` and an object store of
+    ``object_store_bytes``; None: Ray's defaults), also when a Ray started with ``ray start``
+    runs on this machine: without an address nothing joins a cluster by surprise. True when
+    this call connected or started it (to shut down after); False when this process was
+    connected already."""
     # Torch tensors through the object store without a copy; read when Ray starts.
     os.environ.setdefault("RAY_ENABLE_ZERO_COPY_TORCH_TENSORS", "1")
     if ray.is_initialized():
@@ -66,14 +70,18 @@ def ensure_ray(
             # the machine's network address, where a loopback cluster does not listen.
             ray_constants.ENABLE_RAY_CLUSTER = True
         try:
-            ray.init(address=address, **common)
+            ray.init(address=address, runtime_env=dict(runtime_env or {}) or None, **common)
         except (ConnectionError, RuntimeError) as exc:
             raise UnstallError(
                 f"cannot connect to the Ray cluster at {address}: {first_line(exc)} "
                 "(a cluster started with `ray start` wants RAY_AUTH_MODE=token and its token)"
             ) from exc
     else:
+        # "local": start a new instance even when `ray start` left a cluster on this machine
+        # (Ray would join it, and then refuse num_cpus).
         ray.init(
+            address="local",
+            runtime_env=dict(runtime_env or {}) or None,
             num_cpus=num_cpus or os.cpu_count() or 1,
             include_dashboard=False,
             _node_ip_address="127.0.0.1",
@@ -165,12 +173,16 @@ def close_session_pool() -> None:
 
 @contextmanager
 def ray_for_run(
-    address: str | None, num_cpus: int, pool: ActorPool | None = None
+    address: str | None,
+    num_cpus: int,
+    pool: ActorPool | None = None,
+    *,
+    runtime_env: Mapping[str, Any] | None = None,
 ) -> Iterator[ActorPool]:
     """Ray for one run or one grid of runs, connected (or started) once, and the actors to take:
     ``pool``, else the Ray session's pool (a Ray that was running before keeps its actors for
     the next run; a Ray started here stops at the end, with them)."""
-    started = ensure_ray(address, num_cpus=num_cpus)
+    started = ensure_ray(address, num_cpus=num_cpus, runtime_env=runtime_env)
     try:
         if pool is not None:
             yield pool

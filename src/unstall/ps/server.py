@@ -1,5 +1,6 @@
-"""The parameter-server actor: owns chunks (parameters and momentum), emulates its link and
-compute, and applies SGD once every worker's push of an iteration has arrived.
+"""The parameter-server actor: owns chunks (parameters and optimizer state), emulates its link
+and compute, and applies the optimizer's step once every worker's push of an iteration has
+arrived.
 
 Each iteration a worker calls :meth:`PSServer.push_pull` once per piece of what the server owns
 (as ps-lite's and BytePS's push-pull do): its gradients go in (cut into parts of at most 1 MiB,
@@ -31,7 +32,7 @@ import torch
 
 from unstall.errors import UnstallError
 from unstall.ps.links import LinkQueue, ServerSpec
-from unstall.ps.optim import STEP_BLOCK, SGDConfig, sgd_momentum_step
+from unstall.ps.optim import STEP_BLOCK, ServerOptimizer
 
 if TYPE_CHECKING:
     from unstall.ps.chunks import Segment
@@ -50,7 +51,8 @@ def step_pool(threads: int) -> ThreadPoolExecutor:
     return _STEP_POOLS[threads]
 
 
-ChunkState = tuple[np.ndarray, np.ndarray]  # (parameters, momentum), flat float32
+# (parameters, *optimizer state: one array per slot of the optimizer), flat float32
+ChunkState = tuple[np.ndarray, ...]
 
 
 @dataclass(frozen=True)
@@ -85,10 +87,10 @@ class ServerIteration:
 class ServerCore:
     """The server without Ray: chunk state, link queues, pending pushes, per-iteration stats.
 
-    The owned chunks' parameters (and momentum) lie in one flat array, in chunk-id order (the
-    order of the workers' routes), so that every piece of a push-pull is one contiguous range:
-    its reply is one array, a view, that a worker's model parameters alias (zero-copy) and that
-    Ray copies into the reply in one go. Pushes come piece by piece
+    The owned chunks' parameters (and each optimizer state slot) lie in one flat array, in
+    chunk-id order (the order of the workers' routes), so that every piece of a push-pull is
+    one contiguous range: its reply is one array, a view, that a worker's model parameters
+    alias (zero-copy) and that Ray copies into the reply in one go. Pushes come piece by piece
     (:func:`~unstall.ps.chunks.plan_pieces`: one piece holding every owned chunk unless the
     server owns more than a piece's bytes), each piece's gradients as the parts of
     :func:`~unstall.ps.chunks.wire_parts`; a piece is stepped when every worker's push of it is
@@ -99,15 +101,16 @@ class ServerCore:
         server_id: int,
         workers: int,
         spec: ServerSpec,
-        sgd: SGDConfig,
+        optimizer: ServerOptimizer,
         step_threads: int = 1,
     ) -> None:
         self.server_id = server_id
         self.workers = workers
         self.spec = spec
-        self.sgd = sgd
+        self.optimizer = optimizer
         self.param = np.empty(0, np.float32)  # every owned chunk's parameters, flat
-        self.momentum = np.empty(0, np.float32)
+        # the optimizer's state, one flat array per slot, laid out as ``param``
+        self.slots = [np.empty(0, np.float32) for _ in range(optimizer.slots)]
         self.offset: dict[int, int] = {}  # chunk id -> its first element in the flat arrays
         self.state: dict[int, ChunkState] = {}  # chunk id -> views of the flat arrays
         self.ingress = LinkQueue()
@@ -143,16 +146,23 @@ class ServerCore:
 
     def _lay_out(self, chunks: dict[int, ChunkState]) -> None:
         """Copy ``chunks`` into new flat arrays, in chunk-id order (at iteration boundaries)."""
-        total = sum(np.size(param) for param, _ in chunks.values())
-        param, momentum = np.empty(total, np.float32), np.empty(total, np.float32)
+        width = 1 + self.optimizer.slots
+        for cid, state in chunks.items():
+            if len(state) != width:
+                raise UnstallError(
+                    f"server {self.server_id}: chunk {cid} has {len(state) - 1} optimizer state "
+                    f"array(s); {self.optimizer.name} keeps {self.optimizer.slots}"
+                )
+        total = sum(np.size(state[0]) for state in chunks.values())
+        arrays = [np.empty(total, np.float32) for _ in range(width)]
         self.offset, self.state, pos = {}, {}, 0
         for cid in sorted(chunks):
-            values, buf = chunks[cid]
-            end = pos + np.size(values)
-            param[pos:end], momentum[pos:end] = values, buf
-            self.offset[cid], self.state[cid] = pos, (param[pos:end], momentum[pos:end])
+            end = pos + np.size(chunks[cid][0])
+            for array, values in zip(arrays, chunks[cid], strict=True):
+                array[pos:end] = values
+            self.offset[cid], self.state[cid] = pos, tuple(a[pos:end] for a in arrays)
             pos = end
-        self.param, self.momentum = param, momentum
+        self.param, self.slots = arrays[0], arrays[1:]
 
     def piece_range(self, segments: Sequence[Segment]) -> tuple[int, int]:
         """``[start, stop)`` of a piece in the flat arrays (its segments follow each other)."""
@@ -177,16 +187,17 @@ class ServerCore:
         parts = [list(grads) for grads in zip(*(arrived[r] for r in sorted(arrived)), strict=True)]
         if sum(p[0].size for p in parts) != stop - start:
             raise UnstallError(f"server {self.server_id}: push of piece {piece} has wrong size")
-        self._step(start, stop, parts)
+        self._step(iteration, start, stop, parts)
         done = self.stepped.get(iteration, 0) + stop - start
         self.stepped[iteration] = done
         return done >= self.owned_elements()
 
-    def _step(self, start: int, stop: int, parts: list[list[np.ndarray]]) -> None:
-        """The step of flat elements ``[start, stop)``; ``parts[j][r]``: rank ``r``'s gradient
-        of the piece's ``j``-th part (the parts follow each other). A large piece is stepped
-        by ``step_threads`` threads, each on a near-equal range (the step is elementwise: the
-        ranges' steps are exactly the step of the whole, and numpy lets go of the GIL)."""
+    def _step(self, iteration: int, start: int, stop: int, parts: list[list[np.ndarray]]) -> None:
+        """The step of iteration ``iteration`` on flat elements ``[start, stop)``;
+        ``parts[j][r]``: rank ``r``'s gradient of the piece's ``j``-th part (the parts follow
+        each other). A large piece is stepped by ``step_threads`` threads, each on a near-equal
+        range (the step is elementwise: the ranges' steps are exactly the step of the whole,
+        and numpy lets go of the GIL)."""
         threads = self.step_threads if stop - start >= PARALLEL_STEP_ELEMENTS else 1
         cuts = [start + (stop - start) * k // threads for k in range(threads + 1)]
 
@@ -197,8 +208,13 @@ class ServerCore:
                 a, b = max(lo, pos), min(hi, end)
                 if a < b:
                     part_grads = [g[a - pos : b - pos] for g in grads]
-                    p, m = self.param[a:b], self.momentum[a:b]
-                    sgd_momentum_step(p, m, part_grads, self.sgd, self.scratch[k])
+                    self.optimizer.step(
+                        self.param[a:b],
+                        [slot[a:b] for slot in self.slots],
+                        part_grads,
+                        step=iteration + 1,
+                        scratch=self.scratch[k],
+                    )
                 pos = end
 
         if threads == 1:
@@ -216,16 +232,23 @@ class ServerCore:
 class PSServer:
     """Ray actor around :class:`ServerCore` (see the module docstring)."""
 
-    def __init__(self, server_id: int, workers: int, spec: ServerSpec, sgd: SGDConfig) -> None:
+    def __init__(
+        self, server_id: int, workers: int, spec: ServerSpec, optimizer: ServerOptimizer
+    ) -> None:
         # The step's kernel (torch's fused SGD) would otherwise split a call over every core's
         # thread, which spin while waiting on a busy machine; ``step_threads`` says how many.
         torch.set_num_threads(1)
-        self._reset(server_id, workers, spec, sgd)
+        self._reset(server_id, workers, spec, optimizer)
 
     def _reset(
-        self, server_id: int, workers: int, spec: ServerSpec, sgd: SGDConfig, step_threads: int = 1
+        self,
+        server_id: int,
+        workers: int,
+        spec: ServerSpec,
+        optimizer: ServerOptimizer,
+        step_threads: int = 1,
     ) -> None:
-        self.core = ServerCore(server_id, workers, spec, sgd, step_threads)
+        self.core = ServerCore(server_id, workers, spec, optimizer, step_threads)
         self.applied = -1  # the last iteration whose step is complete
         self.finished: set[tuple[int, int]] = set()  # (iteration, piece) stepped
         self.aborted = False
@@ -233,12 +256,17 @@ class PSServer:
         self.inflight: set[asyncio.Future[Any]] = set()  # pulls and push-pulls being served
 
     async def reset(
-        self, server_id: int, workers: int, spec: ServerSpec, sgd: SGDConfig, step_threads: int = 1
+        self,
+        server_id: int,
+        workers: int,
+        spec: ServerSpec,
+        optimizer: ServerOptimizer,
+        step_threads: int = 1,
     ) -> None:
         """Forget everything and serve a new run as ``server_id`` (pooled actors are reused:
         starting a process costs seconds), stepping large segments with ``step_threads``."""
         self._cancel_inflight()
-        self._reset(server_id, workers, spec, sgd, step_threads)
+        self._reset(server_id, workers, spec, optimizer, step_threads)
 
     async def abort(self) -> None:
         """Fail every push-pull still waiting for the step (the run stopped: a worker whose
@@ -268,6 +296,10 @@ class PSServer:
     async def ping(self) -> int:
         return self.core.server_id
 
+    async def node(self) -> str:
+        """The id of the Ray node this server runs on."""
+        return str(ray.get_runtime_context().get_node_id())
+
     async def configure(self, spec: ServerSpec | None = None, workers: int | None = None) -> None:
         if spec is not None:
             self.core.spec = spec
@@ -287,7 +319,7 @@ class PSServer:
 
     async def params(self) -> dict[int, np.ndarray]:
         """Current parameters of every owned chunk, without emulated delay (for checks)."""
-        return {cid: p for cid, (p, _) in self.core.state.items()}
+        return {cid: state[0] for cid, state in self.core.state.items()}
 
     async def _link_wait(self, queue: LinkQueue, nbytes: int) -> float:
         spec = self.core.spec
@@ -304,7 +336,7 @@ class PSServer:
         return await self._tracked(self._pull(iteration))
 
     async def _pull(self, iteration: int) -> dict[int, np.ndarray]:
-        values = {cid: p for cid, (p, _) in self.core.state.items()}
+        values = {cid: state[0] for cid, state in self.core.state.items()}
         await self._send(iteration, list(values.values()))
         return values
 

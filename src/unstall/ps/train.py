@@ -4,7 +4,9 @@
 for the first assignment and its controller, connects to (or starts) Ray once, starts the
 servers, runs the synchronous iterations (applying the scenario's changes and the controller at
 every iteration boundary) and gathers the trained parameters. With ``check_reference`` it replays
-every worker's batches in single-process SGD and compares.
+every worker's batches in single-process training and compares. Every ``checkpoint_every``
+iterations it hands a :class:`~unstall.ps.checkpoint.PSCheckpoint` to the caller, and a run
+given one as ``resume`` goes on from it with the result an unstopped run would have had.
 """
 
 from __future__ import annotations
@@ -22,13 +24,14 @@ from torch import nn
 
 from unstall.config import check
 from unstall.ps.assign.base import CostPhase
+from unstall.ps.checkpoint import PSCheckpoint
 from unstall.ps.chunks import Assignment
 from unstall.ps.coordinator import DEFAULT_PIECE_BYTES, IterationTelemetry, PSCluster
 from unstall.ps.data import DataFn, LossFn
 from unstall.ps.elastic import Controller, ElasticEvent
 from unstall.ps.links import server_cost
 from unstall.ps.named import label_of, options_of
-from unstall.ps.optim import SGDConfig
+from unstall.ps.optim import ServerOptimizer, SGDConfig
 from unstall.ps.reference import ReferenceCheck, compare, reference_params
 from unstall.ps.replica import ModelFn, TrainingJob, build_model, initial_params, trainable
 from unstall.ps.runtime import ActorPool, ray_for_run
@@ -46,9 +49,12 @@ class PSRunResult(JsonResult):
     owns at the end, ``server_traffic_bytes`` what crossed its link over the run;
     ``predicted_iter_s`` is the cost model's transfer-and-step time of the first assignment.
     ``state_dict`` holds the trained model (``model.load_state_dict(result.state_dict)``; its
-    buffers, e.g. BatchNorm's running statistics, are worker 0's); it is left out of the JSON."""
+    buffers, e.g. BatchNorm's running statistics, are worker 0's); it is left out of the JSON.
+    ``nodes``: the Ray node each worker and server ran on (actor label -> node id);
+    ``start_iteration``: the iteration a resumed run started at (0 otherwise)."""
 
     strategy: str
+    optimizer: str
     scenario: str
     model: str
     model_options: Mapping[str, object]
@@ -79,6 +85,9 @@ class PSRunResult(JsonResult):
     max_pause_s: float = 0.0
     total_pause_s: float = 0.0
     elastic_events: tuple[ElasticEvent, ...] = ()
+    nodes: Mapping[str, str] = field(default_factory=dict)
+    start_iteration: int = 0
+    checkpoints: int = 0
     state_dict: Mapping[str, torch.Tensor] = field(default_factory=dict, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
@@ -88,6 +97,11 @@ class PSRunResult(JsonResult):
             for f in dataclasses.fields(self)
             if f.name != "state_dict"
         }
+
+    @property
+    def node_count(self) -> int:
+        """How many Ray nodes the run's actors used."""
+        return len(set(self.nodes.values()))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -99,7 +113,7 @@ class RunPlan:
     strategy: Strategy
     scenario: Scenario
     iterations: int
-    sgd: SGDConfig
+    optimizer: ServerOptimizer
     check_reference: bool
     timeout_s: float
     piece_bytes: int
@@ -107,6 +121,12 @@ class RunPlan:
     model: nn.Module
     initial: tuple[np.ndarray, ...]
     assignment: Assignment
+    resume: PSCheckpoint | None = None
+    checkpoint_every: int | None = None
+
+    @property
+    def start_iteration(self) -> int:
+        return self.resume.iteration if self.resume is not None else 0
 
 
 def run_costs(scenario: Scenario, workers: int, iterations: int) -> list[CostPhase]:
@@ -136,11 +156,13 @@ def make_plan(
     strategy: Strategy,
     scenario: Scenario,
     iterations: int,
-    sgd: SGDConfig,
+    optimizer: ServerOptimizer,
     check_reference: bool = False,
     timeout_s: float = 300.0,
     piece_mb: float = DEFAULT_PIECE_BYTES / 1e6,
     step_threads: int = 1,
+    resume: PSCheckpoint | None = None,
+    checkpoint_every: int | None = None,
 ) -> RunPlan:
     """Validate a run and make it ready (the user's model function runs here, in the driver)."""
     check(job.workers >= 1, "fit", "workers", f"must be >= 1, got {job.workers}")
@@ -148,15 +170,24 @@ def make_plan(
     check(timeout_s > 0, "fit", "timeout_s", f"must be > 0, got {timeout_s}")
     check(piece_mb > 0, "fit", "piece_mb", f"must be > 0, got {piece_mb}")
     check(step_threads >= 1, "fit", "step_threads", f"must be >= 1, got {step_threads}")
+    check(
+        checkpoint_every is None or checkpoint_every >= 1,
+        "fit",
+        "checkpoint_every",
+        f"must be >= 1, got {checkpoint_every}",
+    )
     model = build_model(job.model, job.seed)
     infos, initial = initial_params(model)
+    if resume is not None:
+        _check_resume(resume, [p.size for p in initial], job, optimizer, iterations)
+        initial = [p.copy() for p in resume.params]
     costs = run_costs(scenario, job.workers, iterations)
     return RunPlan(
         job=job,
         strategy=strategy,
         scenario=scenario,
         iterations=iterations,
-        sgd=sgd,
+        optimizer=optimizer,
         check_reference=check_reference,
         timeout_s=timeout_s,
         piece_bytes=max(1, int(piece_mb * 1e6)),
@@ -164,6 +195,31 @@ def make_plan(
         model=model,
         initial=tuple(initial),
         assignment=strategy.assign(infos, scenario.servers, costs),
+        resume=resume,
+        checkpoint_every=checkpoint_every,
+    )
+
+
+def _check_resume(
+    resume: PSCheckpoint,
+    sizes: Sequence[int],
+    job: TrainingJob,
+    optimizer: ServerOptimizer,
+    iterations: int,
+) -> None:
+    resume.check_fits(sizes, workers=job.workers, seed=job.seed)
+    check(
+        type(optimizer) is type(resume.optimizer),
+        "resume",
+        "optimizer",
+        f"the checkpoint's state is {resume.optimizer.name}'s, not {optimizer.name}'s",
+    )
+    check(
+        resume.iteration < iterations,
+        "fit",
+        "iterations",
+        f"the checkpoint is at iteration {resume.iteration} already: ask for more than "
+        f"{resume.iteration} iterations in all",
     )
 
 
@@ -172,7 +228,7 @@ def fit(
     data: DataFn,
     *,
     loss: LossFn = F.cross_entropy,
-    optimizer: SGDConfig | None = None,
+    optimizer: ServerOptimizer | None = None,
     workers: int = 2,
     servers: int | None = None,
     spares: int | None = None,
@@ -181,28 +237,40 @@ def fit(
     iterations: int = 20,
     seed: int = 0,
     check_reference: bool = False,
+    resume: PSCheckpoint | None = None,
+    checkpoint_every: int | None = None,
+    on_checkpoint: Callable[[PSCheckpoint], None] | None = None,
     address: str | None = None,
+    runtime_env: Mapping[str, Any] | None = None,
     timeout_s: float = 300.0,
     piece_mb: float = DEFAULT_PIECE_BYTES / 1e6,
     step_threads: int = 1,
     pool: ActorPool | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> PSRunResult:
-    """Train ``model()`` with synchronous SGD on parameter servers, ``workers`` Ray actors each
-    taking its batches from ``data(rank, workers)`` and its loss from ``loss(outputs, targets)``.
+    """Train ``model()`` with synchronous data-parallel training on parameter servers,
+    ``workers`` Ray actors each taking its batches from ``data(rank, workers)`` and its loss
+    from ``loss(outputs, targets)``.
 
-    ``optimizer``: the servers' SGD (default ``SGDConfig()``). ``scenario``: the servers' links
-    and compute and how they change (default: the ``none`` preset, four equal servers);
-    ``servers`` and ``spares`` replace its counts. ``strategy``: how the parameters are placed
-    and moved (an entry of :data:`~unstall.ps.strategies.STRATEGIES` or a user's object).
-    ``seed`` seeds the model's initialisation, dropout and the data's draws. With
-    ``check_reference`` the final parameters are compared with single-process SGD over the
-    same batches (1e-6 relative). Ray: ``address`` (or ``RAY_ADDRESS``) for a cluster, else a
-    local Ray started on loopback and stopped at the end, unless one is running already.
-    ``piece_mb`` and ``step_threads`` tune the exchange (pipelined pieces, threads a server
-    steps a large segment with); ``pool`` reuses actors across runs; ``progress(n)`` is called
-    after every iteration. Errors in the user's functions raise a one-line
-    :class:`~unstall.usercode.UserCodeError` naming the function, file and line.
+    ``optimizer``: what the servers step with, :class:`~unstall.ps.optim.SGDConfig` (the
+    default; momentum, weight decay, Nesterov) or :class:`~unstall.ps.optim.AdamConfig`; its
+    state moves with the parameters. ``scenario``: the servers' links and compute and how they
+    change (default: the ``none`` preset, four equal servers); ``servers`` and ``spares``
+    replace its counts. ``strategy``: how the parameters are placed and moved (an entry of
+    :data:`~unstall.ps.strategies.STRATEGIES` or a user's object). ``seed`` seeds the model's
+    initialisation, dropout and the data's draws. ``iterations`` counts the whole run, a resumed
+    one's earlier iterations included. With ``check_reference`` the final parameters are
+    compared with single-process training over the same batches (1e-6 relative).
+    ``checkpoint_every``: every that many iterations (and after the last) ``on_checkpoint``
+    gets a :class:`~unstall.ps.checkpoint.PSCheckpoint` (e.g. ``lambda c: c.save(path)``);
+    ``resume`` goes on from one (same model, workers, seed and optimizer kind; the optimizer
+    defaults to the checkpoint's). Ray: ``address`` (or ``RAY_ADDRESS``) for a cluster, with
+    ``runtime_env`` (e.g. ``{"working_dir": "."}`` so that the user's modules reach every node),
+    else a local Ray started on loopback and stopped at the end, unless this process is
+    connected to one already. ``piece_mb`` and ``step_threads`` tune the exchange (pipelined
+    pieces, threads a server steps a large segment with); ``pool`` reuses actors across runs;
+    ``progress(n)`` is called after every iteration. Errors in the user's functions raise a
+    one-line :class:`~unstall.usercode.UserCodeError` naming the function, file and line.
     """
     job = TrainingJob(
         model=model,
@@ -212,19 +280,23 @@ def fit(
         workers=workers,
         record_batches=check_reference,
     )
+    if optimizer is None:
+        optimizer = resume.optimizer if resume is not None else SGDConfig()
     plan = make_plan(
         job,
         strategy=strategy,
         scenario=on_servers(scenario, servers, spares),
         iterations=iterations,
-        sgd=optimizer if optimizer is not None else SGDConfig(),
+        optimizer=optimizer,
         check_reference=check_reference,
         timeout_s=timeout_s,
         piece_mb=piece_mb,
         step_threads=step_threads,
+        resume=resume,
+        checkpoint_every=checkpoint_every,
     )
-    with ray_for_run(address, max(workers + 1, 2), pool) as actors:
-        return run_plan(plan, actors, progress)
+    with ray_for_run(address, max(workers + 1, 2), pool, runtime_env=runtime_env) as actors:
+        return run_plan(plan, actors, progress, on_checkpoint)
 
 
 def on_servers(scenario: Scenario | None, servers: int | None, spares: int | None) -> Scenario:
@@ -257,32 +329,41 @@ def predict_iter_s(
 
 
 def run_plan(
-    plan: RunPlan, pool: ActorPool, progress: Callable[[int], None] | None = None
+    plan: RunPlan,
+    pool: ActorPool,
+    progress: Callable[[int], None] | None = None,
+    on_checkpoint: Callable[[PSCheckpoint], None] | None = None,
 ) -> PSRunResult:
     """Run ``plan`` on a connected Ray with actors from ``pool``."""
     controller = plan.strategy.controller(plan.scenario, plan.iterations)
+    resume = plan.resume
     cluster: PSCluster | None = None
     try:
         cluster = PSCluster(
             plan.job,
-            plan.sgd,
+            plan.optimizer,
             pool,
             timeout_s=plan.timeout_s,
             piece_bytes=plan.piece_bytes,
             step_threads=plan.step_threads,
+            start_iteration=plan.start_iteration,
+            buffers=resume.buffers if resume is not None else None,
         )
         chunks = plan.assignment.chunks
         cluster.start(
             chunks,
             [plan.assignment.owner[c.id] for c in chunks],
-            plan.scenario.specs(0, plan.iterations),
+            plan.scenario.specs(plan.start_iteration, plan.iterations),
             plan.initial,
+            resume.state if resume is not None else None,
         )
-        telemetry = _iterate(plan, cluster, controller, progress)
+        saver = _Checkpointer(plan, cluster, on_checkpoint)
+        telemetry = _iterate(plan, cluster, controller, progress, saver)
         final = cluster.params()
         owned = cluster.owned_bytes()
         batches = cluster.batches() if plan.check_reference else []
         buffers = cluster.buffers() if any(True for _ in plan.model.buffers()) else {}
+        nodes = dict(cluster.nodes)
     except BaseException:
         if cluster is not None:
             cluster.close(failed=True)
@@ -291,9 +372,17 @@ def run_plan(
         cluster.close()
     checked = None
     if plan.check_reference:
-        expected = reference_params(plan.job, plan.sgd, plan.initial, batches)
+        expected = reference_params(
+            plan.job,
+            plan.optimizer,
+            plan.initial,
+            batches,
+            initial_state=resume.state if resume is not None else None,
+            start_iteration=plan.start_iteration,
+        )
         checked = compare(final, expected)
     result = _result(plan, telemetry, owned, checked, _state_dict(plan.model, final, buffers))
+    result = dataclasses.replace(result, nodes=nodes, checkpoints=saver.saved)
     summary = controller.summary() if controller is not None else None
     if summary is None:
         servers = (plan.scenario.servers,) * len(telemetry)
@@ -310,16 +399,55 @@ def run_plan(
     )
 
 
+class _Checkpointer:
+    """Hands the caller a checkpoint every ``plan.checkpoint_every`` iterations and after the
+    last (gathering the servers' state costs a transfer of everything they own)."""
+
+    def __init__(
+        self,
+        plan: RunPlan,
+        cluster: PSCluster,
+        on_checkpoint: Callable[[PSCheckpoint], None] | None,
+    ) -> None:
+        self.plan, self.cluster, self.on_checkpoint = plan, cluster, on_checkpoint
+        self.saved = 0
+
+    def after(self, iteration: int) -> None:
+        """Iteration ``iteration`` is done: checkpoint if one is due."""
+        every = self.plan.checkpoint_every
+        if every is None or self.on_checkpoint is None:
+            return
+        done = iteration + 1
+        if done % every and done != self.plan.iterations:
+            return
+        params, state = self.cluster.state()
+        has_buffers = any(True for _ in self.plan.model.buffers())
+        self.on_checkpoint(
+            PSCheckpoint(
+                iteration=done,
+                params=tuple(params),
+                state=tuple(tuple(slot) for slot in state),
+                optimizer=self.plan.optimizer,
+                buffers=self.cluster.buffers() if has_buffers else {},
+                seed=self.plan.job.seed,
+                workers=self.plan.job.workers,
+                model=label_of(self.plan.job.model),
+            )
+        )
+        self.saved += 1
+
+
 def _iterate(
     plan: RunPlan,
     cluster: PSCluster,
     controller: Controller | None,
     progress: Callable[[int], None] | None,
+    saver: _Checkpointer,
 ) -> list[IterationTelemetry]:
     n = plan.iterations
     out: list[IterationTelemetry] = []
     boundary_s = 0.0
-    for iteration in range(n):
+    for iteration in range(plan.start_iteration, n):
         started = time.perf_counter()
         for sid in list(cluster.servers):
             cluster.set_spec(sid, plan.scenario.spec(sid, iteration, n))
@@ -330,6 +458,7 @@ def _iterate(
         if controller is not None:
             controller(cluster, step)
         boundary_s = time.perf_counter() - started
+        saver.after(iteration)
         if progress is not None:
             progress(1)
     return out
@@ -368,6 +497,7 @@ def _result(
     costs = run_costs(plan.scenario, plan.job.workers, plan.iterations)
     return PSRunResult(
         strategy=plan.strategy.name,
+        optimizer=plan.optimizer.name,
         scenario=plan.scenario.name,
         model=label_of(plan.job.model),
         model_options=options_of(plan.job.model),
@@ -389,5 +519,6 @@ def _result(
         params_match_reference=None if checked is None else checked.matches,
         reference_max_rel_err=None if checked is None else checked.max_rel_err,
         telemetry=tuple(telemetry),
+        start_iteration=plan.start_iteration,
         state_dict=state_dict,
     )

@@ -90,14 +90,31 @@ class PSWorker:
     def ping(self) -> int:
         return self.rank
 
-    def setup(self, rank: int, job: TrainingJob) -> None:
-        """Build the model and open the data for a new run."""
+    def node(self) -> str:
+        """The id of the Ray node this worker runs on."""
+        return str(ray.get_runtime_context().get_node_id())
+
+    def setup(
+        self,
+        rank: int,
+        job: TrainingJob,
+        start_iteration: int = 0,
+        buffers: Mapping[str, torch.Tensor] | None = None,
+    ) -> None:
+        """Build the model and open the data for a new run. A run resumed at
+        ``start_iteration`` first draws (and drops) the batches of the iterations before it,
+        which replays the data function's draws as the stopped run made them, and sets the
+        model's ``buffers`` (e.g. BatchNorm's running statistics) as they were."""
         self.rank = rank
         self.replica, self.stream, self.recorded = None, None, None
         self.routes = {}
         self.fresh = False  # parameters not pulled yet
         self.replica = ModelReplica(job)
         self.stream = BatchStream(job.data, rank, job.workers, job.seed)
+        for iteration in range(start_iteration):
+            self.stream.next(iteration)
+        if buffers:
+            self.replica.set_buffers(buffers)
         self.recorded = [] if job.record_batches else None
 
     def batches(self) -> list[Batch]:

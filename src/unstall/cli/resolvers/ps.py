@@ -8,7 +8,9 @@
   world_size) -> iterable of (inputs, targets)``);
 - a loss: a name of :data:`unstall.ps.LOSSES` or user code (``(outputs, targets) -> scalar``);
 - a scenario: a preset of :data:`unstall.ps.SCENARIOS` or a ``.toml``/``.json`` scenario file;
-- a strategy: a name of :data:`unstall.ps.STRATEGIES`.
+- a strategy: a name of :data:`unstall.ps.STRATEGIES`;
+- an optimizer: a name of :data:`unstall.ps.OPTIMIZERS` with its settings;
+- a checkpoint to resume from (a file), and Ray's runtime environment (``--working-dir``).
 
 Each callable comes back as a :class:`unstall.ps.Named` whose label is what the user typed, so
 results say ``"model": "mlp"`` or ``"data": "digits"``. Every error is one line naming the
@@ -28,12 +30,16 @@ from unstall.config import parse_text_options
 from unstall.errors import ConfigError
 from unstall.ps import (
     LOSSES,
+    OPTIMIZERS,
     SCENARIOS,
     STRATEGIES,
+    AdamConfig,
     ArrayData,
     BenchCase,
     Named,
+    PSCheckpoint,
     Scenario,
+    ServerOptimizer,
     SGDConfig,
     Strategy,
     SyntheticData,
@@ -69,11 +75,20 @@ class PSRequest:
     strategy: str = "tf-greedy"
     scenario: str = "none"
     iterations: int = 20
-    sgd: SGDConfig = field(default_factory=SGDConfig)
+    optimizer: str = SGDConfig.name
+    lr: float | None = None  # None: the optimizer's default
+    momentum: float | None = None  # sgd only; None: SGDConfig's default
+    weight_decay: float = 0.0
+    nesterov: bool = False
     seed: int = 0
     check_reference: bool = False
     timeout_s: float = 300.0
     address: str | None = None
+    working_dir: str | None = None
+    resume: str | None = None
+    checkpoint: str | None = None
+    checkpoint_every: int | None = None
+    save: str | None = None
     piece_mb: float = DEFAULT_PIECE_MB
     step_threads: int = 1
 
@@ -92,6 +107,31 @@ class ResolvedRun:
     loss: Named
     scenario: Scenario
     strategy: Strategy
+    optimizer: ServerOptimizer
+    resume: PSCheckpoint | None = None
+    runtime_env: Mapping[str, Any] | None = None
+
+    def fit_options(self) -> dict[str, Any]:
+        """The keyword arguments of :func:`unstall.ps.fit` this run takes (not the progress,
+        checkpoint callback or pool)."""
+        r = self.request
+        return {
+            "loss": self.loss,
+            "optimizer": self.optimizer,
+            "workers": r.workers,
+            "strategy": self.strategy,
+            "scenario": self.scenario,
+            "iterations": r.iterations,
+            "seed": r.seed,
+            "check_reference": r.check_reference,
+            "resume": self.resume,
+            "checkpoint_every": r.checkpoint_every,
+            "address": r.address,
+            "runtime_env": self.runtime_env,
+            "timeout_s": r.timeout_s,
+            "piece_mb": r.piece_mb,
+            "step_threads": r.step_threads,
+        }
 
 
 def model_options(items: Sequence[str] | None) -> dict[str, str]:
@@ -200,6 +240,48 @@ def resolve_case(request: PSRequest, scenario: Scenario) -> BenchCase:
     return BenchCase(scenario=scenario, model=model, data=data, loss=loss)
 
 
+def resolve_optimizer(request: PSRequest, resume: PSCheckpoint | None = None) -> ServerOptimizer:
+    """``--optimizer`` with ``--lr``, ``--momentum``, ``--weight-decay`` and ``--nesterov``
+    (unset ones take the optimizer's defaults; resuming, the checkpoint's settings unless
+    given)."""
+    kind = OPTIMIZERS.get(request.optimizer)
+    if kind is None:
+        known = ", ".join(OPTIMIZERS)
+        raise ConfigError(
+            OWNER, "optimizer", f"unknown optimizer {request.optimizer!r}; known: {known}"
+        )
+    base: dict[str, Any] = {}
+    if resume is not None and isinstance(resume.optimizer, kind):
+        base = {f: getattr(resume.optimizer, f) for f in resume.optimizer.__dataclass_fields__}
+    if request.lr is not None:
+        base["lr"] = request.lr
+    if request.weight_decay or "weight_decay" not in base:
+        base["weight_decay"] = request.weight_decay
+    if kind is AdamConfig:
+        if request.momentum is not None or request.nesterov:
+            raise ConfigError(
+                OWNER,
+                "optimizer",
+                "--momentum and --nesterov are SGD's: adam keeps its own moments",
+            )
+        return AdamConfig(**base)
+    if request.momentum is not None:
+        base["momentum"] = request.momentum
+    if request.nesterov:
+        base["nesterov"] = True
+    return SGDConfig(**base)
+
+
+def resolve_working_dir(text: str | None) -> dict[str, Any] | None:
+    """``--working-dir``: a folder Ray ships to every node (its runtime environment)."""
+    if text is None:
+        return None
+    path = Path(text)
+    if not path.is_dir():
+        raise ConfigError(OWNER, "working-dir", f"{text} is not a folder")
+    return {"working_dir": str(path.resolve())}
+
+
 def resolve_run(request: PSRequest) -> ResolvedRun:
     """Every object of ``request``; a bad name, file or function fails here, before Ray."""
     scenario = resolve_scenario(request.scenario)
@@ -208,6 +290,9 @@ def resolve_run(request: PSRequest) -> ResolvedRun:
     if request.spares is not None:
         scenario = scenario.with_spares(request.spares)
     model, data, loss = _parts(request, scenario)
+    resume = PSCheckpoint.load(request.resume) if request.resume is not None else None
+    if request.checkpoint_every is not None and request.checkpoint is None:
+        raise ConfigError(OWNER, "checkpoint", "--checkpoint-every needs --checkpoint PATH")
     return ResolvedRun(
         request=request,
         model=model,
@@ -215,6 +300,9 @@ def resolve_run(request: PSRequest) -> ResolvedRun:
         loss=loss,
         scenario=scenario,
         strategy=resolve_strategy(request.strategy),
+        optimizer=resolve_optimizer(request, resume),
+        resume=resume,
+        runtime_env=resolve_working_dir(request.working_dir),
     )
 
 
