@@ -5,6 +5,9 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from unstall.ps.psld.controller import PSLDController
+from unstall.ps.psld.decisions import ClusterView, Decision, Reassign, ScaleIn, ScaleOut
+
 TINY_MODEL = {"in_features": 32, "width": 48, "depth": 3, "num_classes": 10}
 
 FAST_SCENARIO = {
@@ -44,3 +47,35 @@ def tiny_run(scenario: Any, *, model_options: dict[str, object] | None = None, *
     # caught (the timeout test sets its own 1 s).
     arguments: dict[str, Any] = {"workers": 2, "iterations": 3, "timeout_s": 300.0, **fit}
     return ps.fit(zoo_model(**options), data, scenario=scenario, **arguments)
+
+
+class ScriptedController(PSLDController):
+    """Forces a decision at every boundary: scale out, shuffle, scale in, shuffle again."""
+
+    def decide(self, view: ClusterView) -> Decision:
+        step = len(self.script_done)
+        self.script_done.append(step)
+        ids = sorted(view.owner)
+        if step == 0:
+            owner = {c: view.next_server if c % 2 else s for c, s in view.owner.items()}
+            return ScaleOut(server=view.next_server, owner=owner, reason="forced")
+        if step == 2:
+            victim = view.servers[0]
+            rest = [s for s in view.servers if s != victim]
+            owner = {c: rest[i % len(rest)] for i, c in enumerate(ids)}
+            return ScaleIn(server=victim, owner=owner, reason="forced")
+        shift = step % len(view.servers)
+        owner = {c: view.servers[(i + shift) % len(view.servers)] for i, c in enumerate(ids)}
+        return Reassign(owner=owner, reason="forced")
+
+    script_done: list[int]
+
+
+def scripted_controller() -> Any:
+    """A PSLD controller that forces a decision at every boundary (:class:`ScriptedController`),
+    and the strategy that uses it."""
+    from unstall.ps import PSLDStrategy
+
+    controller = ScriptedController()
+    controller.script_done = []
+    return controller, PSLDStrategy(make_controller=lambda config: controller)

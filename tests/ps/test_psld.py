@@ -10,36 +10,13 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from ps_helpers import FAST_SCENARIO, TINY_MODEL, tiny_run
+from ps_helpers import FAST_SCENARIO, TINY_MODEL, ScriptedController, tiny_run
 from unstall.cli.app import app
 from unstall.ps import ControllerConfig, PSLDStrategy
 from unstall.ps.psld.controller import PSLDController
-from unstall.ps.psld.decisions import ClusterView, Decision, Reassign, ScaleIn, ScaleOut
 from unstall.ps.scenarios import Scenario
 
 pytestmark = pytest.mark.usefixtures("ray_session")
-
-
-class ScriptedController(PSLDController):
-    """Forces a decision at every boundary: scale out, shuffle, scale in, shuffle again."""
-
-    def decide(self, view: ClusterView) -> Decision:
-        step = len(self.script_done)
-        self.script_done.append(step)
-        ids = sorted(view.owner)
-        if step == 0:
-            owner = {c: view.next_server if c % 2 else s for c, s in view.owner.items()}
-            return ScaleOut(server=view.next_server, owner=owner, reason="forced")
-        if step == 2:
-            victim = view.servers[0]
-            rest = [s for s in view.servers if s != victim]
-            owner = {c: rest[i % len(rest)] for i, c in enumerate(ids)}
-            return ScaleIn(server=victim, owner=owner, reason="forced")
-        shift = step % len(view.servers)
-        owner = {c: view.servers[(i + shift) % len(view.servers)] for i, c in enumerate(ids)}
-        return Reassign(owner=owner, reason="forced")
-
-    script_done: list[int]
 
 
 def test_psld_matches_the_reference_through_migrations_and_scaling(
