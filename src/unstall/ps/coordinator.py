@@ -103,7 +103,8 @@ class PSCluster:
         self._abandoned: list[Any] = []  # refs left pending when a wait failed
         self.nodes: dict[str, str] = {}  # actor label -> the Ray node it ran on
         job_ref = ray.put(job)  # the user's functions travel once, to every worker
-        buffers_ref = ray.put(dict(buffers or {}))
+        # as numpy arrays: Ray's zero-copy path warns for any torch tensor it is handed
+        buffers_ref = ray.put({k: v.detach().cpu().numpy() for k, v in (buffers or {}).items()})
         self._gather(
             {
                 f"worker {r}": w.setup.remote(r, job_ref, start_iteration, buffers_ref)

@@ -164,7 +164,7 @@ class ModelReplica:
         """The model's buffers (e.g. BatchNorm's running statistics), copied."""
         return {name: b.detach().clone() for name, b in self.model.named_buffers()}
 
-    def set_buffers(self, buffers: Mapping[str, torch.Tensor]) -> None:
+    def set_buffers(self, buffers: Mapping[str, torch.Tensor | np.ndarray]) -> None:
         """Set the model's buffers by name (a resumed run's, from its checkpoint)."""
         named = dict(self.model.named_buffers())
         unknown = sorted(set(buffers) - set(named))
@@ -172,4 +172,4 @@ class ModelReplica:
             raise UnstallError(f"the model has no buffer(s) {unknown}; it has {sorted(named)}")
         with torch.no_grad():
             for name, value in buffers.items():
-                named[name].copy_(value)
+                named[name].copy_(torch.as_tensor(value))

@@ -99,7 +99,7 @@ class PSWorker:
         rank: int,
         job: TrainingJob,
         start_iteration: int = 0,
-        buffers: Mapping[str, torch.Tensor] | None = None,
+        buffers: Mapping[str, np.ndarray] | None = None,
     ) -> None:
         """Build the model and open the data for a new run. A run resumed at
         ``start_iteration`` first draws (and drops) the batches of the iterations before it,
