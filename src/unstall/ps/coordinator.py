@@ -262,12 +262,10 @@ class PSCluster:
                 for sid, s in self.servers.items()
             }
         )
-        params = self._assemble(lambda label, cid: got[label][cid][0])
-        slots = [
-            self._assemble(lambda label, cid, k=k: got[label][cid][k])
-            for k in range(1, 1 + self.optimizer.slots)
-        ]
-        return params, slots
+        def column(k: int) -> list[np.ndarray]:
+            return self._assemble(lambda label, cid: got[label][cid][k])
+
+        return column(0), [column(k) for k in range(1, 1 + self.optimizer.slots)]
 
     def _assemble(self, part: Callable[[str, int], np.ndarray]) -> list[np.ndarray]:
         """Whole tensors from every chunk's ``part(server label, chunk id)``."""
