@@ -356,7 +356,14 @@ class PSCluster:
                 f"{label} died during {self._when()} ({first_line(exc)})"
             ) from exc
         self._raise_dead(first_line(exc))
-        raise UnstallError(f"{label} failed in {self._when()}: {first_line(exc)}") from exc
+        hint = ""
+        if "No module named" in first_line(exc):
+            hint = (
+                " (the user's code imports a module this actor's node cannot import: ship its "
+                "folder with --working-dir, i.e. fit(runtime_env={'working_dir': FOLDER}), or "
+                "install it on every node)"
+            )
+        raise UnstallError(f"{label} failed in {self._when()}: {first_line(exc)}{hint}") from exc
 
     def _raise_dead(self, cause: str) -> None:
         """Ping every actor; raise :class:`PSActorDiedError` naming those that do not answer."""
