@@ -185,3 +185,55 @@ def test_train_a_user_model_from_its_file(ray_session: Any, user_file: Path, fas
     assert result.exit_code == 1
     text = words(result.output)
     assert "data function bad_batches" in text and "line 18" in text and "no data here" in text
+
+
+def test_save_checkpoint_and_resume_from_the_command_line(
+    ray_session: Any, fast: str, tmp_path: Path
+) -> None:
+    import torch
+
+    from unstall.ps import PSCheckpoint
+    from unstall.workload import zoo
+
+    base = ["ps", "train", *MODEL_ARGS, "--scenario", fast, "--optimizer", "adam", "--lr", "0.01"]
+    base += ["--weight-decay", "0.001", "-q"]
+    whole = tmp_path / "whole.pt"
+    result = runner.invoke(app, [*base, "-n", "5", "--save", str(whole)])
+    assert result.exit_code == 0, result.output
+    assert "optimizer adam" in words(result.output) and f"wrote {whole}" in words(result.output)
+    ckpt = tmp_path / "run.ckpt"
+    args = [*base, "-n", "3", "--checkpoint", str(ckpt), "--checkpoint-every", "2"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    saved = PSCheckpoint.load(ckpt)
+    assert saved.iteration == 3 and saved.optimizer.weight_decay == 0.001
+    resumed = tmp_path / "resumed.pt"
+    args = ["ps", "train", *MODEL_ARGS, "--scenario", fast, "--resume", str(ckpt), "-n", "5"]
+    result = runner.invoke(app, [*args, "--save", str(resumed), "--check-reference", "-q"])
+    assert result.exit_code == 0, result.output
+    text = words(result.output)
+    assert "resumed at iteration 3" in text and "matches reference yes" in text
+    model = zoo.build("mlp", **TINY_MODEL)
+    model.load_state_dict(torch.load(resumed))
+    for name, value in torch.load(whole).items():
+        torch.testing.assert_close(model.state_dict()[name], value, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--optimizer", "lamb"], "unknown optimizer 'lamb'; known: sgd, adam"),
+        (["--optimizer", "adam", "--momentum", "0.5"], "--momentum and --nesterov are SGD's"),
+        (["--momentum", "0", "--nesterov"], "nesterov: needs momentum > 0"),
+        (["--checkpoint-every", "2"], "--checkpoint-every needs --checkpoint PATH"),
+        (["--resume", "nowhere.ckpt"], "nowhere.ckpt: no such file"),
+        (["--working-dir", "nowhere"], "working-dir: nowhere is not a folder"),
+        (["--save", "."], "is a folder"),
+        (["--json", "missing/run.json"], "folder missing does not exist"),
+    ],
+)
+def test_bad_run_options_fail_before_ray_in_one_line(args: list[str], message: str) -> None:
+    result = runner.invoke(app, ["ps", "train", *MODEL_ARGS, "-n", "2", *args])
+    assert result.exit_code == 1, result.output
+    assert message in words(result.output)
+    assert "Traceback" not in result.output

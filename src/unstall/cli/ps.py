@@ -77,9 +77,11 @@ BatchOpt = Annotated[
     int, typer.Option("--batch-size", help="Samples per worker per iteration.", min=1)
 ]
 OptimizerOpt = Annotated[
-    str,
+    str | None,
     typer.Option(
-        "--optimizer", help=f"The servers' optimizer: {', '.join(OPTIMIZERS)}; its state moves."
+        "--optimizer",
+        help=f"The servers' optimizer: {', '.join(OPTIMIZERS)}; its state moves with the "
+        "parameters (default: sgd, or the checkpoint's with --resume).",
     ),
 ]
 LrOpt = Annotated[
@@ -140,7 +142,7 @@ def train(
     data: DataOpt = "synthetic",
     loss: LossOpt = "cross_entropy",
     batch_size: BatchOpt = 32,
-    optimizer: OptimizerOpt = SGDConfig.name,
+    optimizer: OptimizerOpt = None,
     lr: LrOpt = None,
     momentum: MomentumOpt = None,
     weight_decay: WeightDecayOpt = 0.0,

@@ -262,6 +262,7 @@ class PSCluster:
                 for sid, s in self.servers.items()
             }
         )
+
         def column(k: int) -> list[np.ndarray]:
             return self._assemble(lambda label, cid: got[label][cid][k])
 

@@ -19,6 +19,7 @@ option (``ps.data``, ...), the file or the user's function.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -75,7 +76,7 @@ class PSRequest:
     strategy: str = "tf-greedy"
     scenario: str = "none"
     iterations: int = 20
-    optimizer: str = SGDConfig.name
+    optimizer: str | None = None  # None: the checkpoint's when resuming, else sgd
     lr: float | None = None  # None: the optimizer's default
     momentum: float | None = None  # sgd only; None: SGDConfig's default
     weight_decay: float = 0.0
@@ -244,15 +245,14 @@ def resolve_optimizer(request: PSRequest, resume: PSCheckpoint | None = None) ->
     """``--optimizer`` with ``--lr``, ``--momentum``, ``--weight-decay`` and ``--nesterov``
     (unset ones take the optimizer's defaults; resuming, the checkpoint's settings unless
     given)."""
-    kind = OPTIMIZERS.get(request.optimizer)
+    name = request.optimizer or (resume.optimizer.name if resume is not None else SGDConfig.name)
+    kind = OPTIMIZERS.get(name)
     if kind is None:
         known = ", ".join(OPTIMIZERS)
-        raise ConfigError(
-            OWNER, "optimizer", f"unknown optimizer {request.optimizer!r}; known: {known}"
-        )
+        raise ConfigError(OWNER, "optimizer", f"unknown optimizer {name!r}; known: {known}")
     base: dict[str, Any] = {}
     if resume is not None and isinstance(resume.optimizer, kind):
-        base = {f: getattr(resume.optimizer, f) for f in resume.optimizer.__dataclass_fields__}
+        base = {f.name: getattr(resume.optimizer, f.name) for f in dataclasses.fields(kind)}
     if request.lr is not None:
         base["lr"] = request.lr
     if request.weight_decay or "weight_decay" not in base:
