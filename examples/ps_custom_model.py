@@ -25,6 +25,7 @@ Python, run this file: ``python examples/ps_custom_model.py`` trains through
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 from torch import nn
@@ -94,9 +95,9 @@ def accuracy(model: nn.Module) -> float:
         return float((model(data.inputs).argmax(dim=1) == data.labels).float().mean())
 
 
-def main(iterations: int = 60) -> float:
-    """Train with PSLD on the ``bandwidth`` scenario (one slow server) and return the trained
-    model's accuracy, from weights loaded into a fresh model."""
+def train(iterations: int = 60) -> tuple[Any, float]:
+    """Train with PSLD on the ``bandwidth`` scenario (one slow server); the run's result and
+    the accuracy of its weights loaded into a fresh model."""
     from unstall import ps
 
     result = ps.fit(
@@ -112,13 +113,13 @@ def main(iterations: int = 60) -> float:
     )
     fresh = make_model()
     fresh.load_state_dict(result.state_dict)
-    print(
-        f"loss {result.loss_first:.3f} -> {result.loss_last:.3f}; "
-        f"exact against one process: {result.params_match_reference}; "
-        f"migrations {result.migrations}; accuracy {accuracy(fresh):.1%}"
-    )
-    return accuracy(fresh)
+    return result, accuracy(fresh)
 
 
 if __name__ == "__main__":
-    main()
+    run, share = train()
+    print(
+        f"loss {run.loss_first:.3f} -> {run.loss_last:.3f}; "
+        f"exact against one process: {run.params_match_reference}; "
+        f"migrations {run.migrations}; accuracy {share:.1%}"
+    )
