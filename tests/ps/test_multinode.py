@@ -107,6 +107,7 @@ def test_psld_on_two_nodes_with_user_code_exact_and_saved(
     result = json.loads((tmp_path / "run.json").read_text())
     assert result["params_match_reference"] is True
     assert len(set(result["nodes"].values())) == 2, result["nodes"]  # actors on both nodes
+    assert result["migrations"] >= 1  # PSLD moved chunks (the servers sit on both nodes)
     assert "ray nodes              2" in out.stdout
     # The saved weights load into a fresh instance of the user's model.
     sys.path.insert(0, str(user_dir))
@@ -117,6 +118,53 @@ def test_psld_on_two_nodes_with_user_code_exact_and_saved(
     finally:
         sys.path.remove(str(user_dir))
     model.load_state_dict(torch.load(tmp_path / "w.pt"))
+
+
+FIT_SCRIPT = """
+import json, sys
+import torch
+from unstall import ps
+from unstall.usercode import load_callable
+
+address, folder = sys.argv[1], sys.argv[2]
+code = folder + "/model.py"
+build, batches, loss = (load_callable(f"{code}:{name}") for name in ("build", "batches", "loss"))
+result = ps.fit(
+    build, batches, loss=loss, strategy=ps.STRATEGIES["psld"], scenario=ps.SCENARIOS["dynamic"](),
+    optimizer=ps.SGDConfig(lr=0.1, nesterov=True), iterations=16, check_reference=True,
+    address=address, runtime_env={"working_dir": folder},
+)
+fresh, untrained = build(), build()
+fresh.load_state_dict(result.state_dict)
+fresh.eval(), untrained.eval()
+x = torch.randn(256, 8, generator=torch.Generator().manual_seed(99))
+y = (x[:, :2] > 0).long().sum(dim=1) + (x[:, 2] > 1).long()
+with torch.no_grad():
+    trained_loss, untrained_loss = (float(loss(m(x), y)) for m in (fresh, untrained))
+print(json.dumps({
+    "exact": result.params_match_reference, "nodes": result.node_count,
+    "trained": trained_loss, "untrained": untrained_loss,
+}))
+"""
+
+
+def test_fit_on_two_nodes_from_python(two_nodes: Any, user_dir: Path, tmp_path: Path) -> None:
+    script = tmp_path / "fit_on_cluster.py"
+    script.write_text(FIT_SCRIPT)
+    env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+    out = subprocess.run(
+        [sys.executable, str(script), two_nodes.address, str(user_dir)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=RUN_LIMIT_S,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["exact"] is True and got["nodes"] == 2
+    # The weights loaded into a fresh instance carry the training: a lower loss than untrained.
+    assert got["trained"] < 0.9 * got["untrained"], got
 
 
 def test_without_working_dir_the_missing_module_is_one_line(

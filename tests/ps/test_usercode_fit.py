@@ -53,6 +53,10 @@ def broken_batches(rank, world_size):
 
 def broken_build():
     return int("not a number")
+
+
+def broken_loss(outputs, targets):
+    return outputs.sum() / targets.float().sum().item() * {}["missing"]
 """
 
 
@@ -118,3 +122,19 @@ def test_a_model_function_that_raises_fails_before_ray_is_used(user_file: Path) 
 def test_a_model_function_that_returns_no_module_says_so(user_file: Path) -> None:
     with pytest.raises(UserCodeError, match=r"returned a list, not a torch\.nn\.Module"):
         ps.fit(list, load(user_file, "batches"))
+
+
+def test_a_loss_that_raises_names_its_file_and_line(ps_pool: Any, user_file: Path) -> None:
+    with pytest.raises(UserCodeError) as info:
+        ps.fit(
+            load(user_file, "build"),
+            load(user_file, "batches"),
+            loss=load(user_file, "broken_loss"),
+            workers=2,
+            iterations=2,
+            pool=ps_pool,
+        )
+    message = str(info.value)
+    assert "\n" not in message and message.startswith("worker ")
+    assert "loss function broken_loss" in message and str(user_file) in message
+    assert "line 42" in message and "KeyError" in message
