@@ -8,6 +8,7 @@ hands out the actor pool the run takes its workers and servers from.
 from __future__ import annotations
 
 import ipaddress
+import logging
 import os
 import re
 from collections.abc import Iterator, Mapping
@@ -24,6 +25,20 @@ from unstall.ps.server import PSServer
 from unstall.ps.worker import PSWorker
 
 PING_TIMEOUT_S = 10.0
+
+
+class _DropDefaultAuthNotice(logging.Filter):
+    """Ray announces on every local start that token authentication is on by default (it stays
+    on); the notice means nothing to a user of unstall, so it is not shown. Ray's other
+    warnings about authentication (a missing or wrong token) still are."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Set RAY_AUTH_MODE=disabled to opt out" not in record.getMessage()
+
+
+logging.getLogger("ray._private.authentication.authentication_token_setup").addFilter(
+    _DropDefaultAuthNotice()
+)
 
 
 def is_loopback(address: str) -> bool:
