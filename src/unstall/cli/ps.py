@@ -190,6 +190,16 @@ def train(
             "workers and seed): the result an unstopped run would have had.",
         ),
     ] = None,
+    max_recoveries: Annotated[
+        int,
+        typer.Option(
+            "--max-recoveries",
+            help="Dead worker or server processes the run survives: it snapshots its state "
+            "after every iteration and goes on from the last snapshot with new actors (same "
+            "result; 0: a dead actor ends the run).",
+            min=0,
+        ),
+    ] = 0,
     timeout: TimeoutOpt = 300.0,
     plot: Annotated[
         Path | None, typer.Option("--plot", help="Iteration time, loss and server busy (PNG).")
@@ -226,6 +236,7 @@ def train(
         checkpoint=None if checkpoint is None else str(checkpoint),
         checkpoint_every=checkpoint_every,
         save=None if save is None else str(save),
+        max_recoveries=max_recoveries,
     )
     run = resolve_run(request)  # a bad name, file or function fails here, before Ray starts
     check_writable(save, json_out, checkpoint, plot)  # and an unwritable output here, too
@@ -281,6 +292,10 @@ def print_run(r: PSRunResult) -> None:
         ["optimizer", r.optimizer],
         ["ray nodes", f"{r.node_count} ({len(r.nodes)} actors)"],
         *([["resumed at", f"iteration {r.start_iteration}"]] if r.start_iteration else []),
+        *[
+            ["recovered", f"iteration {c.iteration}: {c.failure} ({c.seconds:.1f} s)"]
+            for c in r.recoveries
+        ],
         *_elastic_rows(r),
         ["throughput (it/s)", f"{r.throughput_it_s:.3g}"],
         ["mean iteration (s)", f"{r.mean_iter_s:.4g} (model: {r.predicted_iter_s:.4g})"],

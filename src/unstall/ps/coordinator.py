@@ -118,17 +118,18 @@ class PSCluster:
     def start(
         self,
         chunks: Sequence[Chunk],
-        owner: Sequence[int],
+        owner: Mapping[int, int] | Sequence[int],
         specs: Sequence[ServerSpec],
         initial: Sequence[np.ndarray],
         initial_state: Sequence[Sequence[np.ndarray]] | None = None,
+        server_ids: Sequence[int] | None = None,
     ) -> None:
-        """Start one server per spec (ids 0..n-1), give each the chunks ``owner`` (indexed by
-        chunk id) assigns it, with ``initial`` parameters and optimizer state
-        (``initial_state[slot][tensor]``; None: zeros)."""
+        """Start one server per spec (ids ``server_ids``, default 0..n-1), give each the chunks
+        ``owner`` (chunk id -> server id) assigns it, with ``initial`` parameters and optimizer
+        state (``initial_state[slot][tensor]``; None: zeros)."""
         self.chunks = tuple(chunks)
-        for spec in specs:
-            self.add_server(spec)
+        for spec, sid in zip(specs, server_ids or range(len(specs)), strict=True):
+            self.add_server(spec, sid)
         self.owner = {c.id: owner[c.id] for c in self.chunks}
         if initial_state is None:
             initial_state = [
@@ -147,10 +148,11 @@ class PSCluster:
         self._gather(loads)
         self._send_routes()
 
-    def add_server(self, spec: ServerSpec) -> int:
-        """Start a server that owns nothing yet; its id (ids are never reused)."""
-        sid = self._next_server
-        self._next_server += 1
+    def add_server(self, spec: ServerSpec, sid: int | None = None) -> int:
+        """Start a server that owns nothing yet; its id (ids are never reused; ``sid`` gives it
+        one, as a run restarted from a snapshot keeps its servers' ids)."""
+        sid = self._next_server if sid is None else sid
+        self._next_server = max(self._next_server, sid + 1)
         server = self.pool.take_server()
         self._labels[f"server {sid}"] = server
         self._gather(
@@ -282,12 +284,12 @@ class PSCluster:
         """Note the Ray node each of ``actors`` runs on."""
         self.nodes.update(self._gather({label: a.node.remote() for label, a in actors.items()}))
 
-    def batches(self) -> list[list[Batch]]:
+    def batches(self, clear: bool = False) -> list[list[Batch]]:
         """Every worker's batches (rank order), one an iteration, as the workers recorded them
-        (a job with ``record_batches``)."""
+        (a job with ``record_batches``) since the last ``clear``."""
         with _read_only_tensors():
             got = self._gather(
-                {f"worker {r}": w.batches.remote() for r, w in enumerate(self.workers)}
+                {f"worker {r}": w.batches.remote(clear) for r, w in enumerate(self.workers)}
             )
         return [got[f"worker {r}"] for r in range(len(self.workers))]
 

@@ -20,6 +20,7 @@ store (read-only); the server keeps its own writable copies of the chunks it own
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Coroutine, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -295,6 +296,10 @@ class PSServer:
 
     async def ping(self) -> int:
         return self.core.server_id
+
+    async def pid(self) -> int:
+        """This server's process id (what a test kills)."""
+        return os.getpid()
 
     async def node(self) -> str:
         """The id of the Ray node this server runs on."""

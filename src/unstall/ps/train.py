@@ -12,7 +12,6 @@ given one as ``resume`` goes on from it with the result an unstopped run would h
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,9 +25,10 @@ from unstall.config import check
 from unstall.ps.assign.base import CostPhase
 from unstall.ps.checkpoint import PSCheckpoint
 from unstall.ps.chunks import Assignment
-from unstall.ps.coordinator import DEFAULT_PIECE_BYTES, IterationTelemetry, PSCluster
+from unstall.ps.coordinator import DEFAULT_PIECE_BYTES, IterationTelemetry
 from unstall.ps.data import DataFn, LossFn
-from unstall.ps.elastic import Controller, ElasticEvent
+from unstall.ps.elastic import ElasticEvent
+from unstall.ps.execute import Recovery, RunState, Segment, run_segments
 from unstall.ps.links import server_cost
 from unstall.ps.named import label_of, options_of
 from unstall.ps.optim import ServerOptimizer, SGDConfig
@@ -51,7 +51,8 @@ class PSRunResult(JsonResult):
     ``state_dict`` holds the trained model (``model.load_state_dict(result.state_dict)``; its
     buffers, e.g. BatchNorm's running statistics, are worker 0's); it is left out of the JSON.
     ``nodes``: the Ray node each worker and server ran on (actor label -> node id);
-    ``start_iteration``: the iteration a resumed run started at (0 otherwise)."""
+    ``start_iteration``: the iteration a resumed run started at (0 otherwise);
+    ``recoveries``: the dead actors the run survived (when, what, and how long going on took)."""
 
     strategy: str
     optimizer: str
@@ -88,6 +89,7 @@ class PSRunResult(JsonResult):
     nodes: Mapping[str, str] = field(default_factory=dict)
     start_iteration: int = 0
     checkpoints: int = 0
+    recoveries: tuple[Recovery, ...] = ()
     state_dict: Mapping[str, torch.Tensor] = field(default_factory=dict, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
@@ -123,6 +125,7 @@ class RunPlan:
     assignment: Assignment
     resume: PSCheckpoint | None = None
     checkpoint_every: int | None = None
+    max_recoveries: int = 0
 
     @property
     def start_iteration(self) -> int:
@@ -163,6 +166,7 @@ def make_plan(
     step_threads: int = 1,
     resume: PSCheckpoint | None = None,
     checkpoint_every: int | None = None,
+    max_recoveries: int = 0,
 ) -> RunPlan:
     """Validate a run and make it ready (the user's model function runs here, in the driver)."""
     check(job.workers >= 1, "fit", "workers", f"must be >= 1, got {job.workers}")
@@ -176,6 +180,7 @@ def make_plan(
         "checkpoint_every",
         f"must be >= 1, got {checkpoint_every}",
     )
+    check(max_recoveries >= 0, "fit", "max_recoveries", f"must be >= 0, got {max_recoveries}")
     model = build_model(job.model, job.seed)
     infos, initial = initial_params(model)
     if resume is not None:
@@ -197,6 +202,7 @@ def make_plan(
         assignment=strategy.assign(infos, scenario.servers, costs),
         resume=resume,
         checkpoint_every=checkpoint_every,
+        max_recoveries=max_recoveries,
     )
 
 
@@ -240,6 +246,7 @@ def fit(
     resume: PSCheckpoint | None = None,
     checkpoint_every: int | None = None,
     on_checkpoint: Callable[[PSCheckpoint], None] | None = None,
+    max_recoveries: int = 0,
     address: str | None = None,
     runtime_env: Mapping[str, Any] | None = None,
     timeout_s: float = 300.0,
@@ -264,10 +271,14 @@ def fit(
     ``checkpoint_every``: every that many iterations (and after the last) ``on_checkpoint``
     gets a :class:`~unstall.ps.checkpoint.PSCheckpoint` (e.g. ``lambda c: c.save(path)``);
     ``resume`` goes on from one (same model, workers, seed and optimizer kind; the optimizer
-    defaults to the checkpoint's). Ray: ``address`` (or ``RAY_ADDRESS``) for a cluster, with
-    ``runtime_env`` (e.g. ``{"working_dir": "."}`` so that the user's modules reach every node),
-    else a local Ray started on loopback and stopped at the end, unless this process is
-    connected to one already. ``piece_mb`` and ``step_threads`` tune the exchange (pipelined
+    defaults to the checkpoint's). ``max_recoveries``: how many dead worker or server
+    processes the run survives, each time going on from a snapshot taken after every
+    iteration (re-running only the interrupted one, with the same result); 0: a dead actor
+    ends the run with :class:`~unstall.ps.errors.PSActorDiedError` naming it. Ray:
+    ``address`` (or ``RAY_ADDRESS``) for a cluster, with ``runtime_env`` (e.g.
+    ``{"working_dir": "."}`` so that the user's modules reach every node), else a local Ray
+    started on loopback and stopped at the end, unless this process is connected to one
+    already. ``piece_mb`` and ``step_threads`` tune the exchange (pipelined
     pieces, threads a server steps a large segment with); ``pool`` reuses actors across runs;
     ``progress(n)`` is called after every iteration. Errors in the user's functions raise a
     one-line :class:`~unstall.usercode.UserCodeError` naming the function, file and line.
@@ -294,6 +305,7 @@ def fit(
         step_threads=step_threads,
         resume=resume,
         checkpoint_every=checkpoint_every,
+        max_recoveries=max_recoveries,
     )
     with ray_for_run(address, max(workers + 1, 2), pool, runtime_env=runtime_env) as actors:
         return run_plan(plan, actors, progress, on_checkpoint)
@@ -337,55 +349,53 @@ def run_plan(
     """Run ``plan`` on a connected Ray with actors from ``pool``."""
     controller = plan.strategy.controller(plan.scenario, plan.iterations)
     resume = plan.resume
-    cluster: PSCluster | None = None
-    try:
-        cluster = PSCluster(
-            plan.job,
-            plan.optimizer,
-            pool,
-            timeout_s=plan.timeout_s,
-            piece_bytes=plan.piece_bytes,
-            step_threads=plan.step_threads,
-            start_iteration=plan.start_iteration,
-            buffers=resume.buffers if resume is not None else None,
-        )
-        chunks = plan.assignment.chunks
-        cluster.start(
-            chunks,
-            [plan.assignment.owner[c.id] for c in chunks],
-            plan.scenario.specs(plan.start_iteration, plan.iterations),
-            plan.initial,
-            resume.state if resume is not None else None,
-        )
-        saver = _Checkpointer(plan, cluster, on_checkpoint)
-        telemetry = _iterate(plan, cluster, controller, progress, saver)
-        final = cluster.params()
-        owned = cluster.owned_bytes()
-        batches = cluster.batches() if plan.check_reference else []
-        buffers = cluster.buffers() if any(True for _ in plan.model.buffers()) else {}
-        nodes = dict(cluster.nodes)
-    except BaseException:
-        if cluster is not None:
-            cluster.close(failed=True)
-        raise
-    else:
-        cluster.close()
+    has_buffers = any(True for _ in plan.model.buffers())
+    segment = Segment(
+        job=plan.job,
+        optimizer=plan.optimizer,
+        scenario=plan.scenario,
+        first_iteration=plan.start_iteration,
+        iterations=plan.iterations,
+        chunks=plan.assignment.chunks,
+        timeout_s=plan.timeout_s,
+        piece_bytes=plan.piece_bytes,
+        step_threads=plan.step_threads,
+        has_buffers=has_buffers,
+        check_reference=plan.check_reference,
+        checkpoint_every=plan.checkpoint_every,
+        max_recoveries=plan.max_recoveries,
+    )
+    state = RunState(
+        iteration=plan.start_iteration,
+        params=plan.initial,
+        slots=resume.state if resume is not None else None,
+        buffers=dict(resume.buffers) if resume is not None else {},
+        owner=dict(plan.assignment.owner),
+        servers=tuple(range(plan.scenario.servers)),
+        batches=[],
+    )
+    done = run_segments(segment, state, pool, controller, progress, on_checkpoint)
     checked = None
     if plan.check_reference:
         expected = reference_params(
             plan.job,
             plan.optimizer,
             plan.initial,
-            batches,
+            done.batches,
             initial_state=resume.state if resume is not None else None,
             start_iteration=plan.start_iteration,
         )
-        checked = compare(final, expected)
-    result = _result(plan, telemetry, owned, checked, _state_dict(plan.model, final, buffers))
-    result = dataclasses.replace(result, nodes=nodes, checkpoints=saver.saved)
+        checked = compare(done.params, expected)
+    state_dict = _state_dict(plan.model, done.params, done.buffers)
+    result = dataclasses.replace(
+        _result(plan, done.telemetry, done.owned, checked, state_dict),
+        nodes=done.nodes,
+        checkpoints=done.checkpoints,
+        recoveries=done.recoveries,
+    )
     summary = controller.summary() if controller is not None else None
     if summary is None:
-        servers = (plan.scenario.servers,) * len(telemetry)
+        servers = (plan.scenario.servers,) * len(done.telemetry)
         return dataclasses.replace(result, servers_over_time=servers)
     return dataclasses.replace(
         result,
@@ -397,71 +407,6 @@ def run_plan(
         total_pause_s=summary.total_pause_s,
         elastic_events=summary.events,
     )
-
-
-class _Checkpointer:
-    """Hands the caller a checkpoint every ``plan.checkpoint_every`` iterations and after the
-    last (gathering the servers' state costs a transfer of everything they own)."""
-
-    def __init__(
-        self,
-        plan: RunPlan,
-        cluster: PSCluster,
-        on_checkpoint: Callable[[PSCheckpoint], None] | None,
-    ) -> None:
-        self.plan, self.cluster, self.on_checkpoint = plan, cluster, on_checkpoint
-        self.saved = 0
-
-    def after(self, iteration: int) -> None:
-        """Iteration ``iteration`` is done: checkpoint if one is due."""
-        every = self.plan.checkpoint_every
-        if every is None or self.on_checkpoint is None:
-            return
-        done = iteration + 1
-        if done % every and done != self.plan.iterations:
-            return
-        params, state = self.cluster.state()
-        has_buffers = any(True for _ in self.plan.model.buffers())
-        self.on_checkpoint(
-            PSCheckpoint(
-                iteration=done,
-                params=tuple(params),
-                state=tuple(tuple(slot) for slot in state),
-                optimizer=self.plan.optimizer,
-                buffers=self.cluster.buffers() if has_buffers else {},
-                seed=self.plan.job.seed,
-                workers=self.plan.job.workers,
-                model=label_of(self.plan.job.model),
-            )
-        )
-        self.saved += 1
-
-
-def _iterate(
-    plan: RunPlan,
-    cluster: PSCluster,
-    controller: Controller | None,
-    progress: Callable[[int], None] | None,
-    saver: _Checkpointer,
-) -> list[IterationTelemetry]:
-    n = plan.iterations
-    out: list[IterationTelemetry] = []
-    boundary_s = 0.0
-    for iteration in range(plan.start_iteration, n):
-        started = time.perf_counter()
-        for sid in list(cluster.servers):
-            cluster.set_spec(sid, plan.scenario.spec(sid, iteration, n))
-        boundary_s += time.perf_counter() - started
-        step = cluster.step(iteration)
-        out.append(dataclasses.replace(step, boundary_s=boundary_s))
-        started = time.perf_counter()
-        if controller is not None:
-            controller(cluster, step)
-        boundary_s = time.perf_counter() - started
-        saver.after(iteration)
-        if progress is not None:
-            progress(1)
-    return out
 
 
 def _state_dict(

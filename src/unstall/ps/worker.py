@@ -12,6 +12,7 @@ it keeps the batches it trained on, which the driver fetches at the end.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -117,9 +118,17 @@ class PSWorker:
             self.replica.set_buffers(buffers)
         self.recorded = [] if job.record_batches else None
 
-    def batches(self) -> list[Batch]:
-        """The batches trained on so far, one an iteration (kept with ``record_batches``)."""
-        return self.recorded or []
+    def batches(self, clear: bool = False) -> list[Batch]:
+        """The batches trained on so far (since the last ``clear``), one an iteration (kept
+        with ``record_batches``); ``clear`` hands them over and forgets them."""
+        out = self.recorded or []
+        if clear and self.recorded is not None:
+            self.recorded = []
+        return out
+
+    def pid(self) -> int:
+        """This worker's process id (what a test kills)."""
+        return os.getpid()
 
     def buffers(self) -> dict[str, torch.Tensor]:
         """The model's buffers (e.g. BatchNorm's running statistics) as this worker has them."""

@@ -90,6 +90,7 @@ class PSRequest:
     checkpoint: str | None = None
     checkpoint_every: int | None = None
     save: str | None = None
+    max_recoveries: int = 0
     piece_mb: float = DEFAULT_PIECE_MB
     step_threads: int = 1
 
@@ -127,6 +128,7 @@ class ResolvedRun:
             "check_reference": r.check_reference,
             "resume": self.resume,
             "checkpoint_every": r.checkpoint_every,
+            "max_recoveries": r.max_recoveries,
             "address": r.address,
             "runtime_env": self.runtime_env,
             "timeout_s": r.timeout_s,

@@ -1,0 +1,275 @@
+"""Carrying a run out on Ray, and carrying it on when an actor dies.
+
+A run goes in segments: a segment starts a :class:`~unstall.ps.coordinator.PSCluster` from a
+:class:`RunState` (the parameters and optimizer state, the placement, the servers, the batches
+recorded so far) and runs iterations until the end or until a worker or server process dies.
+With recovery on (``max_recoveries`` > 0), the state is snapshotted after every iteration (the
+servers' state gathered to the driver: a transfer of everything they own), so a run that loses
+an actor starts a new segment from the last snapshot with fresh actors and re-runs only the
+interrupted iteration; the step being exact on any placement, the result is the one an
+unstopped run gives. Without recovery a dead actor ends the run with one line naming it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from unstall.ps.checkpoint import PSCheckpoint
+from unstall.ps.coordinator import IterationTelemetry, PSCluster
+from unstall.ps.data import Batch
+from unstall.ps.elastic import Controller
+from unstall.ps.errors import PSActorDiedError
+from unstall.ps.named import label_of
+from unstall.ps.optim import ServerOptimizer
+from unstall.ps.replica import TrainingJob
+from unstall.ps.runtime import ActorPool
+from unstall.ps.scenarios import Scenario
+
+
+@dataclass(frozen=True, kw_only=True)
+class Recovery:
+    """A lost actor that the run survived: the iteration it interrupted, the error, the
+    iteration the run started again from, and the seconds from the failure to going on."""
+
+    iteration: int
+    failure: str
+    restarted_at: int
+    seconds: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class Segment:
+    """What the segments of a run need besides the state: the job, its optimizer and
+    scenario, the run's length, and how to exchange and checkpoint."""
+
+    job: TrainingJob
+    optimizer: ServerOptimizer
+    scenario: Scenario
+    first_iteration: int
+    iterations: int
+    chunks: Sequence[Any]
+    timeout_s: float
+    piece_bytes: int
+    step_threads: int
+    has_buffers: bool
+    check_reference: bool
+    checkpoint_every: int | None
+    max_recoveries: int
+
+
+@dataclass(kw_only=True)
+class RunState:
+    """Where a run stands, in the driver: the start of the next segment."""
+
+    iteration: int
+    params: Sequence[np.ndarray]
+    slots: Sequence[Sequence[np.ndarray]] | None
+    buffers: dict[str, Any]
+    owner: dict[int, int]
+    servers: tuple[int, ...]
+    batches: list[list[Batch]]
+    telemetry: list[IterationTelemetry] = field(default_factory=list)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Finished:
+    """A run's last segment, gathered: parameters, ownership, batches, buffers, nodes."""
+
+    params: list[np.ndarray]
+    owned: dict[int, int]
+    batches: list[list[Batch]]
+    buffers: dict[str, Any]
+    nodes: dict[str, str]
+    telemetry: list[IterationTelemetry]
+    checkpoints: int
+    recoveries: tuple[Recovery, ...]
+
+
+def run_segments(
+    seg: Segment,
+    state: RunState,
+    pool: ActorPool,
+    controller: Controller | None,
+    progress: Callable[[int], None] | None,
+    on_checkpoint: Callable[[PSCheckpoint], None] | None,
+) -> Finished:
+    """Run from ``state`` to the end, starting again from the last snapshot after a dead
+    actor, at most ``seg.max_recoveries`` times."""
+    recoveries: list[Recovery] = []
+    saved = 0
+    nodes: dict[str, str] = {}
+    while True:
+        cluster = _start(seg, state, pool)
+        snapshots = _Snapshots(seg, cluster, state, on_checkpoint)
+        try:
+            _iterate(seg, cluster, state, controller, progress, snapshots)
+            finished = _gather(seg, cluster, state)
+        except PSActorDiedError as exc:
+            failed_at, lost = time.perf_counter(), cluster.iteration
+            cluster.close(failed=True)
+            saved += snapshots.saved
+            nodes.update(cluster.nodes)
+            if len(recoveries) >= seg.max_recoveries:
+                raise
+            del state.telemetry[state.iteration - seg.first_iteration :]
+            recoveries.append(
+                Recovery(
+                    iteration=lost,
+                    failure=str(exc),
+                    restarted_at=state.iteration,
+                    seconds=time.perf_counter() - failed_at,
+                )
+            )
+            continue
+        except BaseException:
+            cluster.close(failed=True)
+            raise
+        cluster.close()
+        nodes.update(cluster.nodes)
+        return Finished(
+            **finished,
+            nodes=nodes,
+            telemetry=state.telemetry,
+            checkpoints=saved + snapshots.saved,
+            recoveries=tuple(recoveries),
+        )
+
+
+def _start(seg: Segment, state: RunState, pool: ActorPool) -> PSCluster:
+    """A cluster at ``state``: workers set up to go on at its iteration, its servers (with
+    their ids) holding its chunks."""
+    cluster = PSCluster(
+        seg.job,
+        seg.optimizer,
+        pool,
+        timeout_s=seg.timeout_s,
+        piece_bytes=seg.piece_bytes,
+        step_threads=seg.step_threads,
+        start_iteration=state.iteration,
+        buffers=state.buffers,
+    )
+    try:
+        specs = [seg.scenario.spec(s, state.iteration, seg.iterations) for s in state.servers]
+        cluster.start(seg.chunks, state.owner, specs, state.params, state.slots, state.servers)
+    except BaseException:
+        cluster.close(failed=True)
+        raise
+    return cluster
+
+
+def _iterate(
+    seg: Segment,
+    cluster: PSCluster,
+    state: RunState,
+    controller: Controller | None,
+    progress: Callable[[int], None] | None,
+    snapshots: _Snapshots,
+) -> None:
+    n = seg.iterations
+    boundary_s = 0.0
+    for iteration in range(state.iteration, n):
+        started = time.perf_counter()
+        for sid in list(cluster.servers):
+            cluster.set_spec(sid, seg.scenario.spec(sid, iteration, n))
+        boundary_s += time.perf_counter() - started
+        step = cluster.step(iteration)
+        state.telemetry.append(
+            IterationTelemetry(
+                iteration=step.iteration,
+                iter_s=step.iter_s,
+                loss=step.loss,
+                workers=step.workers,
+                servers=step.servers,
+                boundary_s=boundary_s,
+            )
+        )
+        started = time.perf_counter()
+        if controller is not None:
+            controller(cluster, step)
+        boundary_s = time.perf_counter() - started
+        snapshots.after(iteration)
+        if progress is not None:
+            progress(1)
+
+
+def _gather(seg: Segment, cluster: PSCluster, state: RunState) -> dict[str, Any]:
+    batches = state.batches
+    if seg.check_reference:
+        batches = _joined(batches, cluster.batches())
+    return {
+        "params": cluster.params(),
+        "owned": cluster.owned_bytes(),
+        "batches": batches,
+        "buffers": cluster.buffers() if seg.has_buffers else {},
+    }
+
+
+def _joined(before: list[list[Batch]], after: list[list[Batch]]) -> list[list[Batch]]:
+    """Each rank's batches recorded before a snapshot, then after it."""
+    if not before:
+        return after
+    return [b + a for b, a in zip(before, after, strict=True)]
+
+
+class _Snapshots:
+    """After every iteration: the caller's checkpoint when one is due (every
+    ``checkpoint_every`` iterations and after the last), and with recovery on the state a
+    restart goes on from."""
+
+    def __init__(
+        self,
+        seg: Segment,
+        cluster: PSCluster,
+        state: RunState,
+        on_checkpoint: Callable[[PSCheckpoint], None] | None,
+    ) -> None:
+        self.seg, self.cluster, self.state = seg, cluster, state
+        self.on_checkpoint = on_checkpoint
+        self.saved = 0
+
+    def after(self, iteration: int) -> None:
+        done = iteration + 1
+        every = self.seg.checkpoint_every
+        due = (
+            every is not None
+            and self.on_checkpoint is not None
+            and (done % every == 0 or done == self.seg.iterations)
+        )
+        keep = self.seg.max_recoveries > 0 and done < self.seg.iterations
+        if not (due or keep):
+            return
+        checkpoint = self._checkpoint(done)
+        if due and self.on_checkpoint is not None:
+            self.on_checkpoint(checkpoint)
+            self.saved += 1
+        if keep:
+            self._keep(checkpoint)
+
+    def _checkpoint(self, done: int) -> PSCheckpoint:
+        params, slots = self.cluster.state()
+        return PSCheckpoint(
+            iteration=done,
+            params=tuple(params),
+            state=tuple(tuple(slot) for slot in slots),
+            optimizer=self.seg.optimizer,
+            buffers=self.cluster.buffers() if self.seg.has_buffers else {},
+            seed=self.seg.job.seed,
+            workers=self.seg.job.workers,
+            model=label_of(self.seg.job.model),
+        )
+
+    def _keep(self, checkpoint: PSCheckpoint) -> None:
+        """Make ``checkpoint`` (and the cluster's placement) the state a restart starts from."""
+        state = self.state
+        if self.seg.check_reference:  # the workers' batches so far, which a dead one would lose
+            state.batches = _joined(state.batches, self.cluster.batches(clear=True))
+        state.iteration = checkpoint.iteration
+        state.params, state.slots = checkpoint.params, checkpoint.state
+        state.buffers = dict(checkpoint.buffers)
+        state.owner = dict(self.cluster.owner)
+        state.servers = tuple(sorted(self.cluster.servers))
