@@ -99,7 +99,10 @@ def load_table_file(path: str | Path) -> dict[str, Any]:
     p = Path(path)
     if not p.is_file():
         raise DataFileError(str(p), "no such file")
-    text = p.read_text(encoding="utf-8")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise DataFileError(str(p), f"not UTF-8 text (a binary file?): {exc.reason}") from exc
     try:
         if p.suffix.lower() == ".toml":
             return tomllib.loads(text)

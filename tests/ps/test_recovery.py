@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,6 +17,7 @@ import ray
 
 from ps_helpers import tiny_run
 from unstall import ps
+from unstall.ps.coordinator import FAILURE_WAIT_S
 from unstall.ps.runtime import ActorPool
 from unstall.ps.scenarios import Scenario
 
@@ -95,3 +97,29 @@ def test_without_recovery_a_killed_server_ends_the_run_naming_it(
 ) -> None:
     with pytest.raises(ps.PSActorDiedError, match=f"server 1 died during iteration {KILL_AFTER}"):
         tiny_run(fast_scenario, pool=pool, iterations=5, progress=killer(pool, "server"))
+
+
+def test_a_stopped_server_ends_the_run_after_the_timeout_not_twice_it(
+    pool: RecordingPool, fast_scenario: Scenario
+) -> None:
+    first_server = len(pool.handed_out)
+    stopped: dict[str, float] = {}
+
+    def stop_server_1(n: int) -> None:
+        if not stopped:
+            pid = ray.get(pool.handed_out[first_server + 1].pid.remote())
+            os.kill(pid, signal.SIGSTOP)  # hung, not dead: only the timeout can tell
+            stopped["at"] = time.monotonic()
+
+    timeout_s = 3.0
+    with pytest.raises(
+        ps.PSTimeoutError, match=r"no reply in 3 s from .*; not answering a ping: server 1$"
+    ):
+        tiny_run(
+            fast_scenario, pool=pool, iterations=4, timeout_s=timeout_s, progress=stop_server_1
+        )
+    waited = time.monotonic() - stopped["at"]
+    # The timeout, and the short wait for the other actors' answers (FAILURE_WAIT_S, twice).
+    assert timeout_s <= waited < timeout_s + 4 * FAILURE_WAIT_S + 2, waited
+    # The stopped server was killed, not given back to the pool: the next run is healthy.
+    assert tiny_run(fast_scenario, pool=pool, iterations=2).iterations == 2

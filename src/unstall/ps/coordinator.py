@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import ray
 import torch
-from ray.exceptions import ActorDiedError, GetTimeoutError, RayActorError, RayTaskError
+from ray.exceptions import ActorDiedError, RayActorError, RayTaskError
 
 from unstall.errors import UnstallError
 from unstall.ps.chunks import Chunk, plan_pieces
@@ -34,7 +34,7 @@ from unstall.ps.errors import PSActorDiedError, PSTimeoutError
 from unstall.ps.links import ServerSpec
 from unstall.ps.optim import ServerOptimizer
 from unstall.ps.replica import TrainingJob
-from unstall.ps.runtime import PING_TIMEOUT_S, ActorPool, first_line, root_cause
+from unstall.ps.runtime import ActorPool, first_line, root_cause
 from unstall.ps.server import ServerIteration
 from unstall.ps.worker import WorkerIteration
 from unstall.usercode import UserCodeError
@@ -48,6 +48,9 @@ from unstall.usercode import UserCodeError
 # as each adds a call's fixed overhead, milliseconds here). Across a real network, whose
 # transfers outlast the step, smaller pieces (``fit(piece_mb=...)``) overlap the two.
 DEFAULT_PIECE_BYTES = 256_000_000
+# How long a failed run waits for its actors' answers (pings, aborts) before it reports: a
+# live actor answers in milliseconds, and a run that timed out has made its user wait already.
+FAILURE_WAIT_S = 2.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -305,12 +308,17 @@ class PSCluster:
         abort what the servers still wait for (a dead worker's push), which releases the
         workers waiting on them, and collect the calls the failed wait left behind."""
         if failed:
-            aborts = [s.abort.remote() for s in self.servers.values()]
-            leftover = aborts + self._abandoned
-            ready, _ = ray.wait(leftover, num_returns=len(leftover), timeout=PING_TIMEOUT_S)
+            aborts = {sid: s.abort.remote() for sid, s in self.servers.items()}
+            leftover = [*aborts.values(), *self._abandoned]
+            ready, _ = ray.wait(leftover, num_returns=len(leftover), timeout=FAILURE_WAIT_S)
             for ref in ready:
                 with contextlib.suppress(Exception):  # their errors are the failure's echoes
                     ray.get(ref)
+            answered = set(ready)
+            for sid in [sid for sid, ref in aborts.items() if ref not in answered]:
+                # Hung (stopped, or stuck in user code): killing it fails the calls that
+                # workers still wait on, so nothing waits on it into the next run.
+                ray.kill(self.servers.pop(sid))
         for server in self.servers.values():
             self.pool.give_back_server(server)
         self.servers = {}
@@ -328,10 +336,11 @@ class PSCluster:
             ready, _ = ray.wait(list(pending), num_returns=1, timeout=max(0.0, left))
             if not ready:
                 self._abandoned += list(pending)
-                self._raise_dead(f"timed out after {self.timeout_s:g} s")
+                silent = self._raise_dead(f"timed out after {self.timeout_s:g} s")
                 waiting = ", ".join(sorted(pending.values()))
+                hung = f"; not answering a ping: {', '.join(silent)}" if silent else ""
                 raise PSTimeoutError(
-                    f"{self._when()}: no reply in {self.timeout_s:g} s from {waiting}"
+                    f"{self._when()}: no reply in {self.timeout_s:g} s from {waiting}{hung}"
                 )
             for ref in ready:
                 label = pending.pop(ref)
@@ -368,19 +377,25 @@ class PSCluster:
             )
         raise UnstallError(f"{label} failed in {self._when()}: {first_line(exc)}{hint}") from exc
 
-    def _raise_dead(self, cause: str) -> None:
-        """Ping every actor; raise :class:`PSActorDiedError` naming those that do not answer."""
+    def _raise_dead(self, cause: str) -> list[str]:
+        """Ping every actor; raise :class:`PSActorDiedError` naming the dead ones; return those
+        that did not answer in time (busy, or hung)."""
         pings = {label: actor.ping.remote() for label, actor in self._labels.items()}
-        dead = []
+        # One wait for all, kept short: a run's --timeout is what the user waits, not pings.
+        ready, _ = ray.wait(list(pings.values()), num_returns=len(pings), timeout=FAILURE_WAIT_S)
+        answered = set(ready)
+        dead, silent = [], []
         for label, ref in pings.items():
+            if ref not in answered:
+                silent.append(label)  # alive but busy, or hung: not known to be dead
+                continue
             try:
-                ray.get(ref, timeout=PING_TIMEOUT_S)
+                ray.get(ref)
             except RayActorError:
                 dead.append(label)
-            except GetTimeoutError:
-                continue  # alive but busy
         if dead:
             raise PSActorDiedError(f"{' and '.join(dead)} died during {self._when()} ({cause})")
+        return silent
 
 
 @contextlib.contextmanager

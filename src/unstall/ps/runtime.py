@@ -11,6 +11,7 @@ import ipaddress
 import logging
 import os
 import re
+import socket
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -77,6 +78,7 @@ def ensure_ray(
     address = address or os.environ.get("RAY_ADDRESS") or None
     common: dict[str, Any] = {"log_to_driver": False, "configure_logging": False}
     if address:
+        check_reachable(address)
         if not is_loopback(address):
             from ray._private import ray_constants
 
@@ -86,7 +88,7 @@ def ensure_ray(
             ray_constants.ENABLE_RAY_CLUSTER = True
         try:
             ray.init(address=address, runtime_env=dict(runtime_env or {}) or None, **common)
-        except (ConnectionError, RuntimeError) as exc:
+        except (ConnectionError, RuntimeError, ValueError) as exc:
             raise UnstallError(
                 f"cannot connect to the Ray cluster at {address}: {first_line(exc)} "
                 "(a cluster started with `ray start` wants RAY_AUTH_MODE=token and its token)"
@@ -104,6 +106,38 @@ def ensure_ray(
             **common,
         )
     return True
+
+
+def split_address(address: str) -> tuple[str, int] | None:
+    """``(host, port)`` of a Ray address ``HOST:PORT`` or ``ray://HOST:PORT`` (IPv6 in
+    brackets); None for Ray's words ``auto`` and ``local``. A malformed address raises
+    :class:`~unstall.errors.UnstallError` saying what is expected."""
+    if address in ("auto", "local"):
+        return None
+    rest = address.split("://", 1)[-1]
+    host, sep, port = rest.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise UnstallError(
+            f"--address {address!r}: want HOST:PORT (as `ray start --head` prints it) or "
+            "ray://HOST:PORT"
+        )
+    return host, int(port)
+
+
+def check_reachable(address: str, timeout_s: float = 5.0) -> None:
+    """Fail in seconds, not minutes of Ray's retries, when nothing listens at ``address``."""
+    parts = split_address(address)
+    if parts is None:
+        return
+    try:
+        with socket.create_connection(parts, timeout=timeout_s):
+            pass
+    except OSError as exc:
+        raise UnstallError(
+            f"cannot reach the Ray cluster at {address}: {exc.strerror or exc} (is it up? "
+            "`ray status --address ADDRESS` tells)"
+        ) from exc
 
 
 def first_line(exc: BaseException) -> str:

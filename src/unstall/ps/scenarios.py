@@ -102,6 +102,10 @@ class Scenario:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "model_options", MappingProxyType(dict(self.model_options)))
+        for name in ("servers", "spares"):
+            value = getattr(self, name)
+            whole = isinstance(value, int) and not isinstance(value, bool)
+            check(whole, self, name, f"must be a whole number, got {value!r}")
         check(self.servers >= 1, self, "servers", f"must be >= 1, got {self.servers}")
         check(self.spares >= 0, self, "spares", f"must be >= 0, got {self.spares}")
         starts = [p.start for p in self.phases]
@@ -353,6 +357,9 @@ def _list(data: Mapping[str, Any], key: str, source: str, where: str) -> Sequenc
 
 def scenario_from_mapping(data: Mapping[str, Any], source: str) -> Scenario:
     """A scenario from the structure of a TOML/JSON file (see the module docstring)."""
+    if not data:
+        # An empty file would otherwise run the defaults without a word.
+        raise DataFileError(source, "empty: a scenario sets at least `servers`, `base` or `phases`")
     fields = dict(data)
     base = _build(SpecTable, data.get("base", {}), source, "base")
     fields["base"] = base.spec()
