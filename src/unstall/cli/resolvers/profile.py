@@ -1,11 +1,14 @@
 """The profiler's resolver: command-line text to the objects :func:`unstall.profile.measure_stalls`
 takes.
 
-- a model: a zoo name (``resnet18``), a sweep variant (``resnet:depth=34``) or user code
-  (``FILE.py:FUNC``, ``package.module:FUNC``: a function returning an ``nn.Module``);
-- data: ``synthetic`` (a zoo model's random batches), a folder of the profiler's PNG files
-  (``unstall profile data DIR``), or user code (``FILE.py:FUNC``: ``(rank, world_size) ->
-  iterable of (inputs, targets)``);
+- a model: any model name the simulator knows (a zoo name such as ``resnet18``, or one of the
+  applications of Pollux's traces such as ``bert``, built as the zoo model that stands for it),
+  a sweep variant (``resnet:depth=34``) or user code (``FILE.py:FUNC``, ``package.module:FUNC``:
+  a function returning an ``nn.Module``);
+- data: ``synthetic`` (a zoo model's random batches), an image folder (class folders
+  ``DIR/CLASS/*.{png,jpg,jpeg}``, or the flat files of ``unstall profile data DIR``) read through
+  a DataLoader, or user code (``FILE.py:FUNC``: ``(rank, world_size) -> iterable of (inputs,
+  targets)``);
 - a loss: a name of :data:`LOSSES` or user code (``loss(outputs, targets) -> scalar tensor``);
 - the emulated link: ``GBPS[,LATENCY_MS]`` (Gbit/s per direction, milliseconds per bucket);
 - a sweep of zoo variants for the comm-stall model: the function that profiles each one.
@@ -15,6 +18,7 @@ Every error is one line naming the option (``profile.model``, ``profile.data``, 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -33,12 +37,13 @@ from unstall.profile import (
     SweepPoint,
     SyntheticData,
     UserData,
-    list_dataset,
     measure_sweep_point,
 )
 from unstall.profile import resolve_device as choose_device
+from unstall.profile.images import read_dataset
 from unstall.usercode import is_reference, load_callable
 from unstall.workload import zoo
+from unstall.workload.job_specs import APPLICATION_MODELS
 
 OWNER = "profile"
 LOSSES: dict[str, Callable[[], nn.Module]] = {
@@ -77,6 +82,11 @@ class ResolvedModel:
     input_kind: str | None = None
 
 
+def profilable_models() -> list[str]:
+    """Every model name ``--model`` takes: the zoo's and the simulator's application names."""
+    return sorted({*zoo.names(), *APPLICATION_MODELS})
+
+
 def parse_variant(text: str) -> tuple[str, dict[str, object]]:
     """``"NAME[:key=value,...]"`` (integer or float values) to a zoo name and its options."""
     name, _, rest = text.partition(":")
@@ -91,8 +101,14 @@ def parse_variant(text: str) -> tuple[str, dict[str, object]]:
             )
         except ValueError as exc:
             raise ConfigError("variant", text, f"option {key!r} is not a number") from exc
-    zoo.resolve_options(name.strip(), options)  # unknown model or option: a clear error now
-    return name.strip(), options
+    name = name.strip()
+    if name not in zoo.MODEL_REGISTRY:
+        known = ", ".join(profilable_models())
+        raise ConfigError(
+            OWNER, "model", f"unknown model {name!r}; known: {known}, or FILE.py:FUNC"
+        )
+    zoo.resolve_options(name, options)  # unknown option: a clear error now
+    return name, options
 
 
 def zoo_model(
@@ -121,6 +137,10 @@ def resolve_model(text: str, *, image_size: int = 32) -> ResolvedModel:
     """``--model``: a zoo name, a sweep variant ``NAME:key=value,...``, or user code."""
     if is_reference(text) and not _is_variant(text):
         return ResolvedModel(build=load_callable(text, what="model function"), name=text)
+    if text in APPLICATION_MODELS:  # the simulator's name for it labels the profile
+        zoo_name, options = APPLICATION_MODELS[text]
+        found = zoo_model(zoo_name, image_size=image_size, options=options)
+        return dataclasses.replace(found, name=text)
     name, options = parse_variant(text)
     return zoo_model(name, image_size=image_size, options=options)
 
@@ -143,9 +163,19 @@ def synthetic_data(model: ResolvedModel, *, batch: int) -> SyntheticData:
     return SyntheticData(make)
 
 
-def resolve_data(text: str | None, model: ResolvedModel, *, batch: int = 8) -> DataSource:
-    """``--data``: ``synthetic`` (the default), a PNG folder, or a user data function."""
+def resolve_data(
+    text: str | None,
+    model: ResolvedModel,
+    *,
+    batch: int = 8,
+    workers: int = 0,
+    image_size: int | None = None,
+) -> DataSource:
+    """``--data``: ``synthetic`` (the default), an image folder read by a DataLoader with
+    ``workers`` worker processes (images resized to the model's ``image_size``, or to
+    ``image_size`` for a model of your own), or a user data function."""
     check(batch >= 1, OWNER, "batch", f"must be >= 1, got {batch}")
+    check(workers >= 0, OWNER, "data_workers", f"must be >= 0, got {workers}")
     if text is None or text == SYNTHETIC:
         return synthetic_data(model, batch=batch)
     if is_reference(text):
@@ -156,9 +186,16 @@ def resolve_data(text: str | None, model: ResolvedModel, *, batch: int = 8) -> D
             "data",
             f"the image files of {text} feed images; {model.name} takes {model.input_kind}",
         )
-    paths = tuple(list_dataset(Path(text)))
     memory = synthetic_data(model, batch=batch) if model.zoo_name is not None else None
-    return ImageFileData(paths, batch, memory=memory, label=text)
+    size = model.options.get("image_size", image_size)
+    return ImageFileData(
+        read_dataset(Path(text)),
+        batch,
+        memory=memory,
+        label=text,
+        workers=workers,
+        image_size=size if isinstance(size, int) else None,
+    )
 
 
 def resolve_loss(text: str | None) -> Any:
