@@ -28,7 +28,8 @@ def test_bad_input_is_one_clear_error(tmp_path: Path) -> None:
         (["--model", "resnet18", "--data", str(tmp_path / "none")], "no such directory"),
         (["--model", "mlp", "--loss", "l1"], "unknown loss 'l1'"),
         (["--model", f"{tmp_path / 'none.py'}:model"], "model function file"),
-        (["--model", "mlp", "--profile-device", "cpu"], "profile_device"),
+        (["--model", "mlp", "--profile-device", "k80"], "a CPU run is labelled cpu"),
+        (["--model", "gpt5"], "known: alexnet, bert, cifar10"),
     ]
     for args, message in cases:
         result = runner.invoke(app, ["profile", "run", *args])

@@ -492,8 +492,9 @@ def _spawn(
     while True:
         done = context.join(timeout=POLL_S)
         runs = progress.read_text(encoding="utf-8").split() if progress.exists() else []
-        for run in runs[seen:] if on_run is not None else []:
-            on_run(run)
+        for run in runs[seen:]:
+            if on_run is not None:
+                on_run(run)
         seen = len(runs)
         if done:
             return
