@@ -95,5 +95,5 @@ def test_missing_or_empty_directory_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(DataFileError, match=r"no images: want class folders"):
         images.list_dataset(tmp_path)
     (tmp_path / "7.png").write_bytes(b"")
-    with pytest.raises(DataFileError, match="name must be NNNNNN_LABEL.png"):
+    with pytest.raises(DataFileError, match=r"name must be NNNNNN_LABEL\.png"):
         images.read_dataset(tmp_path)
