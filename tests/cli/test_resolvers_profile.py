@@ -166,3 +166,14 @@ def test_class_folder_data_for_a_model_of_ones_own(tmp_path: Path, user_file: Pa
     assert "DataLoader by 3 workers" in data.describe()
     resnet = resolve_data(str(tmp_path / "set"), resolve_model("resnet18", image_size=64))
     assert isinstance(resnet, ImageFileData) and resnet.image_size == 64
+
+
+def test_a_sweep_of_ones_own_models_needs_and_takes_ones_own_data(user_file: Path) -> None:
+    from unstall.cli.resolvers.profile import sweep_measure
+    from unstall.profile import ProfileConfig
+
+    variants = [f"{user_file}:model", "mlp:depth=2"]
+    with pytest.raises(ConfigError, match="synthetic batches need a zoo model"):
+        sweep_measure(variants, ProfileConfig())
+    measure = sweep_measure(variants, ProfileConfig(), data=f"{user_file}:data", loss="mse")
+    assert callable(measure)  # every variant resolved; nothing profiled yet

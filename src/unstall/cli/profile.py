@@ -382,6 +382,18 @@ def fit(
             help="JSON of measured points: reused, and each new point appended (resumable).",
         ),
     ] = None,
+    data: Annotated[
+        str | None,
+        typer.Option(
+            "--data",
+            help="What every variant trains on, as profile run takes it (default: each zoo"
+            " variant's synthetic batches); needed for variants of your own (FILE.py:FUNC).",
+        ),
+    ] = None,
+    loss: Annotated[
+        str | None,
+        typer.Option("--loss", help="cross_entropy (the default), mse, or FILE.py:FUNC."),
+    ] = None,
     batch: BatchOpt = 8,
     image_size: ImageOpt = 32,
     iterations: ItersOpt = 4,
@@ -392,7 +404,8 @@ def fit(
 ) -> None:
     """Fit the communication stall over depth sweeps with every candidate model (DDP buckets,
     DDP buckets without overlap, the plain regression on layers, tensors and bytes), pick the
-    one with the lowest cross-validated error, and predict a held-out model with it."""
+    one with the lowest cross-validated error, and predict a held-out model with it. Variants
+    may be model functions of your own (--variant FILE.py:FUNC, with --data and --loss)."""
     from unstall.cli.resolvers.profile import DEFAULT_SWEEP, resolve_model, resolve_network
     from unstall.config import check
     from unstall.profile import CV_GROUPS, STALL_KINDS, ProfileConfig, fit_comm_stall
@@ -404,8 +417,9 @@ def fit(
     base = ProfileConfig(
         workers=workers, network=link, iterations=iterations, warmup=warmup, repeats=repeats
     )
+    user = {"data": data, "loss": loss}
     measured = _measure_points(
-        [*sweep, held_out], base, points_path, quiet, batch=batch, image_size=image_size
+        [*sweep, held_out], base, points_path, quiet, batch=batch, image_size=image_size, **user
     )
     result = fit_comm_stall(
         [measured[v] for v in sweep],
@@ -418,7 +432,7 @@ def fit(
     print_fit(result)
     # The base every variant is profiled with (each variant replaces the model).
     saved_base = saved_config(
-        resolve_model("mlp"), base, batch=batch, image_size=image_size, data=None
+        resolve_model("mlp"), base, batch=batch, image_size=image_size, data=data, loss=loss
     )
     config = {"sweep": sweep, "held_out": held_out, "cv": cv, "base": saved_base}
     save_json(json_path, result, config)
@@ -432,6 +446,8 @@ def _measure_points(
     *,
     batch: int,
     image_size: int,
+    data: str | None = None,
+    loss: str | None = None,
 ) -> dict[str, SweepPoint]:
     """Each variant's point: read from ``points_path`` when there, else profiled (zoo variants
     on their synthetic batches) and the file rewritten at once."""
@@ -440,7 +456,7 @@ def _measure_points(
 
     known = load_points(points_path) if points_path is not None else {}
     missing = [v for v in dict.fromkeys(variants) if v not in known]
-    measure = sweep_measure(missing, base, batch=batch, image_size=image_size)
+    measure = sweep_measure(missing, base, batch=batch, image_size=image_size, data=data, loss=loss)
 
     with progress_bar("profiling variants", len(missing), quiet) as advance:
 

@@ -230,18 +230,37 @@ def resolve_network(text: str | None) -> Link | None:
 
 
 def sweep_measure(
-    variants: Sequence[str], config: ProfileConfig, *, batch: int = 8, image_size: int = 32
+    variants: Sequence[str],
+    config: ProfileConfig,
+    *,
+    batch: int = 8,
+    image_size: int = 32,
+    data: str | None = None,
+    loss: str | None = None,
+    data_workers: int = 0,
 ) -> Callable[[str], SweepPoint]:
-    """Sweep variants (``NAME[:key=value,...]``, zoo models) to the function that profiles one
-    of them, on its synthetic batches, as :func:`unstall.profile.measure_points` wants. Every
-    variant is resolved now, so that a typo fails before the first minutes-long profile."""
+    """Sweep variants (``NAME[:key=value,...]`` zoo models, or model functions of your own:
+    ``FILE.py:FUNC``) to the function that profiles each one of them, as
+    :func:`unstall.profile.measure_points` wants: on ``data`` (``--data`` as ``profile run``
+    takes it, the same for every variant; default each zoo variant's synthetic batches) with
+    ``loss``. Every variant is resolved now, so that a typo fails before the first minutes-long
+    profile."""
     models = {v: resolve_model(v, image_size=image_size) for v in dict.fromkeys(variants)}
-    sources = {v: resolve_data(None, model, batch=batch) for v, model in models.items()}
+    sources = {
+        v: resolve_data(data, model, batch=batch, workers=data_workers, image_size=image_size)
+        for v, model in models.items()
+    }
+    loss_fn = resolve_loss(loss)
 
     def measure(variant: str) -> SweepPoint:
         model = models[variant]
         return measure_sweep_point(
-            variant, model.build, sources[variant], config=config, model_options=model.options
+            variant,
+            model.build,
+            sources[variant],
+            config=config,
+            loss=loss_fn,
+            model_options=model.options,
         )
 
     return measure
