@@ -6,6 +6,11 @@ is limited by one direction of each link. The achieved efficiencies are typical 
 that data-parallel training reaches (our assumption, stated per device), used only to turn a
 model's FLOPs into a compute-time estimate when no measured time is available.
 
+A CPU is no preset (CPUs differ too much for one to stand for them): a profile measured on one
+is labelled :data:`CPU_DEVICE` and carries the CPU's measured rate, which
+:func:`cpu_to_gpu_factor` compares with a GPU's; :func:`preset_for_gpu` maps the name CUDA
+gives a GPU to its preset.
+
 The registries are plain dicts keyed by lower-case name; look names up with :func:`device`,
 :func:`interconnect` and :func:`nic`, which raise :class:`ConfigError` naming the known keys.
 """
