@@ -177,3 +177,14 @@ def test_a_sweep_of_ones_own_models_needs_and_takes_ones_own_data(user_file: Pat
         sweep_measure(variants, ProfileConfig())
     measure = sweep_measure(variants, ProfileConfig(), data=f"{user_file}:data", loss="mse")
     assert callable(measure)  # every variant resolved; nothing profiled yet
+
+
+def test_a_zoo_model_needs_an_output_for_every_class(tmp_path: Path) -> None:
+    from PIL import Image
+
+    for i in range(12):
+        (tmp_path / f"c{i:02d}").mkdir()
+        Image.new("RGB", (32, 32)).save(tmp_path / f"c{i:02d}" / "x.png")
+    with pytest.raises(ConfigError, match="has 12 classes and resnet18 10 outputs"):
+        resolve_data(str(tmp_path), resolve_model("resnet18:num_classes=10"))
+    assert isinstance(resolve_data(str(tmp_path), resolve_model("resnet18")), ImageFileData)

@@ -186,15 +186,33 @@ def resolve_data(
             "data",
             f"the image files of {text} feed images; {model.name} takes {model.input_kind}",
         )
-    memory = synthetic_data(model, batch=batch) if model.zoo_name is not None else None
+    images = read_dataset(Path(text))
+    memory = None
+    if model.zoo_name is not None:
+        memory = synthetic_data(model, batch=batch)
+        _check_classes(model, images.labels, text)
     size = model.options.get("image_size", image_size)
     return ImageFileData(
-        read_dataset(Path(text)),
+        images,
         batch,
         memory=memory,
         label=text,
         workers=workers,
         image_size=size if isinstance(size, int) else None,
+    )
+
+
+def _check_classes(model: ResolvedModel, labels: Sequence[int], where: str) -> None:
+    """A zoo model must have an output for every class of the data set."""
+    assert model.zoo_name is not None
+    wanted = max(labels) + 1
+    has = getattr(zoo.resolve_options(model.zoo_name, model.options), "num_classes", wanted)
+    check(
+        wanted <= has,
+        OWNER,
+        "data",
+        f"{where} has {wanted} classes and {model.name} {has} outputs: give --model"
+        f" {model.zoo_name}:num_classes={wanted}",
     )
 
 
