@@ -52,6 +52,8 @@ def test_every_rank_run_and_iteration_gets_slices_and_the_stalls_a_track() -> No
     assert by_pid[1].count("local iteration 0") == 1 and "local round 0" in by_pid[1]
     assert {"compute round 0", "local round 0", "compute iteration 1"} <= set(by_pid[0])
     assert by_pid[2] == ["compute", "interconnect stall"]  # a zero stall has no slice
+    first = by_pid[0][:3]  # all three start at once: the enclosing ones come first
+    assert first == ["compute round 0", "compute iteration 0", "forward"]
     stall = [e for e in complete if e["pid"] == 2]
     assert (stall[1]["ts"], stall[1]["dur"]) == (1e5, 5e4)  # laid out after compute
     names = {e["args"]["name"] for e in events if e["name"] == "process_name"}

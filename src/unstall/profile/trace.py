@@ -110,12 +110,14 @@ def chrome_trace(
     events: list[dict[str, Any]] = []
     for rank in ranks:
         events += _names(rank, f"rank {rank} {label}".rstrip(), THREAD_NAMES)
-    if any(s.run for s in spans):
-        events += _enclosing(spans, origin)
-    for span in spans:
-        events.append(
-            _slice(span.name, span.start_s - origin, span.end_s - origin, span.rank, span.thread)
-        )
+    slices = _enclosing(spans, origin) if any(s.run for s in spans) else []
+    slices += [
+        _slice(span.name, span.start_s - origin, span.end_s - origin, span.rank, span.thread)
+        for span in spans
+    ]
+    # Enclosing slices before the ones they hold, also where both start at once: viewers nest
+    # complete events in the order they meet them.
+    events += sorted(slices, key=lambda e: (e["pid"], e["tid"], e["ts"], -e["dur"]))
     if stalls:
         pid = max(ranks) + 1
         events += _names(pid, "stalls (one median iteration)", {LOOP_THREAD: "stalls"})
