@@ -166,6 +166,8 @@ def test_class_folder_data_for_a_model_of_ones_own(tmp_path: Path, user_file: Pa
     assert "DataLoader by 3 workers" in data.describe()
     resnet = resolve_data(str(tmp_path / "set"), resolve_model("resnet18", image_size=64))
     assert isinstance(resnet, ImageFileData) and resnet.image_size == 64
+    with pytest.raises(ConfigError, match=r"profile\.data_workers: DataLoader workers read"):
+        resolve_data(f"{user_file}:data", mine, workers=2)
 
 
 def test_a_sweep_of_ones_own_models_needs_and_takes_ones_own_data(user_file: Path) -> None:

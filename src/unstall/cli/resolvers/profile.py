@@ -176,6 +176,14 @@ def resolve_data(
     ``image_size`` for a model of your own), or a user data function."""
     check(batch >= 1, OWNER, "batch", f"must be >= 1, got {batch}")
     check(workers >= 0, OWNER, "data_workers", f"must be >= 0, got {workers}")
+    folder = not (text is None or text == SYNTHETIC or is_reference(text))
+    check(
+        workers == 0 or folder,
+        OWNER,
+        "data_workers",
+        "DataLoader workers read an image folder (--data DIR); synthetic batches need none, and"
+        " a data function of your own sets up its own loader",
+    )
     if text is None or text == SYNTHETIC:
         return synthetic_data(model, batch=batch)
     if is_reference(text):
