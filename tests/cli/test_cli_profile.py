@@ -28,7 +28,8 @@ def test_bad_input_is_one_clear_error(tmp_path: Path) -> None:
         (["--model", "resnet18", "--data", str(tmp_path / "none")], "no such directory"),
         (["--model", "mlp", "--loss", "l1"], "unknown loss 'l1'"),
         (["--model", f"{tmp_path / 'none.py'}:model"], "model function file"),
-        (["--model", "mlp", "--profile-device", "cpu"], "profile_device"),
+        (["--model", "mlp", "--profile-device", "k80"], "a CPU run is labelled cpu"),
+        (["--model", "gpt5"], "known: alexnet, bert, cifar10"),
     ]
     for args, message in cases:
         result = runner.invoke(app, ["profile", "run", *args])
@@ -177,3 +178,56 @@ def test_run_under_torchrun_joins_the_launched_workers(tmp_path: Path) -> None:
     report = json.loads(out.read_text())
     assert report["workers"] == 2 and report["backend"] == "gloo"
     assert report["emulated_delay_s"] > 0.03
+
+
+CLASS_MODEL = """
+from torch import nn
+
+
+def model():
+    return nn.Sequential(
+        nn.Conv2d(3, 4, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(4, 2)
+    )
+"""
+
+
+def test_a_class_folder_set_profiles_through_a_dataloader_and_the_cpu_profile_converts(
+    tmp_path: Path,
+) -> None:
+    from PIL import Image
+
+    for label in ("ant", "bee"):
+        (tmp_path / "set" / label).mkdir(parents=True)
+        for i in range(3):
+            Image.new("RGB", (40 + i, 36)).save(tmp_path / "set" / label / f"{i}.jpg")
+    code = tmp_path / "conv.py"
+    code.write_text(CLASS_MODEL, encoding="utf-8")
+    prof, trace = tmp_path / "p.json", tmp_path / "t.json"
+    args = ["profile", "run", "--model", f"{code}:model", "--data", str(tmp_path / "set")]
+    args += ["--data-workers", "1", "--workers", "1", "--iterations", "2", "--warmup", "1"]
+    args += ["--repeats", "1", "--batch", "2", "--name", "conv", "--quiet"]
+    args += ["--profile-out", str(prof), "--trace", str(trace)]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "profiling" not in result.output  # --quiet: no header
+    profile = JobProfile.from_json(prof)
+    assert (profile.model, profile.device, profile.local_batch) == ("conv", "cpu", 2)
+    assert profile.device_name and profile.device_tflops and profile.data_s is not None
+    assert profile.gradient_bytes == profile.parameter_bytes == 4 * (4 * 3 * 9 + 4 + 4 * 2 + 2)
+    events = json.loads(trace.read_text())["traceEvents"]
+    runs = {e["name"] for e in events if e["ph"] == "X" and " round " in e["name"]}
+    assert runs == {"compute round 0", "cold round 0", "warm round 0", "cached round 0"} | {
+        "local round 0"
+    }
+    refused = runner.invoke(app, ["sim", "run", "--policy", "fifo", "--job-profile", str(prof)])
+    assert refused.exit_code == 1 and refused.output.count("error:") == 1
+    assert "measured on a CPU" in refused.output and "unstall profile convert" in refused.output
+    out = tmp_path / "v100.json"
+    converted = runner.invoke(
+        app, ["profile", "convert", str(prof), "--gpu", "v100", "--out", str(out)]
+    )
+    assert converted.exit_code == 0, converted.output
+    factor = profile.device_tflops / 15.7
+    assert f"x {factor:.4g}" in converted.output
+    gpu = JobProfile.from_json(out)
+    assert gpu.device == "v100" and gpu.compute_s == pytest.approx(profile.compute_s * factor)

@@ -132,3 +132,61 @@ def test_device() -> None:
     assert resolve_device("cpu", workers_per_node=2) == "cpu"
     with pytest.raises(ConfigError, match="device"):
         resolve_device("tpu", workers_per_node=1)
+
+
+def test_every_model_the_simulator_knows_is_profilable() -> None:
+    from unstall.cli.resolvers.profile import profilable_models
+    from unstall.profile.job import model_shape
+    from unstall.workload.job_specs import APPLICATION_MODELS
+
+    assert set(profilable_models()) == {*zoo.names(), *APPLICATION_MODELS}
+    bert = resolve_model("bert")
+    assert (bert.name, bert.zoo_name, bert.options["d_model"]) == ("bert", "transformer", 768)
+    for name in profilable_models():  # built and run on the meta device: no memory, no time
+        model = resolve_model(name)
+        with torch.device("meta"):
+            module = model.build()
+        inputs, targets = resolve_data(None, model, batch=2).memory_feed(0, 1, seed=0)(0)
+        outputs = module(inputs.to("meta"))
+        loss = resolve_loss(None)(outputs, targets.to("meta"))
+        assert loss.shape == () and model_shape(model.build).gradient_tensors > 0, name
+
+
+def test_class_folder_data_for_a_model_of_ones_own(tmp_path: Path, user_file: Path) -> None:
+    from PIL import Image
+
+    for label in ("ant", "bee"):
+        (tmp_path / "set" / label).mkdir(parents=True)
+        Image.new("RGB", (50, 40)).save(tmp_path / "set" / label / "a.jpg")
+    mine = resolve_model(f"{user_file}:model")
+    data = resolve_data(str(tmp_path / "set"), mine, batch=2, workers=3, image_size=48)
+    assert isinstance(data, ImageFileData) and data.memory is None
+    assert (data.workers, data.image_size, data.images.classes) == (3, 48, ("ant", "bee"))
+    assert "class folders, 2 files, 2 classes" in data.describe()
+    assert "DataLoader by 3 workers" in data.describe()
+    resnet = resolve_data(str(tmp_path / "set"), resolve_model("resnet18", image_size=64))
+    assert isinstance(resnet, ImageFileData) and resnet.image_size == 64
+    with pytest.raises(ConfigError, match=r"profile\.data_workers: DataLoader workers read"):
+        resolve_data(f"{user_file}:data", mine, workers=2)
+
+
+def test_a_sweep_of_ones_own_models_needs_and_takes_ones_own_data(user_file: Path) -> None:
+    from unstall.cli.resolvers.profile import sweep_measure
+    from unstall.profile import ProfileConfig
+
+    variants = [f"{user_file}:model", "mlp:depth=2"]
+    with pytest.raises(ConfigError, match="synthetic batches need a zoo model"):
+        sweep_measure(variants, ProfileConfig())
+    measure = sweep_measure(variants, ProfileConfig(), data=f"{user_file}:data", loss="mse")
+    assert callable(measure)  # every variant resolved; nothing profiled yet
+
+
+def test_a_zoo_model_needs_an_output_for_every_class(tmp_path: Path) -> None:
+    from PIL import Image
+
+    for i in range(12):
+        (tmp_path / f"c{i:02d}").mkdir()
+        Image.new("RGB", (32, 32)).save(tmp_path / f"c{i:02d}" / "x.png")
+    with pytest.raises(ConfigError, match="has 12 classes and resnet18 10 outputs"):
+        resolve_data(str(tmp_path), resolve_model("resnet18:num_classes=10"))
+    assert isinstance(resolve_data(str(tmp_path), resolve_model("resnet18")), ImageFileData)

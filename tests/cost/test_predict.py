@@ -199,3 +199,42 @@ def test_training_config_names_the_bad_field(fields: dict[str, object], field: s
     values: dict[str, object] = {"samples": 10, "epochs": 1.0, **fields}
     with pytest.raises(ConfigError, match=rf"TrainingConfig\.{field}"):
         TrainingConfig(**values)  # type: ignore[arg-type]
+
+
+CPU_PROFILE = JobProfile(
+    model="mine",
+    device="cpu",
+    compute_s=0.5,
+    local_batch=16,
+    gradient_bytes=4_000_000,
+    gradient_tensors=8,
+    layers=4,
+    data_s=0.01,
+    measured={"1": 0.5, "2": 0.9},
+    device_name="Some CPU",
+    device_tflops=0.2,
+)
+
+
+def test_a_cpu_profile_is_converted_to_each_gpu_by_flop_rates_and_says_so() -> None:
+    job = job_from_profile(CPU_PROFILE, devices=["v100", "t4"])
+    # The CPU's measured matmul rate over each GPU's fp32 peak (15.7 and 8.1 TFLOP/s).
+    assert job.spec_on("v100").compute_s == pytest.approx(0.5 * 0.2 / 15.7)
+    assert job.spec_on("t4").compute_s == pytest.approx(0.5 * 0.2 / 8.1)
+    assert job.spec_on("t4").data_s == pytest.approx(0.01)  # the host's CPU feeds it either way
+    assert job.measured == {}  # CPU and gloo times are no GPU's
+    assert "v100 x0.0127" in job.origin and "t4 x0.0247" in job.origin
+    assert "Some CPU" in job.origin
+    training = TrainingConfig(samples=16_000, epochs=1)
+    p = predict(job, EIGHT_V100, 1, training)
+    assert p is not None and p.source == MODELLED
+
+
+def test_a_cpu_profile_without_gpus_or_in_fp16_or_without_its_rate_is_refused() -> None:
+    with pytest.raises(ConfigError, match="needs the GPU types"):
+        job_from_profile(CPU_PROFILE)
+    with pytest.raises(ConfigError, match="ran in fp32, not fp16"):
+        job_from_profile(CPU_PROFILE, precision="fp16", devices=["v100"])
+    bare = dataclasses.replace(CPU_PROFILE, device_tflops=None)
+    with pytest.raises(ConfigError, match="no measured FLOP rate"):
+        job_from_profile(bare, devices=["v100"])

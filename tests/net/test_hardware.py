@@ -75,3 +75,19 @@ def test_unknown_names_and_bad_presets() -> None:
             intra_link="cable",
             source="-",
         )
+
+
+def test_cuda_names_map_to_presets() -> None:
+    from unstall.net.hardware import preset_for_gpu
+
+    names = {
+        "NVIDIA H100 80GB HBM3": "h100",
+        "NVIDIA A100-SXM4-80GB": "a100",
+        "Tesla V100-SXM2-32GB": "v100",
+        "Tesla T4": "t4",
+        "NVIDIA A10G": "a10g",
+        "Tesla K80": "k80",
+        "NVIDIA H200": None,
+        "NVIDIA GeForce RTX 4090": None,
+    }
+    assert {name: preset_for_gpu(name) for name in names} == names

@@ -66,6 +66,7 @@ def _load(path: Path, name: str) -> object:
 
 
 def test_a_model_data_and_loss_from_a_users_file_profile(user_file: Path) -> None:
+    runs: list[str] = []
     report = measure_stalls(
         _load(user_file, "model"),  # type: ignore[arg-type]
         _load(user_file, "data"),  # type: ignore[arg-type]
@@ -75,8 +76,15 @@ def test_a_model_data_and_loss_from_a_users_file_profile(user_file: Path) -> Non
         iterations=2,
         warmup=1,
         repeats=1,
+        on_run=runs.append,
     )
     assert sorted(report.runs) == ["cached", "compute", "local", "network", "warm"]
+    assert runs == ["compute", "warm", "cached", "local", "network"]  # the progress hook
+    assert report.job_profile.device == "cpu" and report.device_name
+    assert "first 4 batches each worker's iterable yields" in report.data
+    spans = {(s.rank, s.run, s.iteration) for s in report.trace}
+    assert {(rank, "network", i) for rank in (0, 1) for i in (0, 1)} <= spans
+    assert {(0, "compute", 1), (0, "warm", 0)} <= spans
     profile = report.job_profile
     params = 12 * 32 + 32 + 32 * 32 + 32 + 32 * 4 + 4
     assert (profile.model, profile.local_batch) == ("model", 5)

@@ -15,7 +15,13 @@ from unstall.profile.runner import RawTimings
 from unstall.workload import zoo
 from unstall.workload.profiles import JobProfile
 
-SHAPE = ModelShape(gradient_bytes=4000, gradient_tensors=4, layers=2, tensor_bytes=(1000,) * 4)
+SHAPE = ModelShape(
+    parameter_bytes=5000,
+    gradient_bytes=4000,
+    gradient_tensors=4,
+    layers=2,
+    tensor_bytes=(1000,) * 4,
+)
 
 
 def _report(config: ProfileConfig, raw: RawTimings, shape: ModelShape = SHAPE) -> StallReport:
@@ -67,7 +73,8 @@ def test_report_from_known_delays() -> None:
     assert p.data_s == pytest.approx(0.05)
     assert p.measured == pytest.approx({"1": c, "2": c + 0.05, "11": c + 0.25})
     assert JobProfile.from_json(p.to_json()) == p  # what sim and recommend read
-    assert r.chrome_trace()["traceEvents"][-1]["dur"] == pytest.approx(5e5)
+    forward = [e for e in r.chrome_trace()["traceEvents"] if e["name"] == "forward"]
+    assert [e["dur"] for e in forward] == pytest.approx([5e5])
     # JSON: the link in the command line's units, the labels as given.
     data = json.loads(r.to_json())
     assert data["network"] == {"gbps": 1.0, "latency_ms": 0.0}
@@ -75,9 +82,38 @@ def test_report_from_known_delays() -> None:
     assert labels == ("resnet18", {"image_size": 32}, 8)
 
 
+def test_a_cpu_run_is_labelled_cpu_with_its_name_and_rate() -> None:
+    raw = RawTimings(
+        runs={"compute": [0.1], "local": [0.12]},
+        batch=8,
+        device_name="Some CPU 9000",
+        device_tflops=0.5,
+    )
+    r = _report(ProfileConfig(), raw)
+    p = r.job_profile
+    assert (r.device, r.device_name) == ("cpu", "Some CPU 9000")
+    assert (p.device, p.device_name, p.device_tflops) == ("cpu", "Some CPU 9000", 0.5)
+    assert (p.parameter_bytes, p.gradient_bytes) == (5000, 4000)
+    assert JobProfile.from_json(p.to_json()) == p
+    with pytest.raises(ConfigError, match="measured on a CPU"):
+        p.to_perf_spec()  # never silently a GPU's timings
+
+
+def test_a_gpu_run_is_labelled_with_its_preset_or_the_one_given() -> None:
+    raw = RawTimings(runs={"compute": [0.1]}, batch=8, device_name="NVIDIA H100 80GB HBM3")
+    assert _report(ProfileConfig(device="cuda", workers=1), raw).job_profile.device == "h100"
+    unknown = RawTimings(runs={"compute": [0.1]}, batch=8, device_name="NVIDIA H200")
+    with pytest.raises(ConfigError, match=r"'NVIDIA H200' is none of the device presets"):
+        _report(ProfileConfig(device="cuda", workers=1), unknown)
+    named = ProfileConfig(device="cuda", workers=1, profile_device="h100")
+    assert _report(named, unknown).job_profile.device == "h100"
+
+
 def test_config_errors_name_the_field() -> None:
+    with pytest.raises(ConfigError, match="profile_device: a CPU run is labelled cpu"):
+        ProfileConfig(profile_device="k80")
     with pytest.raises(ConfigError, match="profile_device"):
-        ProfileConfig(profile_device="cpu")
+        ProfileConfig(device="cuda", profile_device="cpu")
     with pytest.raises(ConfigError, match="workers"):
         ProfileConfig(workers=0)
     with pytest.raises(ConfigError, match="network"):

@@ -15,8 +15,8 @@ from unstall.profile import (
     InjectedDelays,
     StallReport,
     SyntheticData,
-    list_dataset,
     measure_stalls,
+    read_dataset,
     write_image_dataset,
 )
 from unstall.workload import zoo
@@ -36,7 +36,7 @@ def test_injected_data_delays_land_in_fetch_and_prep(tmp_path: Path) -> None:
     write_image_dataset(tmp_path, count=16, image_size=32, num_classes=10, seed=1)
     options: dict[str, Any] = {"width_mult": 0.5, "image_size": 32}
     memory = SyntheticData(functools.partial(zoo.example_batch, "mobilenet_v2", 2, **options))
-    data = ImageFileData(tuple(list_dataset(tmp_path)), 2, memory=memory, label=str(tmp_path))
+    data = ImageFileData(read_dataset(tmp_path), 2, memory=memory, label=str(tmp_path))
     r = measure_stalls(
         functools.partial(zoo.build, "mobilenet_v2", **options),
         data,

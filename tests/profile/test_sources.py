@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from unstall.profile import ImageFileData, InjectedDelays, SyntheticData, UserData
-from unstall.profile.images import write_image_dataset
+from unstall.profile.images import read_dataset, write_image_dataset
 from unstall.profile.job import ProfiledJob, model_shape, pack, unpack
 from unstall.usercode import UserCodeError, load_callable
 from unstall.workload import zoo
@@ -92,8 +92,8 @@ def test_user_data_errors_name_the_function(user_file: Path) -> None:
 def test_image_files_feed_their_own_decoded_images_without_a_memory_source(
     tmp_path: Path,
 ) -> None:
-    paths = tuple(write_image_dataset(tmp_path, count=6, image_size=32, num_classes=3, seed=0))
-    data = ImageFileData(paths, 4, label=str(tmp_path))
+    write_image_dataset(tmp_path, count=6, image_size=32, num_classes=3, seed=0)
+    data = ImageFileData(read_dataset(tmp_path), 4, label=str(tmp_path))
     assert data.memory_feed(1, 2, seed=0)(0)[0].shape == (4, 3, 32, 32)
     feeds = data.data_feeds(seed=0, delays=InjectedDelays())
     assert set(feeds) == {"cold", "warm", "cached"}

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from unstall.errors import DataFileError
+from unstall.errors import ConfigError, DataFileError
 from unstall.net.topology import small
 from unstall.workload import JobProfile, Placement, iteration_time
 
@@ -115,3 +115,21 @@ def test_to_perf_spec_drives_the_model() -> None:
     assert one.total_s == pytest.approx(0.3)
     assert iteration_time(spec, Placement.parse("1111"), small()).total_s > one.total_s
     assert set(profile.measured_placements()) == {Placement.parse(k) for k in ("4", "22", "1111")}
+
+
+def test_a_cpu_profile_converts_to_a_gpu_only_when_asked() -> None:
+    cpu = JobProfile(
+        **{**GOOD, "device": "cpu", "device_name": "Some CPU", "device_tflops": 0.157}  # type: ignore[arg-type]
+    )
+    assert cpu.on_cpu and JobProfile.from_json(cpu.to_json()) == cpu
+    with pytest.raises(ConfigError, match="measured on a CPU"):
+        cpu.to_perf_spec()
+    v100 = cpu.on_gpu("v100")
+    assert (v100.device, v100.measured, v100.device_tflops) == ("v100", {}, None)
+    assert v100.compute_s == pytest.approx(0.3 * 0.157 / 15.7)
+    assert v100.data_s == cpu.data_s and v100.to_perf_spec().device == "v100"
+    assert JobProfile(**GOOD).on_gpu("v100") == JobProfile(**GOOD)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="not a CPU"):
+        JobProfile(**GOOD).on_gpu("t4")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match="parameter_bytes"):
+        JobProfile(**{**GOOD, "parameter_bytes": 1})  # type: ignore[arg-type]

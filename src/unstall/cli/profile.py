@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -32,8 +34,9 @@ ModelOpt = Annotated[
     str,
     typer.Option(
         "--model",
-        help="Zoo model name (unstall sim models), or FILE.py:FUNC / package.module:FUNC: a"
-        " function returning your nn.Module.",
+        help="A model name the simulator knows (unstall sim models; bert, imagenet, ... as the"
+        " zoo model standing for them), or FILE.py:FUNC / package.module:FUNC: a function"
+        " returning your nn.Module.",
     ),
 ]
 WorkersOpt = Annotated[int, typer.Option("--workers", min=1, help="Data-parallel workers.")]
@@ -68,16 +71,34 @@ def run(
         str | None,
         typer.Option(
             "--data",
-            help="synthetic (a zoo model's random batches; the default), an image dataset dir"
-            " (unstall profile data), or FILE.py:FUNC / package.module:FUNC: your data function"
+            help="synthetic (a zoo model's random batches; the default), an image folder"
+            " (class folders DIR/CLASS/*.png|jpg, or unstall profile data's flat files) read"
+            " through a DataLoader, or FILE.py:FUNC / package.module:FUNC: your data function"
             " (rank, world_size) -> iterable of (inputs, targets).",
         ),
     ] = None,
+    data_workers: Annotated[
+        int,
+        typer.Option(
+            "--data-workers",
+            min=0,
+            help="DataLoader worker processes that read and decode an image folder (0: in the"
+            " training process).",
+        ),
+    ] = 0,
     loss: Annotated[
         str | None,
         typer.Option(
             "--loss",
             help="cross_entropy (the default), mse, or FILE.py:FUNC: your loss(outputs, targets).",
+        ),
+    ] = None,
+    name: Annotated[
+        str | None,
+        typer.Option(
+            "--name",
+            help="The model's name in the report and JobProfile (default: --model as typed);"
+            " unstall sim runs the jobs of that model name at the profile's figures.",
         ),
     ] = None,
     batch: BatchOpt = 8,
@@ -87,18 +108,30 @@ def run(
     repeats: RepeatsOpt = 3,
     device: DeviceOpt = "auto",
     profile_device: Annotated[
-        str, typer.Option("--profile-device", help="Device preset that labels the JobProfile.")
-    ] = "k80",
+        str,
+        typer.Option(
+            "--profile-device",
+            help="What labels the JobProfile: auto (the device the run used: cpu, or the preset"
+            " of the GPU), or the GPU preset of a GPU no preset names.",
+        ),
+    ] = "auto",
     overhead: Annotated[
         bool, typer.Option("--overhead", help="Also time the loops without phase timers.")
     ] = False,
     trace: Annotated[
-        Path | None, typer.Option("--trace", help="Chrome-trace JSON of one iteration.")
+        Path | None,
+        typer.Option(
+            "--trace",
+            help="Chrome/Perfetto trace JSON: every rank's timed iterations, the stalls as slices.",
+        ),
     ] = None,
     plot: Annotated[Path | None, typer.Option("--plot", help="Stacked-bar PNG.")] = None,
     profile_out: Annotated[
         Path | None, typer.Option("--profile-out", help="Write the JobProfile JSON here.")
     ] = None,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="No progress bar, no header; the results only.")
+    ] = False,
     json_path: JsonOpt = None,
 ) -> None:
     """Differential runs of a real DDP loop: the per-iteration stall breakdown.
@@ -118,6 +151,7 @@ def run(
     and on one host, without spawning: torchrun --standalone --nproc-per-node 2
     -m unstall profile run --model resnet18 --network 1,0.5
     """
+    import dataclasses
     import os
 
     from unstall.cli.resolvers.profile import (
@@ -127,13 +161,17 @@ def run(
         resolve_model,
         resolve_network,
     )
+    from unstall.config import check
     from unstall.profile import ProfileConfig, measure_stalls, torchrun_launch
 
     launch = torchrun_launch(os.environ)
     nodes = launch.nodes if launch else 1
     workers = launch.world_size if launch else workers
     target = resolve_model(model, image_size=image_size)
-    source = resolve_data(data, target, batch=batch)
+    if name is not None:
+        check(bool(name.strip()), "profile", "name", "must not be empty")
+        target = dataclasses.replace(target, name=name.strip())
+    source = resolve_data(data, target, batch=batch, workers=data_workers, image_size=image_size)
     settings: dict[str, Any] = {
         "workers": workers,
         "nodes": nodes,
@@ -147,26 +185,30 @@ def run(
     }
     config = ProfileConfig(**settings)
     lead = launch is None or launch.rank == 0
-    if lead:
+    if lead and not quiet:
         print_header(target.name, config, source)
-    report = measure_stalls(
-        target.build,
-        source,
-        loss=resolve_loss(loss),
-        name=target.name,
-        model_options=target.options,
-        **settings,
-    )
+    with profile_progress(config, source, quiet=quiet or not lead) as on_run:
+        report = measure_stalls(
+            target.build,
+            source,
+            loss=resolve_loss(loss),
+            name=target.name,
+            model_options=target.options,
+            on_run=on_run,
+            **settings,
+        )
     if not lead:
         return
     saved = saved_config(target, config, batch=batch, image_size=image_size, data=data, loss=loss)
+    saved |= {"model": model, "name": target.name, "data_workers": data_workers}
     show_report(
         report, trace=trace, plot=plot, profile_out=profile_out, json_path=json_path, config=saved
     )
 
 
 def print_header(name: str, config: ProfileConfig, source: DataSource) -> None:
-    """What is about to run: the workers, hosts, device and the runs of each round."""
+    """What is about to run: the workers, hosts, device, the runs of each round, and how the
+    data feeds them."""
     from unstall.profile import run_names
 
     runs = ", ".join(run_names(config, source.data_runs))
@@ -175,6 +217,20 @@ def print_header(name: str, config: ProfileConfig, source: DataSource) -> None:
         f" ({config.backend}); runs {runs}",
         highlight=False,
     )
+    console.print(f"data: {source.describe()}", highlight=False)
+
+
+@contextmanager
+def profile_progress(
+    config: ProfileConfig, source: DataSource, *, quiet: bool
+) -> Iterator[Callable[[str], None]]:
+    """A progress bar over the differential runs (every run of every round); yields the
+    ``on_run`` hook of :func:`unstall.profile.measure_stalls`."""
+    from unstall.profile import run_names
+
+    total = config.repeats * len(run_names(config, source.data_runs))
+    with progress_bar("differential runs", total, quiet) as advance:
+        yield lambda run: advance(1)
 
 
 def saved_config(
@@ -268,6 +324,26 @@ def print_report(report: StallReport) -> None:
         extras.append(f"profiler overhead ({run_name} run) {value:+.1%}")
     if extras:
         console.print("; ".join(extras), highlight=False)
+    print_job_profile(report)
+
+
+def print_job_profile(report: StallReport) -> None:
+    """The JobProfile's facts in one line: the device it names, the model's sizes."""
+    job = report.job_profile
+    rate = f", {job.device_tflops:.3g} TFLOP/s fp32 matmul" if job.device_tflops else ""
+    params = f"{job.parameter_bytes:,} parameter bytes, " if job.parameter_bytes is not None else ""
+    console.print(
+        f"job profile: device {job.device} ({report.device_name}{rate}); {params}"
+        f"{job.gradient_bytes:,} gradient bytes in {job.gradient_tensors} tensors,"
+        f" {job.layers} weight layers, {job.local_batch} samples per worker",
+        highlight=False,
+    )
+    if job.on_cpu:
+        console.print(
+            "measured on a CPU: unstall recommend converts it to each GPU (compute scaled by"
+            " FLOP rates); for unstall sim, convert it: unstall profile convert",
+            highlight=False,
+        )
 
 
 @app.command("fit")
@@ -306,6 +382,18 @@ def fit(
             help="JSON of measured points: reused, and each new point appended (resumable).",
         ),
     ] = None,
+    data: Annotated[
+        str | None,
+        typer.Option(
+            "--data",
+            help="What every variant trains on, as profile run takes it (default: each zoo"
+            " variant's synthetic batches); needed for variants of your own (FILE.py:FUNC).",
+        ),
+    ] = None,
+    loss: Annotated[
+        str | None,
+        typer.Option("--loss", help="cross_entropy (the default), mse, or FILE.py:FUNC."),
+    ] = None,
     batch: BatchOpt = 8,
     image_size: ImageOpt = 32,
     iterations: ItersOpt = 4,
@@ -316,7 +404,8 @@ def fit(
 ) -> None:
     """Fit the communication stall over depth sweeps with every candidate model (DDP buckets,
     DDP buckets without overlap, the plain regression on layers, tensors and bytes), pick the
-    one with the lowest cross-validated error, and predict a held-out model with it."""
+    one with the lowest cross-validated error, and predict a held-out model with it. Variants
+    may be model functions of your own (--variant FILE.py:FUNC, with --data and --loss)."""
     from unstall.cli.resolvers.profile import DEFAULT_SWEEP, resolve_model, resolve_network
     from unstall.config import check
     from unstall.profile import CV_GROUPS, STALL_KINDS, ProfileConfig, fit_comm_stall
@@ -328,8 +417,9 @@ def fit(
     base = ProfileConfig(
         workers=workers, network=link, iterations=iterations, warmup=warmup, repeats=repeats
     )
+    user = {"data": data, "loss": loss}
     measured = _measure_points(
-        [*sweep, held_out], base, points_path, quiet, batch=batch, image_size=image_size
+        [*sweep, held_out], base, points_path, quiet, batch=batch, image_size=image_size, **user
     )
     result = fit_comm_stall(
         [measured[v] for v in sweep],
@@ -342,7 +432,7 @@ def fit(
     print_fit(result)
     # The base every variant is profiled with (each variant replaces the model).
     saved_base = saved_config(
-        resolve_model("mlp"), base, batch=batch, image_size=image_size, data=None
+        resolve_model("mlp"), base, batch=batch, image_size=image_size, data=data, loss=loss
     )
     config = {"sweep": sweep, "held_out": held_out, "cv": cv, "base": saved_base}
     save_json(json_path, result, config)
@@ -356,6 +446,8 @@ def _measure_points(
     *,
     batch: int,
     image_size: int,
+    data: str | None = None,
+    loss: str | None = None,
 ) -> dict[str, SweepPoint]:
     """Each variant's point: read from ``points_path`` when there, else profiled (zoo variants
     on their synthetic batches) and the file rewritten at once."""
@@ -364,7 +456,7 @@ def _measure_points(
 
     known = load_points(points_path) if points_path is not None else {}
     missing = [v for v in dict.fromkeys(variants) if v not in known]
-    measure = sweep_measure(missing, base, batch=batch, image_size=image_size)
+    measure = sweep_measure(missing, base, batch=batch, image_size=image_size, data=data, loss=loss)
 
     with progress_bar("profiling variants", len(missing), quiet) as advance:
 
@@ -435,6 +527,34 @@ def _print_candidates(result: CommStallFit) -> None:
             f" ({chosen.held_out_rel_error:+.1%})",
             highlight=False,
         )
+
+
+@app.command("convert")
+@handle_errors
+def convert(
+    profile: Annotated[
+        Path, typer.Argument(help="A JobProfile JSON measured on a CPU.", dir_okay=False)
+    ],
+    gpu: Annotated[str, typer.Option("--gpu", help="The GPU preset to convert it to.")],
+    out: Annotated[Path, typer.Option("--out", help="Where to write the converted JobProfile.")],
+) -> None:
+    """Convert a CPU profile to a GPU for `unstall sim --job-profile`: compute time scaled by
+    the CPU's measured fp32 matmul rate over the GPU's fp32 peak (the factor is printed); the
+    input pipeline's time kept; the CPU's placement times dropped."""
+    from unstall.workload import JobProfile
+
+    measured = JobProfile.from_json(profile)
+    converted = measured.on_gpu(gpu)
+    if measured.on_cpu:
+        assert measured.device_tflops is not None
+        console.print(
+            f"{measured.model}: compute {measured.compute_s * MS:.4g} ms on the CPU"
+            f" ({measured.device_name or 'unnamed'}, {measured.device_tflops:.3g} TFLOP/s fp32"
+            f" matmul) x {measured.cpu_factor(gpu):.4g} = {converted.compute_s * MS:.4g} ms on"
+            f" {converted.device} (its fp32 peak); the CPU's placement times dropped",
+            highlight=False,
+        )
+    console.print(f"wrote {converted.save(out)}", highlight=False)
 
 
 @app.command("data")

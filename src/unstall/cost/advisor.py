@@ -70,5 +70,9 @@ def recommend(
         max_instances=max_instances,
         families=families,
     )
-    model = job if isinstance(job, JobModel) else job_from_profile(job, precision=precision)
+    model = (
+        job
+        if isinstance(job, JobModel)
+        else job_from_profile(job, precision=precision, devices=catalog.devices)
+    )
     return rank_configurations(model, catalog, config, on_instance=on_instance)

@@ -129,16 +129,49 @@ class JobModel:
         return self.per_device.get(device_name, self.spec)
 
 
-def job_from_profile(profile: JobProfile, *, precision: str = "fp32") -> JobModel:
+def job_from_profile(
+    profile: JobProfile, *, precision: str = "fp32", devices: Sequence[str] = ()
+) -> JobModel:
     """A measured job: the profile's compute, gradients and data time, and its measured times.
 
     ``precision`` is the precision the profile ran in: it picks the peak rates that scale the
-    compute time between GPU types.
+    compute time between GPU types. A profile measured on a CPU is converted to each GPU type
+    of ``devices`` (:meth:`JobProfile.on_gpu`: compute scaled by the ratio of FLOP rates; the
+    CPU's placement times dropped); ``origin`` states every factor.
     """
+    if profile.on_cpu:
+        return _job_from_cpu_profile(profile, precision=precision, devices=devices)
     spec = profile.to_perf_spec(precision=precision)
     measured = {Placement.parse(k).render(): float(v) for k, v in profile.measured.items()}
     origin = f"profile measured on {spec.device} at {spec.local_batch} samples per GPU"
     return JobModel(spec=spec, measured=measured, origin=origin)
+
+
+def _job_from_cpu_profile(
+    profile: JobProfile, *, precision: str, devices: Sequence[str]
+) -> JobModel:
+    """A CPU profile converted to every GPU type of ``devices`` (see :func:`job_from_profile`)."""
+    check(
+        precision == "fp32",
+        "job_from_profile",
+        "precision",
+        f"the CPU profile of {profile.model} ran in fp32, not {precision}",
+    )
+    check(
+        bool(devices),
+        "job_from_profile",
+        "devices",
+        f"the CPU profile of {profile.model} needs the GPU types to convert it to",
+    )
+    per_device = {d: profile.on_gpu(d).to_perf_spec(precision=precision) for d in devices}
+    factors = ", ".join(f"{d} x{profile.cpu_factor(d):.3g}" for d in devices)
+    origin = (
+        f"CPU profile ({profile.device_name or 'unnamed CPU'}, {profile.device_tflops:.3g}"
+        f" TFLOP/s fp32 matmul) at {profile.local_batch} samples per worker, converted:"
+        f" compute scaled by the CPU's / the GPU's fp32 FLOP rate ({factors}); its CPU"
+        " placement times not used"
+    )
+    return JobModel(spec=per_device[devices[0]], per_device=per_device, origin=origin)
 
 
 def job_from_model(name: str, devices: Sequence[str], *, precision: str = "fp32") -> JobModel:

@@ -14,7 +14,9 @@ What this part offers:
 - ``max_min_fair(capacities, flows, caps=, background=)``: the max-min fair rate of every flow
   over shared links; ``link_usage`` what each link then carries.
 - Hardware presets: GPUs (``device(name)``, :data:`DEVICE_PRESETS`), intra-node interconnects and
-  NICs (:class:`LinkPreset`), and ``compute_time_scale`` between GPUs.
+  NICs (:class:`LinkPreset`), and ``compute_time_scale`` between GPUs; ``preset_for_gpu`` (a
+  CUDA device name to its preset) and ``cpu_to_gpu_factor`` (a CPU's measured rate to a GPU's,
+  for profiles measured on a CPU, labelled :data:`CPU_DEVICE`).
 
 Example:
 
@@ -32,15 +34,18 @@ Example:
 """
 
 from unstall.net.hardware import (
+    CPU_DEVICE,
     DEVICE_PRESETS,
     INTERCONNECT_PRESETS,
     NIC_PRESETS,
     DevicePreset,
     LinkPreset,
     compute_time_scale,
+    cpu_to_gpu_factor,
     device,
     interconnect,
     nic,
+    preset_for_gpu,
 )
 from unstall.net.link import Link
 from unstall.net.sharing import link_usage, max_min_fair
@@ -65,6 +70,7 @@ from unstall.net.topology import (
 
 __all__ = [
     "CALIBRATED_NETWORK_EFFICIENCY",
+    "CPU_DEVICE",
     "DEVICE_PRESETS",
     "INTERCONNECT_PRESETS",
     "INTRA",
@@ -78,6 +84,7 @@ __all__ = [
     "LinkPreset",
     "TopologyConfig",
     "compute_time_scale",
+    "cpu_to_gpu_factor",
     "device",
     "interconnect",
     "intra_link",
@@ -88,6 +95,7 @@ __all__ = [
     "nic",
     "nic_link",
     "philly",
+    "preset_for_gpu",
     "small",
     "topology_from_mapping",
     "topology_preset",

@@ -6,6 +6,11 @@ is limited by one direction of each link. The achieved efficiencies are typical 
 that data-parallel training reaches (our assumption, stated per device), used only to turn a
 model's FLOPs into a compute-time estimate when no measured time is available.
 
+A CPU is no preset (CPUs differ too much for one to stand for them): a profile measured on one
+is labelled :data:`CPU_DEVICE` and carries the CPU's measured rate, which
+:func:`cpu_to_gpu_factor` compares with a GPU's; :func:`preset_for_gpu` maps the name CUDA
+gives a GPU to its preset.
+
 The registries are plain dicts keyed by lower-case name; look names up with :func:`device`,
 :func:`interconnect` and :func:`nic`, which raise :class:`ConfigError` naming the known keys.
 """
@@ -248,6 +253,32 @@ DEVICE_PRESETS: dict[str, DevicePreset] = {
         source="NVIDIA H100 datasheet (SXM5)",
     ),
 }
+
+
+# The label of a profile measured on a CPU. A CPU is not a device preset: its FLOP rate is
+# measured when it is profiled (``JobProfile.device_tflops``), since CPUs differ too much for one
+# preset to stand for them; see :func:`cpu_to_gpu_factor`.
+CPU_DEVICE = "cpu"
+
+
+def preset_for_gpu(gpu_name: str) -> str | None:
+    """The device preset of a GPU named as CUDA names it ("NVIDIA H100 80GB HBM3" -> "h100",
+    "Tesla V100-SXM2-32GB" -> "v100"): a word of the name that is a preset's name; None when no
+    preset is that GPU."""
+    words = gpu_name.lower().replace("-", " ").replace("_", " ").split()
+    return next((word for word in words if word in DEVICE_PRESETS), None)
+
+
+def cpu_to_gpu_factor(cpu_tflops: float, gpu: str) -> float:
+    """Factor that turns fp32 compute time measured on a CPU into one on GPU ``gpu``.
+
+    ``cpu_tflops`` is the CPU's dense fp32 matmul rate, measured with the threads the profile
+    used; the GPU's is its fp32 datasheet peak. The ratio assumes that training reaches the same
+    share of each device's dense matmul rate and is compute-bound on both: a stated, rough
+    conversion (memory-bound models gain less on a GPU).
+    """
+    check(cpu_tflops > 0, "cpu_to_gpu_factor", "cpu_tflops", f"must be > 0, got {cpu_tflops!r}")
+    return cpu_tflops / device(gpu).fp32_tflops
 
 
 def _lookup(registry: Mapping[str, P], kind: str, name: str) -> P:

@@ -8,16 +8,21 @@ link (network stall). What the part offers:
 - :func:`measure_stalls` ``(model, data, *, loss=..., workers=, network=, ...)``: profile your
   model function, data (a :class:`DataSource` or a function ``(rank, world_size) -> batches``)
   and loss; returns a :class:`StallReport`, whose ``job_profile`` (a :class:`JobProfile`, saved
-  with ``.save(path)``) drives ``unstall sim`` and :func:`unstall.cost.recommend`.
-- Data sources: :class:`SyntheticData` (random batches), :class:`ImageFileData` (a PNG folder
-  read cold, warm and cached; :func:`write_image_dataset` writes one, :func:`list_dataset`
-  lists it), :class:`UserData` (your data function).
+  with ``.save(path)``) drives :func:`unstall.cost.recommend` and ``unstall sim``. It names the
+  device the run used: ``cpu`` (with the CPU's name and measured fp32 matmul rate; recommend
+  converts it to each GPU by FLOP rates, the simulator takes it converted with
+  ``JobProfile.on_gpu``), or the GPU's preset.
+- Data sources: :class:`SyntheticData` (random batches), :class:`ImageFileData` (an image
+  folder, class folders or the flat layout, read cold, warm and cached through a DataLoader;
+  :func:`read_dataset` reads one, :func:`write_image_dataset` writes a flat one),
+  :class:`UserData` (your data function: the profiler builds the in-memory and cached variants
+  from the first batches it yields).
 - The comm-stall model: :func:`measure_sweep_point` and :func:`measure_points` measure a sweep
   of model variants, :func:`fit_comm_stall` fits every candidate law and picks the one that
   predicts left-out models best (a :class:`CommStallFit`); :func:`load_points` /
   :func:`save_points` keep a sweep on disk.
 - Showing a report: :func:`text_bar`, :func:`write_chrome_trace` (Perfetto) of its
-  ``chrome_trace()``.
+  ``chrome_trace()`` (every rank's timed iterations, the stalls as slices).
 
 The emulated link is a :class:`unstall.net.link.Link`. For example, a small model of your own on
 two workers over a 1 Gbit/s link with 0.5 ms per gradient bucket:
@@ -39,15 +44,15 @@ two workers over a 1 Gbit/s link with 0.5 ms per gradient bucket:
 >>> sorted(report.runs)
 ['cached', 'compute', 'local', 'network', 'warm']
 >>> profile = report.job_profile
->>> profile.model, profile.local_batch, profile.gradient_tensors, profile.layers
-('tiny', 16, 4, 2)
+>>> profile.model, profile.device, profile.local_batch, profile.gradient_tensors, profile.layers
+('tiny', 'cpu', 16, 4, 2)
 >>> report.network_stall_s >= 0 and report.emulated_delay_s > 0
 True
 """
 
 from unstall.profile.config import InjectedDelays, ProfileConfig, resolve_device, run_names
 from unstall.profile.fit import CANDIDATES, CommStallFit, fit_comm_stall
-from unstall.profile.images import list_dataset, write_image_dataset
+from unstall.profile.images import ImageSet, list_dataset, read_dataset, write_image_dataset
 from unstall.profile.launch import TorchrunLaunch, torchrun_launch
 from unstall.profile.measure import measure_stalls
 from unstall.profile.report import StallReport
@@ -73,6 +78,7 @@ __all__ = [
     "CommStallFit",
     "DataSource",
     "ImageFileData",
+    "ImageSet",
     "InjectedDelays",
     "JobProfile",
     "ProfileConfig",
@@ -88,6 +94,7 @@ __all__ = [
     "measure_points",
     "measure_stalls",
     "measure_sweep_point",
+    "read_dataset",
     "resolve_device",
     "run_names",
     "save_points",

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from unstall.config import check, check_non_negative, check_positive
-from unstall.net.hardware import DEVICE_PRESETS
+from unstall.net.hardware import CPU_DEVICE, DEVICE_PRESETS, preset_for_gpu
 from unstall.net.link import Link
 from unstall.profile.comm_hook import link_json
 from unstall.results import to_jsonable
@@ -20,6 +20,8 @@ BACKENDS = {"cpu": "gloo", "cuda": "nccl"}
 DEVICE_CHOICES = ("auto", *BACKENDS)
 # The one-worker runs that feed real data, in the order of each round (see unstall.profile.stalls).
 DATA_RUNS = ("cold", "warm", "cached")
+# ``profile_device`` that labels the JobProfile with the device the run used.
+AUTO_LABEL = "auto"
 
 
 def resolve_device(requested: str, *, gpus: int, workers_per_node: int) -> str:
@@ -74,8 +76,10 @@ class ProfileConfig:
     alike. ``network`` is the emulated link of the network run on one host (``None``: no network
     run; across real hosts the network is real and no link is emulated). ``threads`` per worker
     defaults to the cores divided by the workers on a host (the same in every run, so that the
-    runs differ only in what they isolate). ``profile_device`` labels the :class:`JobProfile`
-    when it was measured on a CPU, which has no device preset. ``timeout_s`` bounds how long a
+    runs differ only in what they isolate). ``profile_device`` labels the :class:`JobProfile`:
+    ``auto`` with the device the run used (``cpu``, or the preset of the GPU CUDA names, see
+    :func:`profile_label`); a GPU preset names the GPU of a CUDA run whose name matches none (a
+    CPU run is always labelled ``cpu``). ``timeout_s`` bounds how long a
     worker waits for the others in a collective before the run fails.
     """
 
@@ -89,7 +93,7 @@ class ProfileConfig:
     threads: int | None = None
     bucket_mb: float = 25.0
     seed: int = 0
-    profile_device: str = "k80"
+    profile_device: str = AUTO_LABEL
     measure_overhead: bool = False
     delays: InjectedDelays = field(default_factory=InjectedDelays)
     timeout_s: float = 600.0
@@ -120,11 +124,19 @@ class ProfileConfig:
             "across several hosts the network run is real: no emulated link",
         )
         check_positive(self, bucket_mb=self.bucket_mb, timeout_s=self.timeout_s)
+        labels = (AUTO_LABEL, CPU_DEVICE) if self.device == "cpu" else (AUTO_LABEL,)
         check(
-            self.profile_device in DEVICE_PRESETS,
+            self.profile_device in labels or self.device == "cuda",
             self,
             "profile_device",
-            f"unknown device {self.profile_device!r}; known: {sorted(DEVICE_PRESETS)}",
+            f"a CPU run is labelled {CPU_DEVICE}, not {self.profile_device!r}: recommend converts"
+            " a CPU profile to each GPU, and unstall profile convert for the simulator",
+        )
+        check(
+            self.device == "cpu" or self.profile_device in (AUTO_LABEL, *DEVICE_PRESETS),
+            self,
+            "profile_device",
+            f"unknown device {self.profile_device!r}; known: {[AUTO_LABEL, *DEVICE_PRESETS]}",
         )
 
     @property
@@ -140,6 +152,26 @@ class ProfileConfig:
         out = {f.name: to_jsonable(getattr(self, f.name)) for f in fields(self)}
         out["network"] = link_json(self.network)
         return out
+
+
+def profile_label(device: str, profile_device: str, device_name: str) -> str:
+    """The device a JobProfile of a run on ``device`` ("cpu" or "cuda") names: ``cpu`` for a CPU;
+    for a GPU the preset ``profile_device`` names, or with ``auto`` the preset of the GPU called
+    ``device_name`` (CUDA's name), an error naming the GPU when no preset is it."""
+    if device == "cpu":
+        return CPU_DEVICE
+    if profile_device != AUTO_LABEL:
+        return profile_device
+    preset = preset_for_gpu(device_name)
+    check(
+        preset is not None,
+        "ProfileConfig",
+        "profile_device",
+        f"the GPU {device_name!r} is none of the device presets {sorted(DEVICE_PRESETS)}: name"
+        " the one to label its profile with (--profile-device)",
+    )
+    assert preset is not None
+    return preset
 
 
 def run_names(config: ProfileConfig, data_runs: Sequence[str] = ()) -> list[str]:

@@ -64,8 +64,11 @@ def build_model(model_fn: ModelFunction) -> nn.Module:
 class ModelShape(JsonResult):
     """What the profile needs to know of the model without running it: its gradient bytes and
     tensors, its weight layers (as :mod:`unstall.workload.model_facts` counts them), and the
-    bytes of each parameter tensor in registration order (what DDP packs into buckets)."""
+    bytes of each parameter tensor in registration order (what DDP packs into buckets).
+    ``parameter_bytes`` counts every parameter, frozen ones too; the gradients only the
+    trainable ones."""
 
+    parameter_bytes: int
     gradient_bytes: int
     gradient_tensors: int
     layers: int
@@ -87,6 +90,7 @@ def model_shape(model_fn: ModelFunction) -> ModelShape:
         model = build_model(model_fn)
     trainable = [p for p in model.parameters() if p.requires_grad]
     return ModelShape(
+        parameter_bytes=sum(p.numel() * p.element_size() for p in model.parameters()),
         gradient_bytes=sum(p.numel() * p.element_size() for p in trainable),
         gradient_tensors=len(trainable),
         layers=count_layers(model),

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from torch import nn
 
 from unstall.errors import ConfigError
 from unstall.net.link import Link
-from unstall.profile.config import InjectedDelays, ProfileConfig
+from unstall.profile.config import AUTO_LABEL, InjectedDelays, ProfileConfig, profile_label
 from unstall.profile.job import (
     LossFunction,
     ModelFunction,
@@ -38,12 +38,13 @@ def measure_stalls(
     threads: int | None = None,
     bucket_mb: float = 25.0,
     seed: int = 0,
-    profile_device: str = "k80",
+    profile_device: str = AUTO_LABEL,
     measure_overhead: bool = False,
     delays: InjectedDelays | None = None,
     timeout_s: float = 600.0,
     name: str | None = None,
     model_options: Mapping[str, object] | None = None,
+    on_run: Callable[[str], None] | None = None,
 ) -> StallReport:
     """The differential stall profile of training ``model`` data-parallel on ``data``.
 
@@ -53,9 +54,12 @@ def measure_stalls(
     ``workers`` train with DDP (gloo on the CPU, NCCL with ``device="cuda"``), spawned on this
     host, or the processes torchrun launched (then ``workers`` and ``nodes`` must be its world
     size and hosts). ``network`` is the emulated link of the network run (``None``: no network
-    run on one host). The other settings are those of :class:`ProfileConfig`. ``name`` and
+    run on one host). The other settings are those of :class:`ProfileConfig`; the
+    :class:`JobProfile` is labelled with the device the run used (``cpu`` and the CPU's name,
+    or the GPU's preset). ``name`` and
     ``model_options`` label the report and its :class:`JobProfile` (default: the function's
-    name, no options).
+    name, no options). ``on_run(name)`` is called as each run of each round ends (there are
+    ``repeats * len(run_names(config, data.data_runs))``): a progress bar's hook.
 
     Functions from a user's file loaded with :mod:`unstall.usercode` reach the spawned workers by
     value; other functions must be importable by the workers (defined in a module, not in
@@ -79,7 +83,7 @@ def measure_stalls(
     )
     job = profiled_job(model, data, loss)
     label = name if name is not None else _name_of(model)
-    return profile_job(config, job, name=label, model_options=model_options or {})
+    return profile_job(config, job, name=label, model_options=model_options or {}, on_run=on_run)
 
 
 def profiled_job(
@@ -109,9 +113,10 @@ def profile_job(
     name: str,
     model_options: Mapping[str, object],
     shape: ModelShape | None = None,
+    on_run: Callable[[str], None] | None = None,
 ) -> StallReport:
     """Run the differential profile of ``job`` as ``config`` says; report it as ``name``.
-    ``shape`` is the model's, when the caller has it already."""
+    ``shape`` is the model's, when the caller has it already; ``on_run`` follows the runs."""
     shape = shape or model_shape(job.model)
     if shape.gradient_tensors == 0 or shape.layers == 0:
         raise ConfigError(
@@ -121,8 +126,19 @@ def profile_job(
             " layers (Linear, convolution, embedding, recurrent, attention); a data-parallel"
             " profile needs at least one of each",
         )
-    raw = run_workers(config, job)
-    return build_report(config, raw, model=name, model_options=model_options, shape=shape)
+    if config.device == "cuda":  # a GPU no preset names fails now, not after the runs
+        import torch
+
+        profile_label(config.device, config.profile_device, torch.cuda.get_device_name(0))
+    raw = run_workers(config, job, on_run)
+    return build_report(
+        config,
+        raw,
+        model=name,
+        model_options=model_options,
+        shape=shape,
+        data=job.data.describe(),
+    )
 
 
 def _name_of(model: Any) -> str:

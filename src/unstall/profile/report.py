@@ -14,7 +14,7 @@ from typing import Any
 
 from unstall.net.link import Link
 from unstall.profile.comm_hook import link_json
-from unstall.profile.config import DATA_RUNS, ProfileConfig
+from unstall.profile.config import DATA_RUNS, ProfileConfig, profile_label
 from unstall.profile.job import ModelShape
 from unstall.profile.runner import PHASES, RawTimings
 from unstall.profile.stalls import STALL_FIELDS, RunSummary, stall_breakdown, summarize
@@ -28,8 +28,10 @@ class StallReport(JsonResult):
     """Per-iteration compute and stalls (seconds, medians over the repeats), their fractions,
     every run's median and spread, the phase timers, and the resulting :class:`JobProfile`.
 
-    ``device`` is where it ran ("cpu" or the GPU's name); ``job_profile.device`` is the preset
-    the profile is labelled with (see :class:`ProfileConfig`). ``model`` and ``model_options``
+    ``device`` is what it ran on as its :class:`JobProfile` names it (``cpu``, or a GPU preset:
+    see :func:`~unstall.profile.config.profile_label`), ``device_name`` as its maker names it
+    (the CPU's model, the GPU's CUDA name). ``data`` says what fed the data runs and how the
+    profiler built their variants. ``model`` and ``model_options``
     name what was profiled, as the caller labelled it; ``batch`` is the local batch (samples
     per worker and iteration). ``network`` is the emulated link (in JSON in the units of the
     command line: ``gbps``, ``latency_ms``). ``emulated_delay_s`` is the delay
@@ -44,6 +46,8 @@ class StallReport(JsonResult):
     workers: int
     backend: str
     device: str
+    device_name: str
+    data: str
     batch: int
     iterations: int
     warmup: int
@@ -71,8 +75,11 @@ class StallReport(JsonResult):
         return out
 
     def chrome_trace(self) -> dict[str, Any]:
-        """One profiled iteration of the last multi-worker run, as a Chrome trace."""
-        return chrome_trace(self.trace, label=f"{self.model} rank 0 ({self.device})")
+        """Every rank's timed iterations of every run, and the median iteration's stalls as
+        their own slices, as a Chrome trace (see :mod:`unstall.profile.trace`)."""
+        stalls = {name: getattr(self, name) for name in STALL_FIELDS}
+        label = f"{self.model} ({self.device_name})"
+        return chrome_trace(self.trace, label=label, stalls=stalls)
 
 
 def _placements(config: ProfileConfig, medians: dict[str, float]) -> dict[str, float]:
@@ -105,9 +112,10 @@ def build_report(
     model: str,
     model_options: Mapping[str, object],
     shape: ModelShape,
+    data: str = "",
 ) -> StallReport:
     """The report of ``config``'s runs of ``model`` (of ``shape``) from their raw timings
-    (pure)."""
+    (pure); ``data`` describes the data source."""
     runs = {name: summarize(name, samples) for name, samples in raw.runs.items()}
     medians = {name: run.median_s for name, run in runs.items() if not name.endswith("_untimed")}
     breakdown = stall_breakdown(medians)
@@ -118,12 +126,15 @@ def build_report(
     overhead = _overhead(raw)
     measured_data = any(run in raw.runs for run in DATA_RUNS)
     data_s = breakdown.fetch_stall_s + breakdown.prep_stall_s if measured_data else None
+    label = profile_label(config.device, config.profile_device, raw.device_name)
     return StallReport(
         model=model,
         model_options=dict(model_options),
         workers=config.workers,
         backend=config.backend,
-        device=raw.device_name,
+        device=label,
+        device_name=raw.device_name,
+        data=data,
         batch=raw.batch,
         iterations=config.iterations,
         warmup=config.warmup,
@@ -144,12 +155,19 @@ def build_report(
                 thread=int(s["name"] == "allreduce"),
                 start_s=s["start_s"],
                 end_s=s["end_s"],
+                rank=s.get("rank", 0),
+                run=s.get("run", ""),
+                round=s.get("round", 0),
+                iteration=s.get("iteration", 0),
             )
             for s in raw.trace
         ),
         job_profile=JobProfile(
             model=model,
-            device=config.profile_device,
+            device=label,
+            device_name=raw.device_name,
+            device_tflops=raw.device_tflops,
+            parameter_bytes=shape.parameter_bytes,
             compute_s=medians["compute"],
             local_batch=raw.batch,
             gradient_bytes=shape.gradient_bytes,

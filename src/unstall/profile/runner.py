@@ -24,6 +24,7 @@ import os
 import socket
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -47,13 +48,17 @@ PHASES = ("data", "forward", "backward", "allreduce", "optimizer")
 @dataclass(kw_only=True)
 class RawTimings:
     """Per run: seconds per iteration of each round, and each phase's mean per round; the
-    local batch (samples per worker) of the in-memory batches."""
+    local batch (samples per worker) of the in-memory batches; the device's name (the CPU's
+    model, or CUDA's name of the GPU) and, on a CPU, its dense fp32 matmul rate."""
 
     runs: dict[str, list[float]] = field(default_factory=dict)
     phases: dict[str, dict[str, list[float]]] = field(default_factory=dict)
+    # Every rank's timed iterations: rank, run, round, iteration, phase name, start and end
+    # (perf_counter seconds: one clock for all ranks of a host).
     trace: list[dict[str, Any]] = field(default_factory=list)
     emulated_delay_s: list[float] = field(default_factory=list)
     device_name: str = "cpu"
+    device_tflops: float | None = None
     batch: int = 0
 
 
@@ -130,28 +135,51 @@ def phase_totals(spans: list[tuple[str, float, float]]) -> dict[str, float]:
     return totals
 
 
+Spans = list[tuple[str, float, float]]
+
+
 def _time_run(
     loop: _Loop, config: ProfileConfig, timed: bool = True
-) -> tuple[float, dict[str, float], list[tuple[str, float, float]]]:
+) -> tuple[float, dict[str, float], list[Spans]]:
     """Warm-up, then ``iterations`` timed iterations: seconds per iteration, phase means, and
-    the last iteration's spans."""
+    every timed iteration's spans."""
     delay = config.delays.compute_s
     for index in range(config.warmup):
         _untimed_step(loop, index, delay)
     if loop.hook is not None:
         loop.hook.delay_total_s = 0.0  # the emulated link's delay of the timed iterations only
     totals = dict.fromkeys(PHASES, 0.0)
-    spans: list[tuple[str, float, float]] = []
+    every: list[Spans] = []
     started = time.perf_counter()
     for index in range(config.warmup, config.warmup + config.iterations):
         if timed:
-            spans = _step(loop, index, delay)
-            for phase, seconds in phase_totals(spans).items():
+            every.append(_step(loop, index, delay))
+            for phase, seconds in phase_totals(every[-1]).items():
                 totals[phase] += seconds
         else:
             _untimed_step(loop, index, delay)
     per_iteration = (time.perf_counter() - started) / config.iterations
-    return per_iteration, {p: t / config.iterations for p, t in totals.items()}, spans
+    return per_iteration, {p: t / config.iterations for p, t in totals.items()}, every
+
+
+@dataclass
+class _Log:
+    """What one rank keeps of its runs besides the timings: every timed iteration's spans (for
+    the trace), and a call after each run (the progress bar's; rank 0 only)."""
+
+    rank: int
+    spans: list[dict[str, Any]] = field(default_factory=list)
+    on_run: Callable[[str], None] | None = None
+
+    def ran(self, run: str, round_index: int, iterations: list[Spans]) -> None:
+        for iteration, spans in enumerate(iterations):
+            self.spans += [
+                {"rank": self.rank, "run": run, "round": round_index, "iteration": iteration}
+                | {"name": phase, "start_s": start, "end_s": end}
+                for phase, start, end in spans
+            ]
+        if self.on_run is not None:
+            self.on_run(run)
 
 
 def _solo_feeds(config: ProfileConfig, job: ProfiledJob) -> dict[str, BatchFeed]:
@@ -175,6 +203,41 @@ def _check_step(loop: _Loop) -> int:
             f" {type(loss).__name__}{tuple(loss.shape) if isinstance(loss, torch.Tensor) else ''}"
         )
     return int(inputs.shape[0]) if inputs.dim() > 0 else 1
+
+
+def cpu_name() -> str:
+    """This machine's CPU model as the kernel names it (``/proc/cpuinfo``), else the platform's."""
+    import platform
+
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
+            key, _, value = line.partition(":")
+            if key.strip() == "model name" and value.strip():
+                return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown CPU"
+
+
+# A square fp32 matmul large enough to reach the CPU's dense rate, small enough to take well
+# under a second on a few cores; the fastest of a few repeats is the rate.
+MATMUL_SIZE = 1024
+MATMUL_REPEATS = 3
+
+
+def matmul_tflops(size: int = MATMUL_SIZE, repeats: int = MATMUL_REPEATS) -> float:
+    """The dense fp32 matmul rate of this CPU, in TFLOP/s, with this process's torch threads:
+    the rate a CPU profile is converted to a GPU with (``unstall.net.cpu_to_gpu_factor``)."""
+    generator = torch.Generator().manual_seed(0)
+    a = torch.randn(size, size, generator=generator)
+    b = torch.randn(size, size, generator=generator)
+    torch.mm(a, b)  # warm-up: thread pool and caches
+    best = float("inf")
+    for _ in range(repeats):
+        started = time.perf_counter()
+        torch.mm(a, b)
+        best = min(best, time.perf_counter() - started)
+    return 2.0 * size**3 / best / 1e12
 
 
 def _record(raw: RawTimings, name: str, seconds: float, phases: dict[str, float]) -> None:
@@ -204,6 +267,7 @@ def _solo_round(
     job: ProfiledJob,
     feeds: dict[str, BatchFeed],
     round_index: int,
+    log: _Log,
 ) -> None:
     """Rank 0 alone: compute (and its untimed twin), then the data runs (cold, warm, cached)."""
     for name in _paired_order(run_names(config, job.data.data_runs), round_index):
@@ -211,8 +275,12 @@ def _solo_round(
             continue
         job.data.before_run(name)
         solo.feed = feeds[name]
-        seconds, phases, _ = _time_run(solo, config, timed=not name.endswith("_untimed"))
+        seconds, phases, spans = _time_run(solo, config, timed=not name.endswith("_untimed"))
+        close = getattr(feeds[name], "close", None)
+        if close is not None:  # a DataLoader's workers: stopped while other runs are timed
+            close()
         _record(raw, name, seconds, phases)
+        log.ran(name, round_index, spans)
 
 
 DDP_RUNS = ("local", "local_untimed", "network")
@@ -223,10 +291,10 @@ def _ddp_round(
     raw: RawTimings | None,
     loops: dict[str, _Loop],
     round_index: int,
+    log: _Log,
 ) -> None:
     """All ranks: the local run (and its untimed twin), then the run over the network (the
     emulated link on one host; the real network across hosts)."""
-    last = round_index == config.repeats - 1
     for name in _paired_order([n for n in run_names(config) if n in DDP_RUNS], round_index):
         ddp = loops[name]
         assert ddp.hook is not None
@@ -237,8 +305,7 @@ def _ddp_round(
             _record(raw, name, seconds, phases)
             if name == "network" and config.network is not None:
                 raw.emulated_delay_s.append(ddp.hook.delay_total_s / config.iterations)
-            if last and not name.endswith("_untimed"):  # the network run comes last
-                raw.trace = [{"name": p, "start_s": s, "end_s": e} for p, s, e in spans]
+        log.ran(name, round_index, spans)
 
 
 def _join(config: ProfileConfig, rank: int, init_method: str) -> torch.device:
@@ -267,7 +334,7 @@ def _worker(rank: int, config: ProfileConfig, blob: bytes, port: int, out_path: 
         job = unpack(blob)
         device = _join(config, rank, f"tcp://127.0.0.1:{port}")
         try:
-            raw = _worker_rounds(rank, config, job, device)
+            raw = _worker_rounds(rank, config, job, device, on_run=_progress_file(out_path))
             if rank == 0:
                 Path(out_path).write_text(json.dumps(raw.__dict__), encoding="utf-8")
         finally:
@@ -339,14 +406,36 @@ def _ddp_loops(
     }
 
 
+def _progress_file(out_path: str) -> Callable[[str], None]:
+    """The progress call of a spawned rank 0: a line per run appended to ``out_path.progress``,
+    which the parent counts (:func:`_spawn`)."""
+
+    def append(run: str) -> None:
+        with open(f"{out_path}.progress", "a", encoding="utf-8") as handle:
+            handle.write(run + "\n")
+
+    return append
+
+
+def _gather_spans(log: _Log) -> list[dict[str, Any]]:
+    """Every rank's spans, on every rank (rank 0 keeps them in its timings)."""
+    everyone: list[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, log.spans)
+    return [span for spans in everyone for span in spans]
+
+
 def _worker_rounds(
-    rank: int, config: ProfileConfig, job: ProfiledJob, device: torch.device
+    rank: int,
+    config: ProfileConfig,
+    job: ProfiledJob,
+    device: torch.device,
+    on_run: Callable[[str], None] | None = None,
 ) -> RawTimings:
-    """Every round of every run; rank 0's timings (the other ranks' are empty). Rank 0 also
-    steps the one-worker runs, on a model of its own."""
-    raw = RawTimings(
-        device_name=torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-    )
+    """Every round of every run; rank 0's timings (the other ranks' are empty) with every rank's
+    spans. Rank 0 also steps the one-worker runs, on a model of its own, and calls ``on_run``
+    after each run."""
+    on_gpu = device.type == "cuda"
+    raw = RawTimings(device_name=torch.cuda.get_device_name(device) if on_gpu else cpu_name())
     feeds: dict[str, BatchFeed] = {}
     solo: _Loop | None = None
     if rank == 0:
@@ -354,23 +443,29 @@ def _worker_rounds(
         feeds = _solo_feeds(config, job)
         solo = _Loop(solo_model, _optimizer(solo_model), feeds["compute"], job.loss, None, device)
         raw.batch = _check_step(solo)
+        raw.device_tflops = None if on_gpu else matmul_tflops()
     loops = _ddp_loops(config, job, rank, device)
+    log = _Log(rank=rank, on_run=on_run if rank == 0 else None)
     for round_index in range(config.repeats):
         if solo is not None:
-            _solo_round(config, raw, solo, job, feeds, round_index)
+            _solo_round(config, raw, solo, job, feeds, round_index, log)
         dist.barrier()
-        _ddp_round(config, raw if rank == 0 else None, loops, round_index)
+        _ddp_round(config, raw if rank == 0 else None, loops, round_index, log)
         dist.barrier()
+    raw.trace = _gather_spans(log)
     return raw
 
 
 def _run_under_torchrun(
-    config: ProfileConfig, job: ProfiledJob, launch: TorchrunLaunch
+    config: ProfileConfig,
+    job: ProfiledJob,
+    launch: TorchrunLaunch,
+    on_run: Callable[[str], None] | None,
 ) -> RawTimings:
     """This process is worker ``launch.rank``: join the group, run, share rank 0's timings."""
     device = _join(config, launch.rank, "env://")
     try:
-        raw = _worker_rounds(launch.rank, config, job, device)
+        raw = _worker_rounds(launch.rank, config, job, device, on_run=on_run)
         shared: list[Any] = [raw.__dict__ if launch.rank == 0 else None]
         dist.broadcast_object_list(shared, src=0, device=device)
         return RawTimings(**shared[0])
@@ -378,14 +473,41 @@ def _run_under_torchrun(
         dist.destroy_process_group()
 
 
-def run_workers(config: ProfileConfig, job: ProfiledJob) -> RawTimings:
+# How often the parent looks at the workers and at rank 0's progress file.
+POLL_S = 0.2
+
+
+def _spawn(
+    config: ProfileConfig, blob: bytes, out_path: str, on_run: Callable[[str], None] | None
+) -> None:
+    """Start the workers and wait for them, passing each run rank 0 reports to ``on_run``."""
+    import torch.multiprocessing as mp
+
+    context = mp.spawn(
+        _worker, args=(config, blob, _free_port(), out_path), nprocs=config.workers, join=False
+    )
+    assert context is not None  # join=False returns the processes' context
+    seen = 0
+    progress = Path(f"{out_path}.progress")
+    while True:
+        done = context.join(timeout=POLL_S)
+        runs = progress.read_text(encoding="utf-8").split() if progress.exists() else []
+        for run in runs[seen:]:
+            if on_run is not None:
+                on_run(run)
+        seen = len(runs)
+        if done:
+            return
+
+
+def run_workers(
+    config: ProfileConfig, job: ProfiledJob, on_run: Callable[[str], None] | None = None
+) -> RawTimings:
     """Spawn ``config.workers`` processes training ``job``, run every round, return rank 0's
-    raw timings.
+    raw timings; ``on_run(name)`` follows each run rank 0 finishes (a progress bar).
 
     Under torchrun the launched processes are the workers: each runs its part and returns rank
     0's timings (``config.workers`` must then be torchrun's world size)."""
-    import torch.multiprocessing as mp
-
     launch = torchrun_launch(os.environ)
     if launch is not None:
         if (launch.world_size, launch.nodes) != (config.workers, config.nodes):
@@ -393,7 +515,7 @@ def run_workers(config: ProfileConfig, job: ProfiledJob) -> RawTimings:
                 f"torchrun started {launch.world_size} workers on {launch.nodes} hosts; the"
                 f" config wants {config.workers} on {config.nodes}"
             )
-        return _run_under_torchrun(config, job, launch)
+        return _run_under_torchrun(config, job, launch, on_run)
     if config.nodes > 1:
         raise UnstallError("workers on several hosts need torchrun (see unstall profile run)")
     if config.device == "cuda" and torch.cuda.device_count() < config.workers:
@@ -404,12 +526,7 @@ def run_workers(config: ProfileConfig, job: ProfiledJob) -> RawTimings:
     with tempfile.TemporaryDirectory(prefix="unstall-profile-") as tmp:
         out_path = str(Path(tmp) / "raw.json")
         try:
-            mp.spawn(
-                _worker,
-                args=(config, blob, _free_port(), out_path),
-                nprocs=config.workers,
-                join=True,
-            )
+            _spawn(config, blob, out_path, on_run)
         except Exception as exc:  # a worker's failure arrives as ProcessRaisedException
             error = Path(f"{out_path}.error")
             why = (

@@ -6,8 +6,9 @@ at all. A source that has a real input pipeline also gives the one-worker *data 
 differences are the input stalls (see :mod:`unstall.profile.stalls`):
 
 - :class:`SyntheticData`: random batches from a batch function; no data runs.
-- :class:`ImageFileData`: the PNG folder of :mod:`unstall.profile.images`: cold (page cache
-  dropped), warm (files in the page cache) and cached (decoded once up front) runs.
+- :class:`ImageFileData`: an image folder (class folders or the flat layout of
+  :mod:`unstall.profile.images`) read through a DataLoader: cold (page cache dropped), warm
+  (files in the page cache) and cached (decoded once up front) runs.
 - :class:`UserData`: the user's ``data(rank, world_size) -> iterable of (inputs, targets)``. The
   profiler builds the variants itself from the first batches each worker's iterable yields: held
   in memory they are the in-memory batches and the cached run; the iterable read as it runs is
@@ -24,13 +25,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-import numpy as np
 import torch
 
 from unstall.config import check
 from unstall.profile import images
 from unstall.profile.config import InjectedDelays
-from unstall.profile.images import Batch, BatchFeed
+from unstall.profile.images import Batch, BatchFeed, ImageSet
 from unstall.usercode import UserCodeError, call_user, user_code_error, where_defined
 
 DataFunction = Callable[[int, int], Iterable[Any]]
@@ -59,6 +59,10 @@ class DataSource(ABC):
     def before_run(self, run: str) -> None:  # noqa: B027 (a hook: most sources need nothing)
         """Called before every timed data run (the cold run drops the page cache here)."""
 
+    @abstractmethod
+    def describe(self) -> str:
+        """One line for the report: what the data is, and how each run is fed from it."""
+
 
 def _cycle(pool: list[Batch]) -> BatchFeed:
     return lambda index: pool[index % len(pool)]
@@ -76,6 +80,12 @@ class SyntheticData(DataSource):
     make_batch: Callable[..., Batch]
     label: str = "synthetic"
 
+    def describe(self) -> str:
+        return (
+            f"{self.label}: {POOL} random batches per worker held in memory and cycled; no"
+            " input pipeline, so no data runs"
+        )
+
     def memory_feed(self, rank: int, world_size: int, seed: int) -> BatchFeed:
         generator = torch.Generator().manual_seed(seed * 1000 + rank)
         pool = [
@@ -87,39 +97,64 @@ class SyntheticData(DataSource):
 
 @dataclass(frozen=True)
 class ImageFileData(DataSource):
-    """The PNG folder of :mod:`unstall.profile.images` (``paths``: its files, sorted), fed in
-    batches of ``batch`` images. ``memory`` gives the in-memory batches of the compute and DDP
-    runs (for a zoo model its synthetic images); without it, the decoded files are."""
+    """An image dataset on disk (``images``: :func:`unstall.profile.images.read_dataset`, class
+    folders or the flat layout), fed in batches of ``batch`` images through a DataLoader with
+    ``workers`` worker processes, each image resized to ``image_size`` where it differs.
+    ``memory`` gives the in-memory batches of the compute and DDP runs (for a zoo model its
+    synthetic images); without it, the first decoded batches do."""
 
-    paths: tuple[Path, ...]
+    images: ImageSet
     batch: int
     memory: DataSource | None = None
     label: str = ""
+    workers: int = 0
+    image_size: int | None = None
     data_runs: ClassVar[tuple[str, ...]] = ("cold", "warm", "cached")
 
     def __post_init__(self) -> None:
-        check(bool(self.paths), self, "paths", "must hold at least one image file")
+        check(bool(self.images.paths), self, "images", "must hold at least one image file")
         check(self.batch >= 1, self, "batch", f"must be >= 1, got {self.batch!r}")
+        check(self.workers >= 0, self, "workers", f"must be >= 0, got {self.workers!r}")
+
+    @property
+    def paths(self) -> tuple[Path, ...]:
+        return self.images.paths
 
     def memory_feed(self, rank: int, world_size: int, seed: int) -> BatchFeed:
         if self.memory is not None:
             return self.memory.memory_feed(rank, world_size, seed)
-        return images.cached_feed(list(self.paths), self.batch)
+        return images.cached_feed(self.images, self.batch, image_size=self.image_size)
 
     def data_feeds(self, *, seed: int, delays: InjectedDelays) -> dict[str, BatchFeed]:
-        paths = list(self.paths)
-        rng = np.random.default_rng(seed)  # one stream: the cold and warm runs continue it
+        def files(fetch_s: float, drop_cache: bool) -> BatchFeed:
+            return images.loader_feed(
+                self.images,
+                self.batch,
+                workers=self.workers,
+                image_size=self.image_size,
+                seed=seed,
+                fetch_delay_s=fetch_s,
+                prep_delay_s=delays.prep_s,
+                drop_cache=drop_cache,
+            )
+
         return {
-            "cold": images.file_feed(
-                paths, self.batch, rng, fetch_delay_s=delays.fetch_s, prep_delay_s=delays.prep_s
-            ),
-            "warm": images.file_feed(paths, self.batch, rng, prep_delay_s=delays.prep_s),
-            "cached": images.cached_feed(paths, self.batch),
+            "cold": files(delays.fetch_s, drop_cache=True),
+            "warm": files(0.0, drop_cache=False),
+            "cached": images.cached_feed(self.images, self.batch, image_size=self.image_size),
         }
 
-    def before_run(self, run: str) -> None:
-        if run == "cold":
-            images.drop_page_cache(list(self.paths))
+    def describe(self) -> str:
+        where = "in the training process" if self.workers == 0 else f"by {self.workers} workers"
+        memory = f"{self.memory.label} batches" if self.memory is not None else "the cached batches"
+        classes = f", {len(self.images.classes)} classes" if self.images.classes else ""
+        return (
+            f"images {self.label} ({self.images.layout}, {len(self.images.paths)} files"
+            f"{classes}), read and decoded with Pillow through a DataLoader {where}: cold"
+            " (each file's cached pages dropped before it is read), warm (page cache), cached"
+            f" (the first {images.CACHED_BATCHES} batches decoded up front); the compute and DDP"
+            f" runs use {memory}"
+        )
 
 
 @dataclass(frozen=True)
@@ -181,6 +216,14 @@ class UserData(DataSource):
 
     def memory_feed(self, rank: int, world_size: int, seed: int) -> BatchFeed:
         return _cycle(self._first(rank, world_size))
+
+    def describe(self) -> str:
+        return (
+            f"your data function {self.label or where_defined(self.fn)}: the compute and DDP runs"
+            f" cycle the first {POOL} batches each worker's iterable yields, held in memory; the"
+            f" cached run worker 0's first {POOL}; the warm run reads the iterable as it runs"
+            " (fetch and prep not told apart: the whole input stall is prep)"
+        )
 
     def data_feeds(self, *, seed: int, delays: InjectedDelays) -> dict[str, BatchFeed]:
         return {"warm": self._live_feed(delays.prep_s), "cached": _cycle(self._first(0, 1))}

@@ -6,11 +6,19 @@ local batch, the gradient bytes, tensors and layers, optionally the input pipeli
 iteration, and optionally measured iteration times per placement string ("4", "22", "1111": GPUs
 per node). :meth:`JobProfile.to_perf_spec` turns it into the perf model's :class:`JobPerfSpec`.
 
+The device is a GPU preset (``v100``, ``h100``, ...) or ``cpu``: a profile measured on a CPU
+says so, names the CPU (``device_name``) and carries the CPU's measured dense fp32 matmul rate
+(``device_tflops``). The perf model knows GPUs only, so a CPU profile has no perf spec of its
+own: :meth:`JobProfile.on_gpu` converts it to a GPU (compute scaled by the ratio of FLOP rates,
+the factor returned for the caller to show), and :meth:`JobProfile.to_perf_spec` refuses it with
+one line saying so. A CPU's timings are never taken for a GPU's silently.
+
 Every field is validated on the way in; errors name the field and the file (or ``<text>``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from dataclasses import MISSING, dataclass, field, fields
@@ -19,7 +27,7 @@ from typing import Any
 
 from unstall.config import check
 from unstall.errors import ConfigError, DataFileError
-from unstall.net.hardware import DEVICE_PRESETS
+from unstall.net.hardware import CPU_DEVICE, DEVICE_PRESETS, cpu_to_gpu_factor, device
 from unstall.results import JsonResult
 from unstall.workload.job_specs import COMM_KINDS, JobPerfSpec
 from unstall.workload.placement import Placement
@@ -35,7 +43,13 @@ def _is_number(value: object) -> bool:
 
 @dataclass(frozen=True, kw_only=True)
 class JobProfile(JsonResult):
-    """A job as measured: see the module docstring. Times in seconds, sizes in bytes."""
+    """A job as measured: see the module docstring. Times in seconds, sizes in bytes.
+
+    ``device_name`` is the device as its maker names it (the CPU model, the GPU's CUDA name);
+    ``device_tflops`` the dense fp32 matmul rate measured on it (CPU profiles carry it: the
+    conversion to a GPU needs it). ``parameter_bytes`` counts every parameter, trainable or not
+    (``gradient_bytes`` only the trainable ones, what data-parallel training reduces).
+    """
 
     model: str
     device: str
@@ -48,14 +62,37 @@ class JobProfile(JsonResult):
     measured: dict[str, float] = field(default_factory=dict, hash=False)
     comm: str = "allreduce"
     overlap: float = 0.5
+    device_name: str | None = None
+    device_tflops: float | None = None
+    parameter_bytes: int | None = None
 
     def __post_init__(self) -> None:
         check(isinstance(self.model, str) and bool(self.model), self, "model", "must be a name")
         check(
-            isinstance(self.device, str) and self.device.lower() in DEVICE_PRESETS,
+            isinstance(self.device, str) and self.device.lower() in (*DEVICE_PRESETS, CPU_DEVICE),
             self,
             "device",
-            f"unknown device {self.device!r}; known: {sorted(DEVICE_PRESETS)}",
+            f"unknown device {self.device!r}; known: {[*sorted(DEVICE_PRESETS), CPU_DEVICE]}",
+        )
+        check(
+            self.device_name is None or isinstance(self.device_name, str),
+            self,
+            "device_name",
+            f"must be a name or null, got {self.device_name!r}",
+        )
+        check(
+            self.device_tflops is None
+            or (_is_number(self.device_tflops) and self.device_tflops > 0),
+            self,
+            "device_tflops",
+            f"must be a number > 0 or null, got {self.device_tflops!r}",
+        )
+        check(
+            self.parameter_bytes is None
+            or (_is_int(self.parameter_bytes) and self.parameter_bytes >= self.gradient_bytes),
+            self,
+            "parameter_bytes",
+            f"must be an integer >= gradient_bytes or null, got {self.parameter_bytes!r}",
         )
         check(
             _is_number(self.compute_s) and self.compute_s > 0,
@@ -108,8 +145,57 @@ class JobProfile(JsonResult):
                 f"must be a time in seconds > 0, got {seconds!r}",
             )
 
+    @property
+    def on_cpu(self) -> bool:
+        """Whether the profile was measured on a CPU (see the module docstring)."""
+        return self.device.lower() == CPU_DEVICE
+
+    def cpu_factor(self, gpu: str) -> float:
+        """The factor :meth:`on_gpu` scales this CPU profile's compute time by for ``gpu``."""
+        check(self.on_cpu, self, "device", f"is {self.device!r}, not a CPU")
+        if self.device_tflops is None:
+            raise ConfigError(
+                type(self).__name__,
+                "device_tflops",
+                f"the CPU profile of {self.model} has no measured FLOP rate to convert it to a GPU"
+                " with; profile it again with unstall profile run",
+            )
+        return cpu_to_gpu_factor(self.device_tflops, gpu)
+
+    def on_gpu(self, gpu: str) -> JobProfile:
+        """This CPU profile converted to GPU ``gpu``: compute time times :meth:`cpu_factor`; the
+        input pipeline's time kept (it runs on the host's CPU either way); the measured
+        placements dropped (CPU and gloo times are no GPU's). A GPU profile is returned as is
+        when ``gpu`` is its device, else refused (the perf model scales GPU to GPU itself)."""
+        if not self.on_cpu:
+            check(
+                device(gpu).name == self.device.lower(),
+                self,
+                "device",
+                f"is {self.device}, not a CPU: the perf model scales it to {gpu} itself",
+            )
+            return self
+        return dataclasses.replace(
+            self,
+            device=device(gpu).name,
+            compute_s=self.compute_s * self.cpu_factor(gpu),
+            measured={},
+            device_name=None,
+            device_tflops=None,
+        )
+
     def to_perf_spec(self, **overrides: Any) -> JobPerfSpec:
-        """The perf model's view of this job (``overrides`` replace any JobPerfSpec field)."""
+        """The perf model's view of this job (``overrides`` replace any JobPerfSpec field); a
+        CPU profile is refused (convert it with :meth:`on_gpu` first)."""
+        if self.on_cpu:
+            raise ConfigError(
+                type(self).__name__,
+                "device",
+                f"the profile of {self.model} was measured on a CPU"
+                f" ({self.device_name or 'unnamed'}); the perf model takes GPU timings: convert"
+                " it (unstall profile convert PROFILE --gpu NAME, compute scaled by FLOP rates)"
+                " or profile on a GPU",
+            )
         values: dict[str, Any] = {
             "name": self.model,
             "device": self.device.lower(),

@@ -35,6 +35,8 @@ def resolve_job(
     if (profile is None) == (model is None):
         raise ConfigError("recommend", "--profile/--model", "give exactly one of them")
     if profile is not None:
-        return job_from_profile(JobProfile.from_json(Path(profile)), precision=precision)
+        return job_from_profile(
+            JobProfile.from_json(Path(profile)), precision=precision, devices=catalog.devices
+        )
     assert model is not None
     return job_from_model(model, catalog.devices, precision=precision)

@@ -1,11 +1,14 @@
 """The profiler's resolver: command-line text to the objects :func:`unstall.profile.measure_stalls`
 takes.
 
-- a model: a zoo name (``resnet18``), a sweep variant (``resnet:depth=34``) or user code
-  (``FILE.py:FUNC``, ``package.module:FUNC``: a function returning an ``nn.Module``);
-- data: ``synthetic`` (a zoo model's random batches), a folder of the profiler's PNG files
-  (``unstall profile data DIR``), or user code (``FILE.py:FUNC``: ``(rank, world_size) ->
-  iterable of (inputs, targets)``);
+- a model: any model name the simulator knows (a zoo name such as ``resnet18``, or one of the
+  applications of Pollux's traces such as ``bert``, built as the zoo model that stands for it),
+  a sweep variant (``resnet:depth=34``) or user code (``FILE.py:FUNC``, ``package.module:FUNC``:
+  a function returning an ``nn.Module``);
+- data: ``synthetic`` (a zoo model's random batches), an image folder (class folders
+  ``DIR/CLASS/*.{png,jpg,jpeg}``, or the flat files of ``unstall profile data DIR``) read through
+  a DataLoader, or user code (``FILE.py:FUNC``: ``(rank, world_size) -> iterable of (inputs,
+  targets)``);
 - a loss: a name of :data:`LOSSES` or user code (``loss(outputs, targets) -> scalar tensor``);
 - the emulated link: ``GBPS[,LATENCY_MS]`` (Gbit/s per direction, milliseconds per bucket);
 - a sweep of zoo variants for the comm-stall model: the function that profiles each one.
@@ -15,6 +18,7 @@ Every error is one line naming the option (``profile.model``, ``profile.data``, 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -33,12 +37,13 @@ from unstall.profile import (
     SweepPoint,
     SyntheticData,
     UserData,
-    list_dataset,
     measure_sweep_point,
 )
 from unstall.profile import resolve_device as choose_device
+from unstall.profile.images import read_dataset
 from unstall.usercode import is_reference, load_callable
 from unstall.workload import zoo
+from unstall.workload.job_specs import APPLICATION_MODELS
 
 OWNER = "profile"
 LOSSES: dict[str, Callable[[], nn.Module]] = {
@@ -77,6 +82,11 @@ class ResolvedModel:
     input_kind: str | None = None
 
 
+def profilable_models() -> list[str]:
+    """Every model name ``--model`` takes: the zoo's and the simulator's application names."""
+    return sorted({*zoo.names(), *APPLICATION_MODELS})
+
+
 def parse_variant(text: str) -> tuple[str, dict[str, object]]:
     """``"NAME[:key=value,...]"`` (integer or float values) to a zoo name and its options."""
     name, _, rest = text.partition(":")
@@ -91,8 +101,14 @@ def parse_variant(text: str) -> tuple[str, dict[str, object]]:
             )
         except ValueError as exc:
             raise ConfigError("variant", text, f"option {key!r} is not a number") from exc
-    zoo.resolve_options(name.strip(), options)  # unknown model or option: a clear error now
-    return name.strip(), options
+    name = name.strip()
+    if name not in zoo.MODEL_REGISTRY:
+        known = ", ".join(profilable_models())
+        raise ConfigError(
+            OWNER, "model", f"unknown model {name!r}; known: {known}, or FILE.py:FUNC"
+        )
+    zoo.resolve_options(name, options)  # unknown option: a clear error now
+    return name, options
 
 
 def zoo_model(
@@ -121,6 +137,10 @@ def resolve_model(text: str, *, image_size: int = 32) -> ResolvedModel:
     """``--model``: a zoo name, a sweep variant ``NAME:key=value,...``, or user code."""
     if is_reference(text) and not _is_variant(text):
         return ResolvedModel(build=load_callable(text, what="model function"), name=text)
+    if text in APPLICATION_MODELS:  # the simulator's name for it labels the profile
+        zoo_name, options = APPLICATION_MODELS[text]
+        found = zoo_model(zoo_name, image_size=image_size, options=options)
+        return dataclasses.replace(found, name=text)
     name, options = parse_variant(text)
     return zoo_model(name, image_size=image_size, options=options)
 
@@ -143,9 +163,27 @@ def synthetic_data(model: ResolvedModel, *, batch: int) -> SyntheticData:
     return SyntheticData(make)
 
 
-def resolve_data(text: str | None, model: ResolvedModel, *, batch: int = 8) -> DataSource:
-    """``--data``: ``synthetic`` (the default), a PNG folder, or a user data function."""
+def resolve_data(
+    text: str | None,
+    model: ResolvedModel,
+    *,
+    batch: int = 8,
+    workers: int = 0,
+    image_size: int | None = None,
+) -> DataSource:
+    """``--data``: ``synthetic`` (the default), an image folder read by a DataLoader with
+    ``workers`` worker processes (images resized to the model's ``image_size``, or to
+    ``image_size`` for a model of your own), or a user data function."""
     check(batch >= 1, OWNER, "batch", f"must be >= 1, got {batch}")
+    check(workers >= 0, OWNER, "data_workers", f"must be >= 0, got {workers}")
+    folder = not (text is None or text == SYNTHETIC or is_reference(text))
+    check(
+        workers == 0 or folder,
+        OWNER,
+        "data_workers",
+        "DataLoader workers read an image folder (--data DIR); synthetic batches need none, and"
+        " a data function of your own sets up its own loader",
+    )
     if text is None or text == SYNTHETIC:
         return synthetic_data(model, batch=batch)
     if is_reference(text):
@@ -156,9 +194,34 @@ def resolve_data(text: str | None, model: ResolvedModel, *, batch: int = 8) -> D
             "data",
             f"the image files of {text} feed images; {model.name} takes {model.input_kind}",
         )
-    paths = tuple(list_dataset(Path(text)))
-    memory = synthetic_data(model, batch=batch) if model.zoo_name is not None else None
-    return ImageFileData(paths, batch, memory=memory, label=text)
+    images = read_dataset(Path(text))
+    memory = None
+    if model.zoo_name is not None:
+        memory = synthetic_data(model, batch=batch)
+        _check_classes(model, images.labels, text)
+    size = model.options.get("image_size", image_size)
+    return ImageFileData(
+        images,
+        batch,
+        memory=memory,
+        label=text,
+        workers=workers,
+        image_size=size if isinstance(size, int) else None,
+    )
+
+
+def _check_classes(model: ResolvedModel, labels: Sequence[int], where: str) -> None:
+    """A zoo model must have an output for every class of the data set."""
+    assert model.zoo_name is not None
+    wanted = max(labels) + 1
+    has = getattr(zoo.resolve_options(model.zoo_name, model.options), "num_classes", wanted)
+    check(
+        wanted <= has,
+        OWNER,
+        "data",
+        f"{where} has {wanted} classes and {model.name} {has} outputs: give --model"
+        f" {model.zoo_name}:num_classes={wanted}",
+    )
 
 
 def resolve_loss(text: str | None) -> Any:
@@ -193,18 +256,37 @@ def resolve_network(text: str | None) -> Link | None:
 
 
 def sweep_measure(
-    variants: Sequence[str], config: ProfileConfig, *, batch: int = 8, image_size: int = 32
+    variants: Sequence[str],
+    config: ProfileConfig,
+    *,
+    batch: int = 8,
+    image_size: int = 32,
+    data: str | None = None,
+    loss: str | None = None,
+    data_workers: int = 0,
 ) -> Callable[[str], SweepPoint]:
-    """Sweep variants (``NAME[:key=value,...]``, zoo models) to the function that profiles one
-    of them, on its synthetic batches, as :func:`unstall.profile.measure_points` wants. Every
-    variant is resolved now, so that a typo fails before the first minutes-long profile."""
+    """Sweep variants (``NAME[:key=value,...]`` zoo models, or model functions of your own:
+    ``FILE.py:FUNC``) to the function that profiles each one of them, as
+    :func:`unstall.profile.measure_points` wants: on ``data`` (``--data`` as ``profile run``
+    takes it, the same for every variant; default each zoo variant's synthetic batches) with
+    ``loss``. Every variant is resolved now, so that a typo fails before the first minutes-long
+    profile."""
     models = {v: resolve_model(v, image_size=image_size) for v in dict.fromkeys(variants)}
-    sources = {v: resolve_data(None, model, batch=batch) for v, model in models.items()}
+    sources = {
+        v: resolve_data(data, model, batch=batch, workers=data_workers, image_size=image_size)
+        for v, model in models.items()
+    }
+    loss_fn = resolve_loss(loss)
 
     def measure(variant: str) -> SweepPoint:
         model = models[variant]
         return measure_sweep_point(
-            variant, model.build, sources[variant], config=config, model_options=model.options
+            variant,
+            model.build,
+            sources[variant],
+            config=config,
+            loss=loss_fn,
+            model_options=model.options,
         )
 
     return measure
