@@ -24,6 +24,7 @@ from unstall.cli.resolvers.sim import (
     parse_model_mix,
     parse_pairs,
     simulate_request,
+    split_policy_options,
 )
 from unstall.cli.resolvers.traces import resolve_trace
 from unstall.results import to_jsonable, write_result
@@ -204,20 +205,32 @@ def compare(
     seed: SeedOpt = 0,
     restore_s: RestoreOpt = 60.0,
     max_jobs: MaxJobsOpt = None,
+    policy_option: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--policy-option",
+            help="A knob of one policy as POLICY.KEY=VALUE, repeatable, POLICY as written in "
+            "--policies (e.g. dally.order=las, my_policy.py:Mine.patience_s=600).",
+        ),
+    ] = None,
     job_profile: JobProfileOpt = None,
     model_mix: ModelMixOpt = None,
     out: Annotated[
         Path, typer.Option("--out", help="Folder for summary.json, per-job data, plots, report.")
     ] = Path("out/sim-compare"),
+    json_path: JsonOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
     """Simulate several policies on the same trace; write a table, plots and an HTML report."""
     from unstall.sched import POLICIES
 
     names = comma_list(policies) or list(POLICIES)
+    pairs = parse_pairs(policy_option or [], "--policy-option", "POLICY.KEY=VALUE")
+    options = split_policy_options(pairs, names)
     requests = [
         SimRequest(
             policy=name,
+            policy_options=options[name],
             cluster=cluster,
             congestion=congestion,
             seed=seed,
@@ -230,7 +243,10 @@ def compare(
     ]
     loaded = resolve_trace(trace, trace_format)
     runs = simulate_all(requests, loaded, quiet)
-    write_comparison(runs, requests, str(trace or "embedded"), out)
+    label = str(trace or "embedded")
+    write_comparison(runs, requests, label, out)
+    results = _ResultList([r.result for r in runs])
+    save_json(json_path, results, {"runs": list(requests), "trace": label})
 
 
 def simulate_all(requests: Sequence[SimRequest], trace: Trace, quiet: bool) -> list[SimRun]:
