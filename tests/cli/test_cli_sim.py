@@ -67,3 +67,20 @@ def test_policy_options_split_by_the_longest_policy_named() -> None:
     assert split == {"a": (("y", "2"),), "a.py:B": (("x", "1"),), "dally": (("order", "las"),)}
     with pytest.raises(ConfigError, match=r"POLICY\.KEY=VALUE"):
         split_policy_options((("dally", "1"),), names)
+
+
+def test_sim_run_prints_the_cluster_and_names_jobs_that_can_never_fit(tmp_path: Path) -> None:
+    cluster = tmp_path / "tiny.toml"
+    cluster.write_text("nodes_per_rack = 2\ngpus_per_node = 4\n")
+    jobs = tmp_path / "jobs.csv"
+    args = ["sim", "run", "--policy", "fifo", "--cluster", str(cluster), "--max-jobs", "120"]
+    res = CliRunner().invoke(app, [*args, "--jobs-out", str(jobs), "-q"])
+    assert res.exit_code == 0, res.output
+    assert "cluster tiny: 8 GPUs" in res.output and "11% of line rate" in res.output
+    import pandas as pd
+
+    table = pd.read_csv(jobs)
+    rejected = table[table["outcome"] == "rejected"]
+    assert len(table) == 120 and len(rejected) > 0 and (rejected["num_gpus"] > 8).all()
+    assert f"{len(rejected)} jobs need more than the cluster's 8 GPUs" in res.output
+    assert all(job_id in res.output for job_id in rejected["job_id"])

@@ -14,6 +14,7 @@ from unstall.cli.common import (
     QuietOpt,
     comma_list,
     console,
+    err_console,
     handle_errors,
     progress_bar,
     save_json,
@@ -23,6 +24,7 @@ from unstall.cli.resolvers.sim import (
     SimRequest,
     parse_model_mix,
     parse_pairs,
+    resolve_cluster,
     simulate_request,
     split_policy_options,
 )
@@ -163,9 +165,11 @@ def run(
         model_mix=parse_model_mix(model_mix),
     )
     loaded = resolve_trace(trace, trace_format)
+    print_header(request)
     total = min(len(loaded), max_jobs or len(loaded))
     with progress_bar(f"simulating {policy}", total, quiet) as advance:
         outcome = simulate_request(request, loaded, on_finish=advance)
+    report_rejected(outcome)
     r = outcome.result
     console.print(results_table(f"{r.trace} on {r.cluster} ({r.total_gpus} GPUs)", [r]))
     console.print(
@@ -175,6 +179,36 @@ def run(
     if jobs_out is not None:
         _write_table(outcome.jobs, jobs_out)
     save_json(json_path, r, {"sim": request, "trace": str(trace or "embedded default")})
+
+
+def print_header(request: SimRequest) -> None:
+    """The cluster as the run sees it, network efficiency included (a file's default differs
+    from line rate, and results depend on it)."""
+    console.print(f"cluster {resolve_cluster(request.cluster).describe()}", highlight=False)
+
+
+REJECTED_NAMED = 20  # rejected jobs named on stderr; the per-job output lists them all
+
+
+def report_rejected(outcome: SimRun) -> None:
+    """Name on stderr the jobs that could never fit the cluster (they were not simulated)."""
+    jobs = outcome.jobs
+    rejected = jobs[jobs["outcome"] == "rejected"]
+    if rejected.empty:
+        return
+    named = ", ".join(
+        f"{job_id} ({gpus} GPUs)"
+        for job_id, gpus in zip(
+            rejected["job_id"][:REJECTED_NAMED], rejected["num_gpus"], strict=False
+        )
+    )
+    more = f" and {len(rejected) - REJECTED_NAMED} more" if len(rejected) > REJECTED_NAMED else ""
+    err_console.print(
+        f"[bold yellow]warning:[/] {len(rejected)} jobs need more than the cluster's "
+        f"{outcome.result.total_gpus} GPUs and were rejected (outcome 'rejected' in the per-job "
+        f"output): {named}{more}",
+        highlight=False,
+    )
 
 
 def _write_table(frame: object, path: Path) -> None:
@@ -242,7 +276,9 @@ def compare(
         for name in names
     ]
     loaded = resolve_trace(trace, trace_format)
+    print_header(requests[0])
     runs = simulate_all(requests, loaded, quiet)
+    report_rejected(runs[0])  # the same jobs in every run: the cluster decides
     label = str(trace or "embedded")
     write_comparison(runs, requests, label, out)
     results = _ResultList([r.result for r in runs])

@@ -92,8 +92,8 @@ class TopologyConfig:
     uplink: Link | None = None
     oversubscription: float = 1.0
     # Fraction of NIC and uplink line rate that gradient communication achieves in practice
-    # (transport stack, collective implementation). 1.0 is line rate; the presets use
-    # CALIBRATED_NETWORK_EFFICIENCY, fitted to Pollux's measured step times.
+    # (transport stack, collective implementation). 1.0 is line rate; the presets and topology
+    # files use CALIBRATED_NETWORK_EFFICIENCY, fitted to Pollux's measured step times.
     network_efficiency: float = 1.0
 
     def __post_init__(self) -> None:
@@ -169,6 +169,17 @@ class TopologyConfig:
     def rack_of(self, node: int) -> int:
         """The rack that holds ``node`` (nodes are numbered rack by rack)."""
         return node // self.nodes_per_rack
+
+    def describe(self) -> str:
+        """One line for a run's header: name, shape, GPU type and the network efficiency."""
+        calibrated = (
+            " (calibrated)" if self.network_efficiency == CALIBRATED_NETWORK_EFFICIENCY else ""
+        )
+        return (
+            f"{self.name}: {self.n_gpus} GPUs, {self.racks} racks x {self.nodes_per_rack} nodes "
+            f"x {self.gpus_per_node} {self.device}, NICs {self.nic.bandwidth_gbps:g} Gbit/s, "
+            f"network at {self.network_efficiency:.0%} of line rate{calibrated}"
+        )
 
     # --- links ----------------------------------------------------------------------------------
 
@@ -381,6 +392,10 @@ def topology_from_mapping(data: Mapping[str, Any], *, source: str = "<mapping>")
         if name in data and data[name] is not None:
             presets = NIC_PRESETS if name != "intra_link" else INTERCONNECT_PRESETS
             data[name] = _link_from(data[name], name, source, presets)
+    if not base and "network_efficiency" not in data:
+        # A file describes a real cluster: its network achieves what the presets' calibrated
+        # share says, not line rate (a hand copy of a preset must give the preset's results).
+        base["network_efficiency"] = CALIBRATED_NETWORK_EFFICIENCY
     if "uplink" in data and "oversubscription" not in data:
         base["oversubscription"] = 1.0
     if "oversubscription" in data and "uplink" not in data:
@@ -395,5 +410,8 @@ def topology_from_mapping(data: Mapping[str, Any], *, source: str = "<mapping>")
 
 
 def load_topology(path: str | Path) -> TopologyConfig:
-    """Read a topology from a TOML or JSON file; errors name the file and field."""
-    return topology_from_mapping(load_table_file(path), source=str(path))
+    """Read a topology from a TOML or JSON file; errors name the file and field. Without a
+    ``name`` the cluster is named after the file (``racks/big.toml`` -> ``big``)."""
+    data = load_table_file(path)
+    data.setdefault("name", Path(path).stem)
+    return topology_from_mapping(data, source=str(path))

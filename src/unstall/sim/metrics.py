@@ -69,10 +69,30 @@ def job_table(jobs: list[SimJob]) -> pd.DataFrame:
             "preemptions": np.array([j.preemptions for j in jobs], dtype=np.int64),
             "migrations": np.array([j.migrations for j in jobs], dtype=np.int64),
             "finished": finished,
+            "outcome": np.where(finished, "finished", "unfinished"),
             "sensitivity_node": np.array([j.sensitivity.node[0] for j in jobs]),
             "sensitivity_rack": np.array([j.sensitivity.rack[0] for j in jobs]),
         }
     )
+
+
+def with_rejected(table: pd.DataFrame, order: np.ndarray, rejected: pd.DataFrame) -> pd.DataFrame:
+    """``table`` (the simulated jobs) with a row per rejected job (``job_id, model, num_gpus,
+    submit_s, duration_s`` given; outcome "rejected", nothing happened to it), in trace order:
+    ``order`` holds each row's position in the trace, simulated rows first."""
+    if rejected.empty:
+        return table
+    rows = rejected.assign(
+        queue_s=0.0,
+        comm_overhead_s=0.0,
+        preemptions=0,
+        migrations=0,
+        finished=False,
+        outcome="rejected",
+    )
+    merged = pd.concat([table, rows], ignore_index=True)
+    merged = merged.iloc[np.argsort(order, kind="stable")].reset_index(drop=True)
+    return merged[list(table.columns)]
 
 
 def timeline_table(timeline: Timeline) -> pd.DataFrame:

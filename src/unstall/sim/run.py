@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from unstall.config import check, check_non_negative
@@ -20,7 +21,7 @@ from unstall.net.topology import TopologyConfig
 from unstall.sched.base import ClusterLayout, Policy
 from unstall.sim.congestion import NO_CONGESTION, Congestion
 from unstall.sim.engine import Engine, EngineSettings
-from unstall.sim.metrics import SimResult, job_table, summarise, timeline_table
+from unstall.sim.metrics import SimResult, job_table, summarise, timeline_table, with_rejected
 from unstall.sim.perf_speed import PerfSpeedModel
 from unstall.sim.speed import SpeedModel
 from unstall.sim.state import build_jobs
@@ -34,8 +35,10 @@ OWNER = "simulate"  # what argument errors are reported against
 
 @dataclass(frozen=True)
 class SimRun:
-    """A run's summary, its per-job table, its timeline (step functions over time) and what the
-    policy reported over time (``time_s, name, value``; e.g. Dally's tuned timer factor)."""
+    """A run's summary, its per-job table (a row per job of the trace, rejected ones too, each
+    with its ``outcome``: finished, unfinished or rejected), its timeline (step functions over
+    time) and what the policy reported over time (``time_s, name, value``; e.g. Dally's tuned
+    timer factor)."""
 
     result: SimResult
     jobs: pd.DataFrame
@@ -117,7 +120,8 @@ def simulate(
     policy's own ``tick_s``, if it has one). ``max_jobs``: only the first N jobs.
     ``job_profiles``: measured jobs; jobs of a profiled model's name run at its measured figures
     instead of the zoo's estimates. ``on_finish(n)`` is called as jobs finish (progress bars).
-    Jobs larger than the whole cluster are counted as rejected, not simulated.
+    Jobs larger than the whole cluster can never start: they are not simulated, counted in
+    ``result.jobs_rejected`` and listed in ``jobs`` with the outcome "rejected".
     """
     _check_settings(
         seed=seed, restore_s=restore_s, tick_s=tick_s, model_mix=model_mix, max_jobs=max_jobs
@@ -193,9 +197,19 @@ def simulate_with_speed(
         wall_s=wall,
     )
     telemetry = pd.DataFrame(outcome.timeline.telemetry, columns=["time_s", "name", "value"])
+    rejected = pd.DataFrame(
+        {
+            "job_id": arrays.job_id[~fits].astype(str),
+            "model": models[~fits],
+            "num_gpus": arrays.num_gpus[~fits].astype(np.int64),
+            "submit_s": arrays.submit_s[~fits].astype(np.float64),
+            "duration_s": arrays.duration_s[~fits].astype(np.float64),
+        }
+    )
+    positions = np.concatenate([np.flatnonzero(fits), np.flatnonzero(~fits)])
     return SimRun(
         result=result,
-        jobs=job_table(outcome.jobs),
+        jobs=with_rejected(job_table(outcome.jobs), positions, rejected),
         timeline=timeline_table(outcome.timeline),
         telemetry=telemetry,
     )
