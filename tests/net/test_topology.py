@@ -15,13 +15,13 @@ from unstall.net.topology import (
     TOPOLOGY_PRESETS,
     TopologyConfig,
     intra_link,
-    load_topology,
     nic_link,
     philly,
     small,
     topology_preset,
     uplink_link,
 )
+from unstall.net.topology_files import load_topology
 
 
 def test_presets_sizes() -> None:

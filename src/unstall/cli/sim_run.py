@@ -79,6 +79,14 @@ ModelMixOpt = Annotated[
         "names; default: uniform over the zoo).",
     ),
 ]
+DurationGpuOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--duration-gpu",
+        help="GPU type the trace's durations were measured on (default: the cluster's fastest); "
+        "set it to compare clusters of different GPUs on the same work.",
+    ),
+]
 
 
 PolicyOptionOpt = Annotated[
@@ -146,6 +154,7 @@ def run(
     policy_option: PolicyOptionOpt = None,
     job_profile: JobProfileOpt = None,
     model_mix: ModelMixOpt = None,
+    duration_gpu: DurationGpuOpt = None,
     jobs_out: Annotated[
         Path | None, typer.Option("--jobs-out", help="Write per-job records (.csv or .parquet).")
     ] = None,
@@ -163,6 +172,7 @@ def run(
         max_jobs=max_jobs,
         job_profiles=tuple(str(p) for p in job_profile or ()),
         model_mix=parse_model_mix(model_mix),
+        duration_gpu=duration_gpu,
     )
     loaded = resolve_trace(trace, trace_format)
     print_header(request)
@@ -249,6 +259,7 @@ def compare(
     ] = None,
     job_profile: JobProfileOpt = None,
     model_mix: ModelMixOpt = None,
+    duration_gpu: DurationGpuOpt = None,
     out: Annotated[
         Path, typer.Option("--out", help="Folder for summary.json, per-job data, plots, report.")
     ] = Path("out/sim-compare"),
@@ -272,6 +283,7 @@ def compare(
             max_jobs=max_jobs,
             job_profiles=tuple(str(p) for p in job_profile or ()),
             model_mix=parse_model_mix(model_mix),
+            duration_gpu=duration_gpu,
         )
         for name in names
     ]

@@ -5,8 +5,9 @@ What this part offers:
 - :class:`Link`: the one link type of unstall (bandwidth in Gbit/s per direction, latency in µs,
   achieved efficiency), used by the simulator's topology, the profiler's emulated network and the
   parameter server's emulated server links.
-- :class:`TopologyConfig`: racks of nodes of GPUs and the three kinds of link a data-parallel
-  job's traffic crosses (intra-node GPU links, node NICs, rack uplinks), each with a hashable id
+- :class:`TopologyConfig`: racks of nodes of GPUs (regular, or node groups of their own size
+  and GPU type: :class:`NodeGroup`) and the three kinds of link a data-parallel job's traffic
+  crosses (intra-node GPU links, node NICs, rack uplinks), each with a hashable id
   (``intra_link(node)``, ``nic_link(node)``, ``uplink_link(rack)``).
 - Presets ``small()``, ``medium()``, ``philly()``, by name in :data:`TOPOLOGY_PRESETS` through
   ``topology_preset(name)``; ``load_topology(path)`` reads a TOML or JSON file (a preset to start
@@ -51,17 +52,17 @@ from unstall.net.topology import (
     TOPOLOGY_PRESETS,
     UPLINK,
     LinkId,
+    NodeGroup,
     TopologyConfig,
     intra_link,
-    load_topology,
     medium,
     nic_link,
     philly,
     small,
-    topology_from_mapping,
     topology_preset,
     uplink_link,
 )
+from unstall.net.topology_files import load_topology, topology_from_mapping
 
 __all__ = [
     "CALIBRATED_NETWORK_EFFICIENCY",
@@ -76,6 +77,7 @@ __all__ = [
     "Link",
     "LinkId",
     "LinkPreset",
+    "NodeGroup",
     "TopologyConfig",
     "compute_time_scale",
     "device",

@@ -17,8 +17,9 @@ import numpy as np
 import pandas as pd
 
 from unstall.config import check, check_non_negative
+from unstall.net.hardware import DEVICE_PRESETS
 from unstall.net.topology import TopologyConfig
-from unstall.sched.base import ClusterLayout, Policy
+from unstall.sched.base import ClusterLayout, Placement, Policy
 from unstall.sim.congestion import NO_CONGESTION, Congestion
 from unstall.sim.engine import Engine, EngineSettings
 from unstall.sim.metrics import SimResult, job_table, summarise, timeline_table, with_rejected
@@ -47,12 +48,22 @@ class SimRun:
 
 
 def layout_of(topology: TopologyConfig) -> ClusterLayout:
-    """The cluster's shape as policies see it."""
-    return ClusterLayout.regular(
-        racks=topology.racks,
-        nodes_per_rack=topology.nodes_per_rack,
-        gpus_per_node=topology.gpus_per_node,
+    """The cluster's shape as policies see it: each node's rack, GPU count and GPU type."""
+    return ClusterLayout.from_nodes(
+        node_rack=topology.node_rack,
+        node_gpus=topology.node_gpus,
+        node_type=topology.node_device,
     )
+
+
+def gpu_type_of(topology: TopologyConfig) -> Callable[[Placement], str]:
+    """Names the GPU type(s) of a placement: ``v100``, or ``k80+v100`` over two types."""
+    devices = topology.node_device
+
+    def label(placement: Placement) -> str:
+        return "+".join(sorted({devices[node] for node, _ in placement}))
+
+    return label
 
 
 def profiled_specs(profiles: Sequence[JobProfile]) -> dict[str, JobPerfSpec]:
@@ -108,6 +119,7 @@ def simulate(
     model_mix: Mapping[str, float] | None = None,
     max_jobs: int | None = None,
     job_profiles: Sequence[JobProfile] = (),
+    duration_gpu: str | None = None,
     on_finish: Callable[[int], None] | None = None,
 ) -> SimRun:
     """Simulate ``trace`` on ``cluster`` under ``policy``.
@@ -119,14 +131,23 @@ def simulate(
     preemption and migration. ``tick_s``: extra scheduling rounds while jobs wait (None: the
     policy's own ``tick_s``, if it has one). ``max_jobs``: only the first N jobs.
     ``job_profiles``: measured jobs; jobs of a profiled model's name run at its measured figures
-    instead of the zoo's estimates. ``on_finish(n)`` is called as jobs finish (progress bars).
+    instead of the zoo's estimates. ``duration_gpu``: the GPU type on which the trace's durations
+    are run times at the most consolidated placement (default: the cluster's fastest type); a job
+    runs at the speed of the slowest GPU type of its placement. ``on_finish(n)`` is called as
+    jobs finish (progress bars).
     Jobs larger than the whole cluster can never start: they are not simulated, counted in
     ``result.jobs_rejected`` and listed in ``jobs`` with the outcome "rejected".
     """
     _check_settings(
         seed=seed, restore_s=restore_s, tick_s=tick_s, model_mix=model_mix, max_jobs=max_jobs
     )
-    speed = PerfSpeedModel(cluster, profiled_specs(job_profiles))
+    check(
+        duration_gpu is None or duration_gpu.lower() in DEVICE_PRESETS,
+        OWNER,
+        "duration_gpu",
+        f"unknown GPU type {duration_gpu!r}; known: {sorted(DEVICE_PRESETS)}",
+    )
+    speed = PerfSpeedModel(cluster, profiled_specs(job_profiles), duration_gpu=duration_gpu)
     return simulate_with_speed(
         trace,
         cluster,
@@ -209,7 +230,7 @@ def simulate_with_speed(
     positions = np.concatenate([np.flatnonzero(fits), np.flatnonzero(~fits)])
     return SimRun(
         result=result,
-        jobs=with_rejected(job_table(outcome.jobs), positions, rejected),
+        jobs=with_rejected(job_table(outcome.jobs, gpu_type_of(cluster)), positions, rejected),
         timeline=timeline_table(outcome.timeline),
         telemetry=telemetry,
     )

@@ -63,6 +63,8 @@ class SimRequest:
     # JobProfile JSON files (from `unstall profile run`): jobs of a profiled model's name run at
     # its measured figures instead of the zoo's estimates (a zoo name is overridden).
     job_profiles: tuple[str, ...] = ()
+    # The GPU type the trace's durations were measured on (None: the cluster's fastest type).
+    duration_gpu: str | None = None
 
 
 # --- text -----------------------------------------------------------------------------------------
@@ -214,5 +216,6 @@ def simulate_request(
         model_mix=None if request.model_mix is None else dict(request.model_mix),
         max_jobs=request.max_jobs,
         job_profiles=resolve_job_profiles(request.job_profiles),
+        duration_gpu=request.duration_gpu,
         on_finish=on_finish,
     )
