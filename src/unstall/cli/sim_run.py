@@ -218,6 +218,7 @@ def report_rejected(outcome: SimRun) -> None:
         f"{outcome.result.total_gpus} GPUs and were rejected (outcome 'rejected' in the per-job "
         f"output): {named}{more}",
         highlight=False,
+        soft_wrap=True,
     )
 
 

@@ -189,6 +189,7 @@ def _report(
             f"[bold red]failed:[/] {row.policy} / {row.congestion} / seed {row.seed} / "
             f"{row.cluster} / {row.trace}: {row.error}",
             highlight=False,
+            soft_wrap=True,  # one line a cell, whatever the terminal's width
         )
     wrote = [out / "runs.csv", out / "summary.csv"]
     if not summary[summary["seeds"] > 0].empty:

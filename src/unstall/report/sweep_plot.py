@@ -10,6 +10,15 @@ import pandas as pd
 
 from unstall.report.plotting import save
 
+LABELS = {
+    "avg_jct_h": "average JCT (hours)",
+    "p99_jct_h": "p99 JCT (hours)",
+    "makespan_h": "makespan (hours)",
+    "queue_h": "average queueing (hours)",
+    "comm_overhead_frac": "communication overhead (share of run time)",
+    "gpu_util": "GPU utilisation",
+}
+
 
 def plot_sweep(summary: pd.DataFrame, path: Path, figure: str = "avg_jct_h") -> Path:
     """``summary`` is :func:`unstall.sim.sweep.summarise_sweep`'s table; ``figure`` one of its
@@ -32,7 +41,7 @@ def plot_sweep(summary: pd.DataFrame, path: Path, figure: str = "avg_jct_h") -> 
             )
         ax.set_xticks(range(len(levels)), levels)
         ax.set_xlabel("background congestion")
-        ax.set_ylabel(figure.replace("_", " ").replace(" h", " (h)"))
+        ax.set_ylabel(LABELS.get(figure, figure))
         ax.set_title(f"{Path(str(cluster)).name}, {Path(str(trace)).name}", fontsize=9)
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8)
