@@ -84,3 +84,19 @@ def test_sim_run_prints_the_cluster_and_names_jobs_that_can_never_fit(tmp_path: 
     assert len(table) == 120 and len(rejected) > 0 and (rejected["num_gpus"] > 8).all()
     assert f"{len(rejected)} jobs need more than the cluster's 8 GPUs" in res.output
     assert all(job_id in res.output for job_id in rejected["job_id"])
+
+
+def test_duration_gpu_sets_the_work_and_a_wrong_one_is_named(tmp_path: Path) -> None:
+    cluster = tmp_path / "k80s.toml"
+    cluster.write_text('racks = 2\nnodes_per_rack = 2\ngpus_per_node = 4\ndevice = "k80"\n')
+    jct = {}
+    for gpu in ("k80", "v100"):
+        out = tmp_path / f"{gpu}.json"
+        args = ["sim", "run", "--policy", "fifo", "--cluster", str(cluster), "--max-jobs", "60"]
+        res = CliRunner().invoke(app, [*args, "--duration-gpu", gpu, "--json", str(out), "-q"])
+        assert res.exit_code == 0, res.output
+        jct[gpu] = json.loads(out.read_text())["avg_jct_s"]
+    # Work measured on V100s takes the slower K80s longer than work measured on K80s.
+    assert jct["v100"] > 1.5 * jct["k80"]
+    bad = CliRunner().invoke(app, [*args, "--duration-gpu", "z80"])
+    assert bad.exit_code == 1 and "simulate.duration_gpu: unknown GPU type 'z80'" in bad.output

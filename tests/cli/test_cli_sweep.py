@@ -81,7 +81,8 @@ def test_a_sweep_runs_on_two_nodes_and_reports_its_failed_cells(
     )
     output = done.stdout + done.stderr
     assert done.returncode == 1, output  # some cells failed
-    assert output.count("this policy is broken on purpose") == 9, output
+    # Each failed cell is one line naming the error and where the user's code raised it.
+    assert output.count("this policy is broken on purpose (broken.py:14, in decide)") == 9, output
     assert "27 of 36 runs done" in output
     runs = sorted((out / "runs").glob("*[0-9].json"))
     assert len(runs) == 27

@@ -9,13 +9,16 @@ value, so nodes need not have the file). A cell that raises, or whose worker die
 
 from __future__ import annotations
 
+import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import ray
-from ray.exceptions import RayError
+from ray.exceptions import RayError, RayTaskError
 
+from unstall.errors import UnstallError
 from unstall.net.topology import TopologyConfig
 from unstall.ray_connect import first_line
 from unstall.sched.base import Policy
@@ -39,6 +42,10 @@ class CellTask:
     settings: Mapping[str, Any] = field(default_factory=dict)
 
 
+class SweepCellError(UnstallError):
+    """A cell's run raised; the message says what, and the file, line and function where."""
+
+
 def _simulate_cell(
     trace: Any,
     cluster: TopologyConfig,
@@ -47,7 +54,13 @@ def _simulate_cell(
     seed: int,
     settings: dict[str, Any],
 ) -> SimResult:
-    return simulate(trace, cluster, policy, congestion=congestion, seed=seed, **settings).result
+    try:
+        return simulate(trace, cluster, policy, congestion=congestion, seed=seed, **settings).result
+    except Exception as exc:
+        # The innermost frame: in a user's policy, that is where their code failed.
+        where = traceback.extract_tb(exc.__traceback__)[-1]
+        place = f"{Path(where.filename).name}:{where.lineno}, in {where.name}"
+        raise SweepCellError(f"{type(exc).__name__}: {exc} ({place})") from None
 
 
 def run_cells(
@@ -70,7 +83,9 @@ def run_cells(
             try:
                 outcome = CellOutcome(cell, ray.get(ref))
             except RayError as exc:  # the task raised, or its worker died
-                outcome = CellOutcome(cell, None, first_line(exc))
+                cause = exc.cause if isinstance(exc, RayTaskError) else None
+                error = str(cause) if isinstance(cause, SweepCellError) else first_line(exc)
+                outcome = CellOutcome(cell, None, error)
             outcomes.append(outcome)
             if on_done is not None:
                 on_done(outcome)
