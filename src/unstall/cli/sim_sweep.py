@@ -134,24 +134,27 @@ def _run_grid(
     out: Path,
     quiet: bool,
 ) -> list[CellOutcome]:
-    """Connect to Ray, resolve every label, run the cells; each run's JSON lands in out/runs."""
-    import ray
+    """Resolve every label, connect to Ray, run the cells; each run's JSON lands in out/runs."""
+    import dataclasses
+
+    import ray  # before user code loads: its classes then travel to Ray's workers by value
 
     from unstall.cli.resolvers.sweep import resolve_traces, sweep_tasks
     from unstall.ray_connect import connect_ray
     from unstall.results import write_result
     from unstall.sim.sweep_ray import run_cells
 
-    # Ray first: user policy classes loaded after it travel to the workers by value.
+    # Every label resolved before Ray starts: a typo costs no cluster start.
+    loaded = resolve_traces(grid.traces, trace_format)
+    tasks = sweep_tasks(
+        grid, traces=loaded, policy_options=options, settings=settings, job_profiles=profiles
+    )
     started = connect_ray(address)
     try:
-        traces = {k: ray.put(t) for k, t in resolve_traces(grid.traces, trace_format).items()}
-        tasks = sweep_tasks(
-            grid, traces=traces, policy_options=options, settings=settings, job_profiles=profiles
-        )
+        refs = {label: ray.put(trace) for label, trace in loaded.items()}  # once, not per cell
+        tasks = [dataclasses.replace(t, trace=refs[t.cell.trace]) for t in tasks]
         runs = out / "runs"
-        cells = len(tasks)
-        with progress_bar(f"sweep: {cells} runs on Ray", cells, quiet) as advance:
+        with progress_bar(f"sweep: {len(tasks)} runs on Ray", len(tasks), quiet) as advance:
 
             def done(outcome: CellOutcome) -> None:
                 if outcome.result is not None:
