@@ -28,6 +28,13 @@ Example:
 >>> bigger = topology_from_mapping({"preset": "small", "nic": "100g"}, source="example")
 >>> bigger.nic.bandwidth_gbps, bigger.capacity(nic_link(0)) > cluster.capacity(nic_link(0))
 (100.0, True)
+>>> mixed = topology_from_mapping(
+...     {"nodes": [{"count": 2, "gpus_per_node": 8, "device": "v100"},
+...                {"count": 4, "gpus_per_node": 4, "device": "k80"}]},
+...     source="example",
+... )
+>>> mixed.n_gpus, mixed.n_racks, mixed.node_device[0], mixed.compute_device([0, 2])
+(32, 2, 'v100', 'k80')
 >>> max_min_fair({"nic": 10.0, "uplink": 4.0}, {"a": ["nic"], "b": ["nic", "uplink"]})
 {'b': 4.0, 'a': 6.0}
 """

@@ -1,5 +1,9 @@
 """Cluster topology: racks of nodes of GPUs, and the links a job's traffic crosses.
 
+A cluster is regular (``racks`` x ``nodes_per_rack`` nodes of ``gpus_per_node`` GPUs of one
+``device``) or node groups (:class:`NodeGroup`: ``count`` nodes of their own GPU count and
+type, in a rack); either way ``node_gpus``, ``node_device`` and ``node_rack`` describe each node.
+
 Three kinds of physical link, each with a hashable id:
 
 - ``("intra", node)``: the GPU-to-GPU links inside a node (NVLink, NVSwitch or PCIe). Every GPU
