@@ -13,7 +13,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from unstall.errors import DataFileError
-from unstall.net import NodeGroup, TopologyConfig, load_topology, small
+from unstall.net import NodeGroup, TopologyConfig, intra_link, load_topology, small
 from unstall.sched import (
     POLICIES,
     ClusterLayout,
@@ -60,6 +60,10 @@ def test_node_groups_load_with_their_racks_types_and_sizes(tmp_path: Path) -> No
     # A derived uplink grows with its rack's NICs: 2 and 3 NICs of 25 Gbit/s over 2:1.
     assert mixed.uplink_spec_of(0).bandwidth_gbps == 25.0
     assert mixed.uplink_spec_of(1).bandwidth_gbps == 37.5
+    # Each node's GPU links are its GPU type's, times its own GPUs.
+    assert mixed.capacity(intra_link(0)) == pytest.approx(1200e9 / 8 * 8)  # NVLink2 x 8
+    assert mixed.capacity(intra_link(4)) == pytest.approx(126e9 / 8 * 4)  # PCIe 3 x 4
+    assert len(list(mixed.links())) == 2 * 5 + 2
     # Groups without a rack get one each.
     own = TopologyConfig(
         nodes=(NodeGroup(count=1, gpus_per_node=2), NodeGroup(count=2, gpus_per_node=2))
