@@ -49,6 +49,9 @@ def connect_ray(address: str | None = None, num_cpus: int | None = None) -> bool
     common: dict[str, Any] = {"log_to_driver": False, "configure_logging": False}
     if address is None:
         ray.init(
+            # "local" starts a Ray of our own: without it Ray joins whatever cluster the
+            # machine's /tmp/ray/ray_current_cluster names (another user's test cluster).
+            address="local",
             num_cpus=num_cpus or os.cpu_count() or 1,
             include_dashboard=False,
             _node_ip_address="127.0.0.1",

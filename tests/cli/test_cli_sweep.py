@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -38,21 +40,34 @@ class Broken:
 
 @pytest.fixture(scope="module")
 def two_nodes() -> Iterator[str]:
-    """A head and one more node, one CPU each, on the loopback interface; its address."""
+    """A head and one more node, one CPU each, on the loopback interface; its address.
+
+    The cluster lives under a temporary folder of its own (``RAY_TMPDIR``): Ray's test cluster
+    writes its address to ``<tmp>/ray/ray_current_cluster``, where every ``ray.init()`` on the
+    machine without an address would find it and join it, other people's tests included."""
     pytest.importorskip("ray")
     from ray.cluster_utils import Cluster
 
-    cluster = Cluster(
-        initialize_head=True,
-        connect=False,
-        head_node_args={"num_cpus": 1, "include_dashboard": False},
-    )
+    before = os.environ.get("RAY_TMPDIR")
+    # Short: Ray's socket paths live under it and must stay under 108 characters.
+    os.environ["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="us-", dir="/tmp")
     try:
-        cluster.add_node(num_cpus=1)
-        cluster.wait_for_nodes(timeout=60)
-        yield cluster.address
+        cluster = Cluster(
+            initialize_head=True,
+            connect=False,
+            head_node_args={"num_cpus": 1, "include_dashboard": False},
+        )
+        try:
+            cluster.add_node(num_cpus=1)
+            cluster.wait_for_nodes(timeout=60)
+            yield cluster.address
+        finally:
+            cluster.shutdown()
     finally:
-        cluster.shutdown()
+        tmp = os.environ.pop("RAY_TMPDIR")
+        if before is not None:
+            os.environ["RAY_TMPDIR"] = before
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def test_a_sweep_runs_on_two_nodes_and_reports_its_failed_cells(
