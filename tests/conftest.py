@@ -47,9 +47,7 @@ def ray_session() -> Iterator[Any]:
     ray = pytest.importorskip("ray")
     if not ray.is_initialized():
         ray.init(
-            # A Ray of the suite's own: without "local", ray.init joins whatever cluster
-            # /tmp/ray/ray_current_cluster names (another user's `ray start` or test cluster).
-            address="local",
+            address="local",  # a new instance, even if `ray start` left one on this machine
             num_cpus=4,
             include_dashboard=False,
             log_to_driver=False,
