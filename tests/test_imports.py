@@ -16,7 +16,7 @@ import unstall
 PACKAGE_DIR = Path(unstall.__file__).parent
 
 # Modules of the package root that every part may use (no part-level dependencies of their own).
-CORE = {"unstall", "config", "errors", "results", "usercode"}
+CORE = {"unstall", "config", "errors", "results", "usercode", "ray_connect"}
 # Entry points that may import anything (they only start the command line).
 ENTRY = {"__main__"}
 

@@ -61,7 +61,8 @@ def parse_text_options(
 ) -> dict[str, Any]:
     """Command-line ``KEY=VALUE`` text for fields of the dataclass ``cls``, each typed like the
     field's default (bool, int, float, str, or a comma-separated tuple of floats)."""
-    fields = {f.name: f for f in dataclasses.fields(cls)}
+    # Fields a constructor does not take (``init=False``: internal state) are no options.
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     parsed: dict[str, Any] = {}
     for key, text in pairs:
         field = fields.get(key)

@@ -15,13 +15,13 @@ from unstall.net.topology import (
     TOPOLOGY_PRESETS,
     TopologyConfig,
     intra_link,
-    load_topology,
     nic_link,
     philly,
     small,
     topology_preset,
     uplink_link,
 )
+from unstall.net.topology_files import load_topology
 
 
 def test_presets_sizes() -> None:
@@ -153,3 +153,17 @@ def test_load_missing_file_and_bad_syntax(tmp_path: Path) -> None:
     bad.write_text("{nodes_per_rack: 4")
     with pytest.raises(DataFileError, match="not valid JSON"):
         load_topology(bad)
+
+
+def test_files_default_to_the_calibrated_efficiency_and_their_own_name(tmp_path: Path) -> None:
+    path = tmp_path / "lab.toml"
+    path.write_text("nodes_per_rack = 2\ngpus_per_node = 4\n")
+    lab = load_topology(path)
+    assert lab.network_efficiency == CALIBRATED_NETWORK_EFFICIENCY and lab.name == "lab"
+    assert "network at 11% of line rate (calibrated)" in lab.describe()
+    path.write_text('name = "x"\nnodes_per_rack = 2\ngpus_per_node = 4\nnetwork_efficiency = 1\n')
+    line_rate = load_topology(path)
+    assert line_rate.network_efficiency == 1.0 and line_rate.name == "x"
+    assert "network at 100% of line rate" in line_rate.describe()
+    # The Python config keeps line rate as its default: only files and presets are calibrated.
+    assert TopologyConfig(nodes_per_rack=2, gpus_per_node=4).network_efficiency == 1.0

@@ -96,7 +96,8 @@ def jobs_of(policy: str, *, fast: bool, monkeypatch: pytest.MonkeyPatch) -> pd.D
 def test_shortcuts_keep_every_finish_time(policy: str, monkeypatch: pytest.MonkeyPatch) -> None:
     fast = jobs_of(policy, fast=True, monkeypatch=monkeypatch)
     plain = jobs_of(policy, fast=False, monkeypatch=monkeypatch)
-    assert fast["finished"].all()
+    # Jobs larger than the cluster are listed as rejected; every other one finishes.
+    assert (fast["finished"] | (fast["outcome"] == "rejected")).all()
     # Spreading under heavy contention: many jobs lose time to the network.
     assert (fast["comm_overhead_s"] > 0).sum() > 50
     for column in ("finish_s", "first_start_s", "queue_s", "comm_overhead_s"):

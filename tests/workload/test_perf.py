@@ -314,3 +314,12 @@ def test_from_zoo_reads_the_models_facts() -> None:
     assert s.gradient_bytes == facts.gradient_bytes
     assert s.gradient_tensors == facts.gradient_tensors
     assert s.compute_s == pytest.approx(3 * facts.flops_per_sample * 16 / (8.1e12 * 0.45))
+
+
+def test_unknown_model_error_lists_each_name_once() -> None:
+    from unstall.workload.job_specs import spec_for
+
+    with pytest.raises(ConfigError) as err:
+        spec_for("nope", "v100")
+    listed = str(err.value).split("known: [")[1].split("]")[0].split(", ")
+    assert "'ncf'" in listed and len(listed) == len(set(listed))

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from unstall import __version__
-from unstall.cli import demo, profile, ps, recommend, sim, sim_run, sparse, trace
+from unstall.cli import demo, profile, ps, recommend, sim, sim_run, sim_sweep, sparse, trace
 from unstall.cli.common import console
 
 app = typer.Typer(
@@ -19,6 +19,7 @@ app = typer.Typer(
 )
 
 sim_run.register(sim.app)
+sim_sweep.register(sim.app)
 app.add_typer(
     sim.app, name="sim", help="Cluster simulator: zoo facts, perf model, calibration, schedulers."
 )

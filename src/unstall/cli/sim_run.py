@@ -14,6 +14,7 @@ from unstall.cli.common import (
     QuietOpt,
     comma_list,
     console,
+    err_console,
     handle_errors,
     progress_bar,
     save_json,
@@ -23,7 +24,9 @@ from unstall.cli.resolvers.sim import (
     SimRequest,
     parse_model_mix,
     parse_pairs,
+    resolve_cluster,
     simulate_request,
+    split_policy_options,
 )
 from unstall.cli.resolvers.traces import resolve_trace
 from unstall.results import to_jsonable, write_result
@@ -74,6 +77,14 @@ ModelMixOpt = Annotated[
         "--model-mix",
         help="Models for jobs whose trace names none, as NAME=SHARE,... (zoo or profiled "
         "names; default: uniform over the zoo).",
+    ),
+]
+DurationGpuOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--duration-gpu",
+        help="GPU type the trace's durations were measured on (default: the cluster's fastest); "
+        "set it to compare clusters of different GPUs on the same work.",
     ),
 ]
 
@@ -143,6 +154,7 @@ def run(
     policy_option: PolicyOptionOpt = None,
     job_profile: JobProfileOpt = None,
     model_mix: ModelMixOpt = None,
+    duration_gpu: DurationGpuOpt = None,
     jobs_out: Annotated[
         Path | None, typer.Option("--jobs-out", help="Write per-job records (.csv or .parquet).")
     ] = None,
@@ -160,11 +172,14 @@ def run(
         max_jobs=max_jobs,
         job_profiles=tuple(str(p) for p in job_profile or ()),
         model_mix=parse_model_mix(model_mix),
+        duration_gpu=duration_gpu,
     )
     loaded = resolve_trace(trace, trace_format)
+    print_header(request)
     total = min(len(loaded), max_jobs or len(loaded))
     with progress_bar(f"simulating {policy}", total, quiet) as advance:
         outcome = simulate_request(request, loaded, on_finish=advance)
+    report_rejected(outcome)
     r = outcome.result
     console.print(results_table(f"{r.trace} on {r.cluster} ({r.total_gpus} GPUs)", [r]))
     console.print(
@@ -174,6 +189,37 @@ def run(
     if jobs_out is not None:
         _write_table(outcome.jobs, jobs_out)
     save_json(json_path, r, {"sim": request, "trace": str(trace or "embedded default")})
+
+
+def print_header(request: SimRequest) -> None:
+    """The cluster as the run sees it, network efficiency included (a file's default differs
+    from line rate, and results depend on it)."""
+    console.print(f"cluster {resolve_cluster(request.cluster).describe()}", highlight=False)
+
+
+REJECTED_NAMED = 20  # rejected jobs named on stderr; the per-job output lists them all
+
+
+def report_rejected(outcome: SimRun) -> None:
+    """Name on stderr the jobs that could never fit the cluster (they were not simulated)."""
+    jobs = outcome.jobs
+    rejected = jobs[jobs["outcome"] == "rejected"]
+    if rejected.empty:
+        return
+    named = ", ".join(
+        f"{job_id} ({gpus} GPUs)"
+        for job_id, gpus in zip(
+            rejected["job_id"][:REJECTED_NAMED], rejected["num_gpus"], strict=False
+        )
+    )
+    more = f" and {len(rejected) - REJECTED_NAMED} more" if len(rejected) > REJECTED_NAMED else ""
+    err_console.print(
+        f"[bold yellow]warning:[/] {len(rejected)} jobs need more than the cluster's "
+        f"{outcome.result.total_gpus} GPUs and were rejected (outcome 'rejected' in the per-job "
+        f"output): {named}{more}",
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 def _write_table(frame: object, path: Path) -> None:
@@ -204,20 +250,33 @@ def compare(
     seed: SeedOpt = 0,
     restore_s: RestoreOpt = 60.0,
     max_jobs: MaxJobsOpt = None,
+    policy_option: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--policy-option",
+            help="A knob of one policy as POLICY.KEY=VALUE, repeatable, POLICY as written in "
+            "--policies (e.g. dally.order=las, my_policy.py:Mine.patience_s=600).",
+        ),
+    ] = None,
     job_profile: JobProfileOpt = None,
     model_mix: ModelMixOpt = None,
+    duration_gpu: DurationGpuOpt = None,
     out: Annotated[
         Path, typer.Option("--out", help="Folder for summary.json, per-job data, plots, report.")
     ] = Path("out/sim-compare"),
+    json_path: JsonOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
     """Simulate several policies on the same trace; write a table, plots and an HTML report."""
     from unstall.sched import POLICIES
 
     names = comma_list(policies) or list(POLICIES)
+    pairs = parse_pairs(policy_option or [], "--policy-option", "POLICY.KEY=VALUE")
+    options = split_policy_options(pairs, names)
     requests = [
         SimRequest(
             policy=name,
+            policy_options=options[name],
             cluster=cluster,
             congestion=congestion,
             seed=seed,
@@ -225,12 +284,18 @@ def compare(
             max_jobs=max_jobs,
             job_profiles=tuple(str(p) for p in job_profile or ()),
             model_mix=parse_model_mix(model_mix),
+            duration_gpu=duration_gpu,
         )
         for name in names
     ]
     loaded = resolve_trace(trace, trace_format)
+    print_header(requests[0])
     runs = simulate_all(requests, loaded, quiet)
-    write_comparison(runs, requests, str(trace or "embedded"), out)
+    report_rejected(runs[0])  # the same jobs in every run: the cluster decides
+    label = str(trace or "embedded")
+    write_comparison(runs, requests, label, out)
+    results = _ResultList([r.result for r in runs])
+    save_json(json_path, results, {"runs": list(requests), "trace": label})
 
 
 def simulate_all(requests: Sequence[SimRequest], trace: Trace, quiet: bool) -> list[SimRun]:

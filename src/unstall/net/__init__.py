@@ -5,8 +5,9 @@ What this part offers:
 - :class:`Link`: the one link type of unstall (bandwidth in Gbit/s per direction, latency in µs,
   achieved efficiency), used by the simulator's topology, the profiler's emulated network and the
   parameter server's emulated server links.
-- :class:`TopologyConfig`: racks of nodes of GPUs and the three kinds of link a data-parallel
-  job's traffic crosses (intra-node GPU links, node NICs, rack uplinks), each with a hashable id
+- :class:`TopologyConfig`: racks of nodes of GPUs (regular, or node groups of their own size
+  and GPU type: :class:`NodeGroup`) and the three kinds of link a data-parallel job's traffic
+  crosses (intra-node GPU links, node NICs, rack uplinks), each with a hashable id
   (``intra_link(node)``, ``nic_link(node)``, ``uplink_link(rack)``).
 - Presets ``small()``, ``medium()``, ``philly()``, by name in :data:`TOPOLOGY_PRESETS` through
   ``topology_preset(name)``; ``load_topology(path)`` reads a TOML or JSON file (a preset to start
@@ -29,6 +30,13 @@ Example:
 >>> bigger = topology_from_mapping({"preset": "small", "nic": "100g"}, source="example")
 >>> bigger.nic.bandwidth_gbps, bigger.capacity(nic_link(0)) > cluster.capacity(nic_link(0))
 (100.0, True)
+>>> mixed = topology_from_mapping(
+...     {"nodes": [{"count": 2, "gpus_per_node": 8, "device": "v100"},
+...                {"count": 4, "gpus_per_node": 4, "device": "k80"}]},
+...     source="example",
+... )
+>>> mixed.n_gpus, mixed.n_racks, mixed.node_device[0], mixed.compute_device([0, 2])
+(32, 2, 'v100', 'k80')
 >>> max_min_fair({"nic": 10.0, "uplink": 4.0}, {"a": ["nic"], "b": ["nic", "uplink"]})
 {'b': 4.0, 'a': 6.0}
 """
@@ -56,17 +64,17 @@ from unstall.net.topology import (
     TOPOLOGY_PRESETS,
     UPLINK,
     LinkId,
+    NodeGroup,
     TopologyConfig,
     intra_link,
-    load_topology,
     medium,
     nic_link,
     philly,
     small,
-    topology_from_mapping,
     topology_preset,
     uplink_link,
 )
+from unstall.net.topology_files import load_topology, topology_from_mapping
 
 __all__ = [
     "CALIBRATED_NETWORK_EFFICIENCY",
@@ -82,6 +90,7 @@ __all__ = [
     "Link",
     "LinkId",
     "LinkPreset",
+    "NodeGroup",
     "TopologyConfig",
     "compute_time_scale",
     "cpu_to_gpu_factor",

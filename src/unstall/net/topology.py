@@ -1,5 +1,9 @@
 """Cluster topology: racks of nodes of GPUs, and the links a job's traffic crosses.
 
+A cluster is regular (``racks`` x ``nodes_per_rack`` nodes of ``gpus_per_node`` GPUs of one
+``device``) or node groups (:class:`NodeGroup`: ``count`` nodes of their own GPU count and
+type, in a rack); either way ``node_gpus``, ``node_device`` and ``node_rack`` describe each node.
+
 Three kinds of physical link, each with a hashable id:
 
 - ``("intra", node)``: the GPU-to-GPU links inside a node (NVLink, NVSwitch or PCIe). Every GPU
@@ -11,20 +15,17 @@ Three kinds of physical link, each with a hashable id:
 
 Bandwidths are per direction (a ring all-reduce sends and receives at once on every hop).
 Presets are functions (:func:`small`, :func:`medium`, :func:`philly`) registered in
-:data:`TOPOLOGY_PRESETS`; :func:`load_topology` reads a TOML or JSON file.
+:data:`TOPOLOGY_PRESETS`; :mod:`unstall.net.topology_files` reads TOML and JSON files.
 """
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
-from pathlib import Path
-from typing import Any
 
-from unstall.config import check, load_table_file
-from unstall.errors import ConfigError, DataFileError
+from unstall.config import check
+from unstall.errors import ConfigError
 from unstall.net.hardware import DEVICE_PRESETS, INTERCONNECT_PRESETS, NIC_PRESETS, LinkPreset
 from unstall.net.link import Link
 
@@ -72,9 +73,53 @@ def _default_nic() -> Link:
     return _link_of(NIC_PRESETS["100g"])
 
 
+def _is_int(value: object, least: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= least
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeGroup:
+    """``count`` nodes of ``gpus_per_node`` GPUs of type ``device`` ("" takes the cluster's
+    ``device``), in rack ``rack`` (None: a rack of the group's own; groups naming the same rack
+    share its uplink). ``intra_link_kind`` "" takes the GPU's default interconnect."""
+
+    count: int
+    gpus_per_node: int
+    device: str = ""
+    rack: int | None = None
+    intra_link_kind: str = ""
+
+    def __post_init__(self) -> None:
+        for name in ("count", "gpus_per_node"):
+            value = getattr(self, name)
+            check(_is_int(value, 1), self, name, f"must be an integer >= 1, got {value!r}")
+        check(
+            self.rack is None or _is_int(self.rack, 0),
+            self,
+            "rack",
+            f"must be an integer >= 0, got {self.rack!r}",
+        )
+        known = isinstance(self.device, str) and self.device.lower() in DEVICE_PRESETS
+        check(
+            self.device == "" or known,
+            self,
+            "device",
+            f"unknown device {self.device!r}; known: {sorted(DEVICE_PRESETS)}",
+        )
+        kind = self.intra_link_kind
+        check(
+            isinstance(kind, str) and (kind == "" or kind.lower() in INTERCONNECT_PRESETS),
+            self,
+            "intra_link_kind",
+            f"unknown interconnect {kind!r}; known: {sorted(INTERCONNECT_PRESETS)}",
+        )
+
+
 @dataclass(frozen=True, kw_only=True)
 class TopologyConfig:
-    """A homogeneous cluster: ``racks`` x ``nodes_per_rack`` nodes of ``gpus_per_node`` GPUs.
+    """A cluster: ``racks`` x ``nodes_per_rack`` nodes of ``gpus_per_node`` GPUs of one type, or
+    node groups of their own size and GPU type (``nodes``; then ``racks``, ``nodes_per_rack`` and
+    ``gpus_per_node`` stay unset and ``device`` is the type of groups that name none).
 
     ``intra_link_kind`` names an interconnect preset ("" takes the device's default);
     ``intra_link`` overrides its figures. The rack uplink is ``uplink`` when given, otherwise the
@@ -83,8 +128,9 @@ class TopologyConfig:
 
     name: str = "custom"
     racks: int = 1
-    nodes_per_rack: int
-    gpus_per_node: int
+    nodes_per_rack: int = 0  # required in the regular form
+    gpus_per_node: int = 0  # required in the regular form
+    nodes: tuple[NodeGroup, ...] = ()
     device: str = "v100"
     intra_link_kind: str = ""
     intra_link: Link | None = None
@@ -92,19 +138,12 @@ class TopologyConfig:
     uplink: Link | None = None
     oversubscription: float = 1.0
     # Fraction of NIC and uplink line rate that gradient communication achieves in practice
-    # (transport stack, collective implementation). 1.0 is line rate; the presets use
-    # CALIBRATED_NETWORK_EFFICIENCY, fitted to Pollux's measured step times.
+    # (transport stack, collective implementation). 1.0 is line rate; the presets and topology
+    # files use CALIBRATED_NETWORK_EFFICIENCY, fitted to Pollux's measured step times.
     network_efficiency: float = 1.0
 
     def __post_init__(self) -> None:
-        for name in ("racks", "nodes_per_rack", "gpus_per_node"):
-            value = getattr(self, name)
-            check(
-                isinstance(value, int) and not isinstance(value, bool) and value >= 1,
-                self,
-                name,
-                f"must be an integer >= 1, got {value!r}",
-            )
+        self._check_shape()
         for name in ("name", "device", "intra_link_kind"):
             value = getattr(self, name)
             check(isinstance(value, str), self, name, f"must be a string, got {value!r}")
@@ -156,39 +195,200 @@ class TopologyConfig:
             "give either uplink or oversubscription, not both",
         )
 
+    def _check_shape(self) -> None:
+        check(
+            isinstance(self.nodes, tuple) and all(isinstance(g, NodeGroup) for g in self.nodes),
+            self,
+            "nodes",
+            "must be a tuple of NodeGroup",
+        )
+        if self.nodes:
+            for name, unset in (("racks", 1), ("nodes_per_rack", 0), ("gpus_per_node", 0)):
+                check(
+                    getattr(self, name) == unset,
+                    self,
+                    name,
+                    "give either node groups (nodes) or racks x nodes_per_rack x gpus_per_node",
+                )
+            return
+        for name in ("racks", "nodes_per_rack", "gpus_per_node"):
+            value = getattr(self, name)
+            check(_is_int(value, 1), self, name, f"must be an integer >= 1, got {value!r}")
+
     # --- sizes ----------------------------------------------------------------------------------
 
     @property
+    def regular(self) -> bool:
+        """Racks of equal nodes of one GPU type (no node groups)."""
+        return not self.nodes
+
+    @property
     def n_nodes(self) -> int:
+        if self.nodes:
+            return len(self.node_gpus)
         return self.racks * self.nodes_per_rack
 
     @property
     def n_gpus(self) -> int:
+        if self.nodes:
+            return sum(self.node_gpus)
         return self.n_nodes * self.gpus_per_node
 
+    @property
+    def n_racks(self) -> int:
+        return len(self.rack_sizes) if self.nodes else self.racks
+
     def rack_of(self, node: int) -> int:
-        """The rack that holds ``node`` (nodes are numbered rack by rack)."""
+        """The rack that holds ``node`` (nodes are numbered group by group, rack by rack)."""
+        if self.nodes:
+            return self.node_rack[node]
         return node // self.nodes_per_rack
+
+    @cached_property
+    def _groups(self) -> tuple[tuple[NodeGroup, int], ...]:
+        """Each node group with its rack index: racks numbered in order of first mention, a
+        group without one on a rack of its own."""
+        labels: dict[object, int] = {}
+        out = []
+        for i, group in enumerate(self.nodes):
+            label: object = ("own", i) if group.rack is None else group.rack
+            out.append((group, labels.setdefault(label, len(labels))))
+        return tuple(out)
+
+    @cached_property
+    def node_gpus(self) -> tuple[int, ...]:
+        """GPUs of each node."""
+        if not self.nodes:
+            return (self.gpus_per_node,) * self.n_nodes
+        return tuple(g.gpus_per_node for g, _ in self._groups for _ in range(g.count))
+
+    @cached_property
+    def node_device(self) -> tuple[str, ...]:
+        """GPU type of each node (lower case)."""
+        if not self.nodes:
+            return (self.device.lower(),) * self.n_nodes
+        return tuple(
+            (g.device or self.device).lower() for g, _ in self._groups for _ in range(g.count)
+        )
+
+    @cached_property
+    def node_rack(self) -> tuple[int, ...]:
+        """Rack of each node."""
+        if not self.nodes:
+            return tuple(n // self.nodes_per_rack for n in range(self.n_nodes))
+        return tuple(rack for g, rack in self._groups for _ in range(g.count))
+
+    @cached_property
+    def rack_sizes(self) -> tuple[int, ...]:
+        """Nodes in each rack."""
+        if not self.nodes:
+            return (self.nodes_per_rack,) * self.racks
+        sizes = [0] * (max(self.node_rack) + 1)
+        for rack in self.node_rack:
+            sizes[rack] += 1
+        return tuple(sizes)
+
+    @cached_property
+    def devices(self) -> tuple[str, ...]:
+        """The GPU types of the cluster, in order of first appearance."""
+        return tuple(dict.fromkeys(self.node_device))
+
+    def compute_device(self, nodes: Iterable[int]) -> str:
+        """The GPU type that sets the compute time of a job on ``nodes``: the slowest one there
+        (synchronous data parallelism waits for the slowest GPU at every step)."""
+        if not self.nodes:
+            return self.device
+        kinds = {self.node_device[n] for n in nodes}
+        return min(kinds, key=lambda d: (DEVICE_PRESETS[d].achieved_tflops("fp32"), d))
+
+    @cached_property
+    def fastest_device(self) -> str:
+        """The fastest GPU type of the cluster (by achieved fp32 FLOP rate)."""
+        if not self.nodes:
+            return self.device
+        return max(self.devices, key=lambda d: (DEVICE_PRESETS[d].achieved_tflops("fp32"), d))
+
+    def describe(self) -> str:
+        """One line for a run's header: name, shape, GPU types and the network efficiency."""
+        calibrated = (
+            " (calibrated)" if self.network_efficiency == CALIBRATED_NETWORK_EFFICIENCY else ""
+        )
+        return (
+            f"{self.name}: {self.n_gpus} GPUs, {self.describe_shape()}, "
+            f"NICs {self.nic.bandwidth_gbps:g} Gbit/s, "
+            f"network at {self.network_efficiency:.0%} of line rate{calibrated}"
+        )
+
+    def describe_shape(self) -> str:
+        """``2 racks x 4 nodes x 4 v100``, or the node groups: ``2 racks, nodes 4 x 4 v100 +
+        4 x 4 k80``."""
+        if not self.nodes:
+            per_node = f"{self.gpus_per_node} {self.device}"
+            return f"{self.racks} racks x {self.nodes_per_rack} nodes x {per_node}"
+        groups = " + ".join(
+            f"{g.count} x {g.gpus_per_node} {(g.device or self.device).lower()}" for g in self.nodes
+        )
+        return f"{self.n_racks} racks, nodes {groups}"
 
     # --- links ----------------------------------------------------------------------------------
 
     @cached_property
     def intra_spec(self) -> Link:
-        """The per-GPU intra-node link: ``intra_link``, else the kind's or device's preset."""
+        """The per-GPU intra-node link of the regular form: ``intra_link``, else the kind's or
+        device's preset (node groups: :meth:`intra_spec_of`)."""
+        return self._intra_for(self.device, "")
+
+    def _intra_for(self, device: str, group_kind: str) -> Link:
         if self.intra_link is not None:
             return self.intra_link
-        kind = self.intra_link_kind.lower() or DEVICE_PRESETS[self.device.lower()].intra_link
+        kind = (
+            group_kind.lower()
+            or self.intra_link_kind.lower()
+            or DEVICE_PRESETS[device.lower()].intra_link
+        )
         return _link_of(INTERCONNECT_PRESETS[kind])
 
     @cached_property
+    def _node_intra(self) -> tuple[Link, ...]:
+        specs: dict[tuple[str, str], Link] = {}
+        out: list[Link] = []
+        for group, _ in self._groups:
+            device = group.device or self.device
+            key = (device.lower(), group.intra_link_kind.lower())
+            if key not in specs:
+                specs[key] = self._intra_for(device, group.intra_link_kind)
+            out += [specs[key]] * group.count
+        return tuple(out)
+
+    def intra_spec_of(self, node: int) -> Link:
+        """The per-GPU intra-node link of ``node``."""
+        return self._node_intra[node] if self.nodes else self.intra_spec
+
+    @cached_property
     def uplink_spec(self) -> Link:
-        """The rack uplink: ``uplink``, else the rack's NICs over the oversubscription ratio."""
+        """The rack uplink of the regular form: ``uplink``, else the rack's NICs over the
+        oversubscription ratio (node groups: :meth:`uplink_spec_of`)."""
+        return self._uplink_for(self.nodes_per_rack)
+
+    def _uplink_for(self, nodes_in_rack: int) -> Link:
         if self.uplink is not None:
             return self.uplink
         return Link(
-            bandwidth_gbps=self.nodes_per_rack * self.nic.bandwidth_gbps / self.oversubscription,
+            bandwidth_gbps=nodes_in_rack * self.nic.bandwidth_gbps / self.oversubscription,
             latency_us=SWITCH_HOP_LATENCY_US,
         )
+
+    def uplink_spec_of(self, rack: int) -> Link:
+        """The uplink of ``rack`` (a derived one grows with the rack's nodes)."""
+        return self._rack_uplinks[rack] if self.nodes else self.uplink_spec
+
+    @cached_property
+    def _rack_uplinks(self) -> tuple[Link, ...]:
+        return tuple(self._uplink_for(size) for size in self.rack_sizes)
+
+    @cached_property
+    def _effective_rack_uplinks(self) -> tuple[Link, ...]:
+        return tuple(_scaled(spec, self.network_efficiency) for spec in self._rack_uplinks)
 
     @cached_property
     def _effective_nic(self) -> Link:
@@ -202,10 +402,12 @@ class TopologyConfig:
         """The spec of one hop over ``link``: what a single flow can get when alone."""
         kind = link[0]
         if kind == INTRA:
-            return self.intra_spec
+            return self._node_intra[link[1]] if self.nodes else self.intra_spec
         if kind == NIC:
             return self._effective_nic
         if kind == UPLINK:
+            if self.nodes:
+                return self._effective_rack_uplinks[link[1]]
             return self._effective_uplink
         raise ConfigError("LinkId", "kind", f"unknown link kind {kind!r}; known: {LINK_KINDS}")
 
@@ -217,7 +419,8 @@ class TopologyConfig:
         """
         spec = self.spec_of(link)
         if link[0] == INTRA:
-            return spec.bytes_per_s * self.gpus_per_node
+            gpus = self.node_gpus[link[1]] if self.nodes else self.gpus_per_node
+            return spec.bytes_per_s * gpus
         return spec.bytes_per_s
 
     def links(self) -> Iterator[LinkId]:
@@ -225,8 +428,8 @@ class TopologyConfig:
         for node in range(self.n_nodes):
             yield intra_link(node)
             yield nic_link(node)
-        if self.racks > 1:
-            for rack in range(self.racks):
+        if self.n_racks > 1:
+            for rack in range(self.n_racks):
                 yield uplink_link(rack)
 
     def capacities(self) -> dict[LinkId, float]:
@@ -309,91 +512,3 @@ def topology_preset(name: str) -> TopologyConfig:
             f"unknown preset {name!r}; known: {sorted(TOPOLOGY_PRESETS)}",
         )
     return TOPOLOGY_PRESETS[name]()
-
-
-# --- files --------------------------------------------------------------------------------------
-
-_LINK_FIELDS = ("intra_link", "nic", "uplink")
-
-
-def _link_from(value: Any, field_name: str, source: str, presets: Mapping[str, LinkPreset]) -> Link:
-    """A Link from a preset name or a ``{bandwidth_gbps, latency_us}`` table."""
-    if isinstance(value, str):
-        if value.lower() not in presets:
-            raise DataFileError(
-                source, f"unknown preset {value!r}; known: {sorted(presets)}", field=field_name
-            )
-        return _link_of(presets[value.lower()])
-    if not isinstance(value, Mapping):
-        raise DataFileError(
-            source,
-            "must be a preset name or a table {bandwidth_gbps, latency_us}",
-            field=field_name,
-        )
-    known = {"bandwidth_gbps", "latency_us"}
-    unknown = sorted(set(value) - known)
-    if unknown:
-        raise DataFileError(
-            source,
-            f"unknown key(s) {unknown}; known: {sorted(known)}",
-            field=f"{field_name}.{unknown[0]}",
-        )
-    if "bandwidth_gbps" not in value:
-        raise DataFileError(source, "missing", field=f"{field_name}.bandwidth_gbps")
-    try:
-        return Link(
-            bandwidth_gbps=float(value["bandwidth_gbps"]),
-            latency_us=float(value.get("latency_us", 0.0)),
-        )
-    except (TypeError, ValueError) as exc:
-        raise DataFileError(source, str(exc), field=field_name) from exc
-
-
-def topology_from_mapping(data: Mapping[str, Any], *, source: str = "<mapping>") -> TopologyConfig:
-    """Build a topology from a mapping: an optional ``preset`` to start from, then overrides.
-
-    Link fields (``intra_link``, ``nic``, ``uplink``) take a preset name ("25g", "efa", "nvlink3")
-    or a table ``{bandwidth_gbps = ..., latency_us = ...}``.
-    """
-    data = dict(data)
-    base: dict[str, Any] = {}
-    if "preset" in data:
-        preset = data.pop("preset")
-        if not isinstance(preset, str) or preset not in TOPOLOGY_PRESETS:
-            raise DataFileError(
-                source,
-                f"unknown preset {preset!r}; known: {sorted(TOPOLOGY_PRESETS)}",
-                field="preset",
-            )
-        base = {
-            f.name: getattr(TOPOLOGY_PRESETS[preset](), f.name)
-            for f in dataclasses.fields(TopologyConfig)
-        }
-    known = {f.name for f in dataclasses.fields(TopologyConfig)}
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise DataFileError(
-            source,
-            f"unknown field(s) {unknown}; known: {sorted(known | {'preset'})}",
-            field=unknown[0],
-        )
-    for name in _LINK_FIELDS:
-        if name in data and data[name] is not None:
-            presets = NIC_PRESETS if name != "intra_link" else INTERCONNECT_PRESETS
-            data[name] = _link_from(data[name], name, source, presets)
-    if "uplink" in data and "oversubscription" not in data:
-        base["oversubscription"] = 1.0
-    if "oversubscription" in data and "uplink" not in data:
-        base["uplink"] = None
-    merged = {**base, **data}
-    try:
-        return TopologyConfig(**merged)
-    except ConfigError as exc:
-        raise DataFileError(source, exc.why, field=exc.field) from exc
-    except TypeError as exc:  # a missing required field, or a value of the wrong type
-        raise DataFileError(source, str(exc)) from exc
-
-
-def load_topology(path: str | Path) -> TopologyConfig:
-    """Read a topology from a TOML or JSON file; errors name the file and field."""
-    return topology_from_mapping(load_table_file(path), source=str(path))

@@ -8,8 +8,8 @@ What this part offers:
   :class:`Start` on a :class:`Placement` (``((node, gpus), ...)``), to :class:`Preempt` or to
   :class:`Migrate`, and timers to set (:class:`SetTimer`). No clock, no I/O, no global random
   state, so the same object can drive the simulator or a live cluster.
-- :class:`ClusterLayout` (racks of nodes of GPUs) and :class:`Sensitivity` (a job's slowdown when
-  spread, by congestion), which snapshots carry.
+- :class:`ClusterLayout` (racks of nodes, each with its GPU count and GPU type) and
+  :class:`Sensitivity` (a job's slowdown when spread, by congestion), which snapshots carry.
 - :class:`FreeGpus` and :class:`Locality`: a policy's scratch copy of the free GPUs, with the
   placement rules the built-in policies use (best locality, consolidated only, first fit).
 - The built-in policies :class:`Fifo`, :class:`FirstFit`, :class:`Consolidate`, :class:`Srtf`,

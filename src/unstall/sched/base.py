@@ -126,11 +126,36 @@ class JobView:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ClusterLayout:
-    """The fixed shape of the cluster: racks of nodes of ``gpus_per_node`` GPUs."""
+    """The fixed shape of the cluster: racks of nodes, each node with its GPU count
+    (``node_gpus``) and GPU type (``node_type``).
+
+    ``gpus_per_node`` is the largest node's GPU count (every node's, on a regular cluster): a job
+    of at most that many GPUs may fit on one node. Left empty, ``node_gpus`` is
+    ``gpus_per_node`` for every node and ``node_type`` is "" (one unnamed type).
+    """
 
     gpus_per_node: int
     node_rack: tuple[int, ...]  # rack of each node
     rack_nodes: tuple[tuple[int, ...], ...]  # nodes of each rack, ascending
+    node_gpus: tuple[int, ...] = ()
+    node_type: tuple[str, ...] = ()
+    # Derived: whether every node has the same GPU count, and the same GPU type; GPUs per rack.
+    uniform: bool = field(default=True, init=False)
+    one_type: bool = field(default=True, init=False)
+    rack_gpus: tuple[int, ...] = field(default=(), init=False)
+
+    def __post_init__(self) -> None:
+        n = len(self.node_rack)
+        gpus = self.node_gpus or (self.gpus_per_node,) * n
+        types = self.node_type or ("",) * n
+        if len(gpus) != n or len(types) != n:
+            raise ValueError("ClusterLayout: node_gpus and node_type need one entry per node")
+        object.__setattr__(self, "node_gpus", gpus)
+        object.__setattr__(self, "node_type", types)
+        object.__setattr__(self, "uniform", len(set(gpus)) <= 1)
+        object.__setattr__(self, "one_type", len(set(types)) <= 1)
+        rack_gpus = tuple(sum(gpus[node] for node in nodes) for nodes in self.rack_nodes)
+        object.__setattr__(self, "rack_gpus", rack_gpus)
 
     @classmethod
     def regular(cls, *, racks: int, nodes_per_rack: int, gpus_per_node: int) -> ClusterLayout:
@@ -139,11 +164,22 @@ class ClusterLayout:
 
     @classmethod
     def from_node_rack(cls, node_rack: tuple[int, ...], gpus_per_node: int) -> ClusterLayout:
-        racks = max(node_rack) + 1 if node_rack else 0
-        rack_nodes = tuple(
-            tuple(n for n, r in enumerate(node_rack) if r == rack) for rack in range(racks)
+        return cls(
+            gpus_per_node=gpus_per_node, node_rack=node_rack, rack_nodes=_rack_nodes(node_rack)
         )
-        return cls(gpus_per_node=gpus_per_node, node_rack=node_rack, rack_nodes=rack_nodes)
+
+    @classmethod
+    def from_nodes(
+        cls, *, node_rack: tuple[int, ...], node_gpus: tuple[int, ...], node_type: tuple[str, ...]
+    ) -> ClusterLayout:
+        """Nodes of their own GPU count and type (a heterogeneous cluster)."""
+        return cls(
+            gpus_per_node=max(node_gpus, default=0),
+            node_rack=node_rack,
+            rack_nodes=_rack_nodes(node_rack),
+            node_gpus=node_gpus,
+            node_type=node_type,
+        )
 
     @property
     def num_nodes(self) -> int:
@@ -155,11 +191,29 @@ class ClusterLayout:
 
     @property
     def total_gpus(self) -> int:
-        return self.gpus_per_node * len(self.node_rack)
+        return sum(self.node_gpus)
+
+    @property
+    def types(self) -> tuple[str, ...]:
+        """The GPU types, in node order of first appearance."""
+        return tuple(dict.fromkeys(self.node_type))
 
     def min_nodes(self, num_gpus: int) -> int:
         """The fewest nodes that can hold ``num_gpus`` GPUs."""
-        return -(-num_gpus // self.gpus_per_node)
+        if self.uniform:
+            return -(-num_gpus // self.gpus_per_node)
+        count = 0
+        for gpus in sorted(self.node_gpus, reverse=True):
+            if num_gpus <= 0:
+                break
+            num_gpus -= gpus
+            count += 1
+        return count + (1 if num_gpus > 0 else 0)
+
+
+def _rack_nodes(node_rack: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+    racks = max(node_rack) + 1 if node_rack else 0
+    return tuple(tuple(n for n, r in enumerate(node_rack) if r == rack) for rack in range(racks))
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -32,8 +32,7 @@ def best_locality_possible(num_gpus: int, layout: ClusterLayout) -> Locality:
     """The best level an empty cluster could give this job (a 32-GPU job never fits one node)."""
     if num_gpus <= layout.gpus_per_node:
         return Locality.NODE
-    largest_rack = max(len(nodes) for nodes in layout.rack_nodes) * layout.gpus_per_node
-    return Locality.RACK if num_gpus <= largest_rack else Locality.CLUSTER
+    return Locality.RACK if num_gpus <= max(layout.rack_gpus) else Locality.CLUSTER
 
 
 def on_one_node(free_by_node: Sequence[int], num_gpus: int) -> Placement | None:
@@ -64,30 +63,63 @@ def _take_largest_first(
     return tuple(sorted(taken))
 
 
+def _fewest_nodes(
+    nodes: Sequence[int], free_by_node: Sequence[int], layout: ClusterLayout, num_gpus: int
+) -> Placement:
+    """Fewest nodes among ``nodes`` (which hold enough free GPUs). On a cluster of several GPU
+    types, nodes of one type first (a job spread over two types runs at the slower one's
+    speed): the type that needs the fewest nodes, the first listed among equals; mixed types
+    only when no single type holds the job."""
+    if layout.one_type:
+        return _take_largest_first(nodes, free_by_node, num_gpus)
+    best: Placement | None = None
+    for kind in layout.types:
+        same = [n for n in nodes if layout.node_type[n] == kind]
+        if sum(free_by_node[n] for n in same) < num_gpus:
+            continue
+        placement = _take_largest_first(same, free_by_node, num_gpus)
+        if best is None or len(placement) < len(best):
+            best = placement
+    return best if best is not None else _take_largest_first(nodes, free_by_node, num_gpus)
+
+
 def in_one_rack(
     free_by_node: Sequence[int],
     free_by_rack: Sequence[int],
     layout: ClusterLayout,
     num_gpus: int,
 ) -> Placement | None:
-    """Fewest nodes within a single rack; among equal spans, the rack with the least free room."""
+    """Fewest nodes within a single rack; among equal spans, the rack with the least free room
+    (on a cluster of several GPU types, a placement on one type before any mixed one)."""
     best: Placement | None = None
-    best_key = (1 << 30, 1 << 30)
+    best_key = (1, 1 << 30, 1 << 30)
     for rack, free in enumerate(free_by_rack):
         if free < num_gpus:
             continue
-        placement = _take_largest_first(layout.rack_nodes[rack], free_by_node, num_gpus)
-        key = (len(placement), free)
+        placement = _fewest_nodes(layout.rack_nodes[rack], free_by_node, layout, num_gpus)
+        key = (0 if layout.one_type else mixed_types(placement, layout), len(placement), free)
         if key < best_key:
             best, best_key = placement, key
     return best
 
 
-def anywhere(free_by_node: Sequence[int], num_gpus: int) -> Placement | None:
-    """Fewest nodes anywhere in the cluster (largest free blocks first)."""
+def mixed_types(placement: Placement, layout: ClusterLayout) -> int:
+    """1 when ``placement`` spans several GPU types, else 0."""
+    types = layout.node_type
+    first = types[placement[0][0]]
+    return int(any(types[node] != first for node, _ in placement))
+
+
+def anywhere(
+    free_by_node: Sequence[int], num_gpus: int, layout: ClusterLayout | None = None
+) -> Placement | None:
+    """Fewest nodes anywhere in the cluster (largest free blocks first; one GPU type first when
+    ``layout`` has several)."""
     if sum(free_by_node) < num_gpus:
         return None
-    return _take_largest_first(range(len(free_by_node)), free_by_node, num_gpus)
+    if layout is None:
+        return _take_largest_first(range(len(free_by_node)), free_by_node, num_gpus)
+    return _fewest_nodes(range(len(free_by_node)), free_by_node, layout, num_gpus)
 
 
 def first_fit(free_by_node: Sequence[int], num_gpus: int) -> Placement | None:
@@ -118,9 +150,16 @@ def at_level(
             return found
     if level >= Locality.RACK:
         found = in_one_rack(free_by_node, free_by_rack, layout, num_gpus)
-        if found is not None or level == Locality.RACK:
+        if found is not None and (layout.one_type or not mixed_types(found, layout)):
             return found
-        return anywhere(free_by_node, num_gpus)
+        if level == Locality.RACK:
+            return found
+        # A job spread over two GPU types runs at the slower one's speed: one type over several
+        # racks beats mixed types in one rack.
+        spread = anywhere(free_by_node, num_gpus, layout)
+        if found is None or (spread is not None and not mixed_types(spread, layout)):
+            return spread
+        return found
     return None
 
 

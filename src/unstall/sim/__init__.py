@@ -3,12 +3,20 @@
 What this part offers:
 
 - ``simulate(trace, cluster, policy, *, congestion=, seed=, restore_s=, tick_s=, model_mix=,
-  max_jobs=, job_profiles=, on_finish=)`` -> :class:`SimRun`: a :class:`unstall.traces.Trace`
-  on a :class:`unstall.net.TopologyConfig` under a :class:`unstall.sched.Policy` object. Job
-  speeds come from the perf model (:mod:`unstall.workload`): placement and network contention
-  (max-min fair shares of NICs and uplinks, less background congestion) change progress exactly.
-- :class:`SimRun`: the summary (:class:`SimResult`, with ``to_json()``), one row per job, the
-  timeline (busy GPUs, queue, congestion) and the policy's telemetry, as DataFrames.
+  max_jobs=, job_profiles=, duration_gpu=, on_finish=)`` -> :class:`SimRun`: a
+  :class:`unstall.traces.Trace` on a :class:`unstall.net.TopologyConfig` (regular, or node
+  groups of several GPU types) under a :class:`unstall.sched.Policy` object. Job speeds come
+  from the perf model (:mod:`unstall.workload`): placement, the GPU types it spans (the slowest
+  sets the compute time) and network contention (max-min fair shares of NICs and uplinks, less
+  background congestion) change progress exactly. The one engine entry: ``unstall sim run``,
+  ``sim compare`` and every cell of ``sim sweep`` call it.
+- :class:`SimRun`: the summary (:class:`SimResult`, with ``to_json()``), one row per job of the
+  trace (with its ``outcome``, rejected jobs included, and ``gpu_type``), the timeline (busy
+  GPUs, queue, congestion) and the policy's telemetry, as DataFrames.
+- Sweeps: :class:`SweepGrid` (policies x congestion levels x seeds x clusters x traces, as
+  labels) and its cells (:class:`SweepCell`), :class:`CellOutcome`, ``sweep_rows`` and
+  ``summarise_sweep`` (mean and spread over seeds), :class:`SweepResult`; the cells run as Ray
+  tasks in :mod:`unstall.sim.sweep_ray` (``unstall sim sweep``).
 - Background congestion (:class:`Congestion`): a seeded :class:`CongestionLevel` (the levels
   ``none``, ``low``, ``medium``, ``high`` by ``congestion_level(name)``), or any
   :class:`CongestionSchedule` (``read_congestion_schedule(path)`` reads ``time_s,fraction``).
@@ -51,18 +59,32 @@ from unstall.sim.congestion import (
 from unstall.sim.metrics import SimResult
 from unstall.sim.run import SimRun, simulate
 from unstall.sim.state import SimInvariantError
+from unstall.sim.sweep import (
+    CellOutcome,
+    SweepCell,
+    SweepGrid,
+    SweepResult,
+    summarise_sweep,
+    sweep_rows,
+)
 
 __all__ = [
     "CONGESTION_LEVELS",
     "MAX_FRACTION",
     "NO_CONGESTION",
+    "CellOutcome",
     "Congestion",
     "CongestionLevel",
     "CongestionSchedule",
     "SimInvariantError",
     "SimResult",
     "SimRun",
+    "SweepCell",
+    "SweepGrid",
+    "SweepResult",
     "congestion_level",
     "read_congestion_schedule",
     "simulate",
+    "summarise_sweep",
+    "sweep_rows",
 ]

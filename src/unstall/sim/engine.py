@@ -100,6 +100,11 @@ class Engine:
         self.timeline = Timeline()
         self.rng = random.Random(settings.seed)
         self.oracle = bool(getattr(policy, "needs_oracle", False))
+        # Only a speed model of several GPU types measures overhead per placement.
+        hetero = getattr(speed, "heterogeneous", False)
+        self._base_iter_s: Callable[[str, int, Placement], float] | None = (
+            getattr(speed, "base_iter_s", None) if hetero else None
+        )
         self._telemetry_last: dict[str, float] = {}
         self._finished_since_round: list[JobView] = []
         self.spread_running: set[int] = set()  # running jobs placed over several nodes
@@ -303,6 +308,8 @@ class Engine:
         self._place_on_links(job, placement, now)
 
     def _place_on_links(self, job: SimJob, placement: Placement, now: float) -> None:
+        if self._base_iter_s is not None:
+            job.base_iter_s = self._base_iter_s(job.model, job.num_gpus, placement)
         if len(placement) > 1:
             self.spread_running.add(job.index)
         flow = self.speed.flow(job.model, job.num_gpus, placement)

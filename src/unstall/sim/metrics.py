@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from unstall.results import JsonResult
+from unstall.sched.base import Placement
 from unstall.sim.engine import EngineOutcome
 from unstall.sim.state import JobState, SimJob
 from unstall.sim.timeline import Timeline
@@ -48,8 +50,11 @@ class SimResult(JsonResult):
     policy_telemetry_last: dict[str, float]
 
 
-def job_table(jobs: list[SimJob]) -> pd.DataFrame:
-    """One row per job: what happened to it."""
+def job_table(
+    jobs: list[SimJob], gpu_type: Callable[[Placement], str] | None = None
+) -> pd.DataFrame:
+    """One row per job: what happened to it; ``gpu_type`` names the GPU type(s) of a placement
+    (column ``gpu_type``: of the job's last placement, "" for a job that never started)."""
     finished = np.array([j.state == JobState.DONE for j in jobs], dtype=bool)
     submit = np.array([j.submit_s for j in jobs])
     finish = np.array([j.finish_s if j.state == JobState.DONE else np.nan for j in jobs])
@@ -69,10 +74,33 @@ def job_table(jobs: list[SimJob]) -> pd.DataFrame:
             "preemptions": np.array([j.preemptions for j in jobs], dtype=np.int64),
             "migrations": np.array([j.migrations for j in jobs], dtype=np.int64),
             "finished": finished,
+            "outcome": np.where(finished, "finished", "unfinished"),
             "sensitivity_node": np.array([j.sensitivity.node[0] for j in jobs]),
             "sensitivity_rack": np.array([j.sensitivity.rack[0] for j in jobs]),
+            "gpu_type": [
+                gpu_type(j.placement) if gpu_type is not None and j.placement else "" for j in jobs
+            ],
         }
     )
+
+
+def with_rejected(table: pd.DataFrame, order: np.ndarray, rejected: pd.DataFrame) -> pd.DataFrame:
+    """``table`` (the simulated jobs) with a row per rejected job (``job_id, model, num_gpus,
+    submit_s, duration_s`` given; outcome "rejected", nothing happened to it), in trace order:
+    ``order`` holds each row's position in the trace, simulated rows first."""
+    if rejected.empty:
+        return table
+    rows = rejected.assign(
+        queue_s=0.0,
+        comm_overhead_s=0.0,
+        preemptions=0,
+        migrations=0,
+        finished=False,
+        outcome="rejected",
+    )
+    merged = pd.concat([table, rows], ignore_index=True)
+    merged = merged.iloc[np.argsort(order, kind="stable")].reset_index(drop=True)
+    return merged[list(table.columns)]
 
 
 def timeline_table(timeline: Timeline) -> pd.DataFrame:

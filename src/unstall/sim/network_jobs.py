@@ -73,7 +73,7 @@ class NetworkJobs:
         p["last"][slot] = job.last_update_s
         p["paused"][slot] = job.paused_until_s
         p["work"][slot] = job.work_iters
-        p["cons"][slot] = job.cons_iter_s
+        p["cons"][slot] = job.base_iter_s
         p["iter"][slot] = job.iter_s
         p["comm"][slot] = job.comm_overhead_s
         p["finish"][slot] = math.inf

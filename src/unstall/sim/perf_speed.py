@@ -7,7 +7,8 @@ dictionary lookup and a few float operations.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import dataclasses
+from collections.abc import Callable, Mapping
 
 from unstall.net.topology import INTRA, TopologyConfig
 from unstall.sched.base import CONGESTION_GRID, Placement, Sensitivity
@@ -28,24 +29,81 @@ def _shape(placement: Placement, topology: TopologyConfig) -> Shape:
     )
 
 
+def regular_equivalent(topology: TopologyConfig, device: str) -> TopologyConfig:
+    """A regular cluster of ``device`` GPUs with ``topology``'s network and at least its GPUs:
+    its largest node size, its racks, as many nodes a rack as its largest rack (more when that
+    would hold fewer GPUs). Where a job's work and network sensitivity are measured on a
+    cluster of several GPU types."""
+    gpn = max(topology.node_gpus)
+    racks = topology.n_racks
+    nodes = -(-topology.n_gpus // gpn)
+    per_rack = max(max(topology.rack_sizes), -(-nodes // racks))
+    return dataclasses.replace(
+        topology,
+        name=f"{topology.name}-as-{device}",
+        racks=racks,
+        nodes_per_rack=per_rack,
+        gpus_per_node=gpn,
+        nodes=(),
+        device=device,
+    )
+
+
 class PerfSpeedModel:
-    """Iteration times from the perf model; shared links are NICs and rack uplinks."""
+    """Iteration times from the perf model; shared links are NICs and rack uplinks.
+
+    ``duration_gpu`` is the GPU type on which a trace's durations are run times (default: the
+    cluster's fastest type). On a regular cluster of that type the perf model is used as is. On
+    any other cluster (several GPU types, or another type) a job's work and its network
+    sensitivity are measured on the consolidated placement of a regular cluster of
+    ``duration_gpu`` GPUs with the same network (:func:`regular_equivalent`), and its speed on a
+    placement is the perf model's with the compute time of the slowest GPU type there.
+    """
 
     def __init__(
-        self, topology: TopologyConfig, specs: Mapping[str, JobPerfSpec] | None = None
+        self,
+        topology: TopologyConfig,
+        specs: Mapping[str, JobPerfSpec] | None = None,
+        *,
+        duration_gpu: str | None = None,
+        spec_source: Callable[[str], JobPerfSpec] | None = None,
     ) -> None:
         self.topology = topology
+        self.duration_gpu = (duration_gpu or topology.fastest_device).lower()
+        self.heterogeneous = not (topology.regular and self.duration_gpu == topology.device.lower())
         self._specs: dict[str, JobPerfSpec] = dict(specs or {})
+        # A reference model asks its parent, so that one job has one spec everywhere.
+        self._spec_source = spec_source
         self._plans: dict[tuple[str, Placement], CommPlan] = {}
         self._flows: dict[tuple[str, Placement], Flow | None] = {}
         self._timings: dict[tuple[str, Placement], RateTiming] = {}
+        self._references: dict[str, PerfSpeedModel] = {}
 
     def spec(self, model: str) -> JobPerfSpec:
         found = self._specs.get(model)
         if found is None:
-            found = spec_for(model, self.topology.device)
+            if self._spec_source is not None:
+                found = self._spec_source(model)
+            else:
+                device = self.duration_gpu if self.heterogeneous else self.topology.device
+                found = spec_for(model, device)
             self._specs[model] = found
         return found
+
+    def reference(self, device: str) -> PerfSpeedModel:
+        """The model of the regular ``device`` cluster equivalent to this one."""
+        found = self._references.get(device)
+        if found is None:
+            found = PerfSpeedModel(regular_equivalent(self.topology, device), spec_source=self.spec)
+            self._references[device] = found
+        return found
+
+    def base_iter_s(self, model: str, num_gpus: int, placement: Placement) -> float:
+        """The consolidated iteration time on the slowest GPU type of ``placement``: what the
+        job would need there without communication losses (its communication overhead is
+        measured against this, not against faster GPUs elsewhere)."""
+        device = self.topology.compute_device(node for node, _ in placement)
+        return self.reference(device).consolidated_iter_s(model, num_gpus)
 
     def plan(self, model: str, placement: Placement) -> CommPlan:
         key = (model, placement)
@@ -60,6 +118,8 @@ class PerfSpeedModel:
         return tuple(zip(shape.nodes, shape.gpus_per_node, strict=True))
 
     def consolidated_iter_s(self, model: str, num_gpus: int) -> float:
+        if self.heterogeneous:
+            return self.reference(self.duration_gpu).consolidated_iter_s(model, num_gpus)
         return plan_time(self.plan(model, self.consolidated(num_gpus))).total_s
 
     def spread(self, num_gpus: int, *, across_racks: bool) -> Placement:
@@ -78,6 +138,8 @@ class PerfSpeedModel:
         return tuple(sorted(zip(ids, counts, strict=True)))
 
     def sensitivity(self, model: str, num_gpus: int) -> Sensitivity:
+        if self.heterogeneous:
+            return self.reference(self.duration_gpu).sensitivity(model, num_gpus)
         if num_gpus <= 1 or self.topology.n_nodes < 2:
             return Sensitivity.flat(1.0, 1.0)
         best = self.plan(model, self.consolidated(num_gpus))

@@ -13,14 +13,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from unstall.config import check, check_non_negative
+from unstall.net.hardware import DEVICE_PRESETS
 from unstall.net.topology import TopologyConfig
-from unstall.sched.base import ClusterLayout, Policy
+from unstall.sched.base import ClusterLayout, Placement, Policy
 from unstall.sim.congestion import NO_CONGESTION, Congestion
 from unstall.sim.engine import Engine, EngineSettings
-from unstall.sim.metrics import SimResult, job_table, summarise, timeline_table
+from unstall.sim.metrics import SimResult, job_table, summarise, timeline_table, with_rejected
 from unstall.sim.perf_speed import PerfSpeedModel
 from unstall.sim.speed import SpeedModel
 from unstall.sim.state import build_jobs
@@ -34,8 +36,10 @@ OWNER = "simulate"  # what argument errors are reported against
 
 @dataclass(frozen=True)
 class SimRun:
-    """A run's summary, its per-job table, its timeline (step functions over time) and what the
-    policy reported over time (``time_s, name, value``; e.g. Dally's tuned timer factor)."""
+    """A run's summary, its per-job table (a row per job of the trace, rejected ones too, each
+    with its ``outcome``: finished, unfinished or rejected), its timeline (step functions over
+    time) and what the policy reported over time (``time_s, name, value``; e.g. Dally's tuned
+    timer factor)."""
 
     result: SimResult
     jobs: pd.DataFrame
@@ -44,12 +48,22 @@ class SimRun:
 
 
 def layout_of(topology: TopologyConfig) -> ClusterLayout:
-    """The cluster's shape as policies see it."""
-    return ClusterLayout.regular(
-        racks=topology.racks,
-        nodes_per_rack=topology.nodes_per_rack,
-        gpus_per_node=topology.gpus_per_node,
+    """The cluster's shape as policies see it: each node's rack, GPU count and GPU type."""
+    return ClusterLayout.from_nodes(
+        node_rack=topology.node_rack,
+        node_gpus=topology.node_gpus,
+        node_type=topology.node_device,
     )
+
+
+def gpu_type_of(topology: TopologyConfig) -> Callable[[Placement], str]:
+    """Names the GPU type(s) of a placement: ``v100``, or ``k80+v100`` over two types."""
+    devices = topology.node_device
+
+    def label(placement: Placement) -> str:
+        return "+".join(sorted({devices[node] for node, _ in placement}))
+
+    return label
 
 
 def profiled_specs(profiles: Sequence[JobProfile]) -> dict[str, JobPerfSpec]:
@@ -105,6 +119,7 @@ def simulate(
     model_mix: Mapping[str, float] | None = None,
     max_jobs: int | None = None,
     job_profiles: Sequence[JobProfile] = (),
+    duration_gpu: str | None = None,
     on_finish: Callable[[int], None] | None = None,
 ) -> SimRun:
     """Simulate ``trace`` on ``cluster`` under ``policy``.
@@ -116,13 +131,23 @@ def simulate(
     preemption and migration. ``tick_s``: extra scheduling rounds while jobs wait (None: the
     policy's own ``tick_s``, if it has one). ``max_jobs``: only the first N jobs.
     ``job_profiles``: measured jobs; jobs of a profiled model's name run at its measured figures
-    instead of the zoo's estimates. ``on_finish(n)`` is called as jobs finish (progress bars).
-    Jobs larger than the whole cluster are counted as rejected, not simulated.
+    instead of the zoo's estimates. ``duration_gpu``: the GPU type on which the trace's durations
+    are run times at the most consolidated placement (default: the cluster's fastest type); a job
+    runs at the speed of the slowest GPU type of its placement. ``on_finish(n)`` is called as
+    jobs finish (progress bars).
+    Jobs larger than the whole cluster can never start: they are not simulated, counted in
+    ``result.jobs_rejected`` and listed in ``jobs`` with the outcome "rejected".
     """
     _check_settings(
         seed=seed, restore_s=restore_s, tick_s=tick_s, model_mix=model_mix, max_jobs=max_jobs
     )
-    speed = PerfSpeedModel(cluster, profiled_specs(job_profiles))
+    check(
+        duration_gpu is None or duration_gpu.lower() in DEVICE_PRESETS,
+        OWNER,
+        "duration_gpu",
+        f"unknown GPU type {duration_gpu!r}; known: {sorted(DEVICE_PRESETS)}",
+    )
+    speed = PerfSpeedModel(cluster, profiled_specs(job_profiles), duration_gpu=duration_gpu)
     return simulate_with_speed(
         trace,
         cluster,
@@ -193,9 +218,19 @@ def simulate_with_speed(
         wall_s=wall,
     )
     telemetry = pd.DataFrame(outcome.timeline.telemetry, columns=["time_s", "name", "value"])
+    rejected = pd.DataFrame(
+        {
+            "job_id": arrays.job_id[~fits].astype(str),
+            "model": models[~fits],
+            "num_gpus": arrays.num_gpus[~fits].astype(np.int64),
+            "submit_s": arrays.submit_s[~fits].astype(np.float64),
+            "duration_s": arrays.duration_s[~fits].astype(np.float64),
+        }
+    )
+    positions = np.concatenate([np.flatnonzero(fits), np.flatnonzero(~fits)])
     return SimRun(
         result=result,
-        jobs=job_table(outcome.jobs),
+        jobs=with_rejected(job_table(outcome.jobs, gpu_type_of(cluster)), positions, rejected),
         timeline=timeline_table(outcome.timeline),
         telemetry=telemetry,
     )

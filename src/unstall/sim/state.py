@@ -30,6 +30,7 @@ class SimJob:
 
     __slots__ = (
         "attained_gpu_s",
+        "base_iter_s",
         "changed_s",
         "comm_overhead_s",
         "cons_iter_s",
@@ -77,6 +78,9 @@ class SimJob:
         self.cons_iter_s = cons_iter_s
         # The trace's duration is the run time at the consolidated placement (DESIGN.md).
         self.work_iters = duration_s / cons_iter_s
+        # What communication overhead is measured against: the consolidated iteration time on
+        # the GPU type the job runs on (the same as cons_iter_s on a cluster of one type).
+        self.base_iter_s = cons_iter_s
         self.sensitivity = sensitivity
         self.done_iters = 0.0
         self.iter_s = cons_iter_s
@@ -104,7 +108,7 @@ class SimJob:
             dt = now - start
             self.done_iters += dt / self.iter_s
             # Time lost to communication beyond what the consolidated placement would need.
-            self.comm_overhead_s += dt * (1.0 - self.cons_iter_s / self.iter_s)
+            self.comm_overhead_s += dt * (1.0 - self.base_iter_s / self.iter_s)
         self.last_update_s = now
 
     def finish_time(self, now: float) -> float:
@@ -146,8 +150,8 @@ class ClusterState:
 
     def __init__(self, layout: ClusterLayout) -> None:
         self.layout = layout
-        self.free_by_node = [layout.gpus_per_node] * layout.num_nodes
-        self.free_by_rack = [len(nodes) * layout.gpus_per_node for nodes in layout.rack_nodes]
+        self.free_by_node = list(layout.node_gpus)
+        self.free_by_rack = list(layout.rack_gpus)
         self.used_gpus = 0
         self.spread_by_node = [0] * layout.num_nodes
 
@@ -178,7 +182,7 @@ class ClusterState:
         self.used_gpus += total
 
     def release(self, placement: Placement) -> None:
-        gpn = self.layout.gpus_per_node
+        node_gpus = self.layout.node_gpus
         node_rack = self.layout.node_rack
         spread = len(placement) > 1
         for node, k in placement:
@@ -186,7 +190,7 @@ class ClusterState:
             self.free_by_rack[node_rack[node]] += k
             if spread:
                 self.spread_by_node[node] -= 1
-            if self.free_by_node[node] > gpn:
+            if self.free_by_node[node] > node_gpus[node]:
                 raise SimInvariantError(f"node {node} released more GPUs than it has")
             self.used_gpus -= k
 

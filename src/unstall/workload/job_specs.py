@@ -203,7 +203,7 @@ def spec_for(model: str, device: str) -> JobPerfSpec:
     elif model in zoo.MODEL_REGISTRY:
         facts = zoo.facts(model)
     else:
-        known = sorted([*zoo.names(), *APPLICATION_MODELS])
+        known = sorted({*zoo.names(), *APPLICATION_MODELS})  # a set: "ncf" is in both
         raise ConfigError(
             "trace",
             "model",

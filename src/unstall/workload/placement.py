@@ -89,7 +89,28 @@ def consolidated_placement(n_gpus: int, topology: TopologyConfig) -> Placement:
         "n_gpus",
         f"must be in 1..{topology.n_gpus} (the topology's GPUs), got {n_gpus!r}",
     )
+    if topology.nodes:
+        return _fewest_nodes(n_gpus, topology)
     per = topology.gpus_per_node
     full, rest = divmod(n_gpus, per)
     counts = (per,) * full + ((rest,) if rest else ())
     return Placement(counts, racks=tuple(topology.rack_of(i) for i in range(len(counts))))
+
+
+def _fewest_nodes(n_gpus: int, topology: TopologyConfig) -> Placement:
+    """Node groups: the largest nodes first (lowest index among equals), so the fewest nodes."""
+    order = sorted(range(topology.n_nodes), key=lambda n: (-topology.node_gpus[n], n))
+    nodes, counts = [], []
+    for node in order:
+        take = min(n_gpus, topology.node_gpus[node])
+        nodes.append(node)
+        counts.append(take)
+        n_gpus -= take
+        if n_gpus == 0:
+            break
+    pairs = sorted(zip(nodes, counts, strict=True))
+    return Placement(
+        tuple(c for _, c in pairs),
+        nodes=tuple(n for n, _ in pairs),
+        racks=tuple(topology.rack_of(n) for n, _ in pairs),
+    )

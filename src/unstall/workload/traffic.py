@@ -106,15 +106,19 @@ def _validate(placement: Placement, topology: TopologyConfig, racks: tuple[int, 
             "nodes",
             f"node {node} is not in the topology (0..{topology.n_nodes - 1})",
         )
+        has = topology.node_gpus[node] if topology.nodes else topology.gpus_per_node
         check(
-            g <= topology.gpus_per_node,
+            g <= has,
             "Placement",
             "gpus_per_node",
-            f"{g} GPUs on node {node}, but nodes have {topology.gpus_per_node}",
+            f"{g} GPUs on node {node}, but it has {has}",
         )
     for rack in racks:
         check(
-            0 <= rack < topology.racks, "Placement", "racks", f"rack {rack} is not in the topology"
+            0 <= rack < topology.n_racks,
+            "Placement",
+            "racks",
+            f"rack {rack} is not in the topology",
         )
 
 
@@ -167,11 +171,13 @@ _LOAD_BUILDERS = {"allreduce": _ring_loads, "ps": _ps_loads}
 def comm_plan(spec: JobPerfSpec, placement: Placement, topology: TopologyConfig) -> CommPlan:
     """The links ``placement``'s traffic crosses, with bytes and latency, and the compute time.
 
-    Compute time is scaled from ``spec.device`` to ``topology.device``.
+    Compute time is scaled from ``spec.device`` to the slowest GPU type of the placement's
+    nodes (``topology.device`` on a regular cluster).
     """
     racks = placement.rack_list(topology)
     _validate(placement, topology, racks)
-    compute = spec.compute_s * compute_time_scale(spec.device, topology.device, spec.precision)
+    device = topology.compute_device(placement.nodes)
+    compute = spec.compute_s * compute_time_scale(spec.device, device, spec.precision)
     unit, loads = 1.0, list[LinkLoad]()
     if placement.n_gpus > 1:
         unit, loads = _LOAD_BUILDERS[spec.comm](spec, placement, topology, racks)

@@ -63,6 +63,8 @@ class SimRequest:
     # JobProfile JSON files (from `unstall profile run`): jobs of a profiled model's name run at
     # its measured figures instead of the zoo's estimates (a zoo name is overridden).
     job_profiles: tuple[str, ...] = ()
+    # The GPU type the trace's durations were measured on (None: the cluster's fastest type).
+    duration_gpu: str | None = None
 
 
 # --- text -----------------------------------------------------------------------------------------
@@ -77,6 +79,28 @@ def parse_pairs(items: Sequence[str], option: str, form: str) -> tuple[tuple[str
             raise ConfigError(option, text, f"expected {form}")
         pairs.append((key.strip(), value.strip()))
     return tuple(pairs)
+
+
+def split_policy_options(
+    pairs: Sequence[tuple[str, str]], policies: Sequence[str]
+) -> dict[str, tuple[tuple[str, str], ...]]:
+    """``POLICY.KEY=VALUE`` pairs (``sim compare --policy-option``) by policy: ``(("dally.order",
+    "las"),)`` -> ``{"dally": (("order", "las"),)}``. ``POLICY`` is written as in ``--policies``
+    (a name or ``FILE.py:Class``, which may itself hold dots: the longest match wins)."""
+    by_policy: dict[str, list[tuple[str, str]]] = {name: [] for name in policies}
+    for key, value in pairs:
+        owners = [
+            name for name in policies if key.startswith(f"{name}.") and len(key) > len(name) + 1
+        ]
+        if not owners:
+            raise ConfigError(
+                "--policy-option",
+                f"{key}={value}",
+                f"expected POLICY.KEY=VALUE with POLICY one of {list(dict.fromkeys(policies))}",
+            )
+        owner = max(owners, key=len)
+        by_policy[owner].append((key[len(owner) + 1 :], value))
+    return {name: tuple(options) for name, options in by_policy.items()}
 
 
 def parse_model_mix(text: str | None) -> tuple[tuple[str, float], ...] | None:
@@ -192,5 +216,6 @@ def simulate_request(
         model_mix=None if request.model_mix is None else dict(request.model_mix),
         max_jobs=request.max_jobs,
         job_profiles=resolve_job_profiles(request.job_profiles),
+        duration_gpu=request.duration_gpu,
         on_finish=on_finish,
     )

@@ -1,0 +1,248 @@
+"""`unstall sim sweep`: a grid of simulated runs as Ray tasks, gathered into one table and plot."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from unstall.cli.common import (
+    EXIT_FAILED,
+    JsonOpt,
+    QuietOpt,
+    comma_list,
+    console,
+    err_console,
+    handle_errors,
+    progress_bar,
+    save_json,
+    table,
+)
+from unstall.cli.resolvers.sim import parse_model_mix, parse_pairs, split_policy_options
+from unstall.cli.sim_run import (
+    DurationGpuOpt,
+    FormatOpt,
+    JobProfileOpt,
+    MaxJobsOpt,
+    ModelMixOpt,
+    RestoreOpt,
+)
+from unstall.errors import ConfigError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from unstall.sim.sweep import CellOutcome, SweepGrid
+
+
+def _seeds(text: str) -> tuple[int, ...]:
+    """``0,1,2`` or a range ``0-4`` (both ends included)."""
+    try:
+        if "-" in text and "," not in text:
+            first, _, last = text.partition("-")
+            return tuple(range(int(first), int(last) + 1))
+        return tuple(int(part) for part in comma_list(text))
+    except ValueError:
+        raise ConfigError("--seeds", text, "expected 0,1,2 or a range 0-4") from None
+
+
+@handle_errors
+def sweep(
+    policies: Annotated[
+        str,
+        typer.Option("--policies", help="Comma-separated policies, built-in or FILE.py:Class."),
+    ],
+    congestion: Annotated[
+        str, typer.Option("--congestion", help="Comma-separated levels or CSV schedules.")
+    ] = "none,medium,high",
+    seeds: Annotated[str, typer.Option("--seeds", help="Seeds: 0,1,2 or a range 0-4.")] = "0,1,2",
+    clusters: Annotated[
+        str, typer.Option("--clusters", help="Comma-separated presets or TOML/JSON files.")
+    ] = "small",
+    traces: Annotated[
+        str,
+        typer.Option("--traces", help="Comma-separated trace files; 'default': the embedded one."),
+    ] = "default",
+    trace_format: FormatOpt = "auto",
+    max_jobs: MaxJobsOpt = None,
+    restore_s: RestoreOpt = 60.0,
+    policy_option: Annotated[
+        list[str] | None,
+        typer.Option("--policy-option", help="POLICY.KEY=VALUE, repeatable (as sim compare)."),
+    ] = None,
+    job_profile: JobProfileOpt = None,
+    model_mix: ModelMixOpt = None,
+    duration_gpu: DurationGpuOpt = None,
+    address: Annotated[
+        str | None,
+        typer.Option(
+            "--address",
+            help="An existing Ray cluster (HOST:PORT; or RAY_ADDRESS); default: a local Ray.",
+        ),
+    ] = None,
+    out: Annotated[
+        Path, typer.Option("--out", help="Folder for runs/*.json, runs.csv, summary.csv, plot.")
+    ] = Path("out/sim-sweep"),
+    json_path: JsonOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Run policies x congestion levels x seeds x clusters x traces as Ray tasks; print the mean
+    and spread over seeds; keep each run's JSON. Failed cells are reported (exit code 1) while
+    the others finish."""
+    from unstall.sim.sweep import SweepGrid
+
+    grid = SweepGrid(
+        policies=tuple(comma_list(policies)),
+        congestions=tuple(comma_list(congestion)),
+        seeds=_seeds(seeds),
+        clusters=tuple(comma_list(clusters)),
+        traces=tuple(comma_list(traces)),
+    )
+    pairs = parse_pairs(policy_option or [], "--policy-option", "POLICY.KEY=VALUE")
+    settings: dict[str, object] = {
+        "max_jobs": max_jobs,
+        "restore_s": restore_s,
+        "duration_gpu": duration_gpu,
+        "model_mix": None if model_mix is None else dict(parse_model_mix(model_mix) or ()),
+    }
+    outcomes = _run_grid(
+        grid,
+        split_policy_options(pairs, grid.policies),
+        settings,
+        profiles=tuple(str(p) for p in job_profile or ()),
+        trace_format=trace_format,
+        address=address,
+        out=out,
+        quiet=quiet,
+    )
+    config = {"grid": grid, "settings": settings, "policy_options": pairs, "address": address}
+    failed = _report(grid, outcomes, out, json_path, config)
+    if failed:
+        raise typer.Exit(EXIT_FAILED)
+
+
+def _run_grid(
+    grid: SweepGrid,
+    options: dict[str, tuple[tuple[str, str], ...]],
+    settings: dict[str, object],
+    *,
+    profiles: tuple[str, ...],
+    trace_format: str,
+    address: str | None,
+    out: Path,
+    quiet: bool,
+) -> list[CellOutcome]:
+    """Resolve every label, connect to Ray, run the cells; each run's JSON lands in out/runs."""
+    import dataclasses
+
+    import ray  # before user code loads: its classes then travel to Ray's workers by value
+
+    from unstall.cli.resolvers.sweep import resolve_traces, sweep_tasks
+    from unstall.ray_connect import connect_ray
+    from unstall.results import write_result
+    from unstall.sim.sweep_ray import run_cells
+
+    # Every label resolved before Ray starts: a typo costs no cluster start.
+    loaded = resolve_traces(grid.traces, trace_format)
+    tasks = sweep_tasks(
+        grid, traces=loaded, policy_options=options, settings=settings, job_profiles=profiles
+    )
+    started = connect_ray(address)
+    try:
+        refs = {label: ray.put(trace) for label, trace in loaded.items()}  # once, not per cell
+        tasks = [dataclasses.replace(t, trace=refs[t.cell.trace]) for t in tasks]
+        runs = out / "runs"
+        with progress_bar(f"sweep: {len(tasks)} runs on Ray", len(tasks), quiet) as advance:
+
+            def done(outcome: CellOutcome) -> None:
+                if outcome.result is not None:
+                    config = {"cell": outcome.cell, "settings": settings}
+                    write_result(runs / f"{outcome.cell.key}.json", outcome.result, config)
+                advance(1)
+
+            return run_cells(tasks, done)
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def _report(
+    grid: SweepGrid,
+    outcomes: list[CellOutcome],
+    out: Path,
+    json_path: Path | None,
+    config: dict[str, object],
+) -> int:
+    """Print the summary and the failed cells; write runs.csv, summary.csv, the plot and
+    --json. Returns the number of failed cells."""
+    from unstall.report.sweep_plot import plot_sweep
+    from unstall.sim.sweep import SweepResult, summarise_sweep, sweep_rows
+
+    rows = sweep_rows(outcomes)
+    summary = summarise_sweep(rows)
+    out.mkdir(parents=True, exist_ok=True)
+    rows.to_csv(out / "runs.csv", index=False)
+    summary.to_csv(out / "summary.csv", index=False)
+    console.print(_summary_table(grid, summary))
+    failed = rows[~rows["ok"]]
+    for _, row in failed.iterrows():
+        err_console.print(
+            f"[bold red]failed:[/] {row.policy} / {row.congestion} / seed {row.seed} / "
+            f"{row.cluster} / {row.trace}: {row.error}",
+            highlight=False,
+            soft_wrap=True,  # one line a cell, whatever the terminal's width
+        )
+    wrote = [out / "runs.csv", out / "summary.csv"]
+    if not summary[summary["seeds"] > 0].empty:
+        wrote.append(plot_sweep(summary[summary["seeds"] > 0], out / "sweep.png"))
+    console.print(
+        f"{len(rows) - len(failed)} of {len(rows)} runs done; wrote {out / 'runs'}/*.json, "
+        + ", ".join(str(p) for p in wrote),
+        highlight=False,
+    )
+    save_json(json_path, SweepResult.of(grid, outcomes), config)
+    return len(failed)
+
+
+def _summary_table(grid: SweepGrid, summary: pd.DataFrame) -> object:
+    def both(row: Mapping[Hashable, Any], figure: str, digits: int = 3) -> str:
+        mean, std = float(row[f"{figure}_mean"]), float(row[f"{figure}_std"])
+        if mean != mean:  # no seed ran
+            return "-"
+        std = 0.0 if std <= 1e-9 * abs(mean) else std  # float noise between equal runs
+        return f"{mean:.{digits}g}±{std:.1g}"
+
+    columns = ["trace", "cluster", "congestion", "policy", "seeds", "avg JCT h", "p99 JCT h"]
+    columns += ["makespan h", "queue h", "comm ovh", "GPU util"]
+    rows = []
+    for r in summary.to_dict("records"):
+        failed = f" ({r['failed']} failed)" if r["failed"] else ""
+        rows.append(
+            [
+                Path(str(r["trace"])).name,
+                Path(str(r["cluster"])).name,
+                str(r["congestion"]),
+                _short(str(r["policy"])),
+                f"{r['seeds']}{failed}",
+                both(r, "avg_jct_h"),
+                both(r, "p99_jct_h"),
+                both(r, "makespan_h"),
+                both(r, "queue_h"),
+                both(r, "comm_overhead_frac", 2),
+                both(r, "gpu_util", 2),
+            ]
+        )
+    seeds = ",".join(str(s) for s in grid.seeds)
+    return table(f"sweep: mean±standard deviation over seeds {seeds}", columns, rows)
+
+
+def _short(label: str) -> str:
+    """A policy from a file by the file's name: ``a/b/mine.py:Mine`` -> ``mine.py:Mine``."""
+    target, sep, name = label.rpartition(":")
+    return f"{Path(target).name}:{name}" if sep else label
+
+
+def register(app: typer.Typer) -> None:
+    app.command("sweep")(sweep)

@@ -1,0 +1,145 @@
+"""Topology files: a TOML or JSON table (or a dict) into a :class:`TopologyConfig`.
+
+The schema, every field with its unit and default, is docs/topology.md. Errors name the file and
+the field (``nodes[1].device``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from unstall.config import load_table_file
+from unstall.errors import ConfigError, DataFileError
+from unstall.net.hardware import INTERCONNECT_PRESETS, NIC_PRESETS, LinkPreset
+from unstall.net.link import Link
+from unstall.net.topology import (
+    CALIBRATED_NETWORK_EFFICIENCY,
+    TOPOLOGY_PRESETS,
+    NodeGroup,
+    TopologyConfig,
+)
+
+_LINK_FIELDS = ("intra_link", "nic", "uplink")
+
+
+def _link_from(value: Any, field_name: str, source: str, presets: Mapping[str, LinkPreset]) -> Link:
+    """A Link from a preset name or a ``{bandwidth_gbps, latency_us}`` table."""
+    if isinstance(value, str):
+        if value.lower() not in presets:
+            raise DataFileError(
+                source, f"unknown preset {value!r}; known: {sorted(presets)}", field=field_name
+            )
+        return presets[value.lower()].link()
+    if not isinstance(value, Mapping):
+        raise DataFileError(
+            source,
+            "must be a preset name or a table {bandwidth_gbps, latency_us}",
+            field=field_name,
+        )
+    known = {"bandwidth_gbps", "latency_us"}
+    unknown = sorted(set(value) - known)
+    if unknown:
+        raise DataFileError(
+            source,
+            f"unknown key(s) {unknown}; known: {sorted(known)}",
+            field=f"{field_name}.{unknown[0]}",
+        )
+    if "bandwidth_gbps" not in value:
+        raise DataFileError(source, "missing", field=f"{field_name}.bandwidth_gbps")
+    try:
+        return Link(
+            bandwidth_gbps=float(value["bandwidth_gbps"]),
+            latency_us=float(value.get("latency_us", 0.0)),
+        )
+    except (TypeError, ValueError) as exc:
+        raise DataFileError(source, str(exc), field=field_name) from exc
+
+
+def _node_groups(value: Any, source: str) -> tuple[NodeGroup, ...]:
+    """``[[nodes]]`` tables as node groups; errors name ``nodes[i].field``."""
+    if not isinstance(value, list | tuple) or not value:
+        raise DataFileError(source, "must be a non-empty list of node-group tables", field="nodes")
+    known = {f.name for f in dataclasses.fields(NodeGroup)}
+    groups = []
+    for i, table in enumerate(value):
+        where = f"nodes[{i}]"
+        if not isinstance(table, Mapping):
+            raise DataFileError(source, "must be a table {count, gpus_per_node, ...}", field=where)
+        unknown = sorted(set(table) - known)
+        if unknown:
+            raise DataFileError(
+                source, f"unknown key(s) {unknown}; known: {sorted(known)}", field=where
+            )
+        try:
+            groups.append(NodeGroup(**table))
+        except ConfigError as exc:
+            raise DataFileError(source, exc.why, field=f"{where}.{exc.field}") from exc
+        except TypeError as exc:  # count or gpus_per_node missing
+            raise DataFileError(source, str(exc), field=where) from exc
+    return tuple(groups)
+
+
+def topology_from_mapping(data: Mapping[str, Any], *, source: str = "<mapping>") -> TopologyConfig:
+    """Build a topology from a mapping: an optional ``preset`` to start from, then overrides.
+
+    Link fields (``intra_link``, ``nic``, ``uplink``) take a preset name ("25g", "efa", "nvlink3")
+    or a table ``{bandwidth_gbps = ..., latency_us = ...}``; ``nodes`` a list of node-group
+    tables (:class:`NodeGroup` fields). docs/topology.md lists every field.
+    """
+    data = dict(data)
+    base: dict[str, Any] = {}
+    from_preset = "preset" in data
+    if from_preset:
+        preset = data.pop("preset")
+        if not isinstance(preset, str) or preset not in TOPOLOGY_PRESETS:
+            raise DataFileError(
+                source,
+                f"unknown preset {preset!r}; known: {sorted(TOPOLOGY_PRESETS)}",
+                field="preset",
+            )
+        base = {
+            f.name: getattr(TOPOLOGY_PRESETS[preset](), f.name)
+            for f in dataclasses.fields(TopologyConfig)
+        }
+    known = {f.name for f in dataclasses.fields(TopologyConfig)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise DataFileError(
+            source,
+            f"unknown field(s) {unknown}; known: {sorted(known | {'preset'})}",
+            field=unknown[0],
+        )
+    if "nodes" in data:
+        data["nodes"] = _node_groups(data["nodes"], source)
+        # Node groups replace a preset's regular shape.
+        base.update(racks=1, nodes_per_rack=0, gpus_per_node=0)
+    for name in _LINK_FIELDS:
+        if name in data and data[name] is not None:
+            presets = NIC_PRESETS if name != "intra_link" else INTERCONNECT_PRESETS
+            data[name] = _link_from(data[name], name, source, presets)
+    if not from_preset and "network_efficiency" not in data:
+        # A file describes a real cluster: its network achieves what the presets' calibrated
+        # share says, not line rate (a hand copy of a preset must give the preset's results).
+        base["network_efficiency"] = CALIBRATED_NETWORK_EFFICIENCY
+    if "uplink" in data and "oversubscription" not in data:
+        base["oversubscription"] = 1.0
+    if "oversubscription" in data and "uplink" not in data:
+        base["uplink"] = None
+    merged = {**base, **data}
+    try:
+        return TopologyConfig(**merged)
+    except ConfigError as exc:
+        raise DataFileError(source, exc.why, field=exc.field) from exc
+    except TypeError as exc:  # a missing required field, or a value of the wrong type
+        raise DataFileError(source, str(exc)) from exc
+
+
+def load_topology(path: str | Path) -> TopologyConfig:
+    """Read a topology from a TOML or JSON file; errors name the file and field. Without a
+    ``name`` the cluster is named after the file (``racks/big.toml`` -> ``big``)."""
+    data = load_table_file(path)
+    data.setdefault("name", Path(path).stem)
+    return topology_from_mapping(data, source=str(path))

@@ -1,0 +1,92 @@
+"""The cells of a sweep as Ray tasks: one :func:`unstall.sim.simulate` call each, on whatever
+Ray the caller connected to (a local one or a cluster: :func:`unstall.ray_connect.connect_ray`).
+
+Everything a cell needs travels as objects: the trace once through the object store, the
+cluster, congestion and a policy object per cell (a policy class from a user's file travels by
+value, so nodes need not have the file). A cell that raises, or whose worker dies, becomes a
+:class:`CellOutcome` with the error; the other cells still run.
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import ray
+from ray.exceptions import RayError, RayTaskError
+
+from unstall.errors import UnstallError
+from unstall.net.topology import TopologyConfig
+from unstall.ray_connect import first_line
+from unstall.sched.base import Policy
+from unstall.sim.congestion import Congestion
+from unstall.sim.metrics import SimResult
+from unstall.sim.run import simulate
+from unstall.sim.sweep import CellOutcome, SweepCell
+
+
+@dataclass(frozen=True, kw_only=True)
+class CellTask:
+    """One cell with the objects it runs on. ``trace`` is a :class:`unstall.traces.Trace` or
+    the ObjectRef of one (put once, shared by every cell); ``settings`` are :func:`simulate`'s
+    other keyword arguments (``max_jobs``, ``restore_s``, ...)."""
+
+    cell: SweepCell
+    trace: Any
+    cluster: TopologyConfig
+    policy: Policy
+    congestion: Congestion
+    settings: Mapping[str, Any] = field(default_factory=dict)
+
+
+class SweepCellError(UnstallError):
+    """A cell's run raised; the message says what, and the file, line and function where."""
+
+
+def _simulate_cell(
+    trace: Any,
+    cluster: TopologyConfig,
+    policy: Policy,
+    congestion: Congestion,
+    seed: int,
+    settings: dict[str, Any],
+) -> SimResult:
+    try:
+        return simulate(trace, cluster, policy, congestion=congestion, seed=seed, **settings).result
+    except Exception as exc:
+        # The innermost frame: in a user's policy, that is where their code failed.
+        where = traceback.extract_tb(exc.__traceback__)[-1]
+        place = f"{Path(where.filename).name}:{where.lineno}, in {where.name}"
+        raise SweepCellError(f"{type(exc).__name__}: {exc} ({place})") from None
+
+
+def run_cells(
+    tasks: Sequence[CellTask], on_done: Callable[[CellOutcome], None] | None = None
+) -> list[CellOutcome]:
+    """Run every task as a Ray task (one CPU each), calling ``on_done`` as each one ends (in
+    the order they end); returns the outcomes in that order."""
+    remote = ray.remote(num_cpus=1, max_retries=0)(_simulate_cell)
+    pending = {
+        remote.remote(t.trace, t.cluster, t.policy, t.congestion, t.cell.seed, dict(t.settings)): (
+            t.cell
+        )
+        for t in tasks
+    }
+    outcomes: list[CellOutcome] = []
+    while pending:
+        done, _ = ray.wait(list(pending), num_returns=1)
+        for ref in done:
+            cell = pending.pop(ref)
+            try:
+                outcome = CellOutcome(cell, ray.get(ref))
+            except RayError as exc:  # the task raised, or its worker died
+                cause = exc.cause if isinstance(exc, RayTaskError) else None
+                error = str(cause) if isinstance(cause, SweepCellError) else first_line(exc)
+                outcome = CellOutcome(cell, None, error)
+            outcomes.append(outcome)
+            if on_done is not None:
+                on_done(outcome)
+    return outcomes

@@ -1,0 +1,116 @@
+"""`unstall sim sweep` on a local two-node Ray cluster (``ray.cluster_utils.Cluster``): 4
+policies (three built-in, one from a user's file that always fails) x 3 congestion levels x 3
+seeds. The failing policy's cells are reported and the other 27 runs finish, each with its JSON,
+gathered into one summary. The sweep runs as a user runs it, in its own process with
+``--address``, so this test's process never joins the cluster (other tests share its Ray)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import unstall
+
+ROOT = Path(__file__).resolve().parents[2]
+BROKEN = """
+import dataclasses
+
+
+@dataclasses.dataclass
+class Broken:
+    name: str = "broken"
+    needs_oracle: bool = False
+
+    def reset(self):
+        pass
+
+    def decide(self, snapshot, rng):
+        raise RuntimeError("this policy is broken on purpose")
+"""
+
+
+@pytest.fixture(scope="module")
+def two_nodes() -> Iterator[str]:
+    """A head and one more node, one CPU each, on the loopback interface; its address.
+
+    The cluster lives under a temporary folder of its own (``RAY_TMPDIR``): Ray's test cluster
+    writes its address to ``<tmp>/ray/ray_current_cluster``, where every ``ray.init()`` on the
+    machine without an address would find it and join it, other people's tests included."""
+    pytest.importorskip("ray")
+    from ray.cluster_utils import Cluster
+
+    before = os.environ.get("RAY_TMPDIR")
+    # Short: Ray's socket paths live under it and must stay under 108 characters.
+    os.environ["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="us-", dir="/tmp")
+    try:
+        cluster = Cluster(
+            initialize_head=True,
+            connect=False,
+            head_node_args={"num_cpus": 1, "include_dashboard": False},
+        )
+        try:
+            cluster.add_node(num_cpus=1)
+            cluster.wait_for_nodes(timeout=60)
+            yield cluster.address
+        finally:
+            cluster.shutdown()
+    finally:
+        tmp = os.environ.pop("RAY_TMPDIR")
+        if before is not None:
+            os.environ["RAY_TMPDIR"] = before
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def test_a_sweep_runs_on_two_nodes_and_reports_its_failed_cells(
+    two_nodes: str, tmp_path: Path
+) -> None:
+    broken = tmp_path / "broken.py"
+    broken.write_text(BROKEN)
+    out = tmp_path / "sweep"
+    policies = f"fifo,dally,{ROOT / 'examples' / 'my_policy.py'}:SmallestFirst,{broken}:Broken"
+    args = ["sim", "sweep", "--policies", policies, "--congestion", "none,medium,high"]
+    args += ["--seeds", "0-2", "--max-jobs", "25", "--out", str(out), "--address", two_nodes]
+    args += ["--json", str(tmp_path / "sweep.json"), "-q"]
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(Path(unstall.__file__).resolve().parents[1]),
+        # A driver that cannot reach the cluster gives up in seconds, not Ray's minute.
+        "RAY_gcs_rpc_server_reconnect_timeout_s": "10",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "unstall", *args],
+        capture_output=True,
+        text=True,
+        timeout=400,
+        env=env,
+        cwd=tmp_path,
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 1, output  # some cells failed
+    # Each failed cell is one line naming the error and where the user's code raised it.
+    assert output.count("this policy is broken on purpose (broken.py:14, in decide)") == 9, output
+    assert "27 of 36 runs done" in output
+    runs = sorted((out / "runs").glob("*[0-9].json"))
+    assert len(runs) == 27
+    first = json.loads(runs[0].read_text())
+    assert first["policy"] == "fifo" and first["jobs_finished"] == 25
+    summary = pd.read_csv(out / "summary.csv")
+    assert len(summary) == 12 and (out / "sweep.png").stat().st_size > 0
+    ran = summary[summary["policy"] != f"{broken}:Broken"]
+    assert (ran["seeds"] == 3).all() and (ran["failed"] == 0).all()
+    assert (summary[summary["policy"] == f"{broken}:Broken"]["failed"] == 3).all()
+    # Congestion slows the jobs down: the spread over seeds is there, and the levels differ.
+    fifo = ran[ran["policy"] == "fifo"].set_index("congestion")
+    assert fifo.loc["high", "avg_jct_h_mean"] > fifo.loc["none", "avg_jct_h_mean"]
+    assert fifo.loc["high", "avg_jct_h_std"] > 0
+    saved = json.loads((tmp_path / "sweep.json").read_text())
+    assert saved["cells"] == 36 and saved["failed"] == 9 and len(saved["summary"]) == 12
