@@ -24,23 +24,18 @@ from typing import Any
 import torch
 
 from unstall.cli.resolvers.profile import resolve_model, synthetic_data
+from unstall.net import preset_for_gpu
 from unstall.profile import measure_stalls
 
 DEFAULT_CASES = (
     "resnet18:224:32,resnet50:224:32,resnet50:224:64,resnet50:224:128,vgg16:224:32,"
     "transformer:32:64,lstm_lm:32:20,ncf:32:1024"
 )
-# GPU names as torch reports them -> the device presets of unstall.net.hardware.
-PRESET_BY_NAME = {"H100": "h100", "A100": "a100", "V100": "v100", "T4": "t4", "A10G": "a10g"}
 
 
 def parse_case(text: str) -> tuple[str, int, int]:
     name, size, batch = text.split(":")
     return name, int(size), int(batch)
-
-
-def preset_for(gpu_name: str) -> str | None:
-    return next((p for key, p in PRESET_BY_NAME.items() if key in gpu_name), None)
 
 
 def measure(case: str, *, profile_device: str, repeats: int, profile_dir: Path | None) -> Any:
@@ -85,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         print("profile_gpu: needs a CUDA GPU; none here, nothing measured")
         return 0
     gpu = torch.cuda.get_device_name(0)
-    device = args.profile_device or preset_for(gpu)
+    device = args.profile_device or preset_for_gpu(gpu)
     if device is None:
         parser.error(f"no device preset for {gpu!r}: give --profile-device")
     tf32 = (torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32)

@@ -1,15 +1,20 @@
-"""Connecting to Ray, for any part that runs work on it (the simulator's sweeps; the parameter
-server has its own copy in ``unstall.ps.runtime``, which could move here).
+"""Connecting to Ray, for every part that runs work on it (the parameter server's runs, the
+simulator's sweeps): one way to start a local Ray, join a cluster, check an address, and turn a
+remote error into one line.
 
-:func:`connect_ray` joins an existing cluster (``address`` or ``RAY_ADDRESS``) or starts a local
-Ray on the loopback interface; :func:`first_line` turns a remote task's error into one line.
+:func:`connect_ray` joins an existing cluster (``address`` or ``RAY_ADDRESS``) or starts a new
+local Ray on the loopback interface; :func:`check_reachable` fails in seconds when nothing
+listens at an address; :func:`first_line` and :func:`root_cause` unwrap a remote task's error.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import logging
 import os
 import re
+import socket
+from collections.abc import Mapping
 from typing import Any
 
 # A local Ray advertises 127.0.0.1, not the machine's first network address, with its
@@ -20,6 +25,20 @@ import ray
 from ray.exceptions import RayTaskError
 
 from unstall.errors import UnstallError
+
+
+class _DropDefaultAuthNotice(logging.Filter):
+    """Ray announces on every local start that token authentication is on by default (it stays
+    on); the notice means nothing to a user of unstall, so it is not shown. Ray's other
+    warnings about authentication (a missing or wrong token) still are."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Set RAY_AUTH_MODE=disabled to opt out" not in record.getMessage()
+
+
+logging.getLogger("ray._private.authentication.authentication_token_setup").addFilter(
+    _DropDefaultAuthNotice()
+)
 
 
 def is_loopback(address: str) -> bool:
@@ -38,44 +57,95 @@ def is_loopback(address: str) -> bool:
         return False
 
 
-def connect_ray(address: str | None = None, num_cpus: int | None = None) -> bool:
-    """Connect to Ray: ``address`` (or ``RAY_ADDRESS``) for an existing cluster, else a local
-    instance on the loopback interface with ``num_cpus`` (None: every core). True when this
-    call started or joined it (the caller then shuts it down); False when Ray was already
-    connected (a test's cluster, a notebook's session)."""
+def connect_ray(
+    address: str | None = None,
+    num_cpus: int | None = None,
+    object_store_bytes: int | None = None,
+    runtime_env: Mapping[str, Any] | None = None,
+) -> bool:
+    """Connect to Ray: ``address`` (or ``RAY_ADDRESS``) for an existing cluster, with
+    ``runtime_env`` (Ray's runtime environment: ``working_dir``, ``py_modules``, ...), else a
+    new local instance on the loopback interface (with ``num_cpus`` and an object store of
+    ``object_store_bytes``; None: Ray's defaults), also when a Ray started with ``ray start``
+    runs on this machine: without an address nothing joins a cluster by surprise. True when
+    this call connected or started it (to shut down after); False when this process was
+    connected already."""
     if ray.is_initialized():
         return False
     address = address or os.environ.get("RAY_ADDRESS") or None
     common: dict[str, Any] = {"log_to_driver": False, "configure_logging": False}
-    if address is None:
+    if address:
+        check_reachable(address)
+        if not is_loopback(address):
+            from ray._private import ray_constants
+
+            # A cluster across machines needs this node's routable address, not loopback (see
+            # above). Never for a loopback address: Ray would then rewrite 127.0.0.1 to
+            # the machine's network address, where a loopback cluster does not listen.
+            ray_constants.ENABLE_RAY_CLUSTER = True
+        try:
+            ray.init(address=address, runtime_env=dict(runtime_env or {}) or None, **common)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            raise UnstallError(
+                f"cannot connect to the Ray cluster at {address}: {first_line(exc)} "
+                "(a cluster started with `ray start` wants RAY_AUTH_MODE=token and its token)"
+            ) from exc
+    else:
+        # "local": start a new instance even when `ray start` left a cluster on this machine
+        # (Ray would join it, and then refuse num_cpus).
         ray.init(
-            # "local" starts a Ray of our own: without it Ray joins whatever cluster the
-            # machine's /tmp/ray/ray_current_cluster names (another user's test cluster).
             address="local",
+            runtime_env=dict(runtime_env or {}) or None,
             num_cpus=num_cpus or os.cpu_count() or 1,
             include_dashboard=False,
             _node_ip_address="127.0.0.1",
+            object_store_memory=object_store_bytes,
             **common,
         )
-        return True
-    if not is_loopback(address):
-        from ray._private import ray_constants
-
-        # Across machines this node must advertise a routable address, not loopback.
-        ray_constants.ENABLE_RAY_CLUSTER = True
-    try:
-        ray.init(address=address, **common)
-    except (ConnectionError, RuntimeError) as exc:
-        raise UnstallError(
-            f"cannot connect to the Ray cluster at {address}: {first_line(exc)} "
-            "(a cluster started with `ray start` wants RAY_AUTH_MODE=token and its token)"
-        ) from exc
     return True
 
 
+def split_address(address: str) -> tuple[str, int] | None:
+    """``(host, port)`` of a Ray address ``HOST:PORT`` or ``ray://HOST:PORT`` (IPv6 in
+    brackets); None for Ray's words ``auto`` and ``local``. A malformed address raises
+    :class:`~unstall.errors.UnstallError` saying what is expected."""
+    if address in ("auto", "local"):
+        return None
+    rest = address.split("://", 1)[-1]
+    host, sep, port = rest.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise UnstallError(
+            f"--address {address!r}: want HOST:PORT (as `ray start --head` prints it) or "
+            "ray://HOST:PORT"
+        )
+    return host, int(port)
+
+
+def check_reachable(address: str, timeout_s: float = 5.0) -> None:
+    """Fail in seconds, not minutes of Ray's retries, when nothing listens at ``address``."""
+    parts = split_address(address)
+    if parts is None:
+        return
+    try:
+        with socket.create_connection(parts, timeout=timeout_s):
+            pass
+    except OSError as exc:
+        raise UnstallError(
+            f"cannot reach the Ray cluster at {address}: {exc.strerror or exc} (is it up? "
+            "`ray status --address ADDRESS` tells)"
+        ) from exc
+
+
 def first_line(exc: BaseException) -> str:
-    """The root cause in one line: a remote task's error unwrapped to what the task raised."""
-    while isinstance(exc, RayTaskError) and isinstance(exc.cause, BaseException):
-        exc = exc.cause
+    """The root cause in one line: a remote task's error unwrapped to what it caught."""
+    exc = root_cause(exc)
     text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip().splitlines()
     return f"{type(exc).__name__}: {text[0] if text else ''}"
+
+
+def root_cause(exc: BaseException) -> BaseException:
+    """A remote task's error unwrapped to the exception the task raised."""
+    while isinstance(exc, RayTaskError) and isinstance(exc.cause, BaseException):
+        exc = exc.cause
+    return exc

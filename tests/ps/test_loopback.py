@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from unstall.ps import runtime
+from unstall import ray_connect
 from unstall.ps.runtime import ensure_ray, is_loopback
 
 
@@ -48,7 +48,7 @@ def test_multi_node_mode_only_for_an_address_off_this_machine(
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
     monkeypatch.setattr(ray, "init", lambda **kwargs: calls.append(kwargs))
     # No connection attempt (10.1.2.3 is off this machine): only the mode is under test.
-    monkeypatch.setattr(runtime, "check_reachable", lambda address: None)
+    monkeypatch.setattr(ray_connect, "check_reachable", lambda address: None)
     assert ensure_ray(address) is True
     assert calls[0]["address"] == address
     assert ray_constants.ENABLE_RAY_CLUSTER is cluster_mode
