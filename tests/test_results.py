@@ -115,3 +115,24 @@ def test_load_table_file_toml_json_and_errors(tmp_path: Path) -> None:
     arr.write_text("[1]")
     with pytest.raises(DataFileError, match="top level"):
         load_table_file(arr)
+
+
+def test_an_interrupted_write_leaves_the_previous_file_whole(tmp_path: Path) -> None:
+    from unstall.results import replaced_atomically, write_text_atomically
+
+    path = tmp_path / "jobs.csv"
+    write_text_atomically(path, "job_id\n1\n2\n3\n")
+    with pytest.raises(KeyboardInterrupt), replaced_atomically(path) as tmp:
+        assert tmp.parent == path.parent and tmp.suffix == ".csv"  # writers go by the suffix
+        tmp.write_text("job_id\n1\n", encoding="utf-8")  # half of a new table, then Ctrl-C
+        raise KeyboardInterrupt
+    assert path.read_text() == "job_id\n1\n2\n3\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["jobs.csv"]  # no partial file left
+
+
+def test_write_result_replaces_a_previous_result_whole(tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    write_result(out, {"a": 1}, {"x": 1}, command="first")
+    write_result(out, {"a": 2}, {"x": 2}, command="second")
+    assert json.loads(out.read_text()) == {"a": 2}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.config.json", "r.json"]

@@ -2,6 +2,8 @@
 
 Every run returns a dataclass with ``to_json()``; the CLI writes exactly that to ``PATH`` and the
 run's full config beside it (``PATH`` with ``.config.json``), so any figure can be reproduced.
+Every output file is written whole or not at all (:func:`replaced_atomically`): an interrupted
+run leaves the previous file as it was, never a shorter one that still reads as valid.
 """
 
 from __future__ import annotations
@@ -10,8 +12,10 @@ import dataclasses
 import enum
 import json
 import math
+import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -68,14 +72,34 @@ def write_result(path: Path, result: Any, config: Any, *, command: str | None = 
     """
     from unstall import __version__
 
-    path.parent.mkdir(parents=True, exist_ok=True)
     body = result.to_json() if hasattr(result, "to_json") else json.dumps(to_jsonable(result))
-    path.write_text(body + "\n", encoding="utf-8")
+    write_text_atomically(path, body + "\n")
     cfg = {
         "unstall_version": __version__,
         "command": command if command is not None else " ".join(sys.argv),
         "config": to_jsonable(config),
     }
     cpath = config_path_for(path)
-    cpath.write_text(json.dumps(cfg, indent=2) + "\n", encoding="utf-8")
+    write_text_atomically(cpath, json.dumps(cfg, indent=2) + "\n")
     return cpath
+
+
+@contextmanager
+def replaced_atomically(path: Path) -> Iterator[Path]:
+    """Yield a temporary path beside ``path`` (same folder and suffix, so writers that go by
+    the suffix still do) to write the whole file to; on success it replaces ``path`` in one
+    rename, on any failure or interruption it is removed and ``path`` stays as it was."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}.partial{path.suffix}")
+    try:
+        yield tmp
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def write_text_atomically(path: Path, text: str) -> Path:
+    """Write ``text`` (UTF-8) to ``path`` whole or not at all."""
+    with replaced_atomically(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+    return path

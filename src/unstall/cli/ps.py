@@ -37,6 +37,7 @@ from unstall.ps import (
     PSRunResult,
     SGDConfig,
 )
+from unstall.results import replaced_atomically
 
 app = typer.Typer(
     help="Parameter server on Ray: synchronous training, assignment strategies, stragglers.",
@@ -276,9 +277,8 @@ def save_state_dict(state: Any, path: Path) -> Path:
     """``torch.save`` the trained weights to ``path`` atomically (a temporary file renamed)."""
     import torch
 
-    tmp = path.with_name(f".{path.name}.tmp")
-    torch.save(dict(state), tmp)
-    tmp.replace(path)
+    with replaced_atomically(path) as tmp:
+        torch.save(dict(state), tmp)
     return path
 
 

@@ -29,7 +29,7 @@ from unstall.cli.resolvers.sim import (
     split_policy_options,
 )
 from unstall.cli.resolvers.traces import resolve_trace
-from unstall.results import to_jsonable, write_result
+from unstall.results import replaced_atomically, to_jsonable, write_result
 
 if TYPE_CHECKING:
     from unstall.sim import SimRun
@@ -226,11 +226,11 @@ def _write_table(frame: object, path: Path) -> None:
     import pandas as pd
 
     assert isinstance(frame, pd.DataFrame)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if path.suffix == ".parquet":
-        frame.to_parquet(path, index=False)
-    else:
-        frame.to_csv(path, index=False)
+    with replaced_atomically(path) as tmp:
+        if path.suffix == ".parquet":
+            frame.to_parquet(tmp, index=False)
+        else:
+            frame.to_csv(tmp, index=False)
     console.print(f"wrote {path}", highlight=False)
 
 
@@ -328,7 +328,8 @@ def write_comparison(
     jobs = {r.result.policy: r.jobs for r in runs}
     timelines = {r.result.policy: r.timeline for r in runs}
     for name, frame in jobs.items():
-        frame.to_parquet(out / f"jobs_{name}.parquet", index=False)
+        with replaced_atomically(out / f"jobs_{name}.parquet") as tmp:
+            frame.to_parquet(tmp, index=False)
     summary = out / "summary.json"
     write_result(summary, _ResultList(results), {"runs": list(requests), "trace": trace_label})
     plots = write_plots(results, jobs, timelines, out)

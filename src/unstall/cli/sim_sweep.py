@@ -30,6 +30,7 @@ from unstall.cli.sim_run import (
     RestoreOpt,
 )
 from unstall.errors import ConfigError
+from unstall.results import replaced_atomically
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -183,8 +184,9 @@ def _report(
     rows = sweep_rows(outcomes)
     summary = summarise_sweep(rows)
     out.mkdir(parents=True, exist_ok=True)
-    rows.to_csv(out / "runs.csv", index=False)
-    summary.to_csv(out / "summary.csv", index=False)
+    for frame, name in ((rows, "runs.csv"), (summary, "summary.csv")):
+        with replaced_atomically(out / name) as tmp:
+            frame.to_csv(tmp, index=False)
     console.print(_summary_table(grid, summary))
     failed = rows[~rows["ok"]]
     for _, row in failed.iterrows():

@@ -23,7 +23,7 @@ from unstall.profile.job import LossFunction, ModelFunction, ProfiledJob, model_
 from unstall.profile.measure import profile_job
 from unstall.profile.report import StallReport
 from unstall.profile.sources import DataSource
-from unstall.results import JsonResult
+from unstall.results import JsonResult, write_text_atomically
 
 # The stalls a fit can model: each one, or "comm", all communication over the link (their sum:
 # what N workers over the network add to the one-worker iteration).
@@ -172,5 +172,4 @@ def load_points(path: Path) -> dict[str, SweepPoint]:
 def save_points(path: Path, points: Mapping[str, SweepPoint]) -> Path:
     """Write ``points`` to ``path`` as JSON (a list, in the mapping's order)."""
     rows = [p.to_dict() for p in points.values()]
-    path.write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
-    return path
+    return write_text_atomically(path, json.dumps(rows, indent=1) + "\n")

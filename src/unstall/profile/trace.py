@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from unstall.results import JsonResult
+from unstall.results import JsonResult, write_text_atomically
 
 LOOP_THREAD = 0
 COMM_THREAD = 1
@@ -132,6 +132,5 @@ def chrome_trace(
 
 def write_chrome_trace(path: Path, trace: dict[str, Any]) -> Path:
     """Write ``trace`` (a :func:`chrome_trace` object) to ``path`` as JSON; returns the path."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(trace) + "\n", encoding="utf-8")
+    write_text_atomically(path, json.dumps(trace) + "\n")
     return path

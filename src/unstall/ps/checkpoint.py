@@ -15,8 +15,6 @@ loading, so a checkpoint cannot run code.
 from __future__ import annotations
 
 import dataclasses
-import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +26,7 @@ import torch
 from unstall.config import check
 from unstall.errors import DataFileError
 from unstall.ps.optim import OPTIMIZERS, ServerOptimizer
+from unstall.results import replaced_atomically
 
 FORMAT = "unstall.ps.checkpoint/1"
 
@@ -104,15 +103,8 @@ class PSCheckpoint:
             "workers": self.workers,
             "model": self.model,
         }
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-        try:
-            with os.fdopen(fd, "wb") as out:
-                torch.save(payload, out)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        with replaced_atomically(path) as tmp:
+            torch.save(payload, tmp)
         return path
 
     @classmethod

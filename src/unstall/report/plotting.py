@@ -11,6 +11,8 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt
 
+from unstall.results import replaced_atomically
+
 
 def new_figure(width: float = 7.0, height: float = 4.0) -> tuple[Any, Any]:
     fig, ax = plt.subplots(figsize=(width, height), dpi=110)
@@ -19,8 +21,8 @@ def new_figure(width: float = 7.0, height: float = 4.0) -> tuple[Any, Any]:
 
 
 def save(fig: Any, path: Path) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
-    fig.savefig(path)
+    with replaced_atomically(path) as tmp:
+        fig.savefig(tmp)
     plt.close(fig)
     return path

@@ -10,6 +10,7 @@ import numpy as np
 import pandas as pd
 
 from unstall.report.plotting import new_figure, save
+from unstall.results import write_text_atomically
 from unstall.sim.metrics import SimResult
 
 HOUR = 3600.0
@@ -131,6 +132,4 @@ img {{ max-width: 640px; }}
 {figures}
 </body></html>
 """
-    path = out / "report.html"
-    path.write_text(page, encoding="utf-8")
-    return path
+    return write_text_atomically(out / "report.html", page)

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from unstall.results import replaced_atomically, write_text_atomically
 from unstall.traces.reading import Reader, ReadOptions
 from unstall.traces.schema import (
     COLUMNS,
@@ -107,8 +108,7 @@ def write_trace(trace: Trace, path: str | Path) -> Path:
     out.parent.mkdir(parents=True, exist_ok=True)
     jobs = trace.jobs[list(COLUMNS)]
     if suffix == ".csv":
-        out.write_text(trace_csv_text(trace), encoding="utf-8")
-        return out
+        return write_text_atomically(out, trace_csv_text(trace))
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -122,7 +122,8 @@ def write_trace(trace: Trace, path: str | Path) -> Path:
     }
     existing = table.schema.metadata or {}
     table = table.replace_schema_metadata({**existing, METADATA_KEY: json.dumps(meta).encode()})
-    pq.write_table(table, out)
+    with replaced_atomically(out) as tmp:
+        pq.write_table(table, tmp)
     return out
 
 

@@ -28,7 +28,7 @@ from typing import Any
 from unstall.config import check
 from unstall.errors import ConfigError, DataFileError
 from unstall.net.hardware import CPU_DEVICE, DEVICE_PRESETS, cpu_to_gpu_factor, device
-from unstall.results import JsonResult
+from unstall.results import JsonResult, write_text_atomically
 from unstall.workload.job_specs import COMM_KINDS, JobPerfSpec
 from unstall.workload.placement import Placement
 
@@ -252,10 +252,7 @@ class JobProfile(JsonResult):
 
     def save(self, path: str | Path) -> Path:
         """Write ``to_json()`` to ``path``."""
-        p = Path(path)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_text(self.to_json() + "\n", encoding="utf-8")
-        return p
+        return write_text_atomically(Path(path), self.to_json() + "\n")
 
 
 _REQUIRED = tuple(
