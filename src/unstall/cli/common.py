@@ -65,16 +65,31 @@ def save_json(path: Path | None, result: Any, config: Any) -> None:
 
 
 def check_writable(*paths: Path | None) -> None:
-    """Fail now, before a long run, when an output path cannot be written: a folder, or in a
-    folder that does not exist."""
+    """Fail now, before a long run, when an output file cannot be written: the path is a
+    folder, or a file stands where a folder on its way should be (missing folders are made)."""
     for path in paths:
         if path is None:
             continue
         if path.is_dir():
             raise UnstallError(f"{path} is a folder: give a file name to write")
-        parent = path.parent if str(path.parent) else Path(".")
-        if not parent.is_dir():
-            raise UnstallError(f"cannot write {path}: folder {parent} does not exist")
+        _check_folders_on_the_way(path, path.parent)
+
+
+def check_folder_writable(path: Path) -> None:
+    """Fail now when ``path`` cannot be the folder a command writes into: a file is there, or
+    on its way."""
+    if path.exists() and not path.is_dir():
+        raise UnstallError(f"{path} is a file: give a folder to write into")
+    _check_folders_on_the_way(path, path)
+
+
+def _check_folders_on_the_way(path: Path, folder: Path) -> None:
+    """The nearest existing folder on the way to ``folder`` must be a folder."""
+    for ancestor in (folder, *folder.parents):
+        if ancestor.exists():
+            if not ancestor.is_dir():
+                raise UnstallError(f"cannot write {path}: {ancestor} is a file, not a folder")
+            return
 
 
 def comma_list(text: str) -> list[str]:

@@ -12,6 +12,7 @@ import typer
 from unstall.cli.common import (
     JsonOpt,
     QuietOpt,
+    check_writable,
     console,
     handle_errors,
     progress_bar,
@@ -153,6 +154,8 @@ def run(
     """
     import dataclasses
     import os
+
+    check_writable(trace, plot, profile_out, json_path)  # before the runs, not after them
 
     from unstall.cli.resolvers.profile import (
         resolve_data,

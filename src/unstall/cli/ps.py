@@ -359,6 +359,7 @@ def bench(
     quiet: QuietOpt = False,
 ) -> None:
     """Run every strategy in every scenario; print throughput and the ratio to oracle."""
+    check_writable(plot, json_out)
     names, cases = comma_list(strategies), comma_list(scenarios)
     base = PSRequest(
         model=model,

@@ -11,6 +11,7 @@ from unstall.cli.common import (
     EXIT_FAILED,
     JsonOpt,
     QuietOpt,
+    check_writable,
     console,
     err_console,
     handle_errors,
@@ -182,6 +183,8 @@ def recommend(
     the cheapest one within the budget. Exit 1 when none meets it."""
     from unstall.cli.resolvers.cost import resolve_catalog, resolve_job
     from unstall.cost import recommend as run_recommend
+
+    check_writable(plot, json_path)
     from unstall.cost import recommend_config
     from unstall.net.topology import CALIBRATED_NETWORK_EFFICIENCY
 

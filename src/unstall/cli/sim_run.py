@@ -12,6 +12,8 @@ import typer
 from unstall.cli.common import (
     JsonOpt,
     QuietOpt,
+    check_folder_writable,
+    check_writable,
     comma_list,
     console,
     err_console,
@@ -174,6 +176,7 @@ def run(
         model_mix=parse_model_mix(model_mix),
         duration_gpu=duration_gpu,
     )
+    check_writable(jobs_out, json_path)  # before the simulation, not after it
     loaded = resolve_trace(trace, trace_format)
     print_header(request)
     total = min(len(loaded), max_jobs or len(loaded))
@@ -288,6 +291,8 @@ def compare(
         )
         for name in names
     ]
+    check_folder_writable(out)
+    check_writable(json_path)
     loaded = resolve_trace(trace, trace_format)
     print_header(requests[0])
     runs = simulate_all(requests, loaded, quiet)

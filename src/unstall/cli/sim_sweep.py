@@ -12,6 +12,8 @@ from unstall.cli.common import (
     EXIT_FAILED,
     JsonOpt,
     QuietOpt,
+    check_folder_writable,
+    check_writable,
     comma_list,
     console,
     err_console,
@@ -94,6 +96,8 @@ def sweep(
     the others finish."""
     from unstall.sim.sweep import SweepGrid
 
+    check_folder_writable(out)
+    check_writable(json_path)
     grid = SweepGrid(
         policies=tuple(comma_list(policies)),
         congestions=tuple(comma_list(congestion)),
