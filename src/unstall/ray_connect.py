@@ -13,8 +13,11 @@ import ipaddress
 import logging
 import os
 import re
+import signal
 import socket
-from collections.abc import Mapping
+import threading
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 # A local Ray advertises 127.0.0.1, not the machine's first network address, with its
@@ -72,6 +75,16 @@ def connect_ray(
     connected already."""
     if ray.is_initialized():
         return False
+    with _interrupt_held():
+        return _connect(address, num_cpus, object_store_bytes, runtime_env)
+
+
+def _connect(
+    address: str | None,
+    num_cpus: int | None,
+    object_store_bytes: int | None,
+    runtime_env: Mapping[str, Any] | None,
+) -> bool:
     address = address or os.environ.get("RAY_ADDRESS") or None
     common: dict[str, Any] = {"log_to_driver": False, "configure_logging": False}
     if address:
@@ -103,6 +116,25 @@ def connect_ray(
             **common,
         )
     return True
+
+
+@contextmanager
+def _interrupt_held() -> Iterator[None]:
+    """Hold a Ctrl-C until Ray has started (or joined), then stop it cleanly and raise
+    KeyboardInterrupt: interrupted half-way, Ray's start can crash its core (a segmentation
+    fault) and leave its processes behind. Only the main thread can take signals."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if caught:
+        ray.shutdown()
+        raise KeyboardInterrupt
 
 
 def split_address(address: str) -> tuple[str, int] | None:

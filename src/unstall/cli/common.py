@@ -40,10 +40,13 @@ R = TypeVar("R")
 # or an input could not be used; 2 = usage error or a part that is not built yet.
 EXIT_FAILED = 1
 EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130  # 128 + SIGINT
 
 
 def handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
-    """Print unstall's own errors as one red line and exit 1, without a traceback."""
+    """Print unstall's own errors as one red line and exit 1, without a traceback; Ctrl-C says
+    so in one line and exits 130, as a shell expects of an interrupted command (what was
+    written stays whole: outputs are replaced atomically)."""
 
     @functools.wraps(fn)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
@@ -52,6 +55,9 @@ def handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
         except UnstallError as exc:
             err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
             raise typer.Exit(EXIT_FAILED) from exc
+        except KeyboardInterrupt as exc:
+            err_console.print("interrupted: stopped, no partial output written", highlight=False)
+            raise typer.Exit(EXIT_INTERRUPTED) from exc
 
     return wrapper
 
