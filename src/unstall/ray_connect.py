@@ -75,7 +75,7 @@ def connect_ray(
     connected already."""
     if ray.is_initialized():
         return False
-    with _interrupt_held():
+    with _interrupt_held(), _sigterm_kept():
         return _connect(address, num_cpus, object_store_bytes, runtime_env)
 
 
@@ -135,6 +135,21 @@ def _interrupt_held() -> Iterator[None]:
     if caught:
         ray.shutdown()
         raise KeyboardInterrupt
+
+
+@contextmanager
+def _sigterm_kept() -> Iterator[None]:
+    """Ray's core installs its own SIGTERM handler when it starts (it prints a stack dump and
+    dies); a Python handler the program had (the CLI's: stop as on Ctrl-C) is put back."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        yield
+    finally:
+        if callable(previous):
+            signal.signal(signal.SIGTERM, previous)
 
 
 def split_address(address: str) -> tuple[str, int] | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from typing import Annotated
 
 import typer
@@ -60,5 +61,11 @@ def root(
 
 
 def main() -> None:
-    """Console-script entry point."""
+    """Console-script entry point. A SIGTERM (a scheduler's or `kill`'s stop) ends a command as
+    Ctrl-C does: cleanly, with what it started stopped, in one line."""
+    signal.signal(signal.SIGTERM, _terminate)
     app()
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
