@@ -229,7 +229,7 @@ def test_save_checkpoint_and_resume_from_the_command_line(
         (["--resume", "nowhere.ckpt"], "nowhere.ckpt: no such file"),
         (["--working-dir", "nowhere"], "working-dir: nowhere is not a folder"),
         (["--save", "."], "is a folder"),
-        (["--json", "missing/run.json"], "folder missing does not exist"),
+        (["--save", "pyproject.toml/w.pt"], "pyproject.toml is a file, not a folder"),
     ],
 )
 def test_bad_run_options_fail_before_ray_in_one_line(args: list[str], message: str) -> None:
