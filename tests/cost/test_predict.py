@@ -22,7 +22,7 @@ from unstall.cost.predict import (
     predict_all,
 )
 from unstall.errors import ConfigError
-from unstall.net.hardware import compute_time_scale
+from unstall.net.device_speeds import compute_time_scale
 from unstall.net.topology import CALIBRATED_NETWORK_EFFICIENCY
 from unstall.workload.perf import JobPerfSpec, Placement, iteration_time
 from unstall.workload.profiles import JobProfile

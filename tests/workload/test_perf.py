@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from unstall.errors import ConfigError
 from unstall.net import topology
+from unstall.net.device_speeds import relative_speed
 from unstall.net.link import Link
 from unstall.net.sharing import max_min_fair
 from unstall.net.topology import TopologyConfig, intra_link, nic_link, uplink_link
@@ -313,7 +314,10 @@ def test_from_zoo_reads_the_models_facts() -> None:
     assert s.name == "mlp" and s.device == "t4"
     assert s.gradient_bytes == facts.gradient_bytes
     assert s.gradient_tensors == facts.gradient_tensors
-    assert s.compute_s == pytest.approx(3 * facts.flops_per_sample * 16 / (8.1e12 * 0.45))
+    # FLOPs at a V100's typical fp32 rate, then the T4's measured speed for a model of no family
+    on_v100 = 3 * facts.flops_per_sample * 16 / (15.7e12 * 0.5)
+    assert s.family is None
+    assert s.compute_s == pytest.approx(on_v100 / relative_speed("t4"))
 
 
 def test_unknown_model_error_lists_each_name_once() -> None:

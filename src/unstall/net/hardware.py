@@ -303,14 +303,3 @@ def interconnect(name: str) -> LinkPreset:
 def nic(name: str) -> LinkPreset:
     """The NIC preset called ``name`` (case-insensitive)."""
     return _lookup(NIC_PRESETS, "Nic", name)
-
-
-def compute_time_scale(from_device: str, to_device: str, precision: str = "fp32") -> float:
-    """Factor that turns a compute time measured on ``from_device`` into one on ``to_device``.
-
-    The ratio of typical achieved FLOP rates: ``t_to = t_from * compute_time_scale(from, to)``.
-    It assumes the job is compute-bound on both; memory-bound kernels scale less.
-    """
-    return device(from_device).achieved_tflops(precision) / device(to_device).achieved_tflops(
-        precision
-    )
