@@ -135,9 +135,10 @@ def job_from_profile(
     """A measured job: the profile's compute, gradients and data time, and its measured times.
 
     ``precision`` is the precision the profile ran in: it picks the GPU speeds (of the model's
-    family, :mod:`unstall.net.device_speeds`) that scale the compute time between GPU types. A profile measured on a CPU is converted to each GPU type
-    of ``devices`` (:meth:`JobProfile.on_gpu`: compute scaled by the ratio of FLOP rates; the
-    CPU's placement times dropped); ``origin`` states every factor.
+    family, :mod:`unstall.net.device_speeds`) that scale the compute time between GPU types. A
+    profile measured on a CPU is converted to each GPU type of ``devices``
+    (:meth:`JobProfile.on_gpu`: compute scaled by the ratio of FLOP rates; the CPU's placement
+    times dropped); ``origin`` states every factor.
     """
     if profile.on_cpu:
         return _job_from_cpu_profile(profile, precision=precision, devices=devices)
