@@ -24,6 +24,7 @@ from unstall.net.device_speeds import (
     PUBLIC_FIGURES,
     compute_time_scale,
     gpu_flat_ratio,
+    has_figures,
     model_family,
     relative_speed,
     speed_table,
@@ -126,9 +127,9 @@ def test_public_figures_for_newer_gpus_by_mode_and_kind() -> None:
 
 def test_gpus_without_figures_keep_the_flat_datasheet_model() -> None:
     assert relative_speed("p40") == pytest.approx(gpu_flat_ratio("p40"))
-    assert relative_speed("p40", "lm", "fp16") == pytest.approx(
-        AMP_GAIN["v100"] * gpu_flat_ratio("p40", "fp16")
-    )
+    assert relative_speed("p40", "lm", "fp16") == gpu_flat_ratio("p40", "fp16")
+    assert gpu_flat_ratio("p40", "fp16") == 12.0 * 0.5 / (15.7 * 0.5)
+    assert not has_figures("p40") and has_figures("a100") and has_figures("k80")
     with pytest.raises(ConfigError, match="precision"):
         relative_speed("v100", None, "int8")
     with pytest.raises(ConfigError, match="known"):

@@ -11,8 +11,9 @@ Three sources, in this order:
    on Ampere and Hopper (``torch.backends.cudnn.allow_tf32 = True``) while matmuls stay in full
    fp32 (``torch.backends.cuda.matmul.allow_tf32 = False`` since PyTorch 1.12), so convolutional
    families and the rest get different ratios; "fp16" is automatic mixed precision.
-3. **Anything else** (the P40): the flat datasheet model, fp32 peak x a flat efficiency
-   (:meth:`DevicePreset.achieved_tflops`), as a ratio to the V100's.
+3. **Anything else** (the P40): the flat datasheet model, peak x a flat efficiency
+   (:meth:`DevicePreset.achieved_tflops`), as a ratio to the V100's in fp32; a FLOP estimate on
+   such a GPU is exactly what it was before the measured speeds (:func:`has_figures`).
 
 A family's speed scales only the part of a step the GPU computes; :func:`compute_time_scale`
 turns a compute time on one GPU into one on another.
@@ -185,16 +186,20 @@ def relative_speed(name: str, family: str | None = None, precision: str = "fp32"
     if gpu in table.generic:
         fp32 = table.speed(family, gpu)
         return fp32 * AMP_GAIN.get(gpu, 1.0) if precision == "fp16" else fp32
-    reference = relative_speed(REFERENCE_DEVICE, family, precision)
-    ratio = gpu_flat_ratio(gpu, precision)
-    return reference * ratio
+    return gpu_flat_ratio(gpu, precision)
+
+
+def has_figures(name: str) -> bool:
+    """Whether GPU ``name`` has measured or published speeds (else the flat datasheet model)."""
+    gpu = device(name).name
+    return gpu in PUBLIC_FIGURES or gpu in speed_table().generic
 
 
 def gpu_flat_ratio(name: str, precision: str = "fp32") -> float:
-    """The flat datasheet model's speed of ``name`` relative to the reference GPU."""
-    return device(name).achieved_tflops(precision) / device(REFERENCE_DEVICE).achieved_tflops(
-        precision
-    )
+    """The flat datasheet model's speed of ``name`` in ``precision`` relative to the reference
+    GPU in fp32 (typical achieved FLOP rates, :meth:`DevicePreset.achieved_tflops`)."""
+    reference = device(REFERENCE_DEVICE).achieved_tflops("fp32")
+    return device(name).achieved_tflops(precision) / reference
 
 
 def compute_time_scale(

@@ -19,6 +19,7 @@ from unstall.net.device_fit import REFERENCE_DEVICE
 from unstall.net.device_speeds import (
     FAMILY_KINDS,
     compute_time_scale,
+    has_figures,
     model_family,
     relative_speed,
 )
@@ -151,10 +152,14 @@ class JobPerfSpec:
     ) -> JobPerfSpec:
         """Estimate from a model's static facts: ``3 x forward FLOPs x batch`` at the V100's
         typical achieved fp32 rate, then scaled to ``device_name`` and ``precision`` by the
-        measured speed of ``family`` there (:func:`unstall.net.device_speeds.relative_speed`)."""
-        rate = device(REFERENCE_DEVICE).achieved_tflops("fp32") * 1e12
-        on_reference = TRAIN_FLOPS_PER_FORWARD * facts.flops_per_sample * local_batch / rate
-        compute_s = on_reference / relative_speed(device_name, family, precision)
+        measured speed of ``family`` there (:func:`unstall.net.device_speeds.relative_speed`);
+        a GPU with no figures takes its flat datasheet rate."""
+        work = TRAIN_FLOPS_PER_FORWARD * facts.flops_per_sample * local_batch
+        if has_figures(device_name):
+            rate = device(REFERENCE_DEVICE).achieved_tflops("fp32") * 1e12
+            compute_s = work / rate / relative_speed(device_name, family, precision)
+        else:  # no figures for this GPU: its flat datasheet rate, as relative_speed says
+            compute_s = work / (device(device_name).achieved_tflops(precision) * 1e12)
         return cls(
             device=device(device_name).name,
             compute_s=max(compute_s, 1e-9),
