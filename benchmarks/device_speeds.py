@@ -73,6 +73,8 @@ def main() -> None:
     parser.add_argument("--write", action="store_true", help=f"write {DATA_FILE.name}")
     parser.add_argument("--keep-all", action="store_true", help="ship every family")
     args = parser.parse_args()
+    if not args.gavel.is_file():
+        raise SystemExit(f"needs Gavel's throughputs at {args.gavel} (--gavel PATH): not found")
     points = gavel_points(json.loads(args.gavel.read_text()), source=str(args.gavel))
     flat = {d: gpu_flat_ratio(d) for d in GAVEL_DEVICES}
     results = {

@@ -189,7 +189,15 @@ def job_from_model(name: str, devices: Sequence[str], *, precision: str = "fp32"
     check(bool(devices), "job_from_model", "devices", "must name at least one device")
     per_device = {d: _in_precision(spec_for(name, d), precision) for d in devices}
     reference = per_device[devices[0]]
-    origin = f"zoo estimate from FLOPs ({precision}) at {reference.local_batch} samples per GPU"
+    speeds = (
+        f"GPU speeds measured for {reference.family}"
+        if reference.family
+        else "median measured GPU speeds"
+    )
+    origin = (
+        f"zoo estimate from FLOPs ({precision}; {speeds}) at {reference.local_batch} samples"
+        " per GPU"
+    )
     return JobModel(spec=reference, per_device=per_device, origin=origin)
 
 
