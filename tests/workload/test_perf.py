@@ -327,3 +327,24 @@ def test_unknown_model_error_lists_each_name_once() -> None:
         spec_for("nope", "v100")
     listed = str(err.value).split("known: [")[1].split("]")[0].split(", ")
     assert "'ncf'" in listed and len(listed) == len(set(listed))
+
+
+def test_a_spec_knows_its_model_family_and_scales_by_it() -> None:
+    from unstall.workload import JobProfile, spec_for
+
+    assert spec_for("resnet50", "v100").family == "resnet50"
+    assert spec_for("bert", "v100").family == "transformer"  # a Pollux application
+    profile = JobProfile(
+        model="lstm_lm",
+        device="v100",
+        compute_s=0.1,
+        local_batch=20,
+        gradient_bytes=1000,
+        gradient_tensors=2,
+        layers=2,
+    )
+    spec = profile.to_perf_spec()
+    assert spec.family == "lm"
+    assert spec.on_device("k80").compute_s == pytest.approx(0.1 / relative_speed("k80", "lm"))
+    with pytest.raises(ConfigError, match="family"):
+        JobPerfSpec(compute_s=0.1, gradient_bytes=1.0, family="cnn")
