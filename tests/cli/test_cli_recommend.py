@@ -71,7 +71,9 @@ def test_zoo_model_and_top() -> None:
     args = ["recommend", "--model", "resnet18", *IMAGENET, "--budget-hours", "48"]
     result = runner.invoke(app, [*args, "--top", "4", "--max-instances", "2"])
     assert result.exit_code == 0, result.output
-    assert "resnet18: zoo estimate from FLOPs (fp32)" in result.output
+    assert "resnet18: zoo estimate from FLOPs (fp32; GPU speeds measured for resnet18)" in (
+        result.output
+    )
     assert "4 of 30 configurations" in result.output
     rows = [line.split() for line in result.output.splitlines() if " x " in line]
     assert [r[0] for r in rows if r[0].isdigit()] == ["1", "2", "3", "4"]

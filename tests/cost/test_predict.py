@@ -22,7 +22,7 @@ from unstall.cost.predict import (
     predict_all,
 )
 from unstall.errors import ConfigError
-from unstall.net.hardware import compute_time_scale
+from unstall.net.device_speeds import compute_time_scale
 from unstall.net.topology import CALIBRATED_NETWORK_EFFICIENCY
 from unstall.workload.perf import JobPerfSpec, Placement, iteration_time
 from unstall.workload.profiles import JobProfile
@@ -238,3 +238,22 @@ def test_a_cpu_profile_without_gpus_or_in_fp16_or_without_its_rate_is_refused() 
     bare = dataclasses.replace(CPU_PROFILE, device_tflops=None)
     with pytest.raises(ConfigError, match="no measured FLOP rate"):
         job_from_profile(bare, devices=["v100"])
+
+
+def test_measured_figures_win_over_the_family_speeds_and_are_scaled_by_them() -> None:
+    # A ResNet-50 measured on one H100: its own figure on H100 instances, whatever the table
+    # says; on A100 instances scaled by ResNet-50's H100/A100 speed ratio, not by a generic one.
+    profile = dataclasses.replace(
+        PROFILE, model="resnet50", device="h100", compute_s=0.09, measured={"1": 0.1}
+    )
+    job = job_from_profile(profile)
+    assert job.spec.family == "resnet50"
+    on_h100 = predict(job, make_instance("h.1", 1, gpu="h100"), 1, TRAINING)
+    assert on_h100 is not None and (on_h100.source, on_h100.iteration_s) == (MEASURED, 0.1)
+    on_a100 = predict(job, make_instance("a.1", 1, gpu="a100"), 1, TRAINING)
+    assert on_a100 is not None and on_a100.source == MEASURED_SCALED
+    conv = compute_time_scale("h100", "a100", family="resnet50")
+    assert on_a100.iteration_s == pytest.approx(0.1 * conv)
+    lm = job_from_profile(dataclasses.replace(profile, model="lstm_lm"))
+    on_a100_lm = predict(lm, make_instance("a.1", 1, gpu="a100"), 1, TRAINING)
+    assert on_a100_lm is not None and on_a100_lm.iteration_s != pytest.approx(0.1 * conv)

@@ -10,7 +10,6 @@ from unstall.net.hardware import (
     INTERCONNECT_PRESETS,
     NIC_PRESETS,
     DevicePreset,
-    compute_time_scale,
     device,
     interconnect,
     nic,
@@ -37,15 +36,6 @@ def test_datasheet_figures() -> None:
     assert fp16 == sorted(fp16)
     assert interconnect("pcie4").bandwidth_gbps == 2 * interconnect("pcie3").bandwidth_gbps
     assert nic("efa").bandwidth_gbps == 400.0
-
-
-def test_compute_time_scale() -> None:
-    assert compute_time_scale("v100", "v100") == 1.0
-    k80_to_v100 = compute_time_scale("k80", "v100")
-    assert 0 < k80_to_v100 < 1  # the V100 is faster
-    assert compute_time_scale("v100", "k80") == pytest.approx(1 / k80_to_v100)
-    # mixed precision: the tensor cores of an A100 gain more over a K80
-    assert compute_time_scale("k80", "a100", "fp16") < compute_time_scale("k80", "a100", "fp32")
 
 
 def test_unknown_names_and_bad_presets() -> None:

@@ -13,7 +13,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from unstall.errors import DataFileError
-from unstall.net import NodeGroup, TopologyConfig, intra_link, load_topology, small
+from unstall.net import NodeGroup, TopologyConfig, intra_link, load_topology, relative_speed, small
 from unstall.sched import (
     POLICIES,
     ClusterLayout,
@@ -95,6 +95,18 @@ def test_a_job_over_two_gpu_types_computes_at_the_slower(tmp_path: Path) -> None
     slow = comm_plan(spec, Placement((2, 2), nodes=(2, 3)), mixed).compute_s
     both = comm_plan(spec, Placement((2, 2), nodes=(1, 2)), mixed).compute_s
     assert both == slow > 2 * fast
+
+
+def test_gpu_types_run_each_model_at_its_familys_measured_speed(tmp_path: Path) -> None:
+    # Gavel measured ResNet-50 about 6x slower on a K80 than on a V100, an LSTM LM about 4x:
+    # the simulator's K80 nodes follow the family's figure, not one FLOP ratio for every model.
+    mixed = cluster_file(tmp_path, "mixed", groups((1, 4, "v100", 0), (1, 4, "k80", 0)))
+    for model, family in (("resnet50", "resnet50"), ("lstm_lm", "lm")):
+        spec = spec_for(model, "v100")
+        on_v100 = comm_plan(spec, Placement((1,), nodes=(0,)), mixed).compute_s
+        on_k80 = comm_plan(spec, Placement((1,), nodes=(1,)), mixed).compute_s
+        assert on_k80 / on_v100 == pytest.approx(1 / relative_speed("k80", family))
+    assert 1 / relative_speed("k80", "resnet50") > 1.3 / relative_speed("k80", "lm")
 
 
 def test_the_node_group_form_of_a_regular_cluster_gives_its_results(tmp_path: Path) -> None:

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from unstall.errors import ConfigError
 from unstall.net import topology
+from unstall.net.device_speeds import relative_speed
 from unstall.net.link import Link
 from unstall.net.sharing import max_min_fair
 from unstall.net.topology import TopologyConfig, intra_link, nic_link, uplink_link
@@ -313,7 +314,10 @@ def test_from_zoo_reads_the_models_facts() -> None:
     assert s.name == "mlp" and s.device == "t4"
     assert s.gradient_bytes == facts.gradient_bytes
     assert s.gradient_tensors == facts.gradient_tensors
-    assert s.compute_s == pytest.approx(3 * facts.flops_per_sample * 16 / (8.1e12 * 0.45))
+    # FLOPs at a V100's typical fp32 rate, then the T4's measured speed for a model of no family
+    on_v100 = 3 * facts.flops_per_sample * 16 / (15.7e12 * 0.5)
+    assert s.family is None
+    assert s.compute_s == pytest.approx(on_v100 / relative_speed("t4"))
 
 
 def test_unknown_model_error_lists_each_name_once() -> None:
@@ -323,3 +327,24 @@ def test_unknown_model_error_lists_each_name_once() -> None:
         spec_for("nope", "v100")
     listed = str(err.value).split("known: [")[1].split("]")[0].split(", ")
     assert "'ncf'" in listed and len(listed) == len(set(listed))
+
+
+def test_a_spec_knows_its_model_family_and_scales_by_it() -> None:
+    from unstall.workload import JobProfile, spec_for
+
+    assert spec_for("resnet50", "v100").family == "resnet50"
+    assert spec_for("bert", "v100").family == "transformer"  # a Pollux application
+    profile = JobProfile(
+        model="lstm_lm",
+        device="v100",
+        compute_s=0.1,
+        local_batch=20,
+        gradient_bytes=1000,
+        gradient_tensors=2,
+        layers=2,
+    )
+    spec = profile.to_perf_spec()
+    assert spec.family == "lm"
+    assert spec.on_device("k80").compute_s == pytest.approx(0.1 / relative_speed("k80", "lm"))
+    with pytest.raises(ConfigError, match="family"):
+        JobPerfSpec(compute_s=0.1, gradient_bytes=1.0, family="cnn")

@@ -22,7 +22,7 @@ For example, ResNet-50 on ImageNet for 90 epochs within a day:
 >>> rec = recommend(job, catalog=catalog, samples=1_281_167, epochs=90, budget_hours=24)
 >>> best = rec.recommended
 >>> best.label, best.gpus, round(best.predicted_hours, 1), round(best.predicted_cost_usd)
-('1 x g5.12xlarge', 4, 17.5, 99)
+('1 x p4d.24xlarge', 8, 5.8, 127)
 >>> rec.fastest.label
 '16 x p5.48xlarge'
 """

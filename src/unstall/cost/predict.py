@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 from unstall.config import check
 from unstall.cost.catalog import Instance
-from unstall.net.hardware import device
+from unstall.net.device_speeds import relative_speed
 from unstall.net.link import Link
 from unstall.net.topology import (
     CALIBRATED_NETWORK_EFFICIENCY,
@@ -134,10 +134,11 @@ def job_from_profile(
 ) -> JobModel:
     """A measured job: the profile's compute, gradients and data time, and its measured times.
 
-    ``precision`` is the precision the profile ran in: it picks the peak rates that scale the
-    compute time between GPU types. A profile measured on a CPU is converted to each GPU type
-    of ``devices`` (:meth:`JobProfile.on_gpu`: compute scaled by the ratio of FLOP rates; the
-    CPU's placement times dropped); ``origin`` states every factor.
+    ``precision`` is the precision the profile ran in: it picks the GPU speeds (of the model's
+    family, :mod:`unstall.net.device_speeds`) that scale the compute time between GPU types. A
+    profile measured on a CPU is converted to each GPU type of ``devices``
+    (:meth:`JobProfile.on_gpu`: compute scaled by the ratio of FLOP rates; the CPU's placement
+    times dropped); ``origin`` states every factor.
     """
     if profile.on_cpu:
         return _job_from_cpu_profile(profile, precision=precision, devices=devices)
@@ -177,9 +178,10 @@ def _job_from_cpu_profile(
 def job_from_model(name: str, devices: Sequence[str], *, precision: str = "fp32") -> JobModel:
     """A zoo model (or Pollux application) estimated from its FLOPs on each of ``devices``.
 
-    The estimates come from :func:`unstall.workload.spec_for` (FLOPs at the device's
-    typical achieved rate plus a fixed framework overhead per iteration); ``precision`` "fp16"
-    moves the FLOP part to the half-precision (tensor-core) rate.
+    The estimates come from :func:`unstall.workload.spec_for` (FLOPs at a V100's typical
+    achieved rate, scaled to each GPU by the measured speed of the model's family there, plus a
+    fixed framework overhead per iteration); ``precision`` "fp16" moves the FLOP part to the
+    family's mixed-precision speed (:mod:`unstall.net.device_speeds`).
     """
     from unstall.workload import spec_for
 
@@ -187,7 +189,15 @@ def job_from_model(name: str, devices: Sequence[str], *, precision: str = "fp32"
     check(bool(devices), "job_from_model", "devices", "must name at least one device")
     per_device = {d: _in_precision(spec_for(name, d), precision) for d in devices}
     reference = per_device[devices[0]]
-    origin = f"zoo estimate from FLOPs ({precision}) at {reference.local_batch} samples per GPU"
+    speeds = (
+        f"GPU speeds measured for {reference.family}"
+        if reference.family
+        else "median measured GPU speeds"
+    )
+    origin = (
+        f"zoo estimate from FLOPs ({precision}; {speeds}) at {reference.local_batch} samples"
+        " per GPU"
+    )
     return JobModel(spec=reference, per_device=per_device, origin=origin)
 
 
@@ -195,8 +205,9 @@ def _in_precision(spec: JobPerfSpec, precision: str) -> JobPerfSpec:
     """``spec`` (estimated in its own precision) with its FLOP-bound part at ``precision``."""
     if precision == spec.precision:
         return spec
-    gpu = device(spec.device)
-    ratio = gpu.achieved_tflops(spec.precision) / gpu.achieved_tflops(precision)
+    ratio = relative_speed(spec.device, spec.family, spec.precision) / relative_speed(
+        spec.device, spec.family, precision
+    )
     variable = (spec.compute_s - spec.fixed_compute_s) * ratio
     return dataclasses.replace(spec, compute_s=spec.fixed_compute_s + variable, precision=precision)
 

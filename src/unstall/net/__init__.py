@@ -15,9 +15,13 @@ What this part offers:
 - ``max_min_fair(capacities, flows, caps=, background=)``: the max-min fair rate of every flow
   over shared links; ``link_usage`` what each link then carries.
 - Hardware presets: GPUs (``device(name)``, :data:`DEVICE_PRESETS`), intra-node interconnects and
-  NICs (:class:`LinkPreset`), and ``compute_time_scale`` between GPUs; ``preset_for_gpu`` (a
+  NICs (:class:`LinkPreset`); ``preset_for_gpu`` (a
   CUDA device name to its preset) and ``cpu_to_gpu_factor`` (a CPU's measured rate to a GPU's,
   for profiles measured on a CPU, labelled :data:`CPU_DEVICE`).
+- GPU speeds per model family from measurements (:mod:`unstall.net.device_speeds`):
+  ``relative_speed(gpu, family, precision)`` against a V100 in fp32 (fitted on Gavel's K80 /
+  P100 / V100 throughputs, public figures for T4 / A10G / A100 / H100), ``model_family(model)``
+  and ``compute_time_scale(from, to, precision, family)`` between GPUs.
 
 Example:
 
@@ -41,6 +45,14 @@ Example:
 {'b': 4.0, 'a': 6.0}
 """
 
+from unstall.net.device_speeds import (
+    MODEL_FAMILIES,
+    PUBLIC_FIGURES,
+    compute_time_scale,
+    model_family,
+    relative_speed,
+    speed_table,
+)
 from unstall.net.hardware import (
     CPU_DEVICE,
     DEVICE_PRESETS,
@@ -48,7 +60,6 @@ from unstall.net.hardware import (
     NIC_PRESETS,
     DevicePreset,
     LinkPreset,
-    compute_time_scale,
     cpu_to_gpu_factor,
     device,
     interconnect,
@@ -82,8 +93,10 @@ __all__ = [
     "DEVICE_PRESETS",
     "INTERCONNECT_PRESETS",
     "INTRA",
+    "MODEL_FAMILIES",
     "NIC",
     "NIC_PRESETS",
+    "PUBLIC_FIGURES",
     "TOPOLOGY_PRESETS",
     "UPLINK",
     "DevicePreset",
@@ -101,11 +114,14 @@ __all__ = [
     "load_topology",
     "max_min_fair",
     "medium",
+    "model_family",
     "nic",
     "nic_link",
     "philly",
     "preset_for_gpu",
+    "relative_speed",
     "small",
+    "speed_table",
     "topology_from_mapping",
     "topology_preset",
     "uplink_link",

@@ -3,8 +3,10 @@
 Peak figures are the vendors' datasheet numbers (dense, no structured sparsity). Bandwidths are
 per direction, in Gbit/s, because a ring all-reduce sends and receives at once on every hop and
 is limited by one direction of each link. The achieved efficiencies are typical fractions of peak
-that data-parallel training reaches (our assumption, stated per device), used only to turn a
-model's FLOPs into a compute-time estimate when no measured time is available.
+that data-parallel training reaches (our assumption, stated per device). How fast one GPU trains
+a model against another comes from measurements per model family
+(:mod:`unstall.net.device_speeds`); the flat efficiencies only turn a model's FLOPs into a time on
+the V100 (the reference the measured speeds scale from) and on GPUs without measured figures.
 
 A CPU is no preset (CPUs differ too much for one to stand for them): a profile measured on one
 is labelled :data:`CPU_DEVICE` and carries the CPU's measured rate, which
@@ -303,14 +305,3 @@ def interconnect(name: str) -> LinkPreset:
 def nic(name: str) -> LinkPreset:
     """The NIC preset called ``name`` (case-insensitive)."""
     return _lookup(NIC_PRESETS, "Nic", name)
-
-
-def compute_time_scale(from_device: str, to_device: str, precision: str = "fp32") -> float:
-    """Factor that turns a compute time measured on ``from_device`` into one on ``to_device``.
-
-    The ratio of typical achieved FLOP rates: ``t_to = t_from * compute_time_scale(from, to)``.
-    It assumes the job is compute-bound on both; memory-bound kernels scale less.
-    """
-    return device(from_device).achieved_tflops(precision) / device(to_device).achieved_tflops(
-        precision
-    )

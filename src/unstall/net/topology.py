@@ -26,6 +26,7 @@ from functools import cached_property
 
 from unstall.config import check
 from unstall.errors import ConfigError
+from unstall.net.device_speeds import relative_speed
 from unstall.net.hardware import DEVICE_PRESETS, INTERCONNECT_PRESETS, NIC_PRESETS, LinkPreset
 from unstall.net.link import Link
 
@@ -299,14 +300,15 @@ class TopologyConfig:
         if not self.nodes:
             return self.device
         kinds = {self.node_device[n] for n in nodes}
-        return min(kinds, key=lambda d: (DEVICE_PRESETS[d].achieved_tflops("fp32"), d))
+        return min(kinds, key=lambda d: (relative_speed(d), d))
 
     @cached_property
     def fastest_device(self) -> str:
-        """The fastest GPU type of the cluster (by achieved fp32 FLOP rate)."""
+        """The fastest GPU type of the cluster (by its measured fp32 speed for a model of no
+        particular family, :func:`unstall.net.device_speeds.relative_speed`)."""
         if not self.nodes:
             return self.device
-        return max(self.devices, key=lambda d: (DEVICE_PRESETS[d].achieved_tflops("fp32"), d))
+        return max(self.devices, key=lambda d: (relative_speed(d), d))
 
     def describe(self) -> str:
         """One line for a run's header: name, shape, GPU types and the network efficiency."""

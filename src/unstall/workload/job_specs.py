@@ -15,7 +15,15 @@ from typing import Any, Protocol
 
 from unstall.config import check, check_non_negative, check_positive
 from unstall.errors import ConfigError
-from unstall.net.hardware import DEVICE_PRESETS, compute_time_scale, device
+from unstall.net.device_fit import REFERENCE_DEVICE
+from unstall.net.device_speeds import (
+    FAMILY_KINDS,
+    compute_time_scale,
+    has_figures,
+    model_family,
+    relative_speed,
+)
+from unstall.net.hardware import DEVICE_PRESETS, device
 
 COMM_KINDS = ("allreduce", "ps")
 PRECISIONS = ("fp32", "fp16")
@@ -46,7 +54,9 @@ class JobPerfSpec:
     ``local_batch`` samples per GPU, of which ``fixed_compute_s`` does not grow with the batch.
     ``overlap``: the fraction of compute time behind which communication can hide (0 = none,
     1 = all of it). ``data_s``: time the input pipeline needs per iteration (prefetched, so it only
-    matters when it is the slowest part).
+    matters when it is the slowest part). ``family``: the measured model family whose GPU
+    speeds scale the compute time between GPU types (:mod:`unstall.net.device_speeds`; None:
+    the median family's).
     """
 
     name: str = "job"
@@ -62,6 +72,7 @@ class JobPerfSpec:
     bucket_bytes: float = DDP_BUCKET_BYTES
     data_s: float = 0.0
     precision: str = "fp32"
+    family: str | None = None
 
     def __post_init__(self) -> None:
         check_positive(
@@ -95,6 +106,12 @@ class JobPerfSpec:
             f"must be one of {PRECISIONS}, got {self.precision!r}",
         )
         check(
+            self.family is None or self.family in FAMILY_KINDS,
+            self,
+            "family",
+            f"unknown model family {self.family!r}; known: {sorted(FAMILY_KINDS)} or None",
+        )
+        check(
             self.device.lower() in DEVICE_PRESETS,
             self,
             "device",
@@ -114,7 +131,7 @@ class JobPerfSpec:
 
     def on_device(self, name: str) -> JobPerfSpec:
         """The same job with its compute times scaled to GPU ``name``."""
-        scale = compute_time_scale(self.device, name, self.precision)
+        scale = compute_time_scale(self.device, name, self.precision, self.family)
         return dataclasses.replace(
             self,
             device=device(name).name,
@@ -130,11 +147,19 @@ class JobPerfSpec:
         device_name: str = "v100",
         local_batch: int = 32,
         precision: str = "fp32",
+        family: str | None = None,
         **fields: Any,
     ) -> JobPerfSpec:
-        """Estimate from a model's static facts: ``3 x forward FLOPs x batch / achieved FLOP/s``."""
-        rate = device(device_name).achieved_tflops(precision) * 1e12
-        compute_s = TRAIN_FLOPS_PER_FORWARD * facts.flops_per_sample * local_batch / rate
+        """Estimate from a model's static facts: ``3 x forward FLOPs x batch`` at the V100's
+        typical achieved fp32 rate, then scaled to ``device_name`` and ``precision`` by the
+        measured speed of ``family`` there (:func:`unstall.net.device_speeds.relative_speed`);
+        a GPU with no figures takes its flat datasheet rate."""
+        work = TRAIN_FLOPS_PER_FORWARD * facts.flops_per_sample * local_batch
+        if has_figures(device_name):
+            rate = device(REFERENCE_DEVICE).achieved_tflops("fp32") * 1e12
+            compute_s = work / rate / relative_speed(device_name, family, precision)
+        else:  # no figures for this GPU: its flat datasheet rate, as relative_speed says
+            compute_s = work / (device(device_name).achieved_tflops(precision) * 1e12)
         return cls(
             device=device(device_name).name,
             compute_s=max(compute_s, 1e-9),
@@ -143,6 +168,7 @@ class JobPerfSpec:
             gradient_tensors=max(1, int(facts.gradient_tensors)),
             layers=max(1, int(facts.layers)),
             precision=precision,
+            family=family,
             **fields,
         )
 
@@ -164,6 +190,7 @@ class JobPerfSpec:
             device_name=device_name,
             local_batch=local_batch,
             precision=precision,
+            family=model_family(model),
             **{"name": model, **fields},
         )
 
@@ -210,7 +237,7 @@ def spec_for(model: str, device: str) -> JobPerfSpec:
             f"unknown model {model!r}; known: {known}, or a measured one given as a JobProfile "
             "(`sim run --job-profile`)",
         )
-    spec = JobPerfSpec.from_facts(facts, device_name=device, name=model)
+    spec = JobPerfSpec.from_facts(facts, device_name=device, name=model, family=model_family(model))
     return dataclasses.replace(
         spec,
         compute_s=spec.compute_s + FRAMEWORK_OVERHEAD_S,

@@ -27,6 +27,7 @@ from typing import Any
 
 from unstall.config import check
 from unstall.errors import ConfigError, DataFileError
+from unstall.net.device_speeds import model_family
 from unstall.net.hardware import CPU_DEVICE, DEVICE_PRESETS, cpu_to_gpu_factor, device
 from unstall.results import JsonResult, write_text_atomically
 from unstall.workload.job_specs import COMM_KINDS, JobPerfSpec
@@ -207,6 +208,7 @@ class JobProfile(JsonResult):
             "comm": self.comm,
             "overlap": self.overlap,
             "data_s": self.data_s or 0.0,
+            "family": model_family(self.model),
         }
         values.update(overrides)
         return JobPerfSpec(**values)

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from unstall.config import check
-from unstall.net.hardware import compute_time_scale
+from unstall.net.device_speeds import compute_time_scale
 from unstall.net.topology import (
     INTRA,
     LinkId,
@@ -172,12 +172,12 @@ def comm_plan(spec: JobPerfSpec, placement: Placement, topology: TopologyConfig)
     """The links ``placement``'s traffic crosses, with bytes and latency, and the compute time.
 
     Compute time is scaled from ``spec.device`` to the slowest GPU type of the placement's
-    nodes (``topology.device`` on a regular cluster).
+    nodes (``topology.device`` on a regular cluster) by the measured speeds of the job's family.
     """
     racks = placement.rack_list(topology)
     _validate(placement, topology, racks)
     device = topology.compute_device(placement.nodes)
-    compute = spec.compute_s * compute_time_scale(spec.device, device, spec.precision)
+    compute = spec.compute_s * compute_time_scale(spec.device, device, spec.precision, spec.family)
     unit, loads = 1.0, list[LinkLoad]()
     if placement.n_gpus > 1:
         unit, loads = _LOAD_BUILDERS[spec.comm](spec, placement, topology, racks)
