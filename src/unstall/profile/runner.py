@@ -19,6 +19,7 @@ even rounds, untimed first in odd ones), so that drift on a shared machine cance
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import socket
@@ -338,6 +339,10 @@ def _worker(rank: int, config: ProfileConfig, blob: bytes, port: int, out_path: 
             if rank == 0:
                 Path(out_path).write_text(json.dumps(raw.__dict__), encoding="utf-8")
         finally:
+            # DDP models sit in reference cycles (their hooks): freed by the cycle collector,
+            # maybe only at exit, after the group is gone, where their reducer's threads end
+            # in "terminate called without an active exception" (SIGABRT). Free them first.
+            gc.collect()
             dist.destroy_process_group()
     except Exception as exc:
         Path(f"{out_path}.error").write_text(_one_line(exc), encoding="utf-8")
