@@ -198,8 +198,8 @@ def simulate_with_speed(
     trace = prepare_trace(trace, max_jobs=max_jobs, model_mix=model_mix, seed=seed)
     arrays = trace.arrays()
     fits = arrays.num_gpus <= cluster.n_gpus
-    models = arrays.model
-    assert models is not None
+    # Every job has a model after prepare_trace; only a trace without jobs has no model column.
+    models = arrays.model if arrays.model is not None else np.empty(len(arrays), dtype=object)
     # Python lists: the engine reads these values one at a time, where numpy scalars are slow.
     jobs = build_jobs(
         job_ids=arrays.job_id[fits].tolist(),
