@@ -121,16 +121,10 @@ def test_degenerate_traces_give_a_warning_or_a_well_formed_result_in_run_and_com
     trace = tmp_path / "t.csv"
     trace.write_text(text)
     out = tmp_path / "run.json"
-    run = CliRunner().invoke(
-        app,
-        ["sim", "run", "--policy", "dally", "--trace", str(trace)]
-        + ["--json", str(out), "--jobs-out", str(tmp_path / "jobs.csv"), "-q"],
-    )
-    compare = CliRunner().invoke(
-        app,
-        ["sim", "compare", "--policies", "fifo,dally"]
-        + ["--trace", str(trace), "--out", str(tmp_path / "cmp"), "-q"],
-    )
+    run_args = ["sim", "run", "--policy", "dally", "--trace", str(trace), "--json", str(out)]
+    run = CliRunner().invoke(app, [*run_args, "--jobs-out", str(tmp_path / "jobs.csv"), "-q"])
+    compare_args = ["sim", "compare", "--policies", "fifo,dally", "--trace", str(trace)]
+    compare = CliRunner().invoke(app, [*compare_args, "--out", str(tmp_path / "cmp"), "-q"])
     for res in (run, compare):
         assert res.exit_code == 0, res.output
         assert "Traceback" not in res.output
