@@ -57,9 +57,9 @@ from unstall.sim.congestion import (
     congestion_level,
     read_congestion_schedule,
 )
+from unstall.sim.decision_checks import PolicyError
 from unstall.sim.metrics import SimResult
 from unstall.sim.run import SimRun, simulate
-from unstall.sim.decision_checks import PolicyError
 from unstall.sim.state import SimInvariantError
 from unstall.sim.sweep import (
     CellOutcome,
