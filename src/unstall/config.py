@@ -117,8 +117,15 @@ def read_text_file(path: str | Path) -> str:
         raise DataFileError(str(p), f"cannot read: {exc.strerror or exc}") from exc
 
 
-def check_number_sizes(data: object, source: str, where: str = "") -> None:
+def check_number_sizes(data: object, source: str) -> None:
     """Refuse whole numbers too big for an int64 anywhere in parsed TOML/JSON, naming the field."""
+    try:
+        _check_sizes(data, source, "")
+    except RecursionError:  # a file nested just short of the parser's own limit
+        raise DataFileError(source, "nested too deeply to read") from None
+
+
+def _check_sizes(data: object, source: str, where: str) -> None:
     if isinstance(data, bool):
         return
     if isinstance(data, int):
@@ -130,10 +137,10 @@ def check_number_sizes(data: object, source: str, where: str = "") -> None:
         return
     if isinstance(data, dict):
         for key, value in data.items():
-            check_number_sizes(value, source, f"{where}.{key}" if where else str(key))
+            _check_sizes(value, source, f"{where}.{key}" if where else str(key))
     elif isinstance(data, list):
         for i, value in enumerate(data):
-            check_number_sizes(value, source, f"{where}[{i}]")
+            _check_sizes(value, source, f"{where}[{i}]")
 
 
 def load_table_file(path: str | Path) -> dict[str, Any]:
