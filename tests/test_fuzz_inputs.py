@@ -23,6 +23,7 @@ from unstall.net.topology_files import load_topology
 from unstall.ps.scenarios import load_scenario
 from unstall.sim.congestion import read_congestion_schedule
 from unstall.traces import read_trace
+from unstall.workload.pollux_placements import read_placements
 from unstall.workload.profiles import JobProfile
 
 FUZZ = settings(max_examples=15, suppress_health_check=[HealthCheck.too_slow])
@@ -121,6 +122,11 @@ SAMPLES: dict[str, tuple[str, str, Callable[[Path], object]]] = {
         "usd_per_hour,region,date,source\np3.2xlarge,p3,1,v100,16,none,10,30,3.06,us-east-1,2022,aws\n"
         "p3.8xlarge,p3,4,v100,16,nvlink2,10,30,12.24,us-east-1,2022,aws\n",
         load_catalog,
+    ),
+    "placements": (
+        "placements.csv",
+        "placement,local_bsz,step_time,sync_time\n4,32,0.25,0.05\n22,32,0.4,0.2\n",
+        read_placements,
     ),
     "congestion": ("congestion.csv", "time_s,fraction\n0,0.1\n600,0.5\n", read_congestion_schedule),
     "scenario": (
