@@ -95,22 +95,66 @@ def _parse_like(default: object, text: str) -> object:
     return text
 
 
-def load_table_file(path: str | Path) -> dict[str, Any]:
-    """Read a TOML or JSON file into a dict, with an error naming the file when it is not valid."""
+# Whole numbers beyond int64 cannot be counts, sizes or rates anything here can use; numpy and
+# float() fail on them with an OverflowError, so they are refused where the file is read.
+MAX_WHOLE_NUMBER = 2**63 - 1
+
+
+def read_text_file(path: str | Path) -> str:
+    """The text of a UTF-8 file, with one-line errors for a missing, unreadable or binary file."""
     p = Path(path)
+    if p.is_dir():
+        raise DataFileError(str(p), "is a folder, expected a file")
     if not p.is_file():
         raise DataFileError(str(p), "no such file")
     try:
-        text = p.read_text(encoding="utf-8")
+        return p.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
-        raise DataFileError(str(p), f"not UTF-8 text (a binary file?): {exc.reason}") from exc
+        raise DataFileError(
+            str(p), f"not UTF-8 text (a binary file?): byte {exc.start}: {exc.reason}"
+        ) from exc
+    except OSError as exc:
+        raise DataFileError(str(p), f"cannot read: {exc.strerror or exc}") from exc
+
+
+def check_number_sizes(data: object, source: str) -> None:
+    """Refuse whole numbers too big for an int64 anywhere in parsed TOML/JSON, naming the field."""
     try:
-        if p.suffix.lower() == ".toml":
-            return tomllib.loads(text)
-        data = json.loads(text)
+        _check_sizes(data, source, "")
+    except RecursionError:  # a file nested just short of the parser's own limit
+        raise DataFileError(source, "nested too deeply to read") from None
+
+
+def _check_sizes(data: object, source: str, where: str) -> None:
+    if isinstance(data, bool):
+        return
+    if isinstance(data, int):
+        if abs(data) > MAX_WHOLE_NUMBER:
+            digits = len(str(abs(data)))
+            raise DataFileError(
+                source, f"a {digits}-digit number is too large (at most 2**63 - 1)", field=where
+            )
+        return
+    if isinstance(data, dict):
+        for key, value in data.items():
+            _check_sizes(value, source, f"{where}.{key}" if where else str(key))
+    elif isinstance(data, list):
+        for i, value in enumerate(data):
+            _check_sizes(value, source, f"{where}[{i}]")
+
+
+def load_table_file(path: str | Path) -> dict[str, Any]:
+    """Read a TOML or JSON file into a dict, with an error naming the file when it is not valid."""
+    p = Path(path)
+    text = read_text_file(p)
+    try:
+        data = tomllib.loads(text) if p.suffix.lower() == ".toml" else json.loads(text)
+    except RecursionError:
+        raise DataFileError(str(p), "nested too deeply to read") from None
     except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
         line = getattr(exc, "lineno", None)
         raise DataFileError(str(p), f"not valid {p.suffix[1:].upper()}: {exc}", line=line) from exc
     if not isinstance(data, dict):
         raise DataFileError(str(p), "top level must be an object/table")
+    check_number_sizes(data, str(p))
     return data

@@ -100,3 +100,38 @@ def test_duration_gpu_sets_the_work_and_a_wrong_one_is_named(tmp_path: Path) -> 
     assert jct["v100"] > 1.5 * jct["k80"]
     bad = CliRunner().invoke(app, [*args, "--duration-gpu", "z80"])
     assert bad.exit_code == 1 and "simulate.duration_gpu: unknown GPU type 'z80'" in bad.output
+
+
+DEGENERATE = {
+    "header-only": ("job_id,submit_s,num_gpus,duration_s\n", 0, "the trace holds no jobs"),
+    "all-too-big": (
+        "job_id,submit_s,num_gpus,duration_s\n1,0,4000,500\n2,5,5000,40\n",
+        0,
+        "no job fits the cluster",
+    ),
+    "one-job": ("job_id,submit_s,num_gpus,duration_s\n1,0,4,500\n", 1, None),
+}
+
+
+@pytest.mark.parametrize("case", sorted(DEGENERATE))
+def test_degenerate_traces_give_a_warning_or_a_well_formed_result_in_run_and_compare(
+    tmp_path: Path, case: str
+) -> None:
+    text, finished, warning = DEGENERATE[case]
+    trace = tmp_path / "t.csv"
+    trace.write_text(text)
+    out = tmp_path / "run.json"
+    run_args = ["sim", "run", "--policy", "dally", "--trace", str(trace), "--json", str(out)]
+    run = CliRunner().invoke(app, [*run_args, "--jobs-out", str(tmp_path / "jobs.csv"), "-q"])
+    compare_args = ["sim", "compare", "--policies", "fifo,dally", "--trace", str(trace)]
+    compare = CliRunner().invoke(app, [*compare_args, "--out", str(tmp_path / "cmp"), "-q"])
+    for res in (run, compare):
+        assert res.exit_code == 0, res.output
+        assert "Traceback" not in res.output
+        assert (warning is None) == ("warning:" not in res.output), res.output
+        if warning is not None:
+            assert warning in res.output
+    assert json.loads(out.read_text())["jobs_finished"] == finished
+    summary = json.loads((tmp_path / "cmp" / "summary.json").read_text())
+    assert summary
+    assert (tmp_path / "cmp" / "report.html").is_file()

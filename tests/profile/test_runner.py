@@ -100,3 +100,31 @@ def test_four_times_slower_link_gives_four_times_the_network_stall() -> None:
     slow, slow_delay = _network_stall(0.05)
     assert slow_delay == pytest.approx(4 * fast_delay, rel=0.05)
     assert 3.0 <= slow / fast <= 5.0, (fast, slow)
+
+
+def _listeners(port: int) -> list[str]:
+    """Local addresses (hex, as /proc/net shows them) listening on ``port``."""
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table, encoding="ascii") as fh:
+            for line in fh.readlines()[1:]:
+                local, state = line.split()[1], line.split()[3]
+                address, hex_port = local.rsplit(":", 1)
+                if state == "0A" and int(hex_port, 16) == port:  # 0A: LISTEN
+                    found.append(address)
+    return found
+
+
+@pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="reads Linux's /proc/net/tcp")
+def test_the_spawned_workers_rendezvous_listens_on_loopback_only() -> None:
+    from unstall.profile import ProfileConfig
+    from unstall.profile.runner import _free_port, _loopback_store
+
+    port = _free_port()
+    # One worker: rank 0's store would otherwise wait, in this one process, for the others.
+    store = _loopback_store(ProfileConfig(workers=1), 0, port)
+    client = _loopback_store(ProfileConfig(workers=1), 1, port)
+    client.set("k", "v")
+    assert store.get("k") == b"v"
+    # 127.0.0.1 as /proc/net/tcp writes it; never 00000000 (every interface).
+    assert _listeners(port) == ["0100007F"]

@@ -13,10 +13,12 @@ from unstall.sched.base import (
     Migrate,
     Placement,
     Preempt,
+    SetTimer,
     Start,
 )
 from unstall.sched.fifo import Fifo
 from unstall.sim.congestion import CongestionSchedule
+from unstall.sim.decision_checks import PolicyError
 from unstall.sim.engine import Engine, EngineSettings
 from unstall.sim.state import JobState, SimInvariantError, build_jobs
 
@@ -140,13 +142,13 @@ def test_migration_onto_one_node_speeds_a_job_up() -> None:
 
 def test_policy_errors_are_caught() -> None:
     bad_start = Scripted({0: Decision(starts=(Start("a", ((0, 2),)),))})
-    with pytest.raises(SimInvariantError, match="node 0 has 1 free"):
+    with pytest.raises(PolicyError, match="job 'a': asks 2 GPUs of node 0, which has only 1"):
         run(ONE_GPU, [("a", 0.0, 2, 1.0)], bad_start)
     unknown = Scripted({0: Decision(preemptions=(Preempt("nope"),))})
-    with pytest.raises(SimInvariantError, match="'nope', which is unknown"):
+    with pytest.raises(PolicyError, match="job 'nope': cannot preempt it: the job is not in the"):
         run(ONE_GPU, [("a", 0.0, 1, 1.0)], unknown)
     twice = Scripted({0: Decision(starts=(Start("a", ((0, 1),)), Start("a", ((0, 1),))))})
-    with pytest.raises(SimInvariantError):
+    with pytest.raises(PolicyError, match="job 'a': the decision starts it twice"):
         run(TWO_NODES, [("a", 0.0, 1, 1.0)], twice)
 
 
@@ -203,3 +205,40 @@ def test_a_snapshot_kept_past_its_round_refuses_to_be_read() -> None:
         list(first.queued)
     with pytest.raises(SimInvariantError, match=r"snapshot\.running was read after its round"):
         len(first.running)
+
+
+@pytest.mark.parametrize(
+    ("decision", "rule"),
+    [
+        (Decision(starts=(Start("a", ((0, 3),)),)), "asks 3 GPUs of node 0, which has only 2"),
+        (Decision(starts=(Start("a", ((5, 1),)),)), r"node 5 does not exist \(nodes 0..1\)"),
+        (Decision(starts=(Start("a", ((0, 1), (0, 1))),)), "node 0 appears twice"),
+        (Decision(starts=(Start("a", ((0, 0), (1, 1))),)), "asks 0 GPUs of node 0; must be >= 1"),
+        (Decision(starts=(Start("a", ((0, 1),)),)), r"needs 2 GPUs, its placement \(\(0, 1\),\)"),
+        (
+            Decision(starts=(Start("a", ((0, 2),)), Start("b", ((0, 2),)))),
+            "GPUs taken twice: node 0 has 0 free GPUs, the placement asks 2",
+        ),
+        (
+            Decision(starts=(Start("c", ((1, 1),)),)),
+            "cannot start it: the job is not yet submitted",
+        ),
+        (Decision(migrations=(Migrate("a", ((1, 2),)),)), "cannot migrate it: the job is queued"),
+        (Decision(timers=(SetTimer(-1.0, "t"),)), r"timer 't' set for -1.0 s, before now"),
+    ],
+)
+def test_an_impossible_decision_names_the_policy_the_job_and_the_rule(
+    decision: Decision, rule: str
+) -> None:
+    jobs = [("a", 0.0, 2, 5.0), ("b", 0.0, 2, 5.0), ("c", 50.0, 1, 5.0)]
+    with pytest.raises(PolicyError, match=rf"policy 'scripted' broke a rule.*{rule}"):
+        run(TWO_NODES, jobs, Scripted({0: decision}))
+
+
+def test_a_decide_that_returns_no_decision_is_named() -> None:
+    class Lazy(Scripted):
+        def decide(self, snapshot: ClusterSnapshot, rng: random.Random) -> Decision:
+            return None  # type: ignore[return-value]
+
+    with pytest.raises(PolicyError, match="decide\\(\\) must return a Decision, got NoneType"):
+        run(TWO_NODES, [("a", 0.0, 1, 1.0)], Lazy({}))

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+import random
+from dataclasses import dataclass, field, replace
 
 import pandas as pd
 import pytest
@@ -12,7 +13,8 @@ from hypothesis import strategies as st
 from sim_fakes import FakeSpeed
 from unstall.net import small
 from unstall.sched import POLICIES, ClusterLayout, make_policy
-from unstall.sim import congestion_level, simulate
+from unstall.sched.base import ClusterSnapshot, Decision, SetTimer, Start
+from unstall.sim import PolicyError, congestion_level, simulate
 from unstall.sim.engine import Engine, EngineSettings
 from unstall.sim.state import JobState, build_jobs
 from unstall.traces import Trace
@@ -95,3 +97,54 @@ def test_with_the_perf_model_jcts_are_never_shorter_than_durations(
     assert (done["first_start_s"] >= done["submit_s"]).all()
     assert run.result.comm_overhead_s >= 0
     assert 0 < run.result.gpu_util <= 1 + 1e-9
+
+
+@dataclass
+class Careless:
+    """A user's policy that sometimes asks the impossible: random GPU counts on random nodes
+    (some that do not exist), jobs that are not queued. It notes whether each of its decisions
+    was possible, judged from the snapshot alone, so the test can hold the engine to it."""
+
+    name: str = "careless"
+    needs_oracle: bool = False
+    impossible: list[str] = field(default_factory=list)
+
+    def reset(self) -> None:
+        self.impossible.clear()
+
+    def decide(self, snapshot: ClusterSnapshot, rng: random.Random) -> Decision:
+        queued = sorted(snapshot.queued, key=lambda v: v.submit_s)
+        if not queued:
+            return Decision()
+        job = queued[0]
+        job_id = job.job_id if rng.random() > 0.1 else "no-such-job"
+        nodes = len(snapshot.layout.node_gpus)
+        node = rng.randrange(nodes + 1)  # nodes itself does not exist
+        placement = ((node, job.num_gpus),)
+        free = snapshot.free_by_node[node] if node < nodes else 0
+        if job_id != job.job_id or node >= nodes or free < job.num_gpus:
+            if rng.random() < 0.5:
+                return Decision(timers=(SetTimer(snapshot.now + 10.0, "retry"),))
+            self.impossible.append(job_id)
+        return Decision(starts=(Start(job_id, placement),))
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rows=jobs_strategy, seed=st.integers(0, 1000))
+def test_a_careless_user_policy_is_stopped_at_its_first_impossible_decision(
+    rows: list[tuple[float, int, float, str]], seed: int
+) -> None:
+    """Never a corrected schedule: the run fails with a PolicyError exactly when the policy
+    asked for something impossible, naming it and the job; otherwise every job finishes."""
+    rows = [r for r in sorted(rows) if r[1] <= 4]  # jobs that fit one node: a start can succeed
+    if not rows:
+        return
+    policy = Careless()
+    try:
+        run = simulate(_trace(rows), small(), policy, seed=seed, tick_s=10.0)
+    except PolicyError as exc:
+        assert policy.impossible, f"refused a possible decision: {exc}"
+        assert "policy 'careless'" in str(exc) and policy.impossible[0] in str(exc)
+        return
+    assert not policy.impossible
+    assert run.result.jobs_finished == len(rows)

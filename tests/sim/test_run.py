@@ -214,3 +214,12 @@ def test_cli_job_profile_and_model_mix_for_a_trace_without_models(tmp_path: Path
     missing = CliRunner().invoke(app, [*args, "--job-profile", str(tmp_path / "missing.json")])
     assert missing.exit_code == 1
     assert "missing.json: no such file" in missing.output
+
+
+def test_a_trace_without_jobs_gives_an_empty_result_not_a_crash() -> None:
+    from unstall.traces.schema import REQUIRED_COLUMNS, Trace
+
+    empty = Trace.from_frame(pd.DataFrame({c: [] for c in REQUIRED_COLUMNS}))
+    run = simulate(empty, small(), make_policy("dally"))
+    assert run.result.jobs == 0 and run.result.jobs_finished == 0
+    assert run.jobs.empty and run.result.makespan_s == 0.0

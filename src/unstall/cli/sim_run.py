@@ -204,9 +204,18 @@ REJECTED_NAMED = 20  # rejected jobs named on stderr; the per-job output lists t
 
 
 def report_rejected(outcome: SimRun) -> None:
-    """Name on stderr the jobs that could never fit the cluster (they were not simulated)."""
+    """Name on stderr the jobs that could never fit the cluster (they were not simulated), and
+    say so when no job ran at all: the table's zeros are then no measurement."""
     jobs = outcome.jobs
     rejected = jobs[jobs["outcome"] == "rejected"]
+    if jobs.empty:
+        err_console.print(
+            "[bold yellow]warning:[/] the trace holds no jobs: nothing was simulated and every "
+            "figure below is 0",
+            highlight=False,
+            soft_wrap=True,
+        )
+        return
     if rejected.empty:
         return
     named = ", ".join(
@@ -223,6 +232,13 @@ def report_rejected(outcome: SimRun) -> None:
         highlight=False,
         soft_wrap=True,
     )
+    if len(rejected) == len(jobs):
+        err_console.print(
+            "[bold yellow]warning:[/] no job fits the cluster: nothing was simulated and every "
+            "figure below is 0",
+            highlight=False,
+            soft_wrap=True,
+        )
 
 
 def _write_table(frame: object, path: Path) -> None:

@@ -33,7 +33,13 @@ from dataclasses import MISSING, dataclass, fields
 from importlib import resources
 from pathlib import Path
 
-from unstall.config import check, check_non_negative, check_positive
+from unstall.config import (
+    MAX_WHOLE_NUMBER,
+    check,
+    check_non_negative,
+    check_positive,
+    read_text_file,
+)
 from unstall.errors import ConfigError, DataFileError
 from unstall.net.hardware import DEVICE_PRESETS, INTERCONNECT_PRESETS
 
@@ -198,13 +204,17 @@ def _value(column: str, text: str, source: str, line: int) -> object:
     text = text.strip()
     try:
         if column in _INT_COLUMNS:
-            return int(text)
+            whole = int(text)
+            if abs(whole) > MAX_WHOLE_NUMBER:
+                raise ValueError(text)
+            return whole
         if column in _FLOAT_COLUMNS:
             return float(text)
     except ValueError:
-        kind = "an integer" if column in _INT_COLUMNS else "a number"
+        kind = "an integer up to 2**63 - 1" if column in _INT_COLUMNS else "a number"
+        shown = text if len(text) <= 40 else f"{text[:37]}..."
         raise DataFileError(
-            source, f"must be {kind}, got {text!r}", line=line, field=column
+            source, f"must be {kind}, got {shown!r}", line=line, field=column
         ) from None
     return text
 
@@ -255,9 +265,7 @@ def parse_catalog(text: str, *, source: str = "<text>") -> Catalog:
 def load_catalog(path: str | Path) -> Catalog:
     """The catalog in the CSV file ``path`` (errors name the file, line and column)."""
     p = Path(path)
-    if not p.is_file():
-        raise DataFileError(str(p), "no such file")
-    return parse_catalog(p.read_text(encoding="utf-8"), source=str(p))
+    return parse_catalog(read_text_file(p), source=str(p))
 
 
 def default_catalog() -> Catalog:

@@ -74,6 +74,13 @@ def _default_nic() -> Link:
     return _link_of(NIC_PRESETS["100g"])
 
 
+# The largest cluster the simulator takes: it keeps per-node and per-GPU state, so a file asking
+# for a hundred million nodes would fill memory or run for hours before printing anything. The
+# Philly cluster is about 550 nodes and 2,500 GPUs; these limits leave a wide margin above it.
+MAX_NODES = 100_000
+MAX_GPUS = 1_000_000
+
+
 def _is_int(value: object, least: int) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= least
 
@@ -211,10 +218,30 @@ class TopologyConfig:
                     name,
                     "give either node groups (nodes) or racks x nodes_per_rack x gpus_per_node",
                 )
+            nodes = sum(g.count for g in self.nodes)
+            gpus = sum(g.count * g.gpus_per_node for g in self.nodes)
+            self._check_size(nodes, gpus, "nodes")
             return
         for name in ("racks", "nodes_per_rack", "gpus_per_node"):
             value = getattr(self, name)
             check(_is_int(value, 1), self, name, f"must be an integer >= 1, got {value!r}")
+        nodes = self.racks * self.nodes_per_rack
+        self._check_size(nodes, nodes * self.gpus_per_node, "nodes_per_rack")
+
+    def _check_size(self, nodes: int, gpus: int, field_name: str) -> None:
+        """Refuse clusters too big to simulate in reasonable time and memory, naming the limit."""
+        check(
+            nodes <= MAX_NODES,
+            self,
+            field_name,
+            f"{nodes:,} nodes is more than the simulator takes (at most {MAX_NODES:,})",
+        )
+        check(
+            gpus <= MAX_GPUS,
+            self,
+            field_name if field_name == "nodes" else "gpus_per_node",
+            f"{gpus:,} GPUs is more than the simulator takes (at most {MAX_GPUS:,})",
+        )
 
     # --- sizes ----------------------------------------------------------------------------------
 

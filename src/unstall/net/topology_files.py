@@ -54,7 +54,7 @@ def _link_from(value: Any, field_name: str, source: str, presets: Mapping[str, L
             bandwidth_gbps=float(value["bandwidth_gbps"]),
             latency_us=float(value.get("latency_us", 0.0)),
         )
-    except (TypeError, ValueError) as exc:
+    except (TypeError, ValueError, OverflowError) as exc:
         raise DataFileError(source, str(exc), field=field_name) from exc
 
 

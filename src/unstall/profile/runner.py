@@ -3,8 +3,8 @@
 The workers train a :class:`~unstall.profile.job.ProfiledJob` (spawned workers get it as a
 cloudpickle blob). One spawn serves all runs: rank 0 times the one-worker runs (compute, data)
 while the other ranks wait at a barrier, then all ranks time the DDP runs (local, then over the
-emulated link; the same DDP model, its hook state switched between them). gloo binds to
-127.0.0.1 only.
+emulated link; the same DDP model, its hook state switched between them). gloo and the
+rendezvous store bind to 127.0.0.1 only.
 Rank 0 writes the raw timings as JSON; :func:`run_workers` reads them back.
 
 Under torchrun (see :mod:`unstall.profile.launch`) this process is one of the workers: it joins
@@ -309,7 +309,35 @@ def _ddp_round(
         log.ran(name, round_index, spans)
 
 
-def _join(config: ProfileConfig, rank: int, init_method: str) -> torch.device:
+def _loopback_store(config: ProfileConfig, rank: int, port: int) -> dist.TCPStore:
+    """The rendezvous of workers spawned on this host, listening on 127.0.0.1 only.
+
+    Given ``tcp://127.0.0.1:PORT``, torch's store still listens on every interface (``*:PORT``),
+    open to the whole network for the length of the run; rank 0 therefore binds the socket to
+    loopback itself and hands it to the store.
+    """
+    timeout = timedelta(seconds=config.timeout_s)
+    if rank != 0:
+        return dist.TCPStore("127.0.0.1", port, config.workers, False, timeout)
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", port))
+    listener.listen(128)
+    store = dist.TCPStore(
+        "127.0.0.1", port, config.workers, True, timeout, master_listen_fd=listener.fileno()
+    )
+    # The store owns the listening socket from here on; this object must not close it.
+    listener.detach()
+    return store
+
+
+def _join(
+    config: ProfileConfig,
+    rank: int,
+    *,
+    init_method: str = "env://",
+    store: dist.Store | None = None,
+) -> torch.device:
     threads = config.threads or max(1, (os.cpu_count() or 1) // config.workers_per_node)
     torch.set_num_threads(threads)
     local_rank = rank % config.workers_per_node
@@ -319,7 +347,8 @@ def _join(config: ProfileConfig, rank: int, init_method: str) -> torch.device:
         torch.cuda.set_device(device)
     dist.init_process_group(
         config.backend,
-        init_method=init_method,
+        init_method=None if store is not None else init_method,
+        store=store,
         rank=rank,
         world_size=config.workers,
         timeout=timedelta(seconds=config.timeout_s),
@@ -333,7 +362,7 @@ def _worker(rank: int, config: ProfileConfig, blob: bytes, port: int, out_path: 
     os.environ["GLOO_SOCKET_IFNAME"] = "lo"
     try:
         job = unpack(blob)
-        device = _join(config, rank, f"tcp://127.0.0.1:{port}")
+        device = _join(config, rank, store=_loopback_store(config, rank, port))
         try:
             raw = _worker_rounds(rank, config, job, device, on_run=_progress_file(out_path))
             if rank == 0:
@@ -468,7 +497,7 @@ def _run_under_torchrun(
     on_run: Callable[[str], None] | None,
 ) -> RawTimings:
     """This process is worker ``launch.rank``: join the group, run, share rank 0's timings."""
-    device = _join(config, launch.rank, "env://")
+    device = _join(config, launch.rank)  # torchrun's address (MASTER_ADDR): several hosts
     try:
         raw = _worker_rounds(launch.rank, config, job, device, on_run=on_run)
         shared: list[Any] = [raw.__dict__ if launch.rank == 0 else None]

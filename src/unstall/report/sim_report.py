@@ -26,7 +26,8 @@ def plot_jct_cdf(jobs_by_policy: Mapping[str, pd.DataFrame], path: Path) -> Path
     ax.set_xlabel("job completion time (hours, log scale)")
     ax.set_ylabel("fraction of jobs")
     ax.set_title("JCT CDF")
-    ax.legend()
+    if ax.get_legend_handles_labels()[0]:  # no line when no job finished (an empty trace)
+        ax.legend()
     return save(fig, path)
 
 
@@ -39,7 +40,8 @@ def plot_over_time(
             ax.step(tl["time_s"] / HOUR, tl[column] / total, where="post", label=policy, lw=0.8)
     ax.set_xlabel("time (hours)")
     ax.set_ylabel(ylabel)
-    ax.legend()
+    if ax.get_legend_handles_labels()[0]:  # no line when no job finished (an empty trace)
+        ax.legend()
     return save(fig, path)
 
 

@@ -20,7 +20,8 @@ What this part offers:
 - Background congestion (:class:`Congestion`): a seeded :class:`CongestionLevel` (the levels
   ``none``, ``low``, ``medium``, ``high`` by ``congestion_level(name)``), or any
   :class:`CongestionSchedule` (``read_congestion_schedule(path)`` reads ``time_s,fraction``).
-- :class:`SimInvariantError`: a policy (or the engine) broke an invariant, e.g. gave a GPU twice.
+- :class:`SimInvariantError`: a policy (or the engine) broke an invariant, e.g. gave a GPU twice;
+  :class:`PolicyError`, one of them, names the policy, the job and the rule its decision broke.
 
 Example: the first 50 jobs of the embedded trace, all training a model measured by
 ``unstall profile`` (a :class:`unstall.workload.JobProfile`; jobs naming a zoo model need no
@@ -56,6 +57,7 @@ from unstall.sim.congestion import (
     congestion_level,
     read_congestion_schedule,
 )
+from unstall.sim.decision_checks import PolicyError
 from unstall.sim.metrics import SimResult
 from unstall.sim.run import SimRun, simulate
 from unstall.sim.state import SimInvariantError
@@ -76,6 +78,7 @@ __all__ = [
     "Congestion",
     "CongestionLevel",
     "CongestionSchedule",
+    "PolicyError",
     "SimInvariantError",
     "SimResult",
     "SimRun",

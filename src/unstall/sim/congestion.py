@@ -10,12 +10,14 @@ read from a CSV file (``time_s,fraction``) by :func:`read_congestion_schedule`.
 from __future__ import annotations
 
 import csv
+import io
+import math
 import random
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from unstall.config import check, check_non_negative, check_positive
+from unstall.config import check, check_non_negative, check_positive, read_text_file
 from unstall.errors import ConfigError, DataFileError
 
 MAX_FRACTION = 0.95  # a link never loses all its bandwidth: jobs slow down but still finish
@@ -123,11 +125,10 @@ def read_congestion_schedule(path: str | Path, *, name: str | None = None) -> Co
     """Read ``time_s,fraction`` rows; errors name the file, line and field. ``name`` labels the
     schedule in results (default: the path as given)."""
     path = Path(path)
-    if not path.is_file():
-        raise DataFileError(str(path), "no such file")
+    text = read_text_file(path)
     times: list[float] = []
     fractions: list[float] = []
-    with path.open(newline="", encoding="utf-8") as fh:
+    with io.StringIO(text, newline="") as fh:
         reader = csv.DictReader(fh)
         if reader.fieldnames is None or set(reader.fieldnames) != {"time_s", "fraction"}:
             raise DataFileError(str(path), "header must be exactly: time_s,fraction", line=1)
@@ -139,6 +140,13 @@ def read_congestion_schedule(path: str | Path, *, name: str | None = None) -> Co
                     raise DataFileError(
                         str(path), f"not a number: {row[field]!r}", line=lineno, field=field
                     ) from None
+                if not math.isfinite(value):
+                    raise DataFileError(
+                        str(path),
+                        f"must be a finite number, got {row[field]!r}",
+                        line=lineno,
+                        field=field,
+                    )
                 (times if field == "time_s" else fractions).append(value)
             if not 0.0 <= fractions[-1] <= MAX_FRACTION:
                 raise DataFileError(

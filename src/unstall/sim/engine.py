@@ -32,6 +32,7 @@ from unstall.sched.base import (
     Policy,
 )
 from unstall.sim.congestion import CongestionSchedule
+from unstall.sim.decision_checks import PolicyError, check_decision_shape, check_placement
 from unstall.sim.events import EventKind, EventQueue
 from unstall.sim.network import NetworkState
 from unstall.sim.network_jobs import NetworkJobs
@@ -39,6 +40,14 @@ from unstall.sim.round_views import RoundView, SpreadViews
 from unstall.sim.speed import RateTiming, SpeedModel
 from unstall.sim.state import ClusterState, JobState, SimInvariantError, SimJob
 from unstall.sim.timeline import Timeline
+
+# How a job's state reads in a PolicyError ("cannot start it: the job is running").
+_STATE_WORDS = {
+    JobState.PENDING: "not yet submitted",
+    JobState.QUEUED: "queued",
+    JobState.RUNNING: "running",
+    JobState.DONE: "finished",
+}
 
 # Compact the event queue once this many superseded finish events wait in it (and they are half
 # of it): popping them one by one costs more than one pass that drops them all.
@@ -251,18 +260,21 @@ class Engine:
 
     def _apply(self, decision: Decision, now: float) -> None:
         name = self.policy.name
+        decision = check_decision_shape(name, decision)
         for p in decision.preemptions:
-            job = self._lookup(p.job_id, JobState.RUNNING, f"{name} preempts")
+            job = self._lookup(p.job_id, JobState.RUNNING, "preempt")
             self._preempt(job, now)
         for m in decision.migrations:
-            job = self._lookup(m.job_id, JobState.RUNNING, f"{name} migrates")
+            job = self._lookup(m.job_id, JobState.RUNNING, "migrate")
             self._migrate(job, m.placement, now)
         for s in decision.starts:
-            job = self._lookup(s.job_id, JobState.QUEUED, f"{name} starts")
+            job = self._lookup(s.job_id, JobState.QUEUED, "start")
             self._start(job, s.placement, now)
         for timer in decision.timers:
             if timer.at_s < now:
-                raise SimInvariantError(f"{name} set timer {timer.key!r} in the past")
+                raise PolicyError(
+                    name, None, f"timer {timer.key!r} set for {timer.at_s} s, before now ({now} s)"
+                )
             self.timers.append(timer.key)
             self.queue.push(timer.at_s, EventKind.TIMER, payload=len(self.timers) - 1)
         for key, value in decision.telemetry:
@@ -270,11 +282,15 @@ class Engine:
                 self._telemetry_last[key] = value
                 self.timeline.telemetry.append((now, key, value))
 
-    def _lookup(self, job_id: str, state: JobState, what: str) -> SimJob:
+    def _lookup(self, job_id: str, state: JobState, verb: str) -> SimJob:
         job = self.by_id.get(job_id)
         if job is None or job.state != state:
-            found = "unknown" if job is None else job.state.name.lower()
-            raise SimInvariantError(f"{what} job {job_id!r}, which is {found}")
+            found = "not in the trace" if job is None else _STATE_WORDS[job.state]
+            raise PolicyError(
+                self.policy.name,
+                job_id,
+                f"cannot {verb} it: the job is {found}, only a {_STATE_WORDS[state]} job can",
+            )
         return job
 
     # --- state changes ---------------------------------------------------------------------------
@@ -291,6 +307,7 @@ class Engine:
     def _start(self, job: SimJob, placement: Placement, now: float) -> None:
         if now < job.submit_s:
             raise SimInvariantError(f"job {job.job_id} started before it arrived")
+        check_placement(self.policy.name, job, placement, self.cluster)
         self.cluster.allocate(job, placement)
         del self.queued[job.index]
         self.running[job.index] = job
@@ -345,6 +362,7 @@ class Engine:
 
     def _migrate(self, job: SimJob, placement: Placement, now: float) -> None:
         self._stop(job, now)
+        check_placement(self.policy.name, job, placement, self.cluster)
         self.cluster.allocate(job, placement)
         self.running[job.index] = job
         job.placement = placement

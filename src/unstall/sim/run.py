@@ -28,7 +28,7 @@ from unstall.sim.speed import SpeedModel
 from unstall.sim.state import build_jobs
 from unstall.traces.models import assign_models, normalised_mix
 from unstall.traces.schema import Trace
-from unstall.workload.job_specs import JobPerfSpec
+from unstall.workload.job_specs import JobPerfSpec, known_models
 from unstall.workload.profiles import JobProfile
 
 OWNER = "simulate"  # what argument errors are reported against
@@ -107,6 +107,20 @@ def _check_settings(
         normalised_mix(OWNER, "model_mix", model_mix)
 
 
+def _check_mix_names(model_mix: Mapping[str, float] | None, profiled: Mapping[str, object]) -> None:
+    """Every name in the mix must be a model the run knows, also when the trace names its own
+    models and the mix goes unused: a typo there would otherwise pass without a word."""
+    known = {*known_models(), *profiled}
+    for name in model_mix or {}:
+        check(
+            name in known,
+            OWNER,
+            "model_mix",
+            f"unknown model {name!r}; known: {sorted(known)}, or a measured one given as a "
+            "JobProfile (`sim run --job-profile`)",
+        )
+
+
 def simulate(
     trace: Trace,
     cluster: TopologyConfig,
@@ -147,7 +161,9 @@ def simulate(
         "duration_gpu",
         f"unknown GPU type {duration_gpu!r}; known: {sorted(DEVICE_PRESETS)}",
     )
-    speed = PerfSpeedModel(cluster, profiled_specs(job_profiles), duration_gpu=duration_gpu)
+    specs = profiled_specs(job_profiles)
+    _check_mix_names(model_mix, specs)
+    speed = PerfSpeedModel(cluster, specs, duration_gpu=duration_gpu)
     return simulate_with_speed(
         trace,
         cluster,
@@ -182,8 +198,8 @@ def simulate_with_speed(
     trace = prepare_trace(trace, max_jobs=max_jobs, model_mix=model_mix, seed=seed)
     arrays = trace.arrays()
     fits = arrays.num_gpus <= cluster.n_gpus
-    models = arrays.model
-    assert models is not None
+    # Every job has a model after prepare_trace; only a trace without jobs has no model column.
+    models = arrays.model if arrays.model is not None else np.empty(len(arrays), dtype=object)
     # Python lists: the engine reads these values one at a time, where numpy scalars are slow.
     jobs = build_jobs(
         job_ids=arrays.job_id[fits].tolist(),

@@ -27,6 +27,7 @@ import pandas as pd
 from unstall.traces.reading import Reader, ReadOptions
 from unstall.traces.schema import Trace, TraceError
 from unstall.traces.validation import (
+    MAX_WHOLE,
     CsvLines,
     Rows,
     check_columns,
@@ -93,6 +94,13 @@ def read(path: Path, options: ReadOptions) -> Trace:
     gpu_share = joined["gpu"].to_numpy(dtype=np.float64)
     run = (joined["end"] - joined["start"]).to_numpy(dtype=np.float64)
     gpus = np.ceil(np.nan_to_num(gpu_share) - 1e-9)
+    # Checked here, on the job's own line: cast to int64, a sum beyond 2**53 would wrap round.
+    rows_j.fail_first(
+        ~(gpus <= MAX_WHOLE),
+        file_rows,
+        "num_gpus",
+        lambda i: f"the task table asks for {gpu_share[i]:.3g} GPUs for this job (at most 2**53)",
+    )
     keep = np.ones(len(jobs), dtype=bool)
     skipped: dict[str, int] = {}
     skip_rows(keep, status.isna().to_numpy(bool), "not finished (Running or Waiting)", skipped)
@@ -124,6 +132,9 @@ def _table(
 ) -> tuple[pd.DataFrame, Rows]:
     """One PAI table, with or without its header line; both are checked field by field."""
     header = header_of(path)
+    if not header:
+        # Without this a 0-byte table would read as a trace of no jobs.
+        raise TraceError(str(path), "the file is empty")
     has_header = set(header) == set(columns)
     if has_header:
         frame = read_csv(path, text_columns=text_columns)

@@ -28,12 +28,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from unstall.config import read_text_file
+from unstall.errors import DataFileError
 from unstall.traces.reading import Reader, ReadOptions
 from unstall.traces.schema import Trace, TraceError
 from unstall.traces.validation import Rows, skip_rows, statuses, texts, times, unique
 
 NAME = "philly-json"
 JOB_KEYS = frozenset({"jobid", "user", "vc", "status", "submitted_time", "attempts"})
+TEXT_KEYS = ("jobid", "user", "vc", "status", "submitted_time")
 ATTEMPT_KEYS = frozenset({"start_time", "end_time", "detail"})
 DETAIL_KEYS = frozenset({"ip", "gpus"})
 STATUS_MAP: dict[str, str | None] = {"Pass": "completed", "Killed": "killed", "Failed": "failed"}
@@ -112,9 +115,13 @@ def read(path: Path, options: ReadOptions) -> Trace:
 
 def _load(path: Path) -> tuple[list[Any], Rows]:
     """The list of job objects, as a JSON array or JSON Lines."""
-    if not path.is_file():
-        raise TraceError(str(path), "no such file")
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = read_text_file(path)
+    except DataFileError as exc:
+        raise TraceError(exc.path, exc.why) from exc
+    if not text.strip():
+        # Without this an empty file would read as a trace of no jobs.
+        raise TraceError(str(path), "the file is empty")
     json_lines = not text.lstrip().startswith("[")
     try:
         if json_lines:
@@ -125,6 +132,8 @@ def _load(path: Path) -> tuple[list[Any], Rows]:
         # For JSON Lines the decoder counts within one line; find that line in the file.
         line = exc.lineno if not json_lines else _bad_json_line(text)
         raise TraceError(str(path), f"not valid JSON: {exc.msg}", line=line) from exc
+    except RecursionError:
+        raise TraceError(str(path), "nested too deeply to read") from None
     if not isinstance(data, list):
         raise TraceError(str(path), "the top level must be a list of jobs", line=1)
     return data, Rows(path, JsonJobLines(text, json_lines))
@@ -137,6 +146,11 @@ def _take_job(rows: Rows, i: int, job: Any, cols: _Columns) -> None:
     for key in job:
         if key not in JOB_KEYS:
             raise rows.error(i, key, f"unknown field; known: {sorted(JOB_KEYS)}")
+    for key in TEXT_KEYS:
+        value = job.get(key)
+        # JSON's NaN (which Python's reader accepts) or a number would pass as a name otherwise.
+        if value is not None and not isinstance(value, str):
+            raise rows.error(i, key, f"must be text or null, got {value!r}")
     cols.jobid.append(job.get("jobid"))
     cols.user.append(job.get("user"))
     cols.vc.append(job.get("vc"))
@@ -156,6 +170,9 @@ def _take_job(rows: Rows, i: int, job: Any, cols: _Columns) -> None:
             if key not in ATTEMPT_KEYS:
                 raise rows.error(i, f"attempts[{k}].{key}", "unknown field")
         start, end = attempt.get("start_time"), attempt.get("end_time")
+        for key, value in (("start_time", start), ("end_time", end)):
+            if value is not None and not isinstance(value, str):
+                raise rows.error(i, f"attempts[{k}].{key}", f"must be a time, got {value!r}")
         if k == len(attempts) - 1:
             finished = start not in NO_TIME and end not in NO_TIME
             gpus = _gpus(rows, i, k, attempt.get("detail", []))

@@ -8,6 +8,7 @@ that error path, so the happy path stays as fast as the parse itself.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -18,6 +19,9 @@ import numpy as np
 import pandas as pd
 
 from unstall.traces.schema import TraceError
+
+# The largest whole number a float64 holds exactly (ids, counts, GPUs).
+MAX_WHOLE = 2.0**53
 
 
 class LineMap(Protocol):
@@ -111,7 +115,9 @@ def read_csv(
         )
     except pd.errors.EmptyDataError as exc:
         raise TraceError(str(path), "the file is empty") from exc
-    except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as exc:
+    except UnicodeDecodeError as exc:
+        raise TraceError(str(path), f"not UTF-8 text (a binary file?): {exc.reason}") from exc
+    except (pd.errors.ParserError, ValueError) as exc:
         # pandas names the line in its message ("Expected 5 fields in line 3, saw 6").
         found = re.search(r"line (\d+)", str(exc))
         line = int(found.group(1)) if found else None
@@ -158,7 +164,7 @@ def numbers(
     Missing values come back as NaN when ``allow_missing``.
     """
     missing = _missing(values)
-    parsed = pd.to_numeric(values, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+    parsed = _to_floats(values)
     if not allow_missing:
         rows.fail_first(missing, file_rows, field, lambda i: "missing value")
     shown = values.to_numpy(dtype=object)
@@ -167,7 +173,7 @@ def numbers(
         present & ~np.isfinite(parsed),
         file_rows,
         field,
-        lambda i: f"not a number: {shown[i]!r}",
+        lambda i: ("too large: " if np.isinf(parsed[i]) else "not a number: ") + _short(shown[i]),
     )
     ok = present & np.isfinite(parsed)
     if integer:
@@ -177,6 +183,13 @@ def numbers(
             field,
             lambda i: f"must be a whole number, got {shown[i]!r}",
         )
+        # Beyond 2**53 a float no longer holds every whole number, and casting to int64 wraps.
+        rows.fail_first(
+            ok & (np.abs(parsed) > MAX_WHOLE),
+            file_rows,
+            field,
+            lambda i: f"too large: {_short(shown[i])} (at most 2**53)",
+        )
     if minimum is not None:
         low = parsed <= minimum if strict_minimum else parsed < minimum
         sign = ">" if strict_minimum else ">="
@@ -184,6 +197,30 @@ def numbers(
             ok & low, file_rows, field, lambda i: f"must be {sign} {minimum:g}, got {shown[i]!r}"
         )
     return parsed
+
+
+def _to_floats(values: pd.Series) -> np.ndarray:
+    """Numbers as float64, NaN where a value is not one; integers beyond a float's range are inf
+    (pandas raises OverflowError on those, so they are converted one by one instead)."""
+    try:
+        numeric = pd.to_numeric(values, errors="coerce")
+    except OverflowError:
+        numeric = pd.Series([_one_float(v) for v in values.to_numpy(dtype=object)])
+    return numeric.to_numpy(dtype=np.float64, na_value=np.nan)
+
+
+def _one_float(value: object) -> float:
+    try:
+        return float(str(value).strip())
+    except OverflowError:
+        return math.inf
+    except ValueError:
+        return math.nan
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:37]}..."
 
 
 def times(

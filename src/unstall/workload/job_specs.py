@@ -220,6 +220,13 @@ APPLICATION_MODELS: dict[str, tuple[str, dict[str, object]]] = {
 FRAMEWORK_OVERHEAD_S = 0.007
 
 
+def known_models() -> list[str]:
+    """The model names :func:`spec_for` knows: the zoo's and the Pollux applications'."""
+    from unstall.workload import zoo
+
+    return sorted({*zoo.names(), *APPLICATION_MODELS})  # a set: "ncf" is in both
+
+
 def spec_for(model: str, device: str) -> JobPerfSpec:
     """The perf spec of a trace's model name: a zoo model, or a Pollux application."""
     from unstall.workload import zoo
@@ -230,12 +237,11 @@ def spec_for(model: str, device: str) -> JobPerfSpec:
     elif model in zoo.MODEL_REGISTRY:
         facts = zoo.facts(model)
     else:
-        known = sorted({*zoo.names(), *APPLICATION_MODELS})  # a set: "ncf" is in both
         raise ConfigError(
             "trace",
             "model",
-            f"unknown model {model!r}; known: {known}, or a measured one given as a JobProfile "
-            "(`sim run --job-profile`)",
+            f"unknown model {model!r}; known: {known_models()}, or a measured one given as a "
+            "JobProfile (`sim run --job-profile`)",
         )
     spec = JobPerfSpec.from_facts(facts, device_name=device, name=model, family=model_family(model))
     return dataclasses.replace(

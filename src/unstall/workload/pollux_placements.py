@@ -8,12 +8,14 @@ placement under its smallest rotation, and measured on nodes of 4 GPUs.
 from __future__ import annotations
 
 import csv
+import io
 import math
 from collections.abc import Mapping
 from pathlib import Path
 
 import pandas as pd
 
+from unstall.config import MAX_WHOLE_NUMBER, read_text_file
 from unstall.errors import DataFileError
 
 COLUMNS = ("placement", "local_bsz", "step_time", "sync_time")
@@ -31,14 +33,16 @@ def _cell(path: Path, lineno: int, row: Mapping[str, str], field: str, kind: typ
         raise DataFileError(
             str(path), f"not a number: {text!r}", line=lineno, field=field
         ) from None
-    if not math.isfinite(value):
-        raise DataFileError(str(path), f"not finite: {text!r}", line=lineno, field=field)
+    # The size first: math.isfinite cannot take an int too large for a float.
+    if abs(value) > MAX_WHOLE_NUMBER or not math.isfinite(value):
+        shown = text if len(text) <= 40 else f"{text[:37]}..."
+        raise DataFileError(str(path), f"not a finite number: {shown!r}", line=lineno, field=field)
     return float(value)
 
 
 def _row(path: Path, lineno: int, row: Mapping[str, str]) -> tuple[str, int, float, float]:
     text = (row.get("placement") or "").strip()
-    if not text.isdigit() or "0" in text or len(text) == 0:
+    if not (text.isascii() and text.isdigit()) or "0" in text:
         raise DataFileError(
             str(path),
             f"{text!r} is not a placement string (one digit 1-9 of GPUs per node)",
@@ -64,10 +68,9 @@ def read_placements(path: str | Path) -> pd.DataFrame:
     file, line and field.
     """
     p = Path(path)
-    if not p.is_file():
-        raise DataFileError(str(p), "no such file")
+    text = read_text_file(p)
     rows = []
-    with p.open(newline="", encoding="utf-8") as fh:
+    with io.StringIO(text, newline="") as fh:
         reader = csv.DictReader(fh)
         header = reader.fieldnames or []
         missing = [c for c in COLUMNS if c not in header]

@@ -25,13 +25,15 @@ from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from unstall.config import check
+from unstall.config import check, check_number_sizes, read_text_file
 from unstall.errors import ConfigError, DataFileError
 from unstall.net.device_speeds import model_family
 from unstall.net.hardware import CPU_DEVICE, DEVICE_PRESETS, cpu_to_gpu_factor, device
 from unstall.results import JsonResult, write_text_atomically
 from unstall.workload.job_specs import COMM_KINDS, JobPerfSpec
 from unstall.workload.placement import Placement
+
+MAX_LOCAL_BATCH = 1_000_000
 
 
 def _is_int(value: object) -> bool:
@@ -109,6 +111,14 @@ class JobProfile(JsonResult):
                 name,
                 f"must be an integer >= {low}, got {value!r}",
             )
+        # A batch this large is a typo or a corrupt file; the cost model would turn it into an
+        # epoch of less than one iteration and print a run of 0 hours for $0.
+        check(
+            self.local_batch <= MAX_LOCAL_BATCH,
+            self,
+            "local_batch",
+            f"must be at most {MAX_LOCAL_BATCH:,} samples per GPU, got {self.local_batch!r}",
+        )
         check(
             _is_int(self.layers) and self.layers >= 1,
             self,
@@ -241,15 +251,16 @@ class JobProfile(JsonResult):
         """Read a profile from a JSON file path or from JSON text."""
         if isinstance(path_or_text, Path) or not path_or_text.lstrip().startswith("{"):
             path = Path(path_or_text)
-            if not path.is_file():
-                raise DataFileError(str(path), "no such file")
-            text, source = path.read_text(encoding="utf-8"), str(path)
+            text, source = read_text_file(path), str(path)
         else:
             text, source = path_or_text, "<text>"
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise DataFileError(source, f"not valid JSON: {exc.msg}", line=exc.lineno) from exc
+        except RecursionError:
+            raise DataFileError(source, "nested too deeply to read") from None
+        check_number_sizes(data, source)
         return cls.from_dict(data, source=source)
 
     def save(self, path: str | Path) -> Path:

@@ -1,0 +1,139 @@
+"""The bad inputs of issue 23, each answered by one error naming the file, line and field."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from unstall.config import load_table_file
+from unstall.cost.catalog import load_catalog
+from unstall.errors import ConfigError, DataFileError
+from unstall.net import topology_preset
+from unstall.net.topology import TopologyConfig
+from unstall.net.topology_files import load_topology
+from unstall.sched import make_policy
+from unstall.sim import simulate
+from unstall.sim.congestion import read_congestion_schedule
+from unstall.traces import read_trace
+from unstall.traces.schema import Trace, TraceError
+from unstall.workload.profiles import JobProfile
+
+BIG = "9" * 400
+PROFILE = (
+    '{"model": "resnet50", "device": "v100", "compute_s": 0.2, "local_batch": BATCH,'
+    ' "gradient_bytes": 102000000, "gradient_tensors": 161, "layers": 54}'
+)
+
+
+def test_binary_files_are_named_as_not_utf8(tmp_path: Path) -> None:
+    junk = b"\xff\xfe\x00\x80" * 50
+    for name, read in (
+        ("cluster_job_log.json", lambda p: read_trace(p, "philly-json")),
+        ("t.csv", lambda p: read_trace(p, "unstall")),
+        ("c.toml", load_topology),
+        ("c.json", load_topology),
+        ("p.json", JobProfile.from_json),
+        ("cat.csv", load_catalog),
+        ("cong.csv", read_congestion_schedule),
+    ):
+        path = tmp_path / name
+        path.write_bytes(junk)
+        with pytest.raises(DataFileError, match="not UTF-8 text") as caught:
+            read(path)
+        assert str(path) in str(caught.value)
+
+
+@pytest.mark.parametrize("value", ["1e20", BIG])
+def test_huge_gpu_counts_name_the_line(tmp_path: Path, value: str) -> None:
+    path = tmp_path / "t.csv"
+    path.write_text(f"job_id,submit_s,num_gpus,duration_s\n1,0,4,5\n2,0,{value},5\n")
+    with pytest.raises(TraceError, match=r"line 3, field 'num_gpus': too large"):
+        read_trace(path)
+
+
+def test_pai_gpu_sums_too_large_name_the_job_line(tmp_path: Path) -> None:
+    (tmp_path / "pai_job_table.csv").write_text(
+        "j0,i0,u,Terminated,0,10\nj1,i1,u,Terminated,0,10\n"
+    )
+    (tmp_path / "pai_task_table.csv").write_text(
+        "j0,t,1,Terminated,0,10,100,1,100,V100\nj1,t,1e20,Terminated,0,10,100,1,100,V100\n"
+    )
+    with pytest.raises(TraceError, match=r"pai_job_table.csv, line 2, field 'num_gpus'"):
+        read_trace(tmp_path)
+
+
+def test_empty_job_tables_are_refused_not_read_as_no_jobs(tmp_path: Path) -> None:
+    log = tmp_path / "cluster_job_log.json"
+    log.write_text("")
+    with pytest.raises(TraceError, match="the file is empty"):
+        read_trace(log)
+    (tmp_path / "pai_job_table.csv").write_text("")
+    (tmp_path / "pai_task_table.csv").write_text("j1,t,1,Terminated,0,10,100,1,100,V100\n")
+    with pytest.raises(TraceError, match=r"pai_job_table\.csv: the file is empty"):
+        read_trace(tmp_path)
+
+
+def test_philly_json_nan_vc_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "cluster_job_log.json"
+    path.write_text(
+        '[{"jobid": "a", "user": "u", "vc": NaN, "status": "Pass",'
+        ' "submitted_time": "2017-10-03 02:50:40", "attempts": []}]'
+    )
+    with pytest.raises(TraceError, match=r"line 1, field 'vc': must be text or null, got nan"):
+        read_trace(path)
+
+
+def test_congestion_nan_time_names_the_line(tmp_path: Path) -> None:
+    path = tmp_path / "cong.csv"
+    path.write_text("time_s,fraction\n0,0.1\nnan,0.2\n")
+    with pytest.raises(
+        DataFileError, match=r"cong.csv, line 3, field 'time_s': must be a finite number"
+    ):
+        read_congestion_schedule(path)
+
+
+@pytest.mark.parametrize(
+    ("batch", "why"),
+    [("1" + "0" * 30, "31-digit number is too large"), ("2000000", "at most 1,000,000")],
+)
+def test_profile_batches_beyond_reason_are_refused(tmp_path: Path, batch: str, why: str) -> None:
+    path = tmp_path / "p.json"
+    path.write_text(PROFILE.replace("BATCH", batch))
+    with pytest.raises(DataFileError, match=rf"field 'local_batch': .*{why}"):
+        JobProfile.from_json(path)
+
+
+def test_table_files_refuse_400_digit_numbers_by_field(tmp_path: Path) -> None:
+    path = tmp_path / "c.json"
+    path.write_text(f'{{"racks": 1, "nic": {{"bandwidth_gbps": {BIG}}}}}')
+    with pytest.raises(DataFileError, match=r"field 'nic.bandwidth_gbps': a 400-digit number"):
+        load_table_file(path)
+
+
+def test_clusters_too_big_to_simulate_are_refused_with_the_limit() -> None:
+    with pytest.raises(ConfigError, match=r"100,000,000 nodes .* \(at most 100,000\)"):
+        TopologyConfig(racks=1000, nodes_per_rack=100_000, gpus_per_node=8)
+    with pytest.raises(
+        ConfigError, match=r"gpus_per_node: 8,000,000 GPUs .* \(at most 1,000,000\)"
+    ):
+        TopologyConfig(racks=1, nodes_per_rack=1000, gpus_per_node=8000)
+
+
+def test_an_unknown_model_mix_name_is_refused_even_when_the_trace_names_models() -> None:
+    trace = Trace.from_frame(
+        pd.DataFrame(
+            {
+                "job_id": ["1"],
+                "submit_s": [0.0],
+                "num_gpus": [1],
+                "duration_s": [60.0],
+                "model": ["resnet50"],
+            }
+        )
+    )
+    with pytest.raises(ConfigError, match="model_mix: unknown model 'nosuchmodel'"):
+        simulate(
+            trace, topology_preset("small"), make_policy("fifo"), model_mix={"nosuchmodel": 1.0}
+        )
