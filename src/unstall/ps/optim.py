@@ -52,6 +52,12 @@ class ServerOptimizer(Protocol):
     ) -> None: ...
 
 
+def _check_rate_and_decay(owner: object, lr: float, weight_decay: float) -> None:
+    """What every optimizer needs: a learning rate above 0, a weight decay not below 0."""
+    check(lr > 0, owner, "lr", f"must be > 0, got {lr}")
+    check(weight_decay >= 0, owner, "weight_decay", f"must be >= 0, got {weight_decay}")
+
+
 @dataclass(frozen=True, kw_only=True)
 class SGDConfig:
     """SGD as PyTorch's ``torch.optim.SGD`` (no dampening): learning rate, momentum, L2 weight
@@ -66,14 +72,8 @@ class SGDConfig:
     nesterov: bool = False
 
     def __post_init__(self) -> None:
-        check(self.lr > 0, self, "lr", f"must be > 0, got {self.lr}")
+        _check_rate_and_decay(self, self.lr, self.weight_decay)
         check(0 <= self.momentum < 1, self, "momentum", f"must be in [0, 1), got {self.momentum}")
-        check(
-            self.weight_decay >= 0,
-            self,
-            "weight_decay",
-            f"must be >= 0, got {self.weight_decay}",
-        )
         check(
             not self.nesterov or self.momentum > 0,
             self,
@@ -109,17 +109,11 @@ class AdamConfig:
     weight_decay: float = 0.0
 
     def __post_init__(self) -> None:
-        check(self.lr > 0, self, "lr", f"must be > 0, got {self.lr}")
+        _check_rate_and_decay(self, self.lr, self.weight_decay)
         for name in ("beta1", "beta2"):
             value = getattr(self, name)
             check(0 <= value < 1, self, name, f"must be in [0, 1), got {value}")
         check(self.eps > 0, self, "eps", f"must be > 0, got {self.eps}")
-        check(
-            self.weight_decay >= 0,
-            self,
-            "weight_decay",
-            f"must be >= 0, got {self.weight_decay}",
-        )
 
     def step(
         self,
