@@ -12,7 +12,7 @@ import pytest
 
 from unstall.errors import DataFileError, UnstallError
 from unstall.ps import load_scenario
-from unstall.ps.runtime import check_reachable, split_address
+from unstall.ray_connect import check_reachable, split_address
 
 
 @pytest.mark.parametrize(

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from unstall import ray_connect
-from unstall.ps.runtime import ensure_ray, is_loopback
+from unstall.ps.runtime import ensure_ray
+from unstall.ray_connect import is_loopback
 
 
 def test_local_ray_uses_the_loopback_address(ray_session: Any) -> None:

@@ -34,9 +34,10 @@ from unstall.ps.errors import PSActorDiedError, PSTimeoutError
 from unstall.ps.links import ServerSpec
 from unstall.ps.optim import ServerOptimizer
 from unstall.ps.replica import TrainingJob
-from unstall.ps.runtime import ActorPool, first_line, root_cause
+from unstall.ps.runtime import ActorPool
 from unstall.ps.server import ServerIteration
 from unstall.ps.worker import WorkerIteration
+from unstall.ray_connect import first_line, root_cause
 from unstall.usercode import UserCodeError
 
 # A server owning more than this exchanges it in pieces of this size, pipelined (plan_pieces).

@@ -20,14 +20,7 @@ from unstall.ps.links import ServerSpec
 from unstall.ps.optim import SGDConfig
 from unstall.ps.server import PSServer
 from unstall.ps.worker import PSWorker
-from unstall.ray_connect import (  # re-exported: the parts of ps use them from here
-    check_reachable,
-    connect_ray,
-    first_line,
-    is_loopback,
-    root_cause,
-    split_address,
-)
+from unstall.ray_connect import connect_ray
 
 PING_TIMEOUT_S = 10.0
 
@@ -146,18 +139,3 @@ def _alive(actor: Any) -> bool:
     except GetTimeoutError:
         return True  # busy, not dead
     return True
-
-
-__all__ = [
-    "PING_TIMEOUT_S",
-    "ActorPool",
-    "check_reachable",
-    "close_session_pool",
-    "ensure_ray",
-    "first_line",
-    "is_loopback",
-    "ray_for_run",
-    "root_cause",
-    "session_pool",
-    "split_address",
-]
