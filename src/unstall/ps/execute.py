@@ -12,6 +12,7 @@ unstopped run gives. Without recovery a dead actor ends the run with one line na
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -103,28 +104,30 @@ def run_segments(
     recoveries: list[Recovery] = []
     saved = 0
     nodes: dict[str, str] = {}
+    failure: tuple[int, str, float] | None = None  # (iteration, error, when) of the last loss
     while True:
         cluster = _start(seg, state, pool)
+        if failure is not None:  # going on again: the recovery took until now
+            lost, error, failed_at = failure
+            seconds = time.perf_counter() - failed_at
+            recoveries.append(
+                Recovery(
+                    iteration=lost, failure=error, restarted_at=state.iteration, seconds=seconds
+                )
+            )
+            failure = None
         snapshots = _Snapshots(seg, cluster, state, on_checkpoint)
         try:
             _iterate(seg, cluster, state, controller, progress, snapshots)
             finished = _gather(seg, cluster, state)
         except PSActorDiedError as exc:
-            failed_at, lost = time.perf_counter(), cluster.iteration
+            failure = (cluster.iteration, str(exc), time.perf_counter())
             cluster.close(failed=True)
             saved += snapshots.saved
             nodes.update(cluster.nodes)
             if len(recoveries) >= seg.max_recoveries:
                 raise
             del state.telemetry[state.iteration - seg.first_iteration :]
-            recoveries.append(
-                Recovery(
-                    iteration=lost,
-                    failure=str(exc),
-                    restarted_at=state.iteration,
-                    seconds=time.perf_counter() - failed_at,
-                )
-            )
             continue
         except BaseException:
             cluster.close(failed=True)
@@ -178,16 +181,7 @@ def _iterate(
             cluster.set_spec(sid, seg.scenario.spec(sid, iteration, n))
         boundary_s += time.perf_counter() - started
         step = cluster.step(iteration)
-        state.telemetry.append(
-            IterationTelemetry(
-                iteration=step.iteration,
-                iter_s=step.iter_s,
-                loss=step.loss,
-                workers=step.workers,
-                servers=step.servers,
-                boundary_s=boundary_s,
-            )
-        )
+        state.telemetry.append(dataclasses.replace(step, boundary_s=boundary_s))
         started = time.perf_counter()
         if controller is not None:
             controller(cluster, step)
