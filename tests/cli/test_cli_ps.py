@@ -237,3 +237,22 @@ def test_bad_run_options_fail_before_ray_in_one_line(args: list[str], message: s
     assert result.exit_code == 1, result.output
     assert message in words(result.output)
     assert "Traceback" not in result.output
+
+
+def test_resuming_keeps_the_checkpoints_settings_unless_given() -> None:
+    import numpy as np
+
+    from unstall.cli.resolvers.ps import PSRequest, resolve_optimizer
+    from unstall.ps import AdamConfig, PSCheckpoint
+
+    params = (np.zeros(3, np.float32),)
+    saved = PSCheckpoint(
+        iteration=2,
+        params=params,
+        state=(params, params),
+        optimizer=AdamConfig(lr=0.02, weight_decay=0.1),
+    )
+    assert resolve_optimizer(PSRequest(), saved) == AdamConfig(lr=0.02, weight_decay=0.1)
+    given = resolve_optimizer(PSRequest(lr=0.5, weight_decay=0.0), saved)
+    assert given == AdamConfig(lr=0.5, weight_decay=0.0)  # an explicit 0 is honoured
+    assert resolve_optimizer(PSRequest()).name == "sgd"

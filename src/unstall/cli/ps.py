@@ -96,7 +96,12 @@ MomentumOpt = Annotated[
     float | None, typer.Option("--momentum", help=f"SGD momentum [default: {SGDConfig.momentum}].")
 ]
 WeightDecayOpt = Annotated[
-    float, typer.Option("--weight-decay", help="L2 weight decay (sgd and adam).", min=0.0)
+    float | None,
+    typer.Option(
+        "--weight-decay",
+        help="L2 weight decay, sgd and adam [default: 0, or the checkpoint's with --resume].",
+        min=0.0,
+    ),
 ]
 NesterovOpt = Annotated[bool, typer.Option("--nesterov", help="Nesterov momentum (sgd).")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed of the model and the data.")]
@@ -146,7 +151,7 @@ def train(
     optimizer: OptimizerOpt = None,
     lr: LrOpt = None,
     momentum: MomentumOpt = None,
-    weight_decay: WeightDecayOpt = 0.0,
+    weight_decay: WeightDecayOpt = None,
     nesterov: NesterovOpt = False,
     seed: SeedOpt = 0,
     check_reference: Annotated[

@@ -79,7 +79,7 @@ class PSRequest:
     optimizer: str | None = None  # None: the checkpoint's when resuming, else sgd
     lr: float | None = None  # None: the optimizer's default
     momentum: float | None = None  # sgd only; None: SGDConfig's default
-    weight_decay: float = 0.0
+    weight_decay: float | None = None  # None: the optimizer's default (0), or the checkpoint's
     nesterov: bool = False
     seed: int = 0
     check_reference: bool = False
@@ -255,10 +255,9 @@ def resolve_optimizer(request: PSRequest, resume: PSCheckpoint | None = None) ->
     base: dict[str, Any] = {}
     if resume is not None and isinstance(resume.optimizer, kind):
         base = {f.name: getattr(resume.optimizer, f.name) for f in dataclasses.fields(kind)}
-    if request.lr is not None:
-        base["lr"] = request.lr
-    if request.weight_decay or "weight_decay" not in base:
-        base["weight_decay"] = request.weight_decay
+    for name in ("lr", "weight_decay"):
+        if getattr(request, name) is not None:
+            base[name] = getattr(request, name)
     if kind is AdamConfig:
         if request.momentum is not None or request.nesterov:
             raise ConfigError(
