@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from unstall.errors import DataFileError
+from unstall.results import replaced_atomically
 
 
 @dataclass
@@ -87,11 +88,10 @@ def save(cache_dir: Path, prefix: str, key: str, state: TrainState) -> Path:
     drop older checkpoints of the same prefix."""
     cache_dir.mkdir(parents=True, exist_ok=True)
     path = cache_dir / f"{prefix}-step{state.steps}.pt"
-    tmp = path.with_suffix(".tmp")
     # Not dataclasses.asdict: it would deep-copy every weight first.
     data = {f.name: getattr(state, f.name) for f in dataclasses.fields(state)}
-    torch.save(data | {"config": key}, tmp)
-    tmp.replace(path)
+    with replaced_atomically(path) as tmp:
+        torch.save(data | {"config": key}, tmp)
     for steps, old in _cached(cache_dir, prefix):
         if steps < state.steps:
             old.unlink(missing_ok=True)

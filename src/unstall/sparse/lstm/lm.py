@@ -29,7 +29,7 @@ from torch import Tensor, nn
 
 from unstall.config import check, check_positive
 from unstall.errors import DataFileError
-from unstall.results import JsonResult
+from unstall.results import JsonResult, replaced_atomically
 from unstall.sparse.lstm.dropout_lstm import StructuredDropoutLSTM
 from unstall.sparse.lstm.kernels import masked_linear
 from unstall.sparse.lstm.masks import check_device, check_dropout, check_mode, mask_to, sample_mask
@@ -310,9 +310,8 @@ class LMTrainer:
             "records": [asdict(r) for r in self.records],
             "generators": [g.get_state() for g in (model.mask_gen, model.lstm.generator)],
         }
-        partial = path.with_name(path.name + ".partial")
-        torch.save(state, partial)
-        partial.replace(path)
+        with replaced_atomically(path) as partial:
+            torch.save(state, partial)
 
     def load(self, path: Path) -> None:
         """Continue from a checkpoint of the same run (every config field but epochs, threads
