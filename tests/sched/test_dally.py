@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -263,3 +264,103 @@ def test_no_preemption_when_preempted_jobs_were_seen_to_wait_long() -> None:
         decisions[learn] = [p.job_id for p in d.preemptions]
     # Gain 4 x (3 - 1) x 36,000 s; cost 4 x (60 s + the expected wait) at the margin of 2.
     assert decisions == {False: ["r1"], True: []}
+
+
+# --- incremental rounds and churn ---------------------------------------------------------------
+
+# Node 0 is held by a lower-priority (LAS: more service) tenant that cannot move anywhere; the
+# sensitive waiting job q1 may preempt it once the preemption pays; too few GPUs are free
+# elsewhere for it to start spread.
+LONG_TENANT = [
+    job("r1", 4, sens=SENSITIVE, placement=((0, 4),), attained=1e6),
+    job("r2", 2, sens=SENSITIVE, placement=((1, 2),)),
+    job("r3", 2, sens=SENSITIVE, placement=((2, 2),)),
+]
+
+
+def test_a_failed_preemption_is_retried_only_after_a_share_of_the_wait() -> None:
+    mild = Sensitivity.flat(1.1, 1.2)  # does not pay: 0.1 x its expected run time is too little
+    policy = quiet_dally(order="las", prior_runtime_s=600.0, retry_fraction=0.5, tick_s=300.0)
+    waiting = job("q1", 4, sens=mild)
+    calls = []
+    real = policy._preempt_for
+
+    def counting(*args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(args[1].now)
+        return real(*args, **kwargs)
+
+    policy._preempt_for = counting  # type: ignore[method-assign]
+    for now in (10.0, 100.0, 200.0, 400.0, 2000.0, 2500.0, 3000.0):
+        d = policy.decide(snap((0, 1, 1), [waiting], LONG_TENANT, now), RNG)
+        assert d.preemptions == ()
+    # Tried at 10 s (retry after max(tick 300, 0.5 x 10) -> 310), at 400 s (-> 700), at 2000 s
+    # (-> 3000), at 3000 s; the rounds in between, where nothing changed, did not look at it.
+    assert calls == [10.0, 400.0, 2000.0, 3000.0]
+
+
+def test_unchanged_rounds_still_place_new_jobs_and_jobs_whose_timer_fired() -> None:
+    policy = quiet_dally(preemption=False)
+    held = job("q1", 4)
+    d = policy.decide(snap(FRAGMENTED, [held], TENANTS, 10.0), RNG)
+    assert d.starts == () and len(d.timers) == 1
+    # A new 1-GPU job in an otherwise unchanged round starts at once.
+    d = policy.decide(snap(FRAGMENTED, [held, job("q2", 1)], TENANTS, 20.0), RNG)
+    assert [s.job_id for s in d.starts] == ["q2"]
+    # (q2 is gone again; the next round sees a changed tenancy and settles.)
+    assert policy.decide(snap(FRAGMENTED, [held], TENANTS, 30.0), RNG).starts == ()
+    # Nothing changes until the held job's timer fires: it takes the spread level then.
+    late = 2 * 2 * 3600.0 + 1.0
+    fired = snap(FRAGMENTED, [held], TENANTS, late)
+    d = policy.decide(dataclasses.replace(fired, fired_timers=("dally:q1",)), RNG)
+    assert [s.job_id for s in d.starts] == ["q1"]
+
+
+def test_a_job_moved_max_moves_per_job_times_is_not_moved_again() -> None:
+    running = [
+        job("r1", 2, sens=INSENSITIVE, placement=((0, 2),)),
+        job("r2", 2, sens=SENSITIVE, placement=((1, 2),)),
+        job("r3", 2, sens=SENSITIVE, placement=((2, 2),)),
+    ]
+    policy = quiet_dally(max_moves_per_job=1)
+    d = policy.decide(snap((2, 2, 2), [job("q1", 4)], running, 10.0), RNG)
+    assert [m.job_id for m in d.migrations] == ["r1"]  # moved once: room for q1
+    # Later r1 (now on node 1) is again the only tenant in the way of another sensitive job.
+    moved = [
+        job("r1", 2, sens=INSENSITIVE, placement=((1, 2),), changed=10.0),
+        job("q1", 4, sens=SENSITIVE, placement=((0, 4),), changed=10.0),
+        job("r3", 2, sens=SENSITIVE, placement=((2, 2),)),
+    ]
+    d = policy.decide(snap((0, 2, 2), [job("q4", 4)], moved, 50.0), RNG)
+    assert d.migrations == () and d.preemptions == ()
+    # A fresh policy (r1 never moved) would move it.
+    d = quiet_dally(max_moves_per_job=1).decide(snap((0, 2, 2), [job("q4", 4)], moved, 50.0), RNG)
+    assert [m.job_id for m in d.migrations] == ["r1"]
+
+
+def test_a_victim_moved_before_costs_more() -> None:
+    from unstall.sched.dally.preemption import cheapest_node_room, single_node_tenants
+    from unstall.sched.free import FreeGpus
+
+    running = [
+        job("r1", 2, sens=INSENSITIVE, placement=((0, 2),)),
+        job("r2", 2, sens=INSENSITIVE, placement=((1, 2),)),
+    ]
+    free = FreeGpus(snap((2, 2, 4), [], running, 0.0))
+    free.take(((2, 4),))  # node 2 is taken: the victims can only swap nodes 0 and 1
+    free.give(((2, 2),))  # two GPUs on node 2: room for one moved victim
+
+    def room(history):  # type: ignore[no-untyped-def]
+        return cheapest_node_room(
+            job("q1", 4),
+            free,
+            single_node_tenants(running),
+            lambda v: True,
+            lambda v: False,
+            move_cost_s=60.0,
+            preempt_cost_s=600.0,
+            history=history,
+        )
+
+    assert room(lambda v: 1.0).node == 0  # equal costs: the lower node
+    plan = room(lambda v: 3.0 if v.job_id == "r1" else 1.0)
+    assert plan.node == 1 and plan.cost_gpu_s == 2 * 60.0  # r1 moved twice before: avoided

@@ -223,3 +223,15 @@ def test_a_trace_without_jobs_gives_an_empty_result_not_a_crash() -> None:
     run = simulate(empty, small(), make_policy("dally"))
     assert run.result.jobs == 0 and run.result.jobs_finished == 0
     assert run.jobs.empty and run.result.makespan_s == 0.0
+
+
+def test_the_summary_counts_moved_jobs_and_the_most_moves_of_one_job() -> None:
+    from unstall.cli.resolvers.sim import resolve_cluster, resolve_policy
+    from unstall.cli.resolvers.traces import resolve_trace
+    from unstall.sim import simulate
+
+    run = simulate(resolve_trace(None), resolve_cluster("small"), resolve_policy("tiresias"))
+    moves = run.jobs["preemptions"] + run.jobs["migrations"]
+    assert run.result.preemptions > 0  # tiresias preempts on this trace
+    assert run.result.jobs_moved == int((moves > 0).sum()) > 0
+    assert run.result.max_moves_per_job == int(moves.max()) >= 1

@@ -113,6 +113,7 @@ def _row(r) -> list[object]:  # type: ignore[no-untyped-def]
         r.gpu_util,
         r.preemptions,
         r.migrations,
+        r.max_moves_per_job,
         r.sim_wall_s,
     ]
 
@@ -128,6 +129,7 @@ COLUMNS = [
     "GPU util",
     "preempt",
     "migr",
+    "max/job",
     "wall s",
 ]
 

@@ -89,6 +89,8 @@ _COLUMNS = (
     ("gpu_util", "GPU util"),
     ("preemptions", "preemptions"),
     ("migrations", "migrations"),
+    ("jobs_moved", "jobs moved"),
+    ("max_moves_per_job", "most moves of a job"),
 )
 
 

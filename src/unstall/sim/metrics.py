@@ -42,6 +42,10 @@ class SimResult(JsonResult):
     max_slowdown: float
     preemptions: int
     migrations: int
+    # Churn per job: how many jobs were preempted or migrated at least once, and the most
+    # preemptions plus migrations any one job had.
+    jobs_moved: int
+    max_moves_per_job: int
     events: int  # arrivals, finishes, congestion changes, timers, ticks (not re-planned finishes)
     rounds: int
     sim_wall_s: float
@@ -149,6 +153,7 @@ def summarise(
     overhead = float(table["comm_overhead_s"].sum())
     slowdown = jct / np.maximum(done["duration_s"].to_numpy(), 1e-9)
     telemetry_last = {name: value for _, name, value in tl.telemetry}
+    moves = (table["preemptions"] + table["migrations"]).to_numpy()
 
     def q(p: float) -> float:
         return float(np.percentile(jct, p)) if len(jct) else 0.0
@@ -177,6 +182,8 @@ def summarise(
         max_slowdown=float(slowdown.max()) if len(slowdown) else 0.0,
         preemptions=outcome.preemptions,
         migrations=outcome.migrations,
+        jobs_moved=int(np.count_nonzero(moves)),
+        max_moves_per_job=int(moves.max()) if len(moves) else 0,
         events=outcome.events,
         rounds=outcome.rounds,
         sim_wall_s=wall_s,

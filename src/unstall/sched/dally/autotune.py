@@ -95,11 +95,13 @@ class DelayTuner:
 
     def observe_finish(self, runtime_s: float, gpus: int = 1) -> None:
         self._residual_memo.clear()
-        self._all_sorted = None
         runtimes = self._runtimes.setdefault(self._size_class(gpus), [])
         bisect.insort(runtimes, runtime_s)
         if len(runtimes) > 2000:  # keep the recent past only, roughly
             del runtimes[::2]
+            self._all_sorted = None
+        elif self._all_sorted is not None:  # kept in step rather than sorted again
+            bisect.insort(self._all_sorted, runtime_s)
 
     def observe_start(
         self, *, gpus: int, held_s: float, avoided: float, suffered: float, expected_s: float

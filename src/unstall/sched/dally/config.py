@@ -43,6 +43,12 @@ class DallyConfig:
     max_preemptions_per_round: int = 4
     max_preemption_attempts_per_round: int = 8
     max_migrations_per_round: int = 4
+    # Churn: a job preempted or migrated this many times is never moved again (each move also
+    # costs it more than the last: its restore times its moves so far plus one).
+    max_moves_per_job: int = 3
+    # Running single-node jobs may be migrated to another node to clear room (else only
+    # preempted, when outranked).
+    move_victims: bool = True
     # Before any job has finished, the expected run time of a job (the auto-tuner replaces it with
     # the median of finished jobs' run times).
     prior_runtime_s: float = 3600.0
@@ -52,6 +58,10 @@ class DallyConfig:
     tune_min: float = 0.02
     tune_max: float = 20.0
     tick_s: float = 300.0
+    # A job whose preemption attempt failed tries again after this share of the time it has
+    # waited (at least ``tick_s``): running jobs age, so time alone can make a preemption worth
+    # it, but a job that has waited for hours loses little by trying once an hour.
+    retry_fraction: float = 0.25
 
     def __post_init__(self) -> None:
         check(self.order in ORDERS, self, "order", f"must be one of {ORDERS}")
@@ -67,10 +77,12 @@ class DallyConfig:
         )
         check_non_negative(
             self,
+            retry_fraction=self.retry_fraction,
             wait_factor=self.wait_factor,
             restore_s=self.restore_s,
             max_preemptions_per_round=self.max_preemptions_per_round,
             max_migrations_per_round=self.max_migrations_per_round,
+            max_moves_per_job=self.max_moves_per_job,
         )
         check(self.insensitive_below >= 1.0, self, "insensitive_below", "must be >= 1")
         check(self.tune_step > 1.0, self, "tune_step", "must be > 1")

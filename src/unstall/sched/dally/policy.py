@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import heapq
 import random
 from dataclasses import dataclass, field
 
@@ -22,7 +23,11 @@ from unstall.sched.base import (
 from unstall.sched.dally.autotune import DelayTuner
 from unstall.sched.dally.config import DallyConfig
 from unstall.sched.dally.delay import accept_after_s
-from unstall.sched.dally.preemption import cheapest_node_room, reconsolidation
+from unstall.sched.dally.preemption import (
+    cheapest_node_room,
+    reconsolidation,
+    single_node_tenants,
+)
 from unstall.sched.dally.sensitivity import is_consolidated, is_sensitive, placement_slowdown
 from unstall.sched.free import FreeGpus
 from unstall.sched.placement import Locality
@@ -72,9 +77,28 @@ class Dally:
             prior_runtime_s=c.prior_runtime_s,
         )
         self._held: dict[str, _Held] = {}
-        self._timers_set: set[tuple[str, float]] = set()
-        self._congestion = 0.0
+        self._timers_set: dict[str, set[float]] = {}  # wake-up times asked for, by job
+        self._congestion = -1.0  # none seen yet
         self._consolidated_since: dict[str, float] = {}
+        self._moved: dict[str, int] = {}  # preemptions and migrations this policy made, by job
+        self._expected_memo: dict[int, tuple[float, float]] = {}
+        # Incremental rounds (see ``decide``): the tenancy's version, whether the last round
+        # acted, the queue length it left, when all jobs are looked at again, and the version
+        # under which each waiting job was last left waiting.
+        self._version = 0
+        self._tenancy: tuple[tuple[int, ...], int, float] = ((), -1, -1.0)
+        self._waiting_version = -1  # the version under which the queue was last gone through
+        self._acted = False
+        self._queued_seen = 0
+        self._waiting_since: dict[str, int] = {}
+        self._queued_views: dict[str, JobView] = {}
+        # Preemption retries: the earliest time each job tries again, and a heap of them.
+        self._retry_at: dict[str, float] = {}
+        self._retry_due: list[tuple[float, str]] = []
+        # Single-node running jobs by node, built at the round's first preemption attempt.
+        self._tenants: dict[int, list[JobView]] | None = None
+        self._victim_sensitivity: dict[str, float] = {}  # this round's, by job
+        self._victim_gpu_s: dict[str, float] = {}
         self.gave_up = 0  # sensitive jobs started below their best level so far
 
     # --- helpers -------------------------------------------------------------------------------
@@ -101,11 +125,22 @@ class Dally:
         return self._priority(victim, now)[0] > self._priority(job, now)[0]
 
     def _expected_remaining(self, job: JobView, now: float) -> float:
-        return self.tuner.expected_remaining_s(job.attained_gpu_s(now) / job.num_gpus, job.num_gpus)
+        # Asked many times a round for the same jobs (queue order, every preemption attempt's
+        # victims): memoised by the service attained, until the tuner learns a new run time.
+        attained = job.attained_gpu_s(now)
+        known = self._expected_memo.get(job.index)
+        if known is not None and known[0] == attained:
+            return known[1]
+        expected = self.tuner.expected_remaining_s(attained / job.num_gpus, job.num_gpus)
+        self._expected_memo[job.index] = (attained, expected)
+        return expected
 
     def _observe_finishes(self, snapshot: ClusterSnapshot) -> None:
+        if snapshot.finished:
+            self._expected_memo.clear()
         for view in snapshot.finished:
             self._consolidated_since.pop(view.job_id, None)
+            self._moved.pop(view.job_id, None)
             self.tuner.observe_finish(
                 view.attained_gpu_s(snapshot.now) / view.num_gpus, view.num_gpus
             )
@@ -114,20 +149,34 @@ class Dally:
 
     def decide(self, snapshot: ClusterSnapshot, rng: random.Random) -> Decision:
         self._observe_finishes(snapshot)
+        c = self.config
+        # The tenancy (who runs where, what is free) changes only when a job finishes, when
+        # this policy acted in the previous round, or with the congestion. A job left waiting
+        # under the same tenancy would be left waiting again, so a round looks only at the jobs
+        # new to the queue, those whose delay timer fired and those due to try preemption
+        # again (see ``_preempt_for``) unless the tenancy changed: its work follows what
+        # changed, not the length of the queue.
+        # (The free GPUs are compared too: a backend that does not report every finish in
+        # ``finished`` still gets a decision on the cluster as it is.)
+        tenancy = (snapshot.free_by_node, len(snapshot.running), snapshot.congestion)
+        if snapshot.finished or self._acted or tenancy != self._tenancy:
+            self._version += 1
+        self._tenancy = tenancy
         self._congestion = snapshot.congestion
-        now = snapshot.now
         free = FreeGpus(snapshot)
         plan = _Round()
-        for job in sorted(snapshot.queued, key=lambda j: self._priority(j, now)):
-            if free.total == 0 and not self.config.preemption:
+        self._tenants = None
+        todo = self._to_look_at(snapshot)
+        now = snapshot.now
+        for job in sorted(todo, key=lambda j: self._priority(j, now)):
+            if free.total == 0 and not c.preemption:
                 break
-            self._place(job, snapshot, free, plan)
-        if self.config.preemption and snapshot.spread_running:
+            if not self._place(job, snapshot, free, plan):
+                self._waiting_since[job.job_id] = self._version
+        self._queued_seen = len(snapshot.queued) - len(plan.starts)
+        if c.preemption and snapshot.spread_running:
             self._reconsolidate(snapshot, free, plan)
-        if self._held or self._timers_set:  # forget jobs that left the queue
-            live = {j.job_id for j in snapshot.queued}
-            self._held = {k: v for k, v in self._held.items() if k in live}
-            self._timers_set = {t for t in self._timers_set if t[0] in live}
+        self._acted = bool(plan.starts or plan.preempts or plan.migrations)
         return Decision(
             starts=tuple(plan.starts),
             preemptions=tuple(plan.preempts),
@@ -139,7 +188,33 @@ class Dally:
             ),
         )
 
-    def _place(self, job: JobView, snapshot: ClusterSnapshot, free: FreeGpus, plan: _Round) -> None:
+    def _to_look_at(self, snapshot: ClusterSnapshot) -> list[JobView]:
+        """The queued jobs this round must decide on (see ``decide``)."""
+        version = self._version
+        todo: dict[str, JobView] = {}
+        if self._waiting_version != version or len(snapshot.queued) != self._queued_seen:
+            # The tenancy changed or jobs arrived: one pass over the queue, which also keeps
+            # the views of waiting jobs for the rounds that skip it.
+            waiting = self._waiting_since
+            for j in snapshot.queued:
+                self._queued_views[j.job_id] = j
+                if waiting.get(j.job_id) != version:
+                    todo[j.job_id] = j
+            self._waiting_version = version
+        views = self._queued_views
+        for key in snapshot.fired_timers:
+            job_id = key.removeprefix("dally:")
+            if job_id in views:
+                todo[job_id] = views[job_id]
+        due = self._retry_due
+        while due and due[0][0] <= snapshot.now:
+            at, job_id = heapq.heappop(due)
+            if self._retry_at.get(job_id) == at and job_id in views:
+                todo[job_id] = views[job_id]
+        return list(todo.values())
+
+    def _place(self, job: JobView, snapshot: ClusterSnapshot, free: FreeGpus, plan: _Round) -> bool:
+        """Start ``job`` if it should start now (True), else leave it waiting (False)."""
         c = self.config
         now = snapshot.now
         placement = free.consolidated(job.num_gpus)
@@ -147,11 +222,11 @@ class Dally:
             placement = self._preempt_for(job, snapshot, free, plan)
         if placement is not None:
             self._start(job, placement, 1.0, free, plan, now)
-            return
+            return True
         # The least-bad placement free now: within one rack if possible, else anywhere.
         fallback = free.at_level(Locality.RACK, job.num_gpus) or free.best(job.num_gpus)
         if fallback is None:
-            return  # no room at any level: wait for GPUs
+            return False  # no room at any level: wait for GPUs
         slowdown = placement_slowdown(
             job, fallback, free.layout, snapshot.congestion, snapshot.spread_jobs_by_node
         )
@@ -168,13 +243,15 @@ class Dally:
             if slowdown >= c.insensitive_below:
                 self.gave_up += 1  # a sensitive job accepted a worse level
             self._start(job, fallback, slowdown, free, plan, now)
-            return
+            return True
         held = self._held.setdefault(job.job_id, _Held(since_s=now, turned_down=1.0))
         held.turned_down = max(held.turned_down, slowdown)
         wake = job.changed_s + after
-        if (job.job_id, wake) not in self._timers_set:
-            self._timers_set.add((job.job_id, wake))
+        wakes = self._timers_set.setdefault(job.job_id, set())
+        if wake not in wakes:
+            wakes.add(wake)
             plan.timers.append(SetTimer(at_s=wake, key=f"dally:{job.job_id}"))
+        return False
 
     def _start(
         self,
@@ -189,6 +266,10 @@ class Dally:
         plan.starts.append(Start(job.job_id, placement))
         self.tuner.observe_wait(job.waiting_s(now), requeued=job.preemptions > 0)
         held = self._held.pop(job.job_id, None)
+        self._timers_set.pop(job.job_id, None)
+        self._waiting_since.pop(job.job_id, None)
+        self._queued_views.pop(job.job_id, None)
+        self._retry_at.pop(job.job_id, None)
         if held is None and slowdown < self.config.insensitive_below:
             return  # neither held nor hurt: nothing for the tuner to learn
         self.tuner.observe_start(
@@ -203,51 +284,92 @@ class Dally:
         self, job: JobView, snapshot: ClusterSnapshot, free: FreeGpus, plan: _Round
     ) -> tuple[tuple[int, int], ...] | None:
         c = self.config
-        if len(plan.preempts) + len(plan.migrations) >= c.max_preemptions_per_round:
-            return None
-        if plan.attempts >= c.max_preemption_attempts_per_round:
-            return None  # each attempt looks at every running job: bound the work per round
-        plan.attempts += 1
+        now = snapshot.now
         if not is_sensitive(job, c.insensitive_below, snapshot.congestion):
             return None
-        now = snapshot.now
+        if now < self._retry_at.get(job.job_id, now):
+            return None  # tried lately and failed: see below
+        if (
+            len(plan.preempts) + len(plan.migrations) >= c.max_preemptions_per_round
+            or plan.attempts >= c.max_preemption_attempts_per_round
+        ):
+            # Each attempt looks at every running job: the work per round is bounded, and the
+            # jobs turned away try in the next round.
+            self._retry_later(job.job_id, now)
+            return None
+        plan.attempts += 1
         sensitivity = job.sensitivity.at(False, snapshot.congestion)
+        if self._tenants is None:
+            self._tenants = single_node_tenants(snapshot.running)
+            self._victim_sensitivity.clear()
+            self._victim_gpu_s.clear()
+        taken = plan.taken
+        slowdowns, gpu_s = self._victim_sensitivity, self._victim_gpu_s
+        gittins = c.order == "gittins"
+        threshold = c.preempt_ratio * self._expected_gpu_s(job, now)
+
+        # The victims' figures are asked for by every attempt of the round: kept for the round.
+        moved = self._moved
+        cap = c.max_moves_per_job
 
         def may_move(victim: JobView) -> bool:
-            if victim.job_id in plan.taken:
+            if not c.move_victims or victim.job_id in taken or moved.get(victim.job_id, 0) >= cap:
                 return False
-            return victim.sensitivity.at(False, snapshot.congestion) < sensitivity
+            slowdown = slowdowns.get(victim.job_id)
+            if slowdown is None:
+                slowdown = victim.sensitivity.at(False, snapshot.congestion)
+                slowdowns[victim.job_id] = slowdown
+            return slowdown < sensitivity
 
         def may_preempt(victim: JobView) -> bool:
-            if victim.job_id in plan.taken:
+            if victim.job_id in taken or moved.get(victim.job_id, 0) >= cap:
                 return False
-            return self._outranks(job, victim, now)
+            if not gittins:
+                return self._outranks(job, victim, now)
+            expected = gpu_s.get(victim.job_id)
+            if expected is None:
+                expected = gpu_s[victim.job_id] = self._expected_gpu_s(victim, now)
+            return expected > threshold  # _outranks, from the round's figures
 
+        gain = job.num_gpus * (sensitivity - 1.0) * self._expected_remaining(job, now)
         room = cheapest_node_room(
             job,
             free,
-            snapshot.running,
+            self._tenants,
             may_move,
             may_preempt,
             move_cost_s=c.restore_s,
             # A preempted job restores its checkpoint and first waits in the queue again.
             preempt_cost_s=c.restore_s + self.tuner.expected_requeue_wait_s(c.learn_requeue),
+            max_cost_gpu_s=gain / c.gain_margin,
+            # A job moved before pays more for each move: churn is not free to its owner.
+            history=lambda victim: 1.0 + moved.get(victim.job_id, 0),
         )
-        if room is None:
-            return None
-        gain = job.num_gpus * (sensitivity - 1.0) * self._expected_remaining(job, now)
-        if gain <= c.gain_margin * room.cost_gpu_s:
+        if room is None or gain <= c.gain_margin * room.cost_gpu_s:
+            # Running jobs age (their expected remaining time changes), so a failed attempt may
+            # succeed later even if nothing else changes; it is tried again after a share of
+            # the time the job has waited so far (at least a tick): a job that has waited for
+            # hours loses little by trying once an hour, and the work stays small.
+            self._retry_later(
+                job.job_id, now + max(c.tick_s, c.retry_fraction * job.waiting_s(now))
+            )
             return None
         for victim, dest in room.moves:
             free.give(victim.placement)
             free.take(dest)
             plan.taken.add(victim.job_id)
+            moved[victim.job_id] = moved.get(victim.job_id, 0) + 1
             plan.migrations.append(Migrate(victim.job_id, dest, f"room for {job.job_id}"))
         for victim in room.preempts:
             free.give(victim.placement)
             plan.taken.add(victim.job_id)
+            moved[victim.job_id] = moved.get(victim.job_id, 0) + 1
             plan.preempts.append(Preempt(victim.job_id, f"consolidated node for {job.job_id}"))
         return ((room.node, job.num_gpus),)
+
+    def _retry_later(self, job_id: str, at_s: float) -> None:
+        self._retry_at[job_id] = at_s
+        heapq.heappush(self._retry_due, (at_s, job_id))
 
     def _reconsolidate(self, snapshot: ClusterSnapshot, free: FreeGpus, plan: _Round) -> None:
         c = self.config
@@ -264,11 +386,14 @@ class Dally:
             if is_consolidated(job.placement, job.num_gpus, snapshot.layout):
                 self._consolidated_since[job.job_id] = job.changed_s
                 continue
+            times_moved = self._moved.get(job.job_id, 0)
+            if times_moved >= c.max_moves_per_job:
+                continue
             target = reconsolidation(
                 job,
                 free,
                 functools.partial(self._expected_remaining, job, now),
-                c.restore_s,
+                c.restore_s * (1 + times_moved),
                 c.gain_margin,
                 snapshot.congestion,
                 snapshot.spread_jobs_by_node,
@@ -276,4 +401,5 @@ class Dally:
             if target is not None:
                 free.take(target)
                 plan.taken.add(job.job_id)
+                self._moved[job.job_id] = times_moved + 1
                 plan.migrations.append(Migrate(job.job_id, target, "re-consolidate"))

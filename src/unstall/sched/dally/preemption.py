@@ -14,7 +14,8 @@ All figures are GPU-seconds, so a 1-GPU victim weighs less than an 8-GPU one.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from unstall.sched.base import JobView, Placement
@@ -46,19 +47,20 @@ def _destination(free: FreeGpus, victim: JobView, avoid: int) -> Placement | Non
 def _plan_node(
     node: int,
     job: JobView,
-    tenants: list[JobView],
+    tenants: Sequence[JobView],
     free: FreeGpus,
     may_move: Callable[[JobView], bool],
     may_preempt: Callable[[JobView], bool],
     move_cost_s: float,
     preempt_cost_s: float,
+    history: Callable[[JobView], float],
 ) -> RoomPlan | None:
-    """Clear room on ``node``: smallest tenants first, each moved if a node has room for it
+    """Clear room on ``node``: its tenants, smallest first, each moved if a node has room for it
     (it keeps its locality), else preempted if it may be; None if the room cannot be made."""
     room = free.by_node[node]
     moves: list[tuple[JobView, Placement]] = []
     preempts: list[JobView] = []
-    for victim in sorted(tenants, key=lambda v: (v.num_gpus, v.index)):
+    for victim in tenants:  # smallest first (single_node_tenants' order)
         if room >= job.num_gpus:
             break
         dest = _destination(free, victim, node) if may_move(victim) else None
@@ -74,32 +76,59 @@ def _plan_node(
         free.give(dest)
     if room < job.num_gpus:
         return None
-    cost = sum(v.num_gpus for v, _ in moves) * move_cost_s
-    cost += sum(v.num_gpus for v in preempts) * preempt_cost_s
+    cost = sum(v.num_gpus * history(v) for v, _ in moves) * move_cost_s
+    cost += sum(v.num_gpus * history(v) for v in preempts) * preempt_cost_s
     return RoomPlan(node, tuple(moves), tuple(preempts), cost)
+
+
+def single_node_tenants(running: Iterable[JobView]) -> dict[int, list[JobView]]:
+    """Running jobs on one node, by node (ascending), smallest first (GPUs, then index): the
+    candidates :func:`cheapest_node_room` clears a node of, built once per round."""
+    tenants: dict[int, list[JobView]] = {}
+    for r in running:
+        if len(r.placement) == 1:
+            tenants.setdefault(r.placement[0][0], []).append(r)
+    for victims in tenants.values():
+        victims.sort(key=lambda v: (v.num_gpus, v.index))
+    return dict(sorted(tenants.items()))
 
 
 def cheapest_node_room(
     job: JobView,
     free: FreeGpus,
-    running: Collection[JobView],
+    tenants: Mapping[int, Sequence[JobView]],
     may_move: Callable[[JobView], bool],
     may_preempt: Callable[[JobView], bool],
     *,
     move_cost_s: float,
     preempt_cost_s: float,
+    max_cost_gpu_s: float = math.inf,
+    history: Callable[[JobView], float] = lambda victim: 1.0,
 ) -> RoomPlan | None:
-    """The node that is cheapest (in victims' GPU-seconds lost) to clear for ``job``."""
-    tenants: dict[int, list[JobView]] = {}
-    for r in running:
-        if len(r.placement) == 1 and (may_move(r) or may_preempt(r)):
-            tenants.setdefault(r.placement[0][0], []).append(r)
+    """The node that is cheapest (in victims' GPU-seconds lost) to clear for ``job``, among those
+    that cost less than ``max_cost_gpu_s`` (what the gain can pay for), lowest node among equals.
+
+    ``tenants`` is :func:`single_node_tenants` of the running jobs. ``history`` scales a
+    victim's cost (at least 1: a job moved before pays more). Every GPU cleared costs at
+    least the cheaper of the two unit costs, so a node short of ``k`` free GPUs costs at least
+    ``k`` times that: nodes whose bound already loses to the best plan or to ``max_cost_gpu_s``
+    are not planned at all (the plans they would give could not be chosen, so the answer is the
+    one planning every node gives, at a fraction of the work).
+    """
+    unit = min(move_cost_s, preempt_cost_s)
+    node_gpus = free.layout.node_gpus
     best: RoomPlan | None = None
-    for node, victims in tenants.items():
+    for node, candidates in tenants.items():
+        if node_gpus[node] < job.num_gpus:
+            continue
+        bound = (job.num_gpus - free.by_node[node]) * unit
+        if bound >= max_cost_gpu_s or (best is not None and bound >= best.cost_gpu_s):
+            continue
+        victims = [v for v in candidates if may_move(v) or may_preempt(v)]
         if free.by_node[node] + sum(v.num_gpus for v in victims) < job.num_gpus:
             continue
         plan = _plan_node(
-            node, job, victims, free, may_move, may_preempt, move_cost_s, preempt_cost_s
+            node, job, victims, free, may_move, may_preempt, move_cost_s, preempt_cost_s, history
         )
         if plan is not None and (best is None or plan.cost_gpu_s < best.cost_gpu_s):
             best = plan
