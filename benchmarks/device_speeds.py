@@ -74,7 +74,7 @@ def sensitivity(points: list[ThroughputPoint], fit_without: frozenset[str]) -> d
 def roofline_json(points: list[ThroughputPoint], keep_all: bool) -> dict:  # type: ignore[type-arg]
     model = fit_roofline_on([p for p in points if keep_all or p.family not in LEFT_OUT])
     return {
-        "launch_s": {d: round(v, 7) for d, v in sorted(model.launch_s.items())},
+        "launch_s": round(model.launch_s, 7),
         "efficiency": {d: round(v, 4) for d, v in sorted(model.efficiency.items())},
         "winograd": {d: round(v, 4) for d, v in sorted(model.winograd.items())},
         "memory_passes": round(model.memory_passes, 3),

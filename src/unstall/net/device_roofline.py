@@ -5,7 +5,7 @@ median family's speeds, which know nothing about the model. The roofline predict
 on each GPU from what is known about the model without running it there, and the GPUs'
 datasheet figures::
 
-    t(gpu) = layer_calls x launch_s(gpu)                                  # launches, host
+    t(gpu) = layer_calls x launch_s                                       # launches, host
            + flops x (1 - w + w / winograd(gpu)) / (fp32 peak(gpu) x efficiency(gpu))
            + memory_passes x weight_bytes / bandwidth(gpu)     # weights, gradients, optimizer
 
@@ -17,13 +17,16 @@ Convolutional Neural Networks": 2.25x fewer multiplies for F(2x2, 3x3)) on some 
 and not others, so a 3x3-heavy CNN gains more from a newer GPU than its FLOPs say; the fitted
 ``winograd(gpu)`` is that gain (about 1 on a K80, 2.5-3 on a P100 or V100 in Gavel's data).
 
-The constants (``launch_s``, ``efficiency`` and ``winograd`` per GPU, one ``memory_passes``)
-are fitted on measured step times (:func:`fit_roofline`: least squares on log step times with
-a soft-L1 loss, so that one odd job does not pull the fit). A small job is then bound by
-launches, where GPUs differ little, and a large one by arithmetic, where they differ most: the
-two ends of Gavel's ratios (A3C about 2x from a K80 to a V100, ResNet-50 about 6x). The memory
-term stands for every per-step cost that grows with the parameters (optimizer update, gradient
-zeroing and clipping); its fitted number of passes is larger than the bytes alone explain.
+The constants (``efficiency`` and ``winograd`` per GPU, one ``launch_s`` and one
+``memory_passes``) are fitted on measured step times (:func:`fit_roofline`: least squares on log
+step times with a soft-L1 loss, so that one odd job does not pull the fit). A small job is then
+bound by launches, where GPUs differ little, and a large one by arithmetic, where they differ
+most: the two ends of Gavel's ratios (A3C about 2x from a K80 to a V100, ResNet-50 about 6x).
+The launch time is one for every GPU: it is host work (Python, the framework, the driver), and a
+launch time per GPU, fitted on families that are not launch-bound, is unconstrained (left out of
+the fit, A3C came out 7x *faster* on a K80 than on a V100). The memory term stands for every
+per-step cost that grows with the parameters (optimizer update, gradient zeroing and clipping);
+its fitted number of passes is larger than the bytes alone explain.
 """
 
 from __future__ import annotations
@@ -98,22 +101,20 @@ class RooflineModel:
     figures they were fitted against."""
 
     figures: Mapping[str, GpuFigures]
-    launch_s: Mapping[str, float]  # seconds per weight-layer call, by GPU
+    launch_s: float  # seconds per weight-layer call, every GPU
     efficiency: Mapping[str, float]  # fraction of the fp32 peak reached, by GPU
     winograd: Mapping[str, float]  # speed-up of 3x3 stride-1 convolutions, by GPU
     memory_passes: float  # times the weight bytes cross memory per step, all GPUs
 
     def __post_init__(self) -> None:
         gpus = set(self.figures)
-        for field in ("launch_s", "efficiency", "winograd"):
+        for field in ("efficiency", "winograd"):
             check(set(getattr(self, field)) == gpus, self, field, "one per GPU of figures")
         for name, value in self.winograd.items():
             check(value > 0, self, f"winograd.{name}", f"must be > 0, got {value}")
         for name, value in self.efficiency.items():
             check(0 < value <= 1, self, f"efficiency.{name}", f"must be in (0, 1], got {value}")
-        for name, value in self.launch_s.items():
-            check(value >= 0, self, f"launch_s.{name}", f"must be >= 0, got {value}")
-        check_non_negative(self, memory_passes=self.memory_passes)
+        check_non_negative(self, launch_s=self.launch_s, memory_passes=self.memory_passes)
 
     @property
     def devices(self) -> tuple[str, ...]:
@@ -126,7 +127,7 @@ class RooflineModel:
         w = step.winograd_share
         arithmetic = step.flops * (1.0 - w + w / self.winograd[name])
         return (
-            step.layer_calls * self.launch_s[name]
+            step.layer_calls * self.launch_s
             + arithmetic / (gpu.fp32_flops * self.efficiency[name])
             + self.memory_passes * step.weight_bytes / gpu.memory_bytes_s
         )
@@ -154,16 +155,16 @@ def _sigmoid(x: float) -> float:
 
 
 def _unpack(theta: Sequence[float], figures: Mapping[str, GpuFigures]) -> RooflineModel:
-    """Unconstrained parameters -> constants: log launch seconds, logit efficiency, log
-    Winograd gain (per GPU), log memory passes."""
+    """Unconstrained parameters -> constants: log launch seconds, logit efficiency and log
+    Winograd gain per GPU, log memory passes."""
     devices = sorted(figures)
     n = len(devices)
     return RooflineModel(
         figures=figures,
-        launch_s={d: math.exp(theta[i]) for i, d in enumerate(devices)},
-        efficiency={d: _sigmoid(theta[n + i]) for i, d in enumerate(devices)},
-        winograd={d: math.exp(theta[2 * n + i]) for i, d in enumerate(devices)},
-        memory_passes=math.exp(theta[3 * n]),
+        launch_s=math.exp(theta[0]),
+        efficiency={d: _sigmoid(theta[1 + i]) for i, d in enumerate(devices)},
+        winograd={d: math.exp(theta[1 + n + i]) for i, d in enumerate(devices)},
+        memory_passes=math.exp(theta[1 + 2 * n]),
     )
 
 
@@ -191,6 +192,6 @@ def fit_roofline(
         ]
 
     # Start at 0.1 ms a layer call, half the peak, no Winograd gain, one pass over the weights.
-    start = [math.log(1e-4)] * len(devices) + [0.0] * (2 * len(devices)) + [0.0]
+    start = [math.log(1e-4)] + [0.0] * (2 * len(devices)) + [0.0]
     fit = least_squares(residuals, start, loss="soft_l1", f_scale=loss_scale)
     return _unpack(list(fit.x), gpus)

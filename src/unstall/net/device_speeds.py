@@ -176,7 +176,7 @@ def _roofline(data: object) -> RooflineModel | None:
     gpus = sorted(data["efficiency"])
     return RooflineModel(
         figures={g: GpuFigures.datasheet(g) for g in gpus},
-        launch_s={g: float(data["launch_s"][g]) for g in gpus},
+        launch_s=float(data["launch_s"]),
         efficiency={g: float(data["efficiency"][g]) for g in gpus},
         winograd={g: float(data["winograd"][g]) for g in gpus},
         memory_passes=float(data["memory_passes"]),
