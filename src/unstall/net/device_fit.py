@@ -4,7 +4,8 @@ Input: Gavel's measured throughputs (stanford-futuredata/gavel,
 ``scheduler/simulation_throughputs.json``, MIT): iterations per second of each job type
 ("ResNet-50 (batch size 32)", ...) alone on one K80, P100 or V100. A family's speed on a GPU is
 its throughput there relative to the reference GPU (V100), the geometric mean over the family's
-batch sizes. A model of no measured family gets the median of the families' speeds.
+batch sizes. A model of no measured family gets the roofline's speeds for its step
+(:mod:`unstall.net.device_roofline`), or the median of the families' speeds.
 
 Judging the fit: a cross-device ratio ``t(a) / t(b)`` of one job type is predicted
 
@@ -178,11 +179,16 @@ def _median_out(fit_without: frozenset[str]) -> Predictor:
     return predict
 
 
-def _leave_batch_out(p: ThroughputPoint, points: Sequence[ThroughputPoint]) -> Mapping[str, float]:
-    same = [q for q in points if q.family == p.family and q is not p]
-    if not same:  # a family measured at one batch size only has nothing else to learn from
-        return _median_out(frozenset())(p, points)
-    return fit_family_speeds(same)[p.family]
+def _batch_out(fit_without: frozenset[str]) -> Predictor:
+    """Leave one batch size out: the family's other batch sizes; a family measured at one batch
+    size only has nothing else to learn from and gets the median of the others."""
+    median_out = _median_out(fit_without)
+
+    def predict(p: ThroughputPoint, points: Sequence[ThroughputPoint]) -> Mapping[str, float]:
+        same = [q for q in points if q.family == p.family and q is not p]
+        return fit_family_speeds(same)[p.family] if same else median_out(p, points)
+
+    return predict
 
 
 def _roofline_out(
@@ -213,10 +219,10 @@ def held_out_errors(
     """Every cross-device ratio of every point predicted by ``method`` ("leave-one-family-out",
     "leave-one-batch-out", "datasheet" with ``datasheet`` = the flat model's speeds, or
     "roofline" with ``step_of`` giving a point's step features and ``figures`` overriding GPUs'
-    datasheet figures). Neither family-out method learns from the families in ``fit_without``."""
+    datasheet figures). No method learns from another family in ``fit_without``."""
     predictors: dict[str, Predictor] = {
         "leave-one-family-out": _median_out(fit_without),
-        "leave-one-batch-out": _leave_batch_out,
+        "leave-one-batch-out": _batch_out(fit_without),
         "roofline": _roofline_out(step_of, fit_without, figures),
     }
     if method == "datasheet":
