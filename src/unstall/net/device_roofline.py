@@ -11,11 +11,12 @@ datasheet figures::
 
 ``flops`` are the step's training FLOPs (3 x forward FLOPs x samples), ``w`` the share of them
 in 3x3 stride-1 convolutions, ``weight_bytes`` the parameter bytes, ``layer_calls`` the weight
-layers run per step (a layer run at 20 time steps counts 20). Why ``w``: cuDNN runs 3x3
+layers run per step (a layer run at 20 time steps counts 20). Why ``w``: cuDNN can run 3x3
 stride-1 convolutions with Winograd's minimal filtering (Lavin & Gray 2016, "Fast Algorithms for
-Convolutional Neural Networks": 2.25x fewer multiplies for F(2x2, 3x3)) on some GPU generations
-and not others, so a 3x3-heavy CNN gains more from a newer GPU than its FLOPs say; the fitted
-``winograd(gpu)`` is that gain (about 1 on a K80, 2.5-3 on a P100 or V100 in Gavel's data).
+Convolutional Neural Networks": 2.25x fewer multiplies for F(2x2, 3x3)), and what that gains
+depends on the GPU generation, so a 3x3-heavy CNN gains more from a newer GPU than its FLOPs
+say. The fitted ``winograd(gpu)`` is that gain: on Gavel's data about 0.9 on a K80 (none) and
+1.9 on a P100 or V100.
 
 The constants (``efficiency`` and ``winograd`` per GPU, one ``launch_s`` and one
 ``memory_passes``) are fitted on measured step times (:func:`fit_roofline`: least squares on log
