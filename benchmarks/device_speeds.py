@@ -2,20 +2,25 @@
 
 Fits each family's speed relative to a V100 (:func:`unstall.net.device_fit.fit_family_speeds`),
 then reports how well cross-device ratios ``t(slow GPU) / t(fast GPU)`` of Gavel's job types are
-predicted held out: leave one model family out (a model outside the table gets the median of the
-other families), leave one batch size out (a family in the table at a batch it was not fitted
-on), and the flat datasheet model (fp32 peak x a flat efficiency) for comparison. ``--write``
-stores the fitted table as the package's data file ``src/unstall/net/data/device_speeds.json``.
+predicted held out: leave one model family out (the median of the other families' speeds), leave
+one batch size out (a family in the table at a batch it was not fitted on), the flat datasheet
+model (fp32 peak x a flat efficiency), and leave one family out with the step-time roofline
+(:mod:`unstall.net.device_roofline`: fitted on the other families, fed the held-out job's FLOPs,
+parameter bytes, layer calls and 3x3-convolution share from its architecture,
+:mod:`unstall.net.gavel_models`). ``--write`` stores the fitted table and the roofline's
+constants as the package's data file ``src/unstall/net/data/device_speeds.json``.
 
     .venv/bin/python benchmarks/device_speeds.py [--gavel PATH] [--json OUT] [--write]
 
 Gavel's recommendation job runs slower on a V100 than on a K80 (host-bound on Gavel's machines);
-it counts in the held-out errors but is left out of the shipped table (``--keep-all`` keeps it).
+it counts in the held-out errors but is left out of the shipped table and of every roofline fit
+(``--keep-all`` keeps it in both).
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import platform
 import statistics
@@ -27,20 +32,53 @@ from unstall.net.device_fit import (
     GAVEL_DEVICES,
     REFERENCE_DEVICE,
     RatioError,
+    ThroughputPoint,
     fit_family_speeds,
+    fit_roofline_on,
     gavel_points,
+    gavel_step,
     generic_speeds,
     held_out_errors,
     median_error,
 )
+from unstall.net.device_roofline import GpuFigures, StepFeatures
 from unstall.net.device_speeds import gpu_flat_ratio
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_GAVEL = ROOT.parent / "shared" / "data" / "gavel" / "simulation_throughputs.json"
 DATA_FILE = ROOT / "src" / "unstall" / "net" / "data" / "device_speeds.json"
-METHODS = ("leave-one-family-out", "leave-one-batch-out", "datasheet")
-# Left out of the shipped table, with the reason (see the module docstring).
+METHODS = ("leave-one-family-out", "leave-one-batch-out", "datasheet", "roofline")
+# Left out of the shipped table and the roofline fits, with the reason (see the docstring).
 LEFT_OUT = {"recommendation": "slower on Gavel's V100 than on its K80: bound by the host"}
+
+
+def _no_winograd(p: ThroughputPoint) -> StepFeatures:
+    return dataclasses.replace(gavel_step(p), winograd_share=0.0)
+
+
+def sensitivity(points: list[ThroughputPoint], fit_without: frozenset[str]) -> dict[str, float]:
+    """The roofline's held-out median when one choice changes (how fragile the figure is)."""
+    p100_16gb = {"p100": dataclasses.replace(GpuFigures.datasheet("p100"), memory_bytes_s=732e9)}
+    runs = {
+        "as shipped": {"fit_without": fit_without},
+        "recommendation kept in the fits": {"fit_without": frozenset[str]()},
+        "no 3x3-convolution term": {"fit_without": fit_without, "step_of": _no_winograd},
+        "P100 16 GB (732 GB/s)": {"fit_without": fit_without, "figures": p100_16gb},
+    }
+    return {
+        name: median_error(held_out_errors(points, "roofline", **kw))  # type: ignore[arg-type]
+        for name, kw in runs.items()
+    }
+
+
+def roofline_json(points: list[ThroughputPoint], keep_all: bool) -> dict:  # type: ignore[type-arg]
+    model = fit_roofline_on([p for p in points if keep_all or p.family not in LEFT_OUT])
+    return {
+        "launch_s": round(model.launch_s, 7),
+        "efficiency": {d: round(v, 4) for d, v in sorted(model.efficiency.items())},
+        "winograd": {d: round(v, 4) for d, v in sorted(model.winograd.items())},
+        "memory_passes": round(model.memory_passes, 3),
+    }
 
 
 def table_json(points: list, keep_all: bool) -> dict:  # type: ignore[type-arg]
@@ -56,6 +94,7 @@ def table_json(points: list, keep_all: bool) -> dict:  # type: ignore[type-arg]
         "left_out": {} if keep_all else LEFT_OUT,
         "families": rounded,
         "generic": {d: round(v, 4) for d, v in generic_speeds(families).items()},
+        "roofline": roofline_json(points, keep_all),
     }
 
 
@@ -66,33 +105,46 @@ def by_family(errors: list[RatioError]) -> dict[str, float]:
     return {f: median_error(g) for f, g in sorted(groups.items())}
 
 
+def print_table(results: dict[str, list[RatioError]]) -> dict[str, dict[str, float]]:
+    """Median error by held-out family and over all ratios, with and without the left-out ones."""
+    print(f"{'family':15s} " + " ".join(f"{m:>21s}" for m in METHODS))
+    per = {m: by_family(results[m]) for m in METHODS}
+    for f in sorted(per[METHODS[0]]):
+        print(f"{f:15s} " + " ".join(f"{per[m][f]:21.1%}" for m in METHODS))
+    summary = {m: median_error(results[m]) for m in METHODS}
+    print(f"{'median, all':15s} " + " ".join(f"{summary[m]:21.1%}" for m in METHODS))
+    kept = {m: median_error([e for e in results[m] if e.family not in LEFT_OUT]) for m in METHODS}
+    print(f"{'median, kept':15s} " + " ".join(f"{kept[m]:21.1%}" for m in METHODS))
+    return {"all": summary, "without_left_out": kept, **{f"by_family.{m}": per[m] for m in per}}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--gavel", type=Path, default=DEFAULT_GAVEL)
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--write", action="store_true", help=f"write {DATA_FILE.name}")
-    parser.add_argument("--keep-all", action="store_true", help="ship every family")
+    parser.add_argument("--keep-all", action="store_true", help="ship and fit every family")
     args = parser.parse_args()
     if not args.gavel.is_file():
         raise SystemExit(f"needs Gavel's throughputs at {args.gavel} (--gavel PATH): not found")
     points = gavel_points(json.loads(args.gavel.read_text()), source=str(args.gavel))
     flat = {d: gpu_flat_ratio(d) for d in GAVEL_DEVICES}
+    fit_without = frozenset[str]() if args.keep_all else frozenset(LEFT_OUT)
     results = {
-        m: held_out_errors(points, m, datasheet=flat if m == "datasheet" else None) for m in METHODS
+        m: held_out_errors(points, m, datasheet=flat, fit_without=fit_without) for m in METHODS
     }
-    families = sorted({p.family for p in points})
-    print(f"{len(points)} job types (family x batch) x 3 GPU pairs = {3 * len(points)} ratios")
-    print(f"{'family':15s} " + " ".join(f"{m:>21s}" for m in METHODS))
-    per = {m: by_family(results[m]) for m in METHODS}
-    for f in families:
-        print(f"{f:15s} " + " ".join(f"{per[m][f]:21.1%}" for m in METHODS))
-    summary = {m: median_error(results[m]) for m in METHODS}
-    print(f"{'median, all':15s} " + " ".join(f"{summary[m]:21.1%}" for m in METHODS))
-    kept = [e for e in results[METHODS[0]] if e.family not in LEFT_OUT]
-    print(f"leave-one-family-out without {sorted(LEFT_OUT)}: {median_error(kept):.1%}")
+    print(f"{len(points)} job types (family x batch) x 3 GPU pairs = {3 * len(points)} ratios;")
+    print(f"family-out methods never learn from {sorted(fit_without)}")
+    medians = print_table(results)
+    median_with_all = median_error(held_out_errors(points, "leave-one-family-out"))
+    print(f"leave-one-family-out, median of all other families: {median_with_all:.1%}")
+    fragile = sensitivity(points, fit_without)
+    for name, value in fragile.items():
+        print(f"roofline held out, {name}: {value:.1%}")
     table = table_json(points, args.keep_all)
     print("fitted speeds relative to v100:", json.dumps(table["families"]))
     print("generic (no family):", table["generic"])
+    print("roofline:", json.dumps(table["roofline"]))
     if args.write:
         DATA_FILE.parent.mkdir(parents=True, exist_ok=True)
         DATA_FILE.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
@@ -101,9 +153,10 @@ def main() -> None:
         out = {
             "date": date.today().isoformat(),
             "machine": platform.platform(),
-            "median_error": summary,
-            "median_error_by_family": per,
-            "leave_one_family_out_without_left_out": median_error(kept),
+            "fit_without": sorted(fit_without),
+            "median_error": medians,
+            "leave_one_family_out_median_of_all_others": median_with_all,
+            "roofline_sensitivity": fragile,
             "mean_error": {m: statistics.fmean(e.error for e in results[m]) for m in METHODS},
             "errors": {m: [e.to_dict() | {"error": e.error} for e in results[m]] for m in METHODS},
             "table": table,

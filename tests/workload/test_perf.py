@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from unstall.errors import ConfigError
 from unstall.net import topology
-from unstall.net.device_speeds import relative_speed
+from unstall.net.device_roofline import StepFeatures
+from unstall.net.device_speeds import relative_speed, speed_table
 from unstall.net.link import Link
 from unstall.net.sharing import max_min_fair
 from unstall.net.topology import TopologyConfig, intra_link, nic_link, uplink_link
@@ -156,6 +157,7 @@ class Facts:
     gradient_tensors: int = 10
     layers: int = 5
     flops_per_sample: float = 1e9
+    winograd_flops_per_sample: float = 0.0
 
 
 def test_from_facts() -> None:
@@ -163,6 +165,22 @@ def test_from_facts() -> None:
     achieved = 15.7e12 * 0.5
     assert s.compute_s == pytest.approx(3 * 1e9 * 64 / achieved)
     assert (s.gradient_bytes, s.gradient_tensors, s.layers, s.overlap) == (4e6, 10, 5, 0.3)
+    assert s.step == StepFeatures(flops=3 * 1e9 * 64, weight_bytes=4e6, layer_calls=5)
+
+
+def test_a_model_of_no_fitted_family_scales_between_gpus_by_the_roofline() -> None:
+    facts = Facts(winograd_flops_per_sample=0.5e9)
+    on_v100 = JobPerfSpec.from_facts(facts, device_name="v100", local_batch=64)
+    on_k80 = JobPerfSpec.from_facts(facts, device_name="k80", local_batch=64)
+    assert on_v100.step is not None and on_v100.step.winograd_share == 0.5
+    speeds = speed_table().roofline.speeds(on_v100.step, "v100")  # type: ignore[union-attr]
+    assert on_k80.compute_s / on_v100.compute_s == pytest.approx(1 / speeds["k80"])
+    assert on_v100.on_device("k80").compute_s == pytest.approx(on_k80.compute_s)
+    # a fitted family keeps its measured speeds
+    r50 = JobPerfSpec.from_facts(facts, device_name="v100", local_batch=64, family="resnet50")
+    assert r50.on_device("k80").compute_s == pytest.approx(
+        r50.compute_s / speed_table().families["resnet50"]["k80"]
+    )
 
 
 def test_placement_strings() -> None:

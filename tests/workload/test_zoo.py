@@ -14,7 +14,7 @@ from torch import nn
 
 from unstall.errors import ConfigError
 from unstall.workload import zoo
-from unstall.workload.model_facts import count_flops, count_layers
+from unstall.workload.model_facts import count_flops, count_layers, is_winograd_conv, measure_model
 
 # Published parameter counts at 224x224 with 1000 classes (torchvision's model cards, which match
 # the papers): the zoo must be within 1%.
@@ -230,6 +230,26 @@ def test_facts_round_trip_through_json() -> None:
 
 
 # --- facts by hand on tiny models ----------------------------------------------------------------
+
+
+def test_winograd_flops_are_those_of_3x3_stride_1_convolutions() -> None:
+    model = nn.Sequential(
+        nn.Conv2d(2, 4, 3, padding=1),  # 3x3 stride 1: counted, 8x8 out
+        nn.Conv2d(4, 4, 3, stride=2, padding=1),  # strided: not, 4x4 out
+        nn.Conv2d(4, 4, 1),  # 1x1: not
+        nn.Conv2d(4, 4, 3, padding=1, groups=2),  # grouped: not
+    )
+    inputs = torch.zeros(3, 2, 8, 8)
+    f = measure_model(model, inputs, name="tiny", options=(), input_kind="image")
+    counted = 2 * 8 * 8 * 4 * (2 * 9)
+    others = 2 * 4 * 4 * 4 * (4 * 9) + 2 * 4 * 4 * 4 * 4 + 2 * 4 * 4 * 4 * (2 * 9)
+    assert f.winograd_flops_per_sample == counted
+    assert f.flops_per_sample == counted + others
+    assert [is_winograd_conv(m) for m in model] == [True, False, False, False]
+    assert zoo.facts("mlp").winograd_flops_per_sample == 0.0
+    # VGG-16 is all 3x3 stride-1 convolutions but for its classifier
+    vgg = zoo.facts("vgg16")
+    assert 0.95 < vgg.winograd_flops_per_sample / vgg.flops_per_sample < 1.0
 
 
 def test_mlp_flops_params_and_layers_by_hand() -> None:

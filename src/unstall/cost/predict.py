@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 from unstall.config import check
 from unstall.cost.catalog import Instance
-from unstall.net.device_speeds import relative_speed
+from unstall.net.device_speeds import relative_speed, speed_table
 from unstall.net.link import Link
 from unstall.net.topology import (
     CALIBRATED_NETWORK_EFFICIENCY,
@@ -189,11 +189,7 @@ def job_from_model(name: str, devices: Sequence[str], *, precision: str = "fp32"
     check(bool(devices), "job_from_model", "devices", "must name at least one device")
     per_device = {d: _in_precision(spec_for(name, d), precision) for d in devices}
     reference = per_device[devices[0]]
-    speeds = (
-        f"GPU speeds measured for {reference.family}"
-        if reference.family
-        else "median measured GPU speeds"
-    )
+    speeds = _speeds_origin(reference)
     origin = (
         f"zoo estimate from FLOPs ({precision}; {speeds}) at {reference.local_batch} samples"
         " per GPU"
@@ -201,12 +197,21 @@ def job_from_model(name: str, devices: Sequence[str], *, precision: str = "fp32"
     return JobModel(spec=reference, per_device=per_device, origin=origin)
 
 
+def _speeds_origin(spec: JobPerfSpec) -> str:
+    """Where the GPU speeds that scale ``spec`` between GPU types come from."""
+    if spec.family in speed_table().families:
+        return f"GPU speeds measured for {spec.family}"
+    if spec.step is not None:
+        return "GPU speeds from the roofline fitted on measurements, for its FLOPs and layers"
+    return "median measured GPU speeds"
+
+
 def _in_precision(spec: JobPerfSpec, precision: str) -> JobPerfSpec:
     """``spec`` (estimated in its own precision) with its FLOP-bound part at ``precision``."""
     if precision == spec.precision:
         return spec
-    ratio = relative_speed(spec.device, spec.family, spec.precision) / relative_speed(
-        spec.device, spec.family, precision
+    ratio = relative_speed(spec.device, spec.family, spec.precision, spec.step) / relative_speed(
+        spec.device, spec.family, precision, spec.step
     )
     variable = (spec.compute_s - spec.fixed_compute_s) * ratio
     return dataclasses.replace(spec, compute_s=spec.fixed_compute_s + variable, precision=precision)

@@ -19,9 +19,11 @@ What this part offers:
   CUDA device name to its preset) and ``cpu_to_gpu_factor`` (a CPU's measured rate to a GPU's,
   for profiles measured on a CPU, labelled :data:`CPU_DEVICE`).
 - GPU speeds per model family from measurements (:mod:`unstall.net.device_speeds`):
-  ``relative_speed(gpu, family, precision)`` against a V100 in fp32 (fitted on Gavel's K80 /
-  P100 / V100 throughputs, public figures for T4 / A10G / A100 / H100), ``model_family(model)``
-  and ``compute_time_scale(from, to, precision, family)`` between GPUs.
+  ``relative_speed(gpu, family, precision, step)`` against a V100 in fp32 (fitted on Gavel's
+  K80 / P100 / V100 throughputs, public figures for T4 / A10G / A100 / H100; a model of no
+  fitted family with a known ``step``, :class:`StepFeatures`, takes the roofline fitted on the
+  same measurements, :mod:`unstall.net.device_roofline`), ``model_family(model)`` and
+  ``compute_time_scale(from, to, precision, family, step)`` between GPUs.
 
 Example:
 
@@ -45,6 +47,7 @@ Example:
 {'b': 4.0, 'a': 6.0}
 """
 
+from unstall.net.device_roofline import StepFeatures
 from unstall.net.device_speeds import (
     MODEL_FAMILIES,
     PUBLIC_FIGURES,
@@ -104,6 +107,7 @@ __all__ = [
     "LinkId",
     "LinkPreset",
     "NodeGroup",
+    "StepFeatures",
     "TopologyConfig",
     "compute_time_scale",
     "cpu_to_gpu_factor",

@@ -4,15 +4,20 @@ Input: Gavel's measured throughputs (stanford-futuredata/gavel,
 ``scheduler/simulation_throughputs.json``, MIT): iterations per second of each job type
 ("ResNet-50 (batch size 32)", ...) alone on one K80, P100 or V100. A family's speed on a GPU is
 its throughput there relative to the reference GPU (V100), the geometric mean over the family's
-batch sizes. A model of no measured family gets the median of the families' speeds.
+batch sizes. A model of no measured family gets the roofline's speeds for its step
+(:mod:`unstall.net.device_roofline`), or the median of the families' speeds.
 
 Judging the fit: a cross-device ratio ``t(a) / t(b)`` of one job type is predicted
 
 - ``leave-one-family-out``: from the median speeds of the *other* families (what a model outside
-  the table gets);
+  the table gets when nothing is known about it);
 - ``leave-one-batch-out``: from the same family's other batch sizes (what a family in the table
   gets for a batch it was not measured at);
-- ``datasheet``: from the flat model (fp32 peak x a flat efficiency, :mod:`unstall.net.hardware`),
+- ``datasheet``: from the flat model (fp32 peak x a flat efficiency, :mod:`unstall.net.hardware`);
+- ``roofline``: from the step-time roofline (:mod:`unstall.net.device_roofline`) fitted on the
+  *other* families' measured step times, fed the held-out job's FLOPs, parameter bytes and layer
+  calls (:mod:`unstall.net.gavel_models`, from the architectures): what a model outside the table
+  gets when its facts are known,
 
 and the error is ``|predicted / measured - 1|``.
 """
@@ -28,6 +33,14 @@ from itertools import combinations
 
 from unstall.config import check
 from unstall.errors import DataFileError
+from unstall.net.device_roofline import (
+    GpuFigures,
+    MeasuredStep,
+    RooflineModel,
+    StepFeatures,
+    fit_roofline,
+)
+from unstall.net.gavel_models import GAVEL_MODELS
 from unstall.results import JsonResult
 
 REFERENCE_DEVICE = "v100"
@@ -133,17 +146,65 @@ class RatioError(JsonResult):
 
 # A predictor: (the family's point, the other points it may learn from) -> speeds by device.
 Predictor = Callable[[ThroughputPoint, Sequence[ThroughputPoint]], Mapping[str, float]]
+# What the roofline knows about a job type without running it: its step's features.
+StepOf = Callable[[ThroughputPoint], StepFeatures]
 
 
-def _leave_family_out(p: ThroughputPoint, points: Sequence[ThroughputPoint]) -> Mapping[str, float]:
-    return generic_speeds(fit_family_speeds([q for q in points if q.family != p.family]))
+def gavel_step(p: ThroughputPoint) -> StepFeatures:
+    """The step of one of Gavel's job types, from its architecture (:data:`GAVEL_MODELS`)."""
+    return GAVEL_MODELS[p.family].step(p.batch)
 
 
-def _leave_batch_out(p: ThroughputPoint, points: Sequence[ThroughputPoint]) -> Mapping[str, float]:
-    same = [q for q in points if q.family == p.family and q is not p]
-    if not same:  # a family measured at one batch size only has nothing else to learn from
-        return _leave_family_out(p, points)
-    return fit_family_speeds(same)[p.family]
+def fit_roofline_on(
+    points: Sequence[ThroughputPoint],
+    step_of: StepOf = gavel_step,
+    figures: Mapping[str, GpuFigures] | None = None,
+) -> RooflineModel:
+    """The roofline fitted on ``points``' measured seconds per step (1 / throughput)."""
+    measured = [
+        MeasuredStep(step=step_of(p), seconds={d: 1.0 / r for d, r in p.throughput.items()})
+        for p in points
+    ]
+    return fit_roofline(measured, figures=figures)
+
+
+def _median_out(fit_without: frozenset[str]) -> Predictor:
+    """Leave one family out with the median of the other families' speeds (never those in
+    ``fit_without``)."""
+
+    def predict(p: ThroughputPoint, points: Sequence[ThroughputPoint]) -> Mapping[str, float]:
+        others = [q for q in points if q.family != p.family and q.family not in fit_without]
+        return generic_speeds(fit_family_speeds(others))
+
+    return predict
+
+
+def _batch_out(fit_without: frozenset[str]) -> Predictor:
+    """Leave one batch size out: the family's other batch sizes; a family measured at one batch
+    size only has nothing else to learn from and gets the median of the others."""
+    median_out = _median_out(fit_without)
+
+    def predict(p: ThroughputPoint, points: Sequence[ThroughputPoint]) -> Mapping[str, float]:
+        same = [q for q in points if q.family == p.family and q is not p]
+        return fit_family_speeds(same)[p.family] if same else median_out(p, points)
+
+    return predict
+
+
+def _roofline_out(
+    step_of: StepOf, fit_without: frozenset[str], figures: Mapping[str, GpuFigures] | None
+) -> Predictor:
+    """Leave one family out with the roofline: fitted on the other families (one fit each), fed
+    the held-out point's features only."""
+    fits: dict[str, RooflineModel] = {}
+
+    def predict(p: ThroughputPoint, points: Sequence[ThroughputPoint]) -> Mapping[str, float]:
+        if p.family not in fits:
+            others = [q for q in points if q.family != p.family and q.family not in fit_without]
+            fits[p.family] = fit_roofline_on(others, step_of, figures)
+        return fits[p.family].speeds(step_of(p), REFERENCE_DEVICE)
+
+    return predict
 
 
 def held_out_errors(
@@ -151,12 +212,18 @@ def held_out_errors(
     method: str,
     *,
     datasheet: Mapping[str, float] | None = None,
+    step_of: StepOf = gavel_step,
+    fit_without: frozenset[str] = frozenset(),
+    figures: Mapping[str, GpuFigures] | None = None,
 ) -> list[RatioError]:
     """Every cross-device ratio of every point predicted by ``method`` ("leave-one-family-out",
-    "leave-one-batch-out", or "datasheet" with ``datasheet`` = the flat model's speeds)."""
+    "leave-one-batch-out", "datasheet" with ``datasheet`` = the flat model's speeds, or
+    "roofline" with ``step_of`` giving a point's step features and ``figures`` overriding GPUs'
+    datasheet figures). No method learns from another family in ``fit_without``."""
     predictors: dict[str, Predictor] = {
-        "leave-one-family-out": _leave_family_out,
-        "leave-one-batch-out": _leave_batch_out,
+        "leave-one-family-out": _median_out(fit_without),
+        "leave-one-batch-out": _batch_out(fit_without),
+        "roofline": _roofline_out(step_of, fit_without, figures),
     }
     if method == "datasheet":
         check(datasheet is not None, "held_out_errors", "datasheet", "the flat model's speeds")

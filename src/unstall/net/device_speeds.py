@@ -5,7 +5,10 @@ Three sources, in this order:
 1. **Measured, K80 / P100 / V100**: the package's data file ``net/data/device_speeds.json``, fitted
    on Gavel's measured throughputs by ``python benchmarks/device_speeds.py --write`` (which also
    reports the held-out error, :mod:`unstall.net.device_fit`). A model of no fitted family gets
-   the median of the families' speeds.
+   the step-time roofline fitted on the same measurements (:mod:`unstall.net.device_roofline`)
+   when its step is known (:class:`StepFeatures`: FLOPs, parameter bytes, layer calls, the share
+   of 3x3 convolutions; :meth:`JobPerfSpec.from_facts` knows it for every zoo model), else the
+   median of the families' speeds.
 2. **Public figures, T4 / A10G / A100 / H100** (:data:`PUBLIC_FIGURES`): one ratio to a V100 per
    mode, from the sources named there. "fp32" means PyTorch's defaults: convolutions run in TF32
    on Ampere and Hopper (``torch.backends.cudnn.allow_tf32 = True``) while matmuls stay in full
@@ -29,6 +32,7 @@ from importlib import resources
 from unstall.config import check
 from unstall.errors import ConfigError, DataFileError
 from unstall.net.device_fit import REFERENCE_DEVICE
+from unstall.net.device_roofline import GpuFigures, RooflineModel, StepFeatures
 from unstall.net.hardware import device
 
 SPEEDS_FILE = "device_speeds.json"
@@ -150,12 +154,33 @@ class SpeedTable:
 
     families: dict[str, dict[str, float]]
     generic: dict[str, float]
+    roofline: RooflineModel | None
     source: str
     command: str
 
-    def speed(self, family: str | None, name: str) -> float:
-        by_device = self.families.get(family or "", self.generic)
-        return by_device.get(name, self.generic[name])
+    def speed(self, family: str | None, name: str, step: StepFeatures | None = None) -> float:
+        """A fitted family's speed; else the roofline's for ``step``; else the median's."""
+        if family in self.families:
+            return self.families[family].get(name, self.generic[name])
+        if step is not None and self.roofline is not None and name in self.roofline.figures:
+            return self.roofline.speeds(step, REFERENCE_DEVICE)[name]
+        return self.generic[name]
+
+
+def _roofline(data: object) -> RooflineModel | None:
+    """The roofline's constants as the data file stores them, on the GPUs' datasheet figures."""
+    if data is None:
+        return None
+    if not isinstance(data, dict):
+        raise TypeError("roofline must be an object")
+    gpus = sorted(data["efficiency"])
+    return RooflineModel(
+        figures={g: GpuFigures.datasheet(g) for g in gpus},
+        launch_s=float(data["launch_s"]),
+        efficiency={g: float(data["efficiency"][g]) for g in gpus},
+        winograd={g: float(data["winograd"][g]) for g in gpus},
+        memory_passes=float(data["memory_passes"]),
+    )
 
 
 @cache
@@ -167,6 +192,7 @@ def speed_table() -> SpeedTable:
         return SpeedTable(
             families={f: dict(s) for f, s in data["families"].items()},
             generic=dict(data["generic"]),
+            roofline=_roofline(data.get("roofline")),
             source=str(data["source"]),
             command=str(data["command"]),
         )
@@ -174,9 +200,15 @@ def speed_table() -> SpeedTable:
         raise DataFileError(str(resource), f"not a device speed table: {exc}") from exc
 
 
-def relative_speed(name: str, family: str | None = None, precision: str = "fp32") -> float:
+def relative_speed(
+    name: str,
+    family: str | None = None,
+    precision: str = "fp32",
+    step: StepFeatures | None = None,
+) -> float:
     """How fast GPU ``name`` trains a model of ``family`` in ``precision``, relative to a V100
-    training it in fp32 (see the module docstring for the sources)."""
+    training it in fp32 (see the module docstring for the sources); ``step`` is the model's step
+    for the roofline when ``family`` is not fitted."""
     if precision not in PRECISION_MODES:
         raise ConfigError("relative_speed", "precision", f"must be one of {PRECISION_MODES}")
     gpu = device(name).name
@@ -184,7 +216,7 @@ def relative_speed(name: str, family: str | None = None, precision: str = "fp32"
         return PUBLIC_FIGURES[gpu].speed(FAMILY_KINDS.get(family or "", "conv"), precision)
     table = speed_table()
     if gpu in table.generic:
-        fp32 = table.speed(family, gpu)
+        fp32 = table.speed(family, gpu, step)
         return fp32 * AMP_GAIN.get(gpu, 1.0) if precision == "fp16" else fp32
     return gpu_flat_ratio(gpu, precision)
 
@@ -203,10 +235,15 @@ def gpu_flat_ratio(name: str, precision: str = "fp32") -> float:
 
 
 def compute_time_scale(
-    from_device: str, to_device: str, precision: str = "fp32", family: str | None = None
+    from_device: str,
+    to_device: str,
+    precision: str = "fp32",
+    family: str | None = None,
+    step: StepFeatures | None = None,
 ) -> float:
     """Factor that turns a compute time measured on ``from_device`` into one on ``to_device``
-    for a model of ``family``: ``t_to = t_from * compute_time_scale(from, to, ...)``."""
-    return relative_speed(from_device, family, precision) / relative_speed(
-        to_device, family, precision
+    for a model of ``family`` (or, of no fitted family, with ``step``): ``t_to = t_from *
+    compute_time_scale(from, to, ...)``."""
+    return relative_speed(from_device, family, precision, step) / relative_speed(
+        to_device, family, precision, step
     )

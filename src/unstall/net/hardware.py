@@ -63,6 +63,7 @@ class DevicePreset:
     fp32_tflops: float
     fp16_tflops: float  # tensor-core / half-precision peak, dense; equals fp32 where no speed-up
     memory_gb: float
+    memory_gbs: float  # memory bandwidth, GB/s (datasheet)
     fp32_efficiency: float  # fraction of fp32 peak that training typically achieves
     fp16_efficiency: float  # fraction of the fp16/tensor peak that mixed precision achieves
     intra_link: str  # key of INTERCONNECT_PRESETS
@@ -74,6 +75,7 @@ class DevicePreset:
             fp32_tflops=self.fp32_tflops,
             fp16_tflops=self.fp16_tflops,
             memory_gb=self.memory_gb,
+            memory_gbs=self.memory_gbs,
             fp32_efficiency=self.fp32_efficiency,
             fp16_efficiency=self.fp16_efficiency,
         )
@@ -163,92 +165,103 @@ NIC_PRESETS: dict[str, LinkPreset] = {
 # Training submissions sit near the top of that range); we take round values in those ranges.
 DEVICE_PRESETS: dict[str, DevicePreset] = {
     # One GK210 of a Tesla K80 board (a scheduler sees each half as a GPU): 4.37 TFLOPS fp32 at
-    # boost, 12 GB; no fast fp16 (NVIDIA Tesla K80 datasheet: 8.73 TFLOPS, 24 GB per board).
+    # boost, 12 GB, 240 GB/s; no fast fp16 (NVIDIA Tesla K80 datasheet: 8.73 TFLOPS, 24 GB,
+    # 480 GB/s per board).
     "k80": DevicePreset(
         name="k80",
         fp32_tflops=4.37,
         fp16_tflops=4.37,
         memory_gb=12.0,
+        memory_gbs=240.0,
         fp32_efficiency=0.5,
         fp16_efficiency=0.5,
         intra_link="pcie3",
         source="NVIDIA Tesla K80 datasheet (per GK210)",
     ),
-    # Tesla P100 PCIe 12 GB: 9.3 TFLOPS fp32, 18.7 TFLOPS fp16 (NVIDIA P100 datasheet).
+    # Tesla P100 PCIe 12 GB: 9.3 TFLOPS fp32, 18.7 TFLOPS fp16, 549 GB/s (NVIDIA P100 datasheet).
     "p100": DevicePreset(
         name="p100",
         fp32_tflops=9.3,
         fp16_tflops=18.7,
         memory_gb=12.0,
+        memory_gbs=549.0,
         fp32_efficiency=0.5,
         fp16_efficiency=0.4,
         intra_link="pcie3",
         source="NVIDIA Tesla P100 PCIe datasheet",
     ),
-    # Tesla P40: 12 TFLOPS fp32, 24 GB; no fast fp16 (NVIDIA Tesla P40 datasheet).
+    # Tesla P40: 12 TFLOPS fp32, 24 GB, 346 GB/s; no fast fp16 (NVIDIA Tesla P40 datasheet).
     "p40": DevicePreset(
         name="p40",
         fp32_tflops=12.0,
         fp16_tflops=12.0,
         memory_gb=24.0,
+        memory_gbs=346.0,
         fp32_efficiency=0.5,
         fp16_efficiency=0.5,
         intra_link="pcie3",
         source="NVIDIA Tesla P40 datasheet",
     ),
-    # T4: 8.1 TFLOPS fp32, 65 TFLOPS fp16 tensor, 16 GB, PCIe 3 x16 (NVIDIA T4 datasheet).
+    # T4: 8.1 TFLOPS fp32, 65 TFLOPS fp16 tensor, 16 GB, 320 GB/s, PCIe 3 x16 (NVIDIA T4
+    # datasheet).
     "t4": DevicePreset(
         name="t4",
         fp32_tflops=8.1,
         fp16_tflops=65.0,
         memory_gb=16.0,
+        memory_gbs=320.0,
         fp32_efficiency=0.45,
         fp16_efficiency=0.3,
         intra_link="pcie3",
         source="NVIDIA T4 datasheet",
     ),
-    # V100 SXM2: 15.7 TFLOPS fp32, 125 TFLOPS tensor, 32 GB, NVLink2 (NVIDIA V100 datasheet).
+    # V100 SXM2: 15.7 TFLOPS fp32, 125 TFLOPS tensor, 32 GB, 900 GB/s, NVLink2 (NVIDIA V100
+    # datasheet).
     "v100": DevicePreset(
         name="v100",
         fp32_tflops=15.7,
         fp16_tflops=125.0,
         memory_gb=32.0,
+        memory_gbs=900.0,
         fp32_efficiency=0.5,
         fp16_efficiency=0.35,
         intra_link="nvlink2",
         source="NVIDIA V100 datasheet (SXM2)",
     ),
     # A10G (AWS g5): A10 datasheet figures, 31.2 TFLOPS fp32, 125 TFLOPS fp16 tensor, 24 GB,
-    # PCIe 4 (NVIDIA A10 datasheet; AWS does not publish separate A10G peaks).
+    # 600 GB/s, PCIe 4 (NVIDIA A10 datasheet; AWS does not publish separate A10G peaks).
     "a10g": DevicePreset(
         name="a10g",
         fp32_tflops=31.2,
         fp16_tflops=125.0,
         memory_gb=24.0,
+        memory_gbs=600.0,
         fp32_efficiency=0.4,
         fp16_efficiency=0.35,
         intra_link="pcie4",
         source="NVIDIA A10 datasheet (A10G on AWS g5)",
     ),
-    # A100 SXM4 80 GB: 19.5 TFLOPS fp32, 312 TFLOPS fp16 tensor, NVLink3 via NVSwitch (NVIDIA
-    # A100 datasheet).
+    # A100 SXM4 80 GB: 19.5 TFLOPS fp32, 312 TFLOPS fp16 tensor, 2039 GB/s, NVLink3 via NVSwitch
+    # (NVIDIA A100 datasheet).
     "a100": DevicePreset(
         name="a100",
         fp32_tflops=19.5,
         fp16_tflops=312.0,
         memory_gb=80.0,
+        memory_gbs=2039.0,
         fp32_efficiency=0.55,
         fp16_efficiency=0.4,
         intra_link="nvswitch",
         source="NVIDIA A100 datasheet (SXM4 80GB)",
     ),
-    # H100 SXM5: 67 TFLOPS fp32, 989 TFLOPS fp16 tensor (dense), 80 GB, NVLink4 (NVIDIA H100
-    # datasheet).
+    # H100 SXM5: 67 TFLOPS fp32, 989 TFLOPS fp16 tensor (dense), 80 GB, 3350 GB/s, NVLink4
+    # (NVIDIA H100 datasheet).
     "h100": DevicePreset(
         name="h100",
         fp32_tflops=67.0,
         fp16_tflops=989.0,
         memory_gb=80.0,
+        memory_gbs=3350.0,
         fp32_efficiency=0.45,
         fp16_efficiency=0.4,
         intra_link="nvlink4",

@@ -16,6 +16,7 @@ from typing import Any, Protocol
 from unstall.config import check, check_non_negative, check_positive
 from unstall.errors import ConfigError
 from unstall.net.device_fit import REFERENCE_DEVICE
+from unstall.net.device_roofline import StepFeatures
 from unstall.net.device_speeds import (
     FAMILY_KINDS,
     compute_time_scale,
@@ -44,6 +45,8 @@ class FactsLike(Protocol):
     def layers(self) -> int: ...
     @property
     def flops_per_sample(self) -> float: ...
+    @property
+    def winograd_flops_per_sample(self) -> float: ...
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,6 +76,7 @@ class JobPerfSpec:
     data_s: float = 0.0
     precision: str = "fp32"
     family: str | None = None
+    step: StepFeatures | None = None
 
     def __post_init__(self) -> None:
         check_positive(
@@ -131,7 +135,7 @@ class JobPerfSpec:
 
     def on_device(self, name: str) -> JobPerfSpec:
         """The same job with its compute times scaled to GPU ``name``."""
-        scale = compute_time_scale(self.device, name, self.precision, self.family)
+        scale = compute_time_scale(self.device, name, self.precision, self.family, self.step)
         return dataclasses.replace(
             self,
             device=device(name).name,
@@ -152,12 +156,14 @@ class JobPerfSpec:
     ) -> JobPerfSpec:
         """Estimate from a model's static facts: ``3 x forward FLOPs x batch`` at the V100's
         typical achieved fp32 rate, then scaled to ``device_name`` and ``precision`` by the
-        measured speed of ``family`` there (:func:`unstall.net.device_speeds.relative_speed`);
-        a GPU with no figures takes its flat datasheet rate."""
+        measured speed of ``family`` there, or by the roofline's for the model's step when the
+        family is not fitted (:func:`unstall.net.device_speeds.relative_speed`); a GPU with no
+        figures takes its flat datasheet rate."""
         work = TRAIN_FLOPS_PER_FORWARD * facts.flops_per_sample * local_batch
+        step = step_of(facts, local_batch)
         if has_figures(device_name):
             rate = device(REFERENCE_DEVICE).achieved_tflops("fp32") * 1e12
-            compute_s = work / rate / relative_speed(device_name, family, precision)
+            compute_s = work / rate / relative_speed(device_name, family, precision, step)
         else:  # no figures for this GPU: its flat datasheet rate, as relative_speed says
             compute_s = work / (device(device_name).achieved_tflops(precision) * 1e12)
         return cls(
@@ -169,6 +175,7 @@ class JobPerfSpec:
             layers=max(1, int(facts.layers)),
             precision=precision,
             family=family,
+            step=step,
             **fields,
         )
 
@@ -193,6 +200,18 @@ class JobPerfSpec:
             family=model_family(model),
             **{"name": model, **fields},
         )
+
+
+def step_of(facts: FactsLike, local_batch: int) -> StepFeatures:
+    """What the GPU-speed roofline needs of a model's training step at ``local_batch``."""
+    flops = max(facts.flops_per_sample, 1e-9)  # a model of look-ups only still takes a step
+    return StepFeatures.of_model(
+        forward_flops=flops,
+        params=facts.gradient_bytes / 4.0,  # fp32 parameters
+        layer_calls=max(1, int(facts.layers)),
+        batch=local_batch,
+        winograd_share=min(1.0, facts.winograd_flops_per_sample / flops),
+    )
 
 
 # Pollux's workloads name applications, not models: the zoo model (and options) standing in for

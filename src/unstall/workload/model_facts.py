@@ -19,6 +19,9 @@ Definitions (the comm-stall model and the simulator read these, so they are fixe
   attention (Q/K/V and output projections plus QK^T and attention x V, dense even under a causal
   mask); embeddings are look-ups and count 0. Elementwise work (activations, normalisation, biases,
   pooling, residual additions, softmax) is ignored: it is a few percent of a CNN's FLOPs.
+- ``winograd_flops_per_sample``: the part of ``flops_per_sample`` in 2-D convolutions with a 3x3
+  kernel, stride 1, no dilation and no groups: the ones cuDNN can run with Winograd's minimal
+  filtering, which the GPU-speed roofline treats apart (:mod:`unstall.net.device_roofline`).
 """
 
 from __future__ import annotations
@@ -63,6 +66,7 @@ class ModelFacts(JsonResult):
     flops_per_sample: float
     largest_tensor_bytes: int
     tensors: tuple[TensorFact, ...]
+    winograd_flops_per_sample: float = 0.0
 
     @property
     def options_dict(self) -> dict[str, object]:
@@ -190,7 +194,24 @@ def count_flops(model: nn.Module, inputs: torch.Tensor) -> float:
     of one works) with autograd on: PyTorch's fused inference path for transformer layers would
     otherwise skip the hooks. Works on the ``meta`` device, where nothing is computed.
     """
-    flops: list[float] = []
+    return sum(f for _, f in _flops_by_call(model, inputs)) / inputs.shape[0]
+
+
+def is_winograd_conv(m: nn.Module) -> bool:
+    """A 2-D convolution cuDNN can run with Winograd's minimal filtering: 3x3, stride 1, no
+    dilation, no groups."""
+    return (
+        isinstance(m, nn.Conv2d)
+        and tuple(m.kernel_size) == (3, 3)
+        and tuple(m.stride) == (1, 1)
+        and tuple(m.dilation) == (1, 1)
+        and m.groups == 1
+    )
+
+
+def _flops_by_call(model: nn.Module, inputs: torch.Tensor) -> list[tuple[nn.Module, float]]:
+    """Every counted layer call of one forward pass on ``inputs`` with its FLOPs (all samples)."""
+    flops: list[tuple[nn.Module, float]] = []
     handles = []
     for m in model.modules():
         counter = _lookup(FLOP_COUNTERS, m)
@@ -205,14 +226,14 @@ def count_flops(model: nn.Module, inputs: torch.Tensor) -> float:
         model.train(was_training)
         for h in handles:
             h.remove()
-    return sum(flops) / inputs.shape[0]
+    return flops
 
 
-def _recorder(counter: FlopCounter, flops: list[float]) -> Callable[..., None]:
-    """A forward hook that appends what ``counter`` says the call cost to ``flops``."""
+def _recorder(counter: FlopCounter, flops: list[tuple[nn.Module, float]]) -> Callable[..., None]:
+    """A forward hook that appends the module and what ``counter`` says the call cost."""
 
     def hook(m: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
-        flops.append(counter(m, args, kwargs, out))
+        flops.append((m, counter(m, args, kwargs, out)))
 
     return hook
 
@@ -244,6 +265,8 @@ def measure_model(
     """All static facts of ``model``; ``inputs`` is a batch of its default input."""
     tensors = tensor_facts(model)
     trainable = [p for p in model.parameters() if p.requires_grad]
+    calls = _flops_by_call(model, inputs)
+    samples = inputs.shape[0]
     return ModelFacts(
         name=name,
         options=options,
@@ -253,7 +276,8 @@ def measure_model(
         gradient_bytes=sum(p.numel() * p.element_size() for p in trainable),
         gradient_tensors=len(trainable),
         layers=count_layers(model),
-        flops_per_sample=count_flops(model, inputs),
+        flops_per_sample=sum(f for _, f in calls) / samples,
         largest_tensor_bytes=max((t.bytes for t in tensors), default=0),
         tensors=tensors,
+        winograd_flops_per_sample=sum(f for m, f in calls if is_winograd_conv(m)) / samples,
     )

@@ -172,12 +172,15 @@ def comm_plan(spec: JobPerfSpec, placement: Placement, topology: TopologyConfig)
     """The links ``placement``'s traffic crosses, with bytes and latency, and the compute time.
 
     Compute time is scaled from ``spec.device`` to the slowest GPU type of the placement's
-    nodes (``topology.device`` on a regular cluster) by the measured speeds of the job's family.
+    nodes (``topology.device`` on a regular cluster) by the measured speeds of the job's family
+    (or, of no fitted family, the roofline's for its step).
     """
     racks = placement.rack_list(topology)
     _validate(placement, topology, racks)
     device = topology.compute_device(placement.nodes)
-    compute = spec.compute_s * compute_time_scale(spec.device, device, spec.precision, spec.family)
+    compute = spec.compute_s * compute_time_scale(
+        spec.device, device, spec.precision, spec.family, spec.step
+    )
     unit, loads = 1.0, list[LinkLoad]()
     if placement.n_gpus > 1:
         unit, loads = _LOAD_BUILDERS[spec.comm](spec, placement, topology, racks)
