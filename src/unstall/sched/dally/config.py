@@ -43,8 +43,9 @@ class DallyConfig:
     max_preemptions_per_round: int = 4
     max_preemption_attempts_per_round: int = 8
     max_migrations_per_round: int = 4
-    # Churn: a job preempted or migrated this many times is never moved again (each move also
-    # costs it more than the last: its restore times its moves so far plus one).
+    # Churn: each move costs a job more than the last (its restore times its moves so far plus
+    # one), and a job preempted or migrated this many times is never moved again to make room
+    # for another (re-consolidation, for its own speed, is only made dearer).
     max_moves_per_job: int = 3
     # Running single-node jobs may be migrated to another node to clear room (else only
     # preempted, when outranked).

@@ -386,9 +386,10 @@ class Dally:
             if is_consolidated(job.placement, job.num_gpus, snapshot.layout):
                 self._consolidated_since[job.job_id] = job.changed_s
                 continue
+            # Moving a job to a consolidated block is for its own good: its history raises the
+            # bar (the restore it pays again) but no cap applies, or a job spread badly after
+            # being moved for others could stay spread for good.
             times_moved = self._moved.get(job.job_id, 0)
-            if times_moved >= c.max_moves_per_job:
-                continue
             target = reconsolidation(
                 job,
                 free,

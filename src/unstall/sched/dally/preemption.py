@@ -56,7 +56,8 @@ def _plan_node(
     history: Callable[[JobView], float],
 ) -> RoomPlan | None:
     """Clear room on ``node``: its tenants, smallest first, each moved if a node has room for it
-    (it keeps its locality), else preempted if it may be; None if the room cannot be made."""
+    (it keeps its locality), else preempted if it may be, else left; None if the room cannot be
+    made."""
     room = free.by_node[node]
     moves: list[tuple[JobView, Placement]] = []
     preempts: list[JobView] = []
@@ -124,11 +125,8 @@ def cheapest_node_room(
         bound = (job.num_gpus - free.by_node[node]) * unit
         if bound >= max_cost_gpu_s or (best is not None and bound >= best.cost_gpu_s):
             continue
-        victims = [v for v in candidates if may_move(v) or may_preempt(v)]
-        if free.by_node[node] + sum(v.num_gpus for v in victims) < job.num_gpus:
-            continue
         plan = _plan_node(
-            node, job, victims, free, may_move, may_preempt, move_cost_s, preempt_cost_s, history
+            node, job, candidates, free, may_move, may_preempt, move_cost_s, preempt_cost_s, history
         )
         if plan is not None and (best is None or plan.cost_gpu_s < best.cost_gpu_s):
             best = plan
