@@ -81,6 +81,8 @@ class Dally:
         self._congestion = -1.0  # none seen yet
         self._consolidated_since: dict[str, float] = {}
         self._moved: dict[str, int] = {}  # preemptions and migrations this policy made, by job
+        # Spread jobs for which no consolidated block was free, and the tenancy version then.
+        self._no_block: dict[str, int] = {}
         self._expected_memo: dict[int, tuple[float, float]] = {}
         # Incremental rounds (see ``decide``): the tenancy's version, whether the last round
         # acted, the queue length it left, when all jobs are looked at again, and the version
@@ -141,6 +143,7 @@ class Dally:
         for view in snapshot.finished:
             self._consolidated_since.pop(view.job_id, None)
             self._moved.pop(view.job_id, None)
+            self._no_block.pop(view.job_id, None)
             self.tuner.observe_finish(
                 view.attained_gpu_s(snapshot.now) / view.num_gpus, view.num_gpus
             )
@@ -389,6 +392,8 @@ class Dally:
             # Moving a job to a consolidated block is for its own good: its history raises the
             # bar (the restore it pays again) but no cap applies, or a job spread badly after
             # being moved for others could stay spread for good.
+            if self._no_block.get(job.job_id) == self._version:
+                continue  # no block was free for it, and no GPU has been freed since
             times_moved = self._moved.get(job.job_id, 0)
             target = reconsolidation(
                 job,
@@ -398,6 +403,9 @@ class Dally:
                 c.gain_margin,
                 snapshot.congestion,
                 snapshot.spread_jobs_by_node,
+                on_no_block=functools.partial(
+                    self._no_block.__setitem__, job.job_id, self._version
+                ),
             )
             if target is not None:
                 free.take(target)

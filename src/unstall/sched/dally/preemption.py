@@ -141,10 +141,13 @@ def reconsolidation(
     margin: float,
     congestion: float,
     spread_jobs_by_node: Sequence[int] = (),
+    on_no_block: Callable[[], None] | None = None,
 ) -> Placement | None:
     """A consolidated placement to move ``job`` to, if one is free and the move pays.
     ``expected_remaining_s`` is asked only when the job is slowed down at all (it is the costly
-    part, and most spread jobs are already consolidated over a rack)."""
+    part, and most spread jobs are already consolidated over a rack). ``on_no_block`` is called
+    when the move would pay but no consolidated block is free (fewer free GPUs cannot change
+    that; time can change whether the move pays)."""
     # The job's own NIC use is among the counts: the others on its busiest NIC are one fewer.
     slowdown = placement_slowdown(
         job, job.placement, free.layout, congestion, spread_jobs_by_node, own_share=True
@@ -158,4 +161,6 @@ def reconsolidation(
     target = free.consolidated(job.num_gpus)
     if target is None:
         free.take(job.placement)
+        if on_no_block is not None:
+            on_no_block()
     return target
