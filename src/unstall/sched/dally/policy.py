@@ -83,7 +83,7 @@ class Dally:
         self._moved: dict[str, int] = {}  # preemptions and migrations this policy made, by job
         # Spread jobs for which no consolidated block was free, and the tenancy version then.
         self._no_block: dict[str, int] = {}
-        self._expected_memo: dict[int, tuple[float, float]] = {}
+        self._expected_memo: dict[tuple[int, float], float] = {}
         # Incremental rounds (see ``decide``): the tenancy's version, whether the last round
         # acted, the queue length it left, when all jobs are looked at again, and the version
         # under which each waiting job was last left waiting.
@@ -127,14 +127,16 @@ class Dally:
         return self._priority(victim, now)[0] > self._priority(job, now)[0]
 
     def _expected_remaining(self, job: JobView, now: float) -> float:
-        # Asked many times a round for the same jobs (queue order, every preemption attempt's
-        # victims): memoised by the service attained, until the tuner learns a new run time.
-        attained = job.attained_gpu_s(now)
-        known = self._expected_memo.get(job.index)
-        if known is not None and known[0] == attained:
-            return known[1]
-        expected = self.tuner.expected_remaining_s(attained / job.num_gpus, job.num_gpus)
-        self._expected_memo[job.index] = (attained, expected)
+        # Asked many times a round (queue order, every preemption attempt's victims), and the
+        # same for every job of one size and service attained (most queued jobs have none):
+        # memoised by those, until the tuner learns a new run time.
+        key = (job.num_gpus, job.attained_gpu_s(now))
+        expected = self._expected_memo.get(key)
+        if expected is None:
+            if len(self._expected_memo) > 100_000:  # running jobs' service is new every round
+                self._expected_memo.clear()
+            expected = self.tuner.expected_remaining_s(key[1] / job.num_gpus, job.num_gpus)
+            self._expected_memo[key] = expected
         return expected
 
     def _observe_finishes(self, snapshot: ClusterSnapshot) -> None:

@@ -117,12 +117,12 @@ def cheapest_node_room(
     one planning every node gives, at a fraction of the work).
     """
     unit = min(move_cost_s, preempt_cost_s)
-    node_gpus = free.layout.node_gpus
     best: RoomPlan | None = None
     for node, candidates in tenants.items():
-        if node_gpus[node] < job.num_gpus:
-            continue
-        bound = (job.num_gpus - free.by_node[node]) * unit
+        short = job.num_gpus - free.by_node[node]
+        if sum(v.num_gpus for v in candidates) < short:
+            continue  # even clearing every single-node tenant would not make room
+        bound = short * unit
         if bound >= max_cost_gpu_s or (best is not None and bound >= best.cost_gpu_s):
             continue
         plan = _plan_node(
