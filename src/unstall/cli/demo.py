@@ -9,7 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -69,9 +69,40 @@ def _sim(out: Path, quiet: bool) -> None:
     from unstall.sched import POLICIES
 
     requests = [SimRequest(policy=name, cluster="small", congestion="medium") for name in POLICIES]
-    runs = simulate_all(requests, resolve_trace(None), quiet)
+    trace = resolve_trace(None)
+    runs = simulate_all(requests, trace, quiet)
     write_comparison(runs, requests, "embedded", out / "sim")
+    _dally_in_context([r.result for r in runs], trace)
     console.print("on a real trace: `unstall sim compare --trace philly_jobs.csv --cluster philly`")
+
+
+def _dally_in_context(results: list[Any], trace: Any) -> None:
+    """Where our scheduler stands on this trace against the best of the others, metric by
+    metric, and what kind of trace this is: its gains are elsewhere, and the user should know."""
+    by_name = {r.policy: r for r in results}
+    dally = by_name.get("dally")
+    others = [r for r in results if r.policy != "dally"]
+    if dally is None or not others:
+        return
+    parts = []
+    for metric, label in (
+        ("avg_jct_s", "average JCT"),
+        ("makespan_s", "makespan"),
+        ("comm_overhead_frac", "comm overhead"),
+    ):
+        best = min(others, key=lambda r: getattr(r, metric))
+        ours, theirs = getattr(dally, metric), getattr(best, metric)
+        change = f"{ours / theirs - 1:+.1%}" if theirs > 0 else "n/a"
+        parts.append(f"{label} {change} vs {best.policy}")
+    summary = trace.summary(top=0)
+    console.print(
+        f"dally against the best other policy on each metric: {'; '.join(parts)}. This trace is "
+        f"{summary.jobs} jobs with a median run time of {summary.duration_s['p50']:.0f} s "
+        f"and {summary.multi_gpu_share:.0%} multi-GPU jobs on 32 GPUs; dally's gains are in long "
+        "queues of multi-GPU jobs (the regime map: benchmarks/BENCHMARKS.md, "
+        "`benchmarks/dally_regimes.py`).",
+        highlight=False,
+    )
 
 
 def _sparse_lstm(out: Path, quiet: bool) -> None:
@@ -100,7 +131,6 @@ def _sparse_lstm(out: Path, quiet: bool) -> None:
 
 
 def _recommend(out: Path, quiet: bool) -> None:
-    from typing import Any
 
     from unstall.cli.common import progress_bar
     from unstall.cli.recommend import show_recommendation
@@ -177,7 +207,6 @@ def _sparse_cnn(out: Path, quiet: bool) -> None:
 
 
 def _profile(out: Path, quiet: bool) -> None:
-    from typing import Any
 
     from unstall.cli.profile import print_header, saved_config, show_report
     from unstall.cli.resolvers.profile import (

@@ -1,0 +1,232 @@
+"""Where Dally wins and where it does not: a regime map over generated traces.
+
+Each cell is one regime: offered load x share of multi-GPU jobs x job-size tail (largest job)
+x network efficiency (line rate, or the calibrated share of it) x background congestion, on the
+256-GPU ``medium`` cluster. Per cell, ``--seeds`` traces (generator seed = simulator seed) are
+simulated by Dally, its three ablations (no delay timers, no preemption, no auto-tuner) and the
+baselines. For each baseline, Dally's average JCT, makespan and communication overhead are
+reported as ratios to the baseline's on the same trace (below 1: Dally better), mean and
+standard deviation over the seeds; the ablations give each mechanism's share of the gain (how
+much worse Dally's JCT gets without it).
+
+    .venv/bin/python benchmarks/dally_regimes.py [--jobs 1500] [--seeds 3] [--workers 2]
+        [--out bench-results/dally_regimes]
+
+Writes ``results.json`` (every run), ``summary.md`` (the tables BENCHMARKS.md shows) and heat maps
+``regimes_<metric>.png`` into ``--out``. Runs go to a pool of worker processes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import itertools
+import json
+import statistics
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+BASELINES = ("consolidate", "tiresias", "gandiva", "fifo")
+ABLATIONS = {
+    "dally-no-delay": "delay",
+    "dally-no-preemption": "preemption",
+    "dally-no-autotune": "autotune",
+}
+POLICIES = ("dally", *ABLATIONS, *BASELINES)
+LOADS = (0.5, 0.9)
+MULTI_GPU_SHARES = (0.2, 0.5)
+MAX_GPUS = (16, 64)  # job-size tail: up to two nodes, or up to eight
+EFFICIENCIES = ("line-rate", "calibrated")
+CONGESTIONS = ("low", "high")
+METRICS = ("avg_jct_s", "makespan_s", "comm_overhead_frac")
+
+
+@dataclasses.dataclass(frozen=True)
+class Cell:
+    load: float
+    multi_gpu_share: float
+    max_gpus: int
+    efficiency: str
+    congestion: str
+
+    @property
+    def label(self) -> str:
+        return (
+            f"load {self.load:g}, multi {self.multi_gpu_share:g}, max {self.max_gpus}, "
+            f"{self.efficiency}, {self.congestion}"
+        )
+
+
+def run_one(task: tuple[Cell, int, str, int]) -> dict[str, object]:
+    from unstall.cli.resolvers.sim import resolve_congestion, resolve_policy
+    from unstall.net.topology import topology_preset
+    from unstall.sched import Dally, DallyConfig
+    from unstall.sim import simulate
+    from unstall.traces import SyntheticTraceConfig, generate
+
+    cell, seed, policy_name, jobs = task
+    trace = generate(
+        SyntheticTraceConfig(
+            jobs=jobs,
+            seed=seed,
+            load=cell.load,
+            cluster_gpus=256,
+            multi_gpu_share=cell.multi_gpu_share,
+            max_gpus=cell.max_gpus,
+        )
+    )
+    cluster = topology_preset("medium")
+    if cell.efficiency == "line-rate":
+        cluster = dataclasses.replace(cluster, network_efficiency=1.0)
+    if policy_name in ABLATIONS:
+        off = {ABLATIONS[policy_name]: False}
+        policy = Dally(DallyConfig(**off), name=policy_name)  # type: ignore[arg-type]
+    else:
+        policy = resolve_policy(policy_name)
+    started = time.perf_counter()
+    r = simulate(
+        trace, cluster, policy, congestion=resolve_congestion(cell.congestion), seed=seed
+    ).result
+    return {
+        "cell": dataclasses.asdict(cell),
+        "seed": seed,
+        "policy": policy_name,
+        "avg_jct_s": r.avg_jct_s,
+        "makespan_s": r.makespan_s,
+        "comm_overhead_frac": r.comm_overhead_frac,
+        "preemptions": r.preemptions,
+        "migrations": r.migrations,
+        "max_moves_per_job": r.max_moves_per_job,
+        "wall_s": time.perf_counter() - started,
+    }
+
+
+def cells() -> list[Cell]:
+    return [
+        Cell(*values)
+        for values in itertools.product(
+            LOADS, MULTI_GPU_SHARES, MAX_GPUS, EFFICIENCIES, CONGESTIONS
+        )
+    ]
+
+
+def ratios(runs: list[dict], cell: Cell, other: str, metric: str) -> list[float]:  # type: ignore[type-arg]
+    """Dally's ``metric`` over ``other``'s, per seed, on this cell."""
+    mine = {r["seed"]: r for r in runs if r["policy"] == "dally" and Cell(**r["cell"]) == cell}
+    theirs = {r["seed"]: r for r in runs if r["policy"] == other and Cell(**r["cell"]) == cell}
+    out = []
+    for seed, r in mine.items():
+        base = float(theirs[seed][metric]) if seed in theirs else 0.0
+        if base > 0:
+            out.append(float(r[metric]) / base)
+    return out
+
+
+def mean_sd(values: list[float]) -> str:
+    if not values:
+        return "-"
+    sd = statistics.pstdev(values) if len(values) > 1 else 0.0
+    return f"{statistics.mean(values):.3f} ± {sd:.3f}"
+
+
+def summarise(runs: list[dict], out: Path) -> str:  # type: ignore[type-arg]
+    lines = []
+    for metric in METRICS:
+        lines.append(f"\n#### Dally's {metric} / each baseline's (mean ± sd over seeds)\n")
+        lines.append("| regime | " + " | ".join(BASELINES) + " |")
+        lines.append("|---|" + "---:|" * len(BASELINES))
+        for cell in cells():
+            row = [mean_sd(ratios(runs, cell, b, metric)) for b in BASELINES]
+            lines.append(f"| {cell.label} | " + " | ".join(row) + " |")
+    lines.append("\n#### Each mechanism's part: Dally's average JCT without it / with it\n")
+    lines.append("| regime | " + " | ".join(ABLATIONS) + " |")
+    lines.append("|---|" + "---:|" * len(ABLATIONS))
+    for cell in cells():
+        row = []
+        for variant in ABLATIONS:
+            inverse = ratios(runs, cell, variant, "avg_jct_s")  # dally / variant
+            row.append(mean_sd([1.0 / v for v in inverse if v > 0]))
+        lines.append(f"| {cell.label} | " + " | ".join(row) + " |")
+    lines.append("\n#### Largest reductions against consolidate (the paper's comparison)\n")
+    for metric in METRICS:
+        best = min(
+            cells(),
+            key=lambda c: statistics.mean(ratios(runs, c, "consolidate", metric) or [1.0]),
+        )
+        value = statistics.mean(ratios(runs, best, "consolidate", metric) or [1.0])
+        lines.append(f"- {metric}: {100 * (1 - value):.1f}% lower, at {best.label}")
+    text = "\n".join(lines) + "\n"
+    (out / "summary.md").write_text(text)
+    return text
+
+
+def heat_maps(runs: list[dict], out: Path) -> list[Path]:  # type: ignore[type-arg]
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    rows = list(itertools.product(LOADS, MULTI_GPU_SHARES))
+    cols = list(itertools.product(MAX_GPUS, EFFICIENCIES, CONGESTIONS))
+    written = []
+    for metric in METRICS:
+        fig, axes = plt.subplots(1, 2, figsize=(14, 4.2), constrained_layout=True)
+        for ax, baseline in zip(axes, ("consolidate", "best baseline"), strict=True):
+            grid = np.zeros((len(rows), len(cols)))
+            for i, (load, share) in enumerate(rows):
+                for j, (max_gpus, eff, cong) in enumerate(cols):
+                    cell = Cell(load, share, max_gpus, eff, cong)
+                    if baseline == "consolidate":
+                        values = ratios(runs, cell, "consolidate", metric)
+                    else:  # the baseline best on this metric in this cell
+                        per = [ratios(runs, cell, b, metric) for b in BASELINES]
+                        values = max(per, key=lambda v: statistics.mean(v) if v else 0.0)
+                    grid[i, j] = statistics.mean(values) if values else np.nan
+            image = ax.imshow(grid, cmap="RdYlGn_r", vmin=0.5, vmax=1.5)
+            for (i, j), value in np.ndenumerate(grid):
+                ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=8)
+            ax.set_xticks(range(len(cols)))
+            ax.set_xticklabels([f"max {m}\n{e}\n{c}" for m, e, c in cols], fontsize=7)
+            ax.set_yticks(range(len(rows)))
+            ax.set_yticklabels([f"load {lo:g}\nmulti {s:g}" for lo, s in rows], fontsize=8)
+            ax.set_title(f"Dally {metric} / {baseline}'s (below 1: Dally better)", fontsize=9)
+        fig.colorbar(image, ax=axes, shrink=0.8)
+        path = out / f"regimes_{metric}.png"
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        written.append(path)
+    return written
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=1500)
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--out", type=Path, default=REPO / "bench-results" / "dally_regimes")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    tasks = [
+        (cell, seed, policy, args.jobs)
+        for cell in cells()
+        for seed in range(args.seeds)
+        for policy in POLICIES
+    ]
+    runs = []
+    started = time.perf_counter()
+    with ProcessPoolExecutor(args.workers) as pool:
+        for i, result in enumerate(pool.map(run_one, tasks), 1):
+            runs.append(result)
+            if i % 20 == 0 or i == len(tasks):
+                print(f"{i}/{len(tasks)} runs, {time.perf_counter() - started:.0f} s", flush=True)
+    (args.out / "results.json").write_text(json.dumps(runs, indent=1))
+    print(summarise(runs, args.out))
+    for path in heat_maps(runs, args.out):
+        print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
