@@ -171,8 +171,22 @@ class Dally:
         free = FreeGpus(snapshot)
         plan = _Round()
         self._tenants = None
-        todo = self._to_look_at(snapshot)
         now = snapshot.now
+        todo = []
+        # A job larger than all free GPUs starts only through a preemption; one whose next try
+        # is not due yet would be left waiting: it is not ordered nor looked at (long queues of
+        # multi-GPU jobs wait mostly like this).
+        may_preempt = c.preemption
+        per_node, retry_at, version = free.layout.gpus_per_node, self._retry_at, self._version
+        for job in self._to_look_at(snapshot):
+            if job.num_gpus <= free.total or (
+                may_preempt
+                and job.num_gpus <= per_node
+                and now >= retry_at.get(job.job_id, now)
+            ):
+                todo.append(job)
+            else:
+                self._waiting_since[job.job_id] = version
         for job in sorted(todo, key=lambda j: self._priority(j, now)):
             if free.total == 0 and not c.preemption:
                 break
