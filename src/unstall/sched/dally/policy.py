@@ -180,9 +180,7 @@ class Dally:
         per_node, retry_at, version = free.layout.gpus_per_node, self._retry_at, self._version
         for job in self._to_look_at(snapshot):
             if job.num_gpus <= free.total or (
-                may_preempt
-                and job.num_gpus <= per_node
-                and now >= retry_at.get(job.job_id, now)
+                may_preempt and job.num_gpus <= per_node and now >= retry_at.get(job.job_id, now)
             ):
                 todo.append(job)
             else:

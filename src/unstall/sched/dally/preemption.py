@@ -117,18 +117,30 @@ def cheapest_node_room(
     one planning every node gives, at a fraction of the work).
     """
     unit = min(move_cost_s, preempt_cost_s)
+    # Nodes closest to having room first: their plans tend to be the cheapest, and every node
+    # whose bound cannot beat the best plan so far is then not planned at all.
+    by_node = free.by_node
+    order = sorted((job.num_gpus - by_node[node], node) for node in tenants)
     best: RoomPlan | None = None
-    for node, candidates in tenants.items():
-        short = job.num_gpus - free.by_node[node]
+    for short, node in order:
+        bound = short * unit
+        if bound >= max_cost_gpu_s:
+            break  # the rest are shorter of room still
+        if best is not None and (
+            bound > best.cost_gpu_s or (bound == best.cost_gpu_s and node > best.node)
+        ):
+            break
+        candidates = tenants[node]
         if sum(v.num_gpus for v in candidates) < short:
             continue  # even clearing every single-node tenant would not make room
-        bound = short * unit
-        if bound >= max_cost_gpu_s or (best is not None and bound >= best.cost_gpu_s):
-            continue
         plan = _plan_node(
             node, job, candidates, free, may_move, may_preempt, move_cost_s, preempt_cost_s, history
         )
-        if plan is not None and (best is None or plan.cost_gpu_s < best.cost_gpu_s):
+        if plan is not None and (
+            best is None
+            or plan.cost_gpu_s < best.cost_gpu_s
+            or (plan.cost_gpu_s == best.cost_gpu_s and node < best.node)
+        ):
             best = plan
     return best
 
