@@ -223,3 +223,40 @@ def test_a_trace_without_jobs_gives_an_empty_result_not_a_crash() -> None:
     run = simulate(empty, small(), make_policy("dally"))
     assert run.result.jobs == 0 and run.result.jobs_finished == 0
     assert run.jobs.empty and run.result.makespan_s == 0.0
+
+
+class _StopsAfter:
+    """fifo's decisions until round ``rounds``, where a Ctrl-C arrives."""
+
+    name = "stops"
+    needs_oracle = False
+
+    def __init__(self, rounds: int) -> None:
+        self.inner = make_policy("fifo")
+        self.rounds = rounds
+
+    def reset(self) -> None:
+        self.inner.reset()
+
+    def decide(self, snapshot, rng):  # type: ignore[no-untyped-def]
+        self.rounds -= 1
+        if self.rounds == 0:
+            raise KeyboardInterrupt
+        return self.inner.decide(snapshot, rng)
+
+
+def test_an_interrupted_simulation_says_how_far_it_got() -> None:
+    from unstall.sim import SimInterrupted
+
+    full = simulate(default_trace(), small(), make_policy("fifo"), max_jobs=100)
+    with pytest.raises(SimInterrupted) as caught:
+        simulate(default_trace(), small(), _StopsAfter(80), max_jobs=100)
+    stop = caught.value
+    assert isinstance(stop, KeyboardInterrupt)
+    assert stop.jobs_total == 100
+    assert 0 < stop.jobs_finished < 100
+    # Round 80 of fifo's run: before its end, after its first finishes.
+    assert 0 < stop.simulated_s < full.result.makespan_s
+    assert stop.progress() == (
+        f"simulated time {stop.simulated_s / 3600:.3g} h, {stop.jobs_finished} of 100 jobs finished"
+    )

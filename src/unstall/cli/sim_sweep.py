@@ -10,6 +10,7 @@ import typer
 
 from unstall.cli.common import (
     EXIT_FAILED,
+    Interrupted,
     JsonOpt,
     QuietOpt,
     check_folder_writable,
@@ -154,23 +155,43 @@ def _run_grid(
     tasks = sweep_tasks(
         grid, traces=loaded, policy_options=options, settings=settings, job_profiles=profiles
     )
+    runs = out / "runs"
+    finished: list[CellOutcome] = []
     started = connect_ray(address)
     try:
         refs = {label: ray.put(trace) for label, trace in loaded.items()}  # once, not per cell
         tasks = [dataclasses.replace(t, trace=refs[t.cell.trace]) for t in tasks]
-        runs = out / "runs"
         with progress_bar(f"sweep: {len(tasks)} runs on Ray", len(tasks), quiet) as advance:
 
             def done(outcome: CellOutcome) -> None:
                 if outcome.result is not None:
                     config = {"cell": outcome.cell, "settings": settings}
                     write_result(runs / f"{outcome.cell.key}.json", outcome.result, config)
+                finished.append(outcome)
                 advance(1)
 
             return run_cells(tasks, done)
+    except KeyboardInterrupt:
+        raise _interrupted(grid, finished, len(tasks), runs) from None
     finally:
         if started:
-            ray.shutdown()
+            ray.shutdown()  # its tasks, workers and processes with it
+
+
+def _interrupted(
+    grid: SweepGrid, finished: list[CellOutcome], cells: int, runs: Path
+) -> Interrupted:
+    """Print the summary of the cells that finished before a Ctrl-C; the line to end with."""
+    from unstall.sim.sweep import summarise_sweep, sweep_rows
+
+    if finished:
+        console.print(_summary_table(grid, summarise_sweep(sweep_rows(finished))))
+    ok = sum(1 for outcome in finished if outcome.ok)
+    kept = f" (each one's JSON in {runs})" if ok else ""
+    return Interrupted(
+        f"stopped with {len(finished)} of {cells} runs done, {ok} of them ok{kept}; "
+        "no summary written"
+    )
 
 
 def _report(
