@@ -213,6 +213,7 @@ def _report(
         with replaced_atomically(out / name) as tmp:
             frame.to_csv(tmp, index=False)
     console.print(_summary_table(grid, summary))
+    _warn_degenerate(outcomes)
     failed = rows[~rows["ok"]]
     for _, row in failed.iterrows():
         err_console.print(
@@ -231,6 +232,31 @@ def _report(
     )
     save_json(json_path, SweepResult.of(grid, outcomes), config)
     return len(failed)
+
+
+def _warn_degenerate(outcomes: list[CellOutcome]) -> None:
+    """One warning line per trace and cluster whose runs simulated nothing (a trace without
+    jobs, or none that fits the cluster: their figures are zeros, no measurement) or left jobs
+    out (larger than the whole cluster), as `sim run` warns of its one run."""
+    said: set[tuple[str, str]] = set()
+    for outcome in sorted(outcomes, key=lambda o: o.cell.index):
+        cell, result = outcome.cell, outcome.result
+        key = (cell.trace, cell.cluster)
+        if result is None or key in said or (result.jobs > 0 and not result.jobs_rejected):
+            continue
+        said.add(key)  # the same jobs fit in every run of a trace on a cluster
+        where = f"trace {Path(cell.trace).name} on cluster {Path(cell.cluster).name}"
+        if result.jobs == 0:
+            why = "the trace holds no jobs: nothing was simulated and its figures are 0"
+        elif result.jobs_rejected == result.jobs:
+            why = "no job fits the cluster: nothing was simulated and its figures are 0"
+        else:
+            why = (
+                f"{result.jobs_rejected} of {result.jobs} jobs need more than the cluster's "
+                f"{result.total_gpus} GPUs and were left out"
+            )
+        warning = f"[bold yellow]warning:[/] {where}: {why}"
+        err_console.print(warning, highlight=False, soft_wrap=True)
 
 
 def _summary_table(grid: SweepGrid, summary: pd.DataFrame) -> object:
