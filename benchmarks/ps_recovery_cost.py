@@ -9,9 +9,9 @@ momentum, so a snapshot carries the parameters and the momentum) and ``--model-o
 make the model wider. Each configuration runs ``--iterations`` iterations on the same actors (a
 shared ``ActorPool``: actor start-up is not timed); an iteration's seconds are the time between
 two ``progress`` calls, which the run makes after the iteration and its snapshot, so the
-snapshot is in. Iteration 0 (set-up) and the ``--warmup`` after it are left out; the configurations alternate
-within each of ``--rounds`` rounds and the table gives the median over all measured iterations
-and the overhead of each against no recovery.
+snapshot is in. Iteration 0 (set-up) and the ``--warmup`` after it are left out; the
+configurations alternate within each of ``--rounds`` rounds and the table gives the median over
+all measured iterations and the overhead of each against no recovery.
 
     .venv/bin/python benchmarks/ps_recovery_cost.py [--rounds 5] [--iterations 30]
         [--snapshot-every 1 5] [--width 512 2048] [--json OUT]

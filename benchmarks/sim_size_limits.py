@@ -11,8 +11,8 @@ Sizes above the limits in force are measured too: the child lifts the limits for
 (they are what is being measured). A run that outlasts ``--timeout`` seconds is stopped and
 shown as such.
 
-    .venv/bin/python benchmarks/sim_size_limits.py [--nodes 1000 10000 100000]
-        [--policies fifo,dally] [--jobs 200] [--timeout 600] [--json OUT]
+    .venv/bin/python benchmarks/sim_size_limits.py [--nodes 1000 10000 100000 1000000]
+        [--policies fifo,dally] [--jobs 400] [--timeout 600] [--json OUT]
 """
 
 from __future__ import annotations
@@ -59,6 +59,8 @@ def one_run(policy: str, nodes: int, jobs: int) -> dict[str, object]:
         "jobs_finished": run.result.jobs_finished,
         "total_s": round(total, 2),
         "sim_wall_s": round(run.result.sim_wall_s, 2),
+        "rounds": run.result.rounds,
+        "ms_per_round": round(1e3 * run.result.sim_wall_s / max(run.result.rounds, 1), 3),
         "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
     }
 
@@ -78,13 +80,16 @@ def main() -> None:
         print(json.dumps(one_run(policy, nodes, jobs)))
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--nodes", type=int, nargs="+", default=[1_000, 10_000, 100_000])
+    parser.add_argument("--nodes", type=int, nargs="+", default=[1_000, 10_000, 100_000, 1_000_000])
     parser.add_argument("--policies", default="fifo,dally")
-    parser.add_argument("--jobs", type=int, default=200)
+    parser.add_argument("--jobs", type=int, default=400)
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument("--json", type=Path)
     a = parser.parse_args()
-    print(f"{'policy':8} {'nodes':>9} {'GPUs':>10} {'done':>5} {'total s':>8} {'peak MB':>8}")
+    print(
+        f"{'policy':8} {'nodes':>9} {'GPUs':>10} {'done':>5} {'rounds':>6} {'ms/round':>9}"
+        f" {'total s':>8} {'peak MB':>8}"
+    )
     rows = []
     for policy in a.policies.split(","):
         for nodes in a.nodes:
@@ -95,7 +100,8 @@ def main() -> None:
                 continue
             print(
                 f"{policy:8} {row['nodes']:>9,} {row['gpus']:>10,} {row['jobs_finished']:>5} "
-                f"{row['total_s']:>8.1f} {row['peak_rss_mb']:>8,}",
+                f"{row['rounds']:>6,} {row['ms_per_round']:>9.3f} {row['total_s']:>8.1f} "
+                f"{row['peak_rss_mb']:>8,}",
                 flush=True,
             )
     if a.json is not None:

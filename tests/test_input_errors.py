@@ -176,12 +176,13 @@ def test_table_files_refuse_400_digit_numbers_by_field(tmp_path: Path) -> None:
 
 
 def test_clusters_too_big_to_simulate_are_refused_with_the_limit() -> None:
-    with pytest.raises(ConfigError, match=r"100,000,000 nodes .* \(at most 100,000\)"):
+    with pytest.raises(ConfigError, match=r"100,000,000 nodes .* \(at most 2,000,000\)"):
         TopologyConfig(racks=1000, nodes_per_rack=100_000, gpus_per_node=8)
     with pytest.raises(
-        ConfigError, match=r"gpus_per_node: 8,000,000 GPUs .* \(at most 1,000,000\)"
+        ConfigError, match=r"gpus_per_node: 20,000,000 GPUs .* \(at most 16,000,000\)"
     ):
-        TopologyConfig(racks=1, nodes_per_rack=1000, gpus_per_node=8000)
+        TopologyConfig(racks=1, nodes_per_rack=1000, gpus_per_node=20_000)
+    assert TopologyConfig(racks=2, nodes_per_rack=1_000_000, gpus_per_node=8).n_gpus == 16_000_000
 
 
 def test_an_unknown_model_mix_name_is_refused_even_when_the_trace_names_models() -> None:
