@@ -9,10 +9,12 @@ any other exception would reach the user as a traceback. Few examples each, to k
 
 from __future__ import annotations
 
+import decimal
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -215,3 +217,119 @@ def test_every_number_replaced_by_a_hostile_one(kind: str, token: str) -> None:
     text = SAMPLES[kind][1]
     for found in re.finditer(r"(?<![\w.:-])\d+(\.\d+)?(?![\w:-])", text):
         _read(kind, (text[: found.start()] + token + text[found.end() :]).encode())
+
+
+# --- Parquet: the unstall reader's binary form ----------------------------------------------------
+
+PARQUET_FRAME = {
+    "job_id": ["1", "2"],
+    "submit_s": [0.0, 5.0],
+    "num_gpus": [4, 1],
+    "duration_s": [100.0, 60.0],
+    "model": ["resnet50", None],
+}
+VALID_META = b'{"submit_offset_s": 10.0, "skipped": {"a": 1}, "notes": ["n"]}'
+
+
+def _parquet(columns: dict[str, object], meta: bytes | None = VALID_META) -> bytes:
+    """A Parquet file of ``columns`` (pyarrow infers the types) with unstall's metadata."""
+    import io
+
+    import pyarrow.parquet as pq
+
+    table = pa.table(columns)
+    if meta is not None:
+        table = table.replace_schema_metadata({b"unstall.trace": meta})
+    sink = io.BytesIO()
+    pq.write_table(table, sink)
+    return sink.getvalue()
+
+
+def _read_parquet(content: bytes) -> None:
+    """Write ``content`` as a .parquet trace and read it; only UnstallError may come out."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "t.parquet"
+        path.write_bytes(content)
+        try:
+            read_trace(path)
+        except UnstallError as exc:
+            message = str(exc)
+            assert "\n" not in message.strip(), message
+            assert "t.parquet" in message, message
+
+
+def test_the_valid_parquet_sample_is_read() -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "t.parquet"
+        path.write_bytes(_parquet(PARQUET_FRAME))
+        trace = read_trace(path)
+        assert len(trace) == 2 and trace.submit_offset_s == 10.0
+
+
+@FUZZ
+@given(data=st.data())
+def test_corrupted_parquet_bytes_give_one_line_errors(data: st.DataObject) -> None:
+    """The valid file cut short, or a span of it replaced by random bytes (the footer and its
+    schema are at the end, the pages before: both are hit)."""
+    valid = _parquet(PARQUET_FRAME)
+    if data.draw(st.booleans()):
+        _read_parquet(valid[: data.draw(st.integers(0, len(valid) - 1))])
+        return
+    start = data.draw(st.integers(0, len(valid) - 1))
+    junk = data.draw(st.binary(min_size=1, max_size=16))
+    _read_parquet(valid[:start] + junk + valid[start + len(junk) :])
+
+
+HOSTILE_COLUMNS: dict[str, dict[str, object]] = {
+    "gpus as text": {"num_gpus": ["4", "x"]},
+    "gpus as bool": {"num_gpus": [True, False]},
+    "gpus huge": {"num_gpus": pa.array([2**64 - 1, 1], pa.uint64())},
+    "gpus as decimals": {"num_gpus": pa.array([decimal.Decimal(4), None], pa.decimal128(5, 1))},
+    "gpus as floats": {"num_gpus": [4.5, float("nan")]},
+    "submit as lists": {"submit_s": [[1.0], [2.0]]},
+    "submit infinite": {"submit_s": [float("inf"), 0.0]},
+    "duration as bytes": {"duration_s": [b"\xff", b"1"]},
+    "duration as structs": {"duration_s": [{"a": 1}, {"a": 2}]},
+    "ids as numbers": {"job_id": [1, 1]},
+    "ids missing": {"job_id": [None, "2"]},
+    "model as numbers": {"model": [1.5, 2.5]},
+    "iterations negative": {"iterations": [-1, 3]},
+    "status unknown": {"status": ["Exploded", None]},
+    "unknown column": {"extra": [1, 2]},
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE_COLUMNS))
+def test_hostile_parquet_columns_give_one_line_errors(case: str) -> None:
+    import datetime
+
+    columns: dict[str, object] = dict(PARQUET_FRAME) | HOSTILE_COLUMNS[case]
+    _read_parquet(_parquet(columns))
+    when = [datetime.datetime(2020, 1, 1), datetime.datetime(2020, 1, 2)]
+    _read_parquet(_parquet(dict(PARQUET_FRAME) | {"submit_s": when}))
+
+
+@pytest.mark.parametrize(
+    "meta",
+    [
+        b"not json",
+        b"\xff\xfe",
+        b"[1, 2]",
+        b'{"submit_offset_s": "soon"}',
+        b'{"submit_offset_s": [1]}',
+        b'{"submit_offset_s": 1e999}',
+        b'{"skipped": [1, 2]}',
+        b'{"skipped": {"a": "many"}}',
+        b'{"notes": 5}',
+        b'{"notes": [1, {"a": 2}]}',
+    ],
+)
+def test_hostile_parquet_metadata_gives_one_line_errors(meta: bytes) -> None:
+    _read_parquet(_parquet(PARQUET_FRAME, meta))
+
+
+def test_parquet_without_a_required_column_or_rows_is_answered() -> None:
+    without = {k: v for k, v in PARQUET_FRAME.items() if k != "num_gpus"}
+    _read_parquet(_parquet(without))
+    empty = {k: [] for k in ("job_id", "submit_s", "num_gpus", "duration_s")}
+    _read_parquet(_parquet(empty, None))

@@ -45,6 +45,69 @@ def test_binary_files_are_named_as_not_utf8(tmp_path: Path) -> None:
         assert str(path) in str(caught.value)
 
 
+PAI_JOBS = "j0,i0,u,Terminated,0,10\nj1,i1,u\xe9,Terminated,0,10\n"
+PAI_TASKS = "j0,t,1,Terminated,0,10,100,1,100,V100\nj1,t,1,Terminated,0,10,100,1,100,V100\n"
+
+
+def test_a_non_utf8_pai_table_names_the_line_and_field(tmp_path: Path) -> None:
+    """Latin-1 text (a byte 0xe9 for "e acute") in the user field of the job table's line 2."""
+    (tmp_path / "pai_job_table.csv").write_bytes(PAI_JOBS.encode("latin-1"))
+    (tmp_path / "pai_task_table.csv").write_text(PAI_TASKS)
+    with pytest.raises(
+        TraceError,
+        match=r"pai_job_table.csv, line 2, field 'user': not UTF-8 text \(a binary file\?\): "
+        r"byte 0xe9 at column 8: ",
+    ):
+        read_trace(tmp_path)
+    (tmp_path / "pai_job_table.csv").write_text(PAI_JOBS)
+    (tmp_path / "pai_task_table.csv").write_bytes(b"\xff" + PAI_TASKS.encode())
+    with pytest.raises(TraceError, match=r"pai_task_table.csv, line 1, field 'job_name': not UTF"):
+        read_trace(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "reader", "where"),
+    [
+        (
+            "t.csv",
+            "job_id,submit_s,num_gpus,duration_s\n1,0,4,5\n2,0,4,5\xff\n",
+            "unstall",
+            "line 3, field 'duration_s'",
+        ),
+        ("t.csv", "job_id,submit_s,num_gp\xffus,duration_s\n1,0,4,5\n", "unstall", "line 1:"),
+        ("cluster_job_log.json", '[{"jobid": "a1",\n "user": "\xff"}]', "philly-json", "line 2:"),
+    ],
+)
+def test_non_utf8_traces_name_the_line(
+    tmp_path: Path, name: str, text: str, reader: str, where: str
+) -> None:
+    path = tmp_path / name
+    path.write_bytes(text.encode("latin-1"))
+    with pytest.raises(TraceError, match="not UTF-8 text") as caught:
+        read_trace(path, reader)
+    assert f"{path}, {where}" in str(caught.value)
+
+
+def test_non_utf8_text_files_name_the_line_and_column(tmp_path: Path) -> None:
+    from unstall.profile.sweep import load_points
+
+    for name, read in (
+        ("c.toml", load_topology),
+        ("p.json", JobProfile.from_json),
+        ("cat.csv", load_catalog),
+        ("cong.csv", read_congestion_schedule),
+        ("points.json", load_points),
+    ):
+        path = tmp_path / name
+        path.write_bytes(b"# a first line\nab\xc3(\n")
+        with pytest.raises(DataFileError) as caught:
+            read(path)
+        assert str(caught.value) == (
+            f"{path}, line 2: not UTF-8 text (a binary file?): byte 0xc3 at column 3: "
+            "invalid continuation byte"
+        )
+
+
 @pytest.mark.parametrize("value", ["1e20", BIG])
 def test_huge_gpu_counts_name_the_line(tmp_path: Path, value: str) -> None:
     path = tmp_path / "t.csv"
@@ -113,12 +176,13 @@ def test_table_files_refuse_400_digit_numbers_by_field(tmp_path: Path) -> None:
 
 
 def test_clusters_too_big_to_simulate_are_refused_with_the_limit() -> None:
-    with pytest.raises(ConfigError, match=r"100,000,000 nodes .* \(at most 100,000\)"):
+    with pytest.raises(ConfigError, match=r"100,000,000 nodes .* \(at most 2,000,000\)"):
         TopologyConfig(racks=1000, nodes_per_rack=100_000, gpus_per_node=8)
     with pytest.raises(
-        ConfigError, match=r"gpus_per_node: 8,000,000 GPUs .* \(at most 1,000,000\)"
+        ConfigError, match=r"gpus_per_node: 20,000,000 GPUs .* \(at most 16,000,000\)"
     ):
-        TopologyConfig(racks=1, nodes_per_rack=1000, gpus_per_node=8000)
+        TopologyConfig(racks=1, nodes_per_rack=1000, gpus_per_node=20_000)
+    assert TopologyConfig(racks=2, nodes_per_rack=1_000_000, gpus_per_node=8).n_gpus == 16_000_000
 
 
 def test_an_unknown_model_mix_name_is_refused_even_when_the_trace_names_models() -> None:
@@ -137,3 +201,31 @@ def test_an_unknown_model_mix_name_is_refused_even_when_the_trace_names_models()
         simulate(
             trace, topology_preset("small"), make_policy("fifo"), model_mix={"nosuchmodel": 1.0}
         )
+
+
+def test_parquet_traces_name_the_column_and_the_metadata_field(tmp_path: Path) -> None:
+    """A Parquet file has no lines: its errors name the field (a column, or unstall's metadata)
+    and, for a value, the row."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "t.parquet"
+    base = {"job_id": ["1", "2"], "submit_s": [0.0, 5.0], "num_gpus": [4, 1], "duration_s": [9, 6]}
+    pq.write_table(pa.table(base | {"num_gpus": ["4", "x"]}), path)
+    with pytest.raises(
+        TraceError, match=r"t.parquet, field 'num_gpus': the column holds string, expected numbers"
+    ):
+        read_trace(path)
+    pq.write_table(pa.table(base | {"extra": [1, 2]}), path)
+    with pytest.raises(TraceError, match=r"t.parquet, field 'extra': unknown column"):
+        read_trace(path)
+    pq.write_table(pa.table(base | {"duration_s": [9, 0]}), path)
+    with pytest.raises(TraceError, match=r"t.parquet, field 'duration_s': row 2: must be > 0"):
+        read_trace(path)
+    meta = {b"unstall.trace": b'{"notes": 5}'}
+    pq.write_table(pa.table(base).replace_schema_metadata(meta), path)
+    with pytest.raises(TraceError, match=r"field 'metadata.notes': unstall's metadata: not a list"):
+        read_trace(path)
+    path.write_bytes(path.read_bytes()[:-30])
+    with pytest.raises(TraceError, match=r"t.parquet: not a readable Parquet file: [^\n]+$"):
+        read_trace(path)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -110,11 +110,39 @@ def read_text_file(path: str | Path) -> str:
     try:
         return p.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
-        raise DataFileError(
-            str(p), f"not UTF-8 text (a binary file?): byte {exc.start}: {exc.reason}"
-        ) from exc
+        with p.open("rb") as fh:
+            bad = first_non_utf8(fh)
+        line = bad.line if bad is not None else None
+        why = bad.describe() if bad is not None else exc.reason
+        raise DataFileError(str(p), f"not UTF-8 text (a binary file?): {why}", line=line) from exc
     except OSError as exc:
         raise DataFileError(str(p), f"cannot read: {exc.strerror or exc}") from exc
+
+
+@dataclasses.dataclass(frozen=True)
+class NonUtf8:
+    """Where a file stops being UTF-8: the line (1-based), the byte's offset in it (0-based),
+    the line's bytes and the decoder's reason."""
+
+    line: int
+    offset: int
+    raw: bytes
+    reason: str
+
+    def describe(self) -> str:
+        """``byte 0xff at column 7: invalid start byte``."""
+        return f"byte 0x{self.raw[self.offset]:02x} at column {self.offset + 1}: {self.reason}"
+
+
+def first_non_utf8(lines: Iterable[bytes]) -> NonUtf8 | None:
+    """The first line of a binary file's lines (an open ``rb`` file: read as it goes, so a large
+    file is not held in memory) that is not UTF-8, and where in it; None when all are."""
+    for number, raw in enumerate(lines, start=1):
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            return NonUtf8(line=number, offset=exc.start, raw=raw, reason=exc.reason)
+    return None
 
 
 def check_number_sizes(data: object, source: str) -> None:

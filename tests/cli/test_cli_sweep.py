@@ -114,3 +114,44 @@ def test_a_sweep_runs_on_two_nodes_and_reports_its_failed_cells(
     assert fifo.loc["high", "avg_jct_h_std"] > 0
     saved = json.loads((tmp_path / "sweep.json").read_text())
     assert saved["cells"] == 36 and saved["failed"] == 9 and len(saved["summary"]) == 12
+
+
+def test_a_sweep_over_degenerate_traces_gives_well_formed_results_and_warns(
+    ray_session: object, tmp_path: Path
+) -> None:
+    """A trace without jobs, one whose jobs all exceed the cluster, one with a job too big: the
+    runs finish with zeros where nothing ran, each trace warned of once on stderr."""
+    from typer.testing import CliRunner
+
+    from unstall.cli.app import app
+
+    header = "job_id,submit_s,num_gpus,duration_s\n"
+    traces = {
+        "empty.csv": header,
+        "too-big.csv": header + "1,0,4000,500\n2,5,5000,40\n",
+        "one-too-big.csv": header + "1,0,4,500\n2,5,5000,40\n",
+    }
+    for name, text in traces.items():
+        (tmp_path / name).write_text(text)
+    out = tmp_path / "sweep"
+    args = ["sim", "sweep", "--policies", "fifo,dally", "--congestion", "none", "--seeds", "0,1"]
+    args += ["--traces", ",".join(str(tmp_path / name) for name in traces), "--out", str(out)]
+    res = CliRunner().invoke(app, [*args, "-q"])
+    assert res.exit_code == 0, res.output
+    assert "Traceback" not in res.output
+    warnings = [line for line in res.output.splitlines() if line.startswith("warning:")]
+    assert warnings == [
+        "warning: trace empty.csv on cluster small: the trace holds no jobs: nothing was "
+        "simulated and its figures are 0",
+        "warning: trace too-big.csv on cluster small: no job fits the cluster: nothing was "
+        "simulated and its figures are 0",
+        "warning: trace one-too-big.csv on cluster small: 1 of 2 jobs need more than the "
+        "cluster's 32 GPUs and were left out",
+    ], res.output
+    rows = pd.read_csv(out / "runs.csv")
+    assert len(rows) == 12 and rows["ok"].all()
+    finished = rows.groupby(rows["trace"].map(lambda t: Path(t).name))["jobs_finished"].max()
+    assert finished.to_dict() == {"empty.csv": 0, "too-big.csv": 0, "one-too-big.csv": 1}
+    summary = pd.read_csv(out / "summary.csv")
+    assert len(summary) == 6 and (summary["seeds"] == 2).all()
+    assert "12 of 12 runs done" in res.output

@@ -38,7 +38,7 @@ def test_scenario_files_with_bad_counts_name_the_field(
 def test_a_binary_scenario_file_is_one_line(tmp_path: Path) -> None:
     path = tmp_path / "s.json"
     path.write_bytes(b"\xff\xfe\x00\x81binary")
-    with pytest.raises(DataFileError, match=r"s\.json: not UTF-8 text"):
+    with pytest.raises(DataFileError, match=r"s\.json, line 1: not UTF-8 text"):
         load_scenario(path)
 
 

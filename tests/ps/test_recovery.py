@@ -46,15 +46,19 @@ def pool() -> Iterator[RecordingPool]:
     pool.close()
 
 
-def killer(pool: RecordingPool, target: str) -> Any:
-    """A progress callback that SIGKILLs ``target`` (``worker`` 1 or ``server`` 1) once."""
-    done = {"iterations": 0, "killed": False}
+def killer(
+    pool: RecordingPool, target: str, after: int = KILL_AFTER, done: dict[str, Any] | None = None
+) -> Any:
+    """A progress callback that SIGKILLs ``target`` (``worker`` 1 or ``server`` 1) once, when
+    ``after`` iterations are done; it counts the iterations reported in ``done``."""
+    done = {} if done is None else done
+    done |= {"iterations": 0, "killed": False}
 
     first_server = len(pool.handed_out)  # servers of earlier runs come back to the pool
 
     def progress(n: int) -> None:
         done["iterations"] += n
-        if done["iterations"] == KILL_AFTER and not done["killed"]:
+        if done["iterations"] == after and not done["killed"]:
             servers = pool.handed_out[first_server:]
             actor = pool.workers[1] if target == "worker" else servers[1]
             os.kill(ray.get(actor.pid.remote()), signal.SIGKILL)
@@ -90,6 +94,35 @@ def test_a_run_survives_a_killed_process_with_the_unkilled_result(
     for name, value in unkilled.state_dict.items():
         np.testing.assert_array_equal(survived.state_dict[name], value, err_msg=name)
     assert "recoveries" in survived.to_dict()
+
+
+def test_rarer_snapshots_re_run_the_iterations_since_the_last_with_the_unkilled_result(
+    pool: RecordingPool, fast_scenario: Scenario
+) -> None:
+    """Snapshots after iterations 3 and 6 of 8; killed after 5 are done: the run goes on from
+    3 and re-runs 3 and 4 (reported once each) to the result of an unkilled run."""
+    options: dict[str, Any] = {
+        "iterations": 8,
+        "optimizer": ps.SGDConfig(lr=0.05, momentum=0.9),
+        "check_reference": True,
+    }
+    unkilled = tiny_run(fast_scenario, pool=pool, **options)
+    reported: dict[str, Any] = {}
+    survived = tiny_run(
+        fast_scenario,
+        pool=pool,
+        max_recoveries=1,
+        snapshot_every=3,
+        progress=killer(pool, "server", after=5, done=reported),
+        **options,
+    )
+    (recovery,) = survived.recoveries
+    assert recovery.iteration == 5 and recovery.restarted_at == 3, recovery
+    assert reported["iterations"] == 8
+    assert survived.params_match_reference is True
+    assert survived.iterations == 8 and len(survived.telemetry) == 8
+    for name, value in unkilled.state_dict.items():
+        np.testing.assert_array_equal(survived.state_dict[name], value, err_msg=name)
 
 
 def test_without_recovery_a_killed_server_ends_the_run_naming_it(

@@ -68,3 +68,14 @@ def test_every_placement_fits_the_free_gpus_and_the_level(
     assert pl.locality_of(got, LAYOUT) <= level
     ff = pl.first_fit(free, n)
     assert ff is not None and sum(k for _, k in ff) == n
+
+
+@given(st.lists(st.integers(0, 5), max_size=40))
+def test_each_rack_lists_its_nodes_in_node_order(node_rack: list[int]) -> None:
+    """Racks in any order and with gaps (a rack without nodes is an empty tuple)."""
+    layout = ClusterLayout.from_node_rack(tuple(node_rack), 4)
+    racks = max(node_rack) + 1 if node_rack else 0
+    expected = tuple(
+        tuple(n for n, r in enumerate(node_rack) if r == rack) for rack in range(racks)
+    )
+    assert layout.rack_nodes == expected

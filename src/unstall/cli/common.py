@@ -43,9 +43,16 @@ EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT
 
 
+class Interrupted(KeyboardInterrupt):
+    """A Ctrl-C that a command caught to say how far it got: its message is the line that
+    :func:`handle_errors` prints after "interrupted: " (e.g. "stopped at simulated time 3.2 h,
+    40 of 120 jobs finished; nothing written")."""
+
+
 def handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
     """Print unstall's own errors as one red line and exit 1, without a traceback; Ctrl-C says
-    so in one line and exits 130, as a shell expects of an interrupted command (what was
+    so in one line (with the progress the command reported, when it raised
+    :class:`Interrupted`) and exits 130, as a shell expects of an interrupted command (what was
     written stays whole: outputs are replaced atomically)."""
 
     @functools.wraps(fn)
@@ -56,7 +63,11 @@ def handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
             err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
             raise typer.Exit(EXIT_FAILED) from exc
         except KeyboardInterrupt as exc:
-            err_console.print("interrupted: stopped, no partial output written", highlight=False)
+            # Outputs are replaced atomically: none is ever left half-written.
+            what = "stopped, no partial output written"
+            if isinstance(exc, Interrupted):
+                what = str(exc)
+            err_console.print(f"interrupted: {what}", highlight=False, soft_wrap=True)
             raise typer.Exit(EXIT_INTERRUPTED) from exc
 
     return wrapper

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from unstall.cli.common import (
+    Interrupted,
     JsonOpt,
     QuietOpt,
     check_writable,
@@ -190,16 +191,20 @@ def run(
     lead = launch is None or launch.rank == 0
     if lead and not quiet:
         print_header(target.name, config, source)
-    with profile_progress(config, source, quiet=quiet or not lead) as on_run:
-        report = measure_stalls(
-            target.build,
-            source,
-            loss=resolve_loss(loss),
-            name=target.name,
-            model_options=target.options,
-            on_run=on_run,
-            **settings,
-        )
+    finished: list[str] = []
+    try:
+        with profile_progress(config, source, quiet=quiet or not lead, finished=finished) as on_run:
+            report = measure_stalls(
+                target.build,
+                source,
+                loss=resolve_loss(loss),
+                name=target.name,
+                model_options=target.options,
+                on_run=on_run,
+                **settings,
+            )
+    except KeyboardInterrupt:
+        raise Interrupted(interrupted_runs(config, source, finished)) from None
     if not lead:
         return
     saved = saved_config(target, config, batch=batch, image_size=image_size, data=data, loss=loss)
@@ -225,15 +230,38 @@ def print_header(name: str, config: ProfileConfig, source: DataSource) -> None:
 
 @contextmanager
 def profile_progress(
-    config: ProfileConfig, source: DataSource, *, quiet: bool
+    config: ProfileConfig, source: DataSource, *, quiet: bool, finished: list[str] | None = None
 ) -> Iterator[Callable[[str], None]]:
     """A progress bar over the differential runs (every run of every round); yields the
-    ``on_run`` hook of :func:`unstall.profile.measure_stalls`."""
+    ``on_run`` hook of :func:`unstall.profile.measure_stalls`, which also appends each
+    finished run's name to ``finished``."""
     from unstall.profile import run_names
 
     total = config.repeats * len(run_names(config, source.data_runs))
     with progress_bar("differential runs", total, quiet) as advance:
-        yield lambda run: advance(1)
+
+        def on_run(run: str) -> None:
+            if finished is not None:
+                finished.append(run)
+            advance(1)
+
+        yield on_run
+
+
+def interrupted_runs(config: ProfileConfig, source: DataSource, finished: list[str]) -> str:
+    """What a Ctrl-C stopped: the runs that had finished, round by round, and the workers."""
+    from unstall.profile import run_names
+
+    per_round = len(run_names(config, source.data_runs))
+    rounds = [
+        f"round {start // per_round + 1}: {', '.join(finished[start : start + per_round])}"
+        for start in range(0, len(finished), per_round)
+    ]
+    done = f" ({'; '.join(rounds)})" if rounds else ""
+    return (
+        f"stopped with {len(finished)} of {config.repeats * per_round} runs finished{done}; "
+        f"the {config.workers} workers stopped; nothing written"
+    )
 
 
 def saved_config(

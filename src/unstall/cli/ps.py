@@ -201,11 +201,20 @@ def train(
         typer.Option(
             "--max-recoveries",
             help="Dead worker or server processes the run survives: it snapshots its state "
-            "after every iteration and goes on from the last snapshot with new actors (same "
-            "result; 0: a dead actor ends the run).",
+            "every --snapshot-every iterations and goes on from the last snapshot with new "
+            "actors (same result; 0: a dead actor ends the run).",
             min=0,
         ),
     ] = 0,
+    snapshot_every: Annotated[
+        int,
+        typer.Option(
+            "--snapshot-every",
+            help="Iterations between the snapshots a recovery goes on from: fewer snapshots "
+            "cost less while nothing fails, and a recovery re-runs up to this many iterations.",
+            min=1,
+        ),
+    ] = 1,
     timeout: TimeoutOpt = 300.0,
     plot: Annotated[
         Path | None, typer.Option("--plot", help="Iteration time, loss and server busy (PNG).")
@@ -243,6 +252,7 @@ def train(
         checkpoint_every=checkpoint_every,
         save=None if save is None else str(save),
         max_recoveries=max_recoveries,
+        snapshot_every=snapshot_every,
     )
     run = resolve_run(request)  # a bad name, file or function fails here, before Ray starts
     check_writable(save, json_out, checkpoint, plot)  # and an unwritable output here, too

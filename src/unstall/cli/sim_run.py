@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from unstall.cli.common import (
+    Interrupted,
     JsonOpt,
     QuietOpt,
     check_folder_writable,
@@ -32,6 +33,7 @@ from unstall.cli.resolvers.sim import (
 )
 from unstall.cli.resolvers.traces import resolve_trace
 from unstall.results import replaced_atomically, to_jsonable, write_result
+from unstall.sim import SimInterrupted
 
 if TYPE_CHECKING:
     from unstall.sim import SimRun
@@ -182,8 +184,11 @@ def run(
     loaded = resolve_trace(trace, trace_format)
     print_header(request)
     total = min(len(loaded), max_jobs or len(loaded))
-    with progress_bar(f"simulating {policy}", total, quiet) as advance:
-        outcome = simulate_request(request, loaded, on_finish=advance)
+    try:
+        with progress_bar(f"simulating {policy}", total, quiet) as advance:
+            outcome = simulate_request(request, loaded, on_finish=advance)
+    except SimInterrupted as exc:
+        raise Interrupted(f"stopped at {exc.progress()}; nothing written") from None
     report_rejected(outcome)
     r = outcome.result
     console.print(results_table(f"{r.trace} on {r.cluster} ({r.total_gpus} GPUs)", [r]))
@@ -322,13 +327,36 @@ def compare(
 
 
 def simulate_all(requests: Sequence[SimRequest], trace: Trace, quiet: bool) -> list[SimRun]:
-    """Every request on the same trace, one after the other, under one progress bar."""
+    """Every request on the same trace, one after the other, under one progress bar. A Ctrl-C
+    prints the table of the policies that finished and says which one it stopped."""
     total = sum(min(len(trace), r.max_jobs or len(trace)) for r in requests)
-    runs = []
-    with progress_bar(f"simulating {len(requests)} policies", total, quiet) as advance:
-        for request in requests:
-            runs.append(simulate_request(request, trace, on_finish=advance))
+    runs: list[SimRun] = []
+    try:
+        with progress_bar(f"simulating {len(requests)} policies", total, quiet) as advance:
+            for request in requests:
+                runs.append(simulate_request(request, trace, on_finish=advance))
+    except KeyboardInterrupt as exc:
+        raise interrupted_comparison(runs, requests, exc) from None
     return runs
+
+
+def interrupted_comparison(
+    runs: Sequence[SimRun], requests: Sequence[SimRequest], exc: KeyboardInterrupt
+) -> Interrupted:
+    """Print the results of the policies that finished before ``exc``; the line to end with."""
+    if runs:
+        first = runs[0].result
+        title = (
+            f"{first.trace} on {first.cluster} ({first.total_gpus} GPUs), congestion "
+            f"{first.congestion}: the {len(runs)} of {len(requests)} policies that finished"
+        )
+        console.print(results_table(title, [r.result for r in runs]))
+    finished = f"{len(runs)} of {len(requests)} policies finished"
+    if len(runs) == len(requests):
+        return Interrupted(f"stopped after the simulations ({finished}); nothing written")
+    stopped = requests[len(runs)].policy
+    where = f" at {exc.progress()}" if isinstance(exc, SimInterrupted) else ""
+    return Interrupted(f"stopped {stopped}{where}; {finished}; nothing written")
 
 
 def write_comparison(

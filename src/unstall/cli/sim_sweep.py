@@ -10,6 +10,7 @@ import typer
 
 from unstall.cli.common import (
     EXIT_FAILED,
+    Interrupted,
     JsonOpt,
     QuietOpt,
     check_folder_writable,
@@ -154,23 +155,43 @@ def _run_grid(
     tasks = sweep_tasks(
         grid, traces=loaded, policy_options=options, settings=settings, job_profiles=profiles
     )
+    runs = out / "runs"
+    finished: list[CellOutcome] = []
     started = connect_ray(address)
     try:
         refs = {label: ray.put(trace) for label, trace in loaded.items()}  # once, not per cell
         tasks = [dataclasses.replace(t, trace=refs[t.cell.trace]) for t in tasks]
-        runs = out / "runs"
         with progress_bar(f"sweep: {len(tasks)} runs on Ray", len(tasks), quiet) as advance:
 
             def done(outcome: CellOutcome) -> None:
                 if outcome.result is not None:
                     config = {"cell": outcome.cell, "settings": settings}
                     write_result(runs / f"{outcome.cell.key}.json", outcome.result, config)
+                finished.append(outcome)
                 advance(1)
 
             return run_cells(tasks, done)
+    except KeyboardInterrupt:
+        raise _interrupted(grid, finished, len(tasks), runs) from None
     finally:
         if started:
-            ray.shutdown()
+            ray.shutdown()  # its tasks, workers and processes with it
+
+
+def _interrupted(
+    grid: SweepGrid, finished: list[CellOutcome], cells: int, runs: Path
+) -> Interrupted:
+    """Print the summary of the cells that finished before a Ctrl-C; the line to end with."""
+    from unstall.sim.sweep import summarise_sweep, sweep_rows
+
+    if finished:
+        console.print(_summary_table(grid, summarise_sweep(sweep_rows(finished))))
+    ok = sum(1 for outcome in finished if outcome.ok)
+    kept = f" (each one's JSON in {runs})" if ok else ""
+    return Interrupted(
+        f"stopped with {len(finished)} of {cells} runs done, {ok} of them ok{kept}; "
+        "no summary written"
+    )
 
 
 def _report(
@@ -192,6 +213,7 @@ def _report(
         with replaced_atomically(out / name) as tmp:
             frame.to_csv(tmp, index=False)
     console.print(_summary_table(grid, summary))
+    _warn_degenerate(outcomes)
     failed = rows[~rows["ok"]]
     for _, row in failed.iterrows():
         err_console.print(
@@ -210,6 +232,31 @@ def _report(
     )
     save_json(json_path, SweepResult.of(grid, outcomes), config)
     return len(failed)
+
+
+def _warn_degenerate(outcomes: list[CellOutcome]) -> None:
+    """One warning line per trace and cluster whose runs simulated nothing (a trace without
+    jobs, or none that fits the cluster: their figures are zeros, no measurement) or left jobs
+    out (larger than the whole cluster), as `sim run` warns of its one run."""
+    said: set[tuple[str, str]] = set()
+    for outcome in sorted(outcomes, key=lambda o: o.cell.index):
+        cell, result = outcome.cell, outcome.result
+        key = (cell.trace, cell.cluster)
+        if result is None or key in said or (result.jobs > 0 and not result.jobs_rejected):
+            continue
+        said.add(key)  # the same jobs fit in every run of a trace on a cluster
+        where = f"trace {Path(cell.trace).name} on cluster {Path(cell.cluster).name}"
+        if result.jobs == 0:
+            why = "the trace holds no jobs: nothing was simulated and its figures are 0"
+        elif result.jobs_rejected == result.jobs:
+            why = "no job fits the cluster: nothing was simulated and its figures are 0"
+        else:
+            why = (
+                f"{result.jobs_rejected} of {result.jobs} jobs need more than the cluster's "
+                f"{result.total_gpus} GPUs and were left out"
+            )
+        warning = f"[bold yellow]warning:[/] {where}: {why}"
+        err_console.print(warning, highlight=False, soft_wrap=True)
 
 
 def _summary_table(grid: SweepGrid, summary: pd.DataFrame) -> object:

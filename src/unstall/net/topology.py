@@ -74,11 +74,14 @@ def _default_nic() -> Link:
     return _link_of(NIC_PRESETS["100g"])
 
 
-# The largest cluster the simulator takes: it keeps per-node and per-GPU state, so a file asking
-# for a hundred million nodes would fill memory or run for hours before printing anything. The
-# Philly cluster is about 550 nodes and 2,500 GPUs; these limits leave a wide margin above it.
-MAX_NODES = 100_000
-MAX_GPUS = 1_000_000
+# The largest cluster the simulator takes, from benchmarks/sim_size_limits.py (BENCHMARKS.md,
+# "Cluster size limits"): every scheduling round costs about 33 ns per node, so the embedded
+# 400-job trace (800 rounds) takes about a minute and 0.7 GB on 2,000,000 nodes of 8 GPUs, and
+# the time grows with nodes x rounds (a trace of Philly's length there: hours). A larger file
+# is refused with the limit named, rather than left to run for hours or fill memory. The Philly
+# cluster is about 550 nodes and 2,500 GPUs.
+MAX_NODES = 2_000_000
+MAX_GPUS = 8 * MAX_NODES  # measured with 8 GPUs a node
 
 
 def _is_int(value: object, least: int) -> bool:

@@ -25,7 +25,7 @@ import os
 import socket
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -523,15 +523,37 @@ def _spawn(
     assert context is not None  # join=False returns the processes' context
     seen = 0
     progress = Path(f"{out_path}.progress")
-    while True:
-        done = context.join(timeout=POLL_S)
-        runs = progress.read_text(encoding="utf-8").split() if progress.exists() else []
-        for run in runs[seen:]:
-            if on_run is not None:
-                on_run(run)
-        seen = len(runs)
-        if done:
-            return
+    try:
+        while True:
+            done = context.join(timeout=POLL_S)
+            runs = progress.read_text(encoding="utf-8").split() if progress.exists() else []
+            for run in runs[seen:]:
+                if on_run is not None:
+                    on_run(run)
+            seen = len(runs)
+            if done:
+                return
+    except BaseException:
+        # A Ctrl-C that reached this process alone (a SIGTERM, `kill -INT`), or a failed
+        # progress call: the workers would run on, orphans holding their gloo ports.
+        _stop_workers(context.processes)
+        raise
+
+
+# How long stopped workers get to end before they are killed.
+STOP_WAIT_S = 5.0
+
+
+def _stop_workers(processes: Sequence[Any]) -> None:
+    """Terminate the spawned workers still alive, wait for them, kill those that linger."""
+    for process in processes:
+        if process.is_alive():
+            process.terminate()
+    for process in processes:
+        process.join(STOP_WAIT_S)
+        if process.is_alive():
+            process.kill()
+            process.join()
 
 
 def run_workers(

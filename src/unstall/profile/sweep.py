@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from unstall.config import check
+from unstall.config import check, read_text_file
 from unstall.errors import DataFileError
 from unstall.profile.config import ProfileConfig
 from unstall.profile.job import LossFunction, ModelFunction, ProfiledJob, model_shape
@@ -161,7 +161,7 @@ def load_points(path: Path) -> dict[str, SweepPoint]:
     if not path.exists():
         return {}
     try:
-        rows = json.loads(path.read_text(encoding="utf-8"))
+        rows = json.loads(read_text_file(path))  # a binary file: one line naming where
         return {item["variant"]: SweepPoint.from_dict(item) for item in rows}
     except json.JSONDecodeError as exc:
         raise DataFileError(str(path), f"not valid JSON: {exc.msg}", line=exc.lineno) from exc

@@ -28,7 +28,8 @@ What it offers:
   them out, ``fit(resume=)`` goes on from one with an unstopped run's result), saved and
   loaded with ``.save(path)`` / ``PSCheckpoint.load(path)``.
 - Failures: ``fit(max_recoveries=N)`` survives N dead workers or servers (a result's
-  ``recoveries``); without it :class:`PSActorDiedError` names the dead actor.
+  ``recoveries``), going on from a snapshot taken every ``snapshot_every`` iterations (default
+  1); without it :class:`PSActorDiedError` names the dead actor.
 - Ray: :func:`ensure_ray`, :class:`ActorPool` (a result's ``nodes`` says where each actor ran);
   errors :class:`PSActorDiedError`, :class:`PSTimeoutError` (and
   :class:`~unstall.usercode.UserCodeError` for errors in the user's functions).

@@ -3,11 +3,13 @@
 A run goes in segments: a segment starts a :class:`~unstall.ps.coordinator.PSCluster` from a
 :class:`RunState` (the parameters and optimizer state, the placement, the servers, the batches
 recorded so far) and runs iterations until the end or until a worker or server process dies.
-With recovery on (``max_recoveries`` > 0), the state is snapshotted after every iteration (the
-servers' state gathered to the driver: a transfer of everything they own), so a run that loses
-an actor starts a new segment from the last snapshot with fresh actors and re-runs only the
-interrupted iteration; the step being exact on any placement, the result is the one an
-unstopped run gives. Without recovery a dead actor ends the run with one line naming it.
+With recovery on (``max_recoveries`` > 0), the state is snapshotted every ``snapshot_every``
+iterations (the servers' state gathered to the driver: a transfer of everything they own), so a
+run that loses an actor starts a new segment from the last snapshot with fresh actors and
+re-runs the iterations since (at most ``snapshot_every``, the interrupted one included); the
+step being exact on any placement and the batches a function of the iteration, the result is
+the one an unstopped run gives. Without recovery a dead actor ends the run with one line naming
+it.
 """
 
 from __future__ import annotations
@@ -61,6 +63,7 @@ class Segment:
     check_reference: bool
     checkpoint_every: int | None
     max_recoveries: int
+    snapshot_every: int = 1  # iterations between the snapshots a recovery starts from
 
 
 @dataclass(kw_only=True)
@@ -103,6 +106,15 @@ def run_segments(
     actor, at most ``seg.max_recoveries`` times."""
     recoveries: list[Recovery] = []
     saved = 0
+    reported = state.iteration
+
+    def report(iteration: int) -> None:
+        """``progress`` once per iteration: not again for those re-run after a recovery."""
+        nonlocal reported
+        if progress is not None and iteration >= reported:
+            reported = iteration + 1
+            progress(1)
+
     nodes: dict[str, str] = {}
     failure: tuple[int, str, float] | None = None  # (iteration, error, when) of the last loss
     while True:
@@ -118,7 +130,7 @@ def run_segments(
             failure = None
         snapshots = _Snapshots(seg, cluster, state, on_checkpoint)
         try:
-            _iterate(seg, cluster, state, controller, progress, snapshots)
+            _iterate(seg, cluster, state, controller, report, snapshots)
             finished = _gather(seg, cluster, state)
         except PSActorDiedError as exc:
             failure = (cluster.iteration, str(exc), time.perf_counter())
@@ -170,7 +182,7 @@ def _iterate(
     cluster: PSCluster,
     state: RunState,
     controller: Controller | None,
-    progress: Callable[[int], None] | None,
+    report: Callable[[int], None],
     snapshots: _Snapshots,
 ) -> None:
     n = seg.iterations
@@ -187,8 +199,7 @@ def _iterate(
             controller(cluster, step)
         boundary_s = time.perf_counter() - started
         snapshots.after(iteration)
-        if progress is not None:
-            progress(1)
+        report(iteration)
 
 
 def _gather(seg: Segment, cluster: PSCluster, state: RunState) -> dict[str, Any]:
@@ -212,8 +223,8 @@ def _joined(before: list[list[Batch]], after: list[list[Batch]]) -> list[list[Ba
 
 class _Snapshots:
     """After every iteration: the caller's checkpoint when one is due (every
-    ``checkpoint_every`` iterations and after the last), and with recovery on the state a
-    restart goes on from."""
+    ``checkpoint_every`` iterations and after the last), and with recovery on, every
+    ``snapshot_every`` iterations, the state a restart goes on from."""
 
     def __init__(
         self,
@@ -234,7 +245,12 @@ class _Snapshots:
             and self.on_checkpoint is not None
             and (done % every == 0 or done == self.seg.iterations)
         )
-        keep = self.seg.max_recoveries > 0 and done < self.seg.iterations
+        # A checkpoint gathers the state anyway: a snapshot then costs nothing more.
+        keep = (
+            self.seg.max_recoveries > 0
+            and done < self.seg.iterations
+            and (done % self.seg.snapshot_every == 0 or due)
+        )
         if not (due or keep):
             return
         checkpoint = self._checkpoint(done)

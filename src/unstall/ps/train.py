@@ -126,6 +126,7 @@ class RunPlan:
     resume: PSCheckpoint | None = None
     checkpoint_every: int | None = None
     max_recoveries: int = 0
+    snapshot_every: int = 1
 
     @property
     def start_iteration(self) -> int:
@@ -167,6 +168,7 @@ def make_plan(
     resume: PSCheckpoint | None = None,
     checkpoint_every: int | None = None,
     max_recoveries: int = 0,
+    snapshot_every: int = 1,
 ) -> RunPlan:
     """Validate a run and make it ready (the user's model function runs here, in the driver)."""
     check(job.workers >= 1, "fit", "workers", f"must be >= 1, got {job.workers}")
@@ -181,6 +183,7 @@ def make_plan(
         f"must be >= 1, got {checkpoint_every}",
     )
     check(max_recoveries >= 0, "fit", "max_recoveries", f"must be >= 0, got {max_recoveries}")
+    check(snapshot_every >= 1, "fit", "snapshot_every", f"must be >= 1, got {snapshot_every}")
     model = build_model(job.model, job.seed)
     infos, initial = initial_params(model)
     if resume is not None:
@@ -203,6 +206,7 @@ def make_plan(
         resume=resume,
         checkpoint_every=checkpoint_every,
         max_recoveries=max_recoveries,
+        snapshot_every=snapshot_every,
     )
 
 
@@ -247,6 +251,7 @@ def fit(
     checkpoint_every: int | None = None,
     on_checkpoint: Callable[[PSCheckpoint], None] | None = None,
     max_recoveries: int = 0,
+    snapshot_every: int = 1,
     address: str | None = None,
     runtime_env: Mapping[str, Any] | None = None,
     timeout_s: float = 300.0,
@@ -272,9 +277,11 @@ def fit(
     gets a :class:`~unstall.ps.checkpoint.PSCheckpoint` (e.g. ``lambda c: c.save(path)``);
     ``resume`` goes on from one (same model, workers, seed and optimizer kind; the optimizer
     defaults to the checkpoint's). ``max_recoveries``: how many dead worker or server
-    processes the run survives, each time going on from a snapshot taken after every
-    iteration (re-running only the interrupted one, with the same result); 0: a dead actor
-    ends the run with :class:`~unstall.ps.errors.PSActorDiedError` naming it. Ray:
+    processes the run survives, each time going on from the last snapshot of the servers'
+    state, taken every ``snapshot_every`` iterations (re-running the iterations since, at most
+    ``snapshot_every``, with the same result: a larger value makes the snapshots rarer and a
+    recovery longer); 0: a dead actor ends the run with
+    :class:`~unstall.ps.errors.PSActorDiedError` naming it. Ray:
     ``address`` (or ``RAY_ADDRESS``) for a cluster, with ``runtime_env`` (e.g.
     ``{"working_dir": "."}`` so that the user's modules reach every node), else a local Ray
     started on loopback and stopped at the end, unless this process is connected to one
@@ -306,6 +313,7 @@ def fit(
         resume=resume,
         checkpoint_every=checkpoint_every,
         max_recoveries=max_recoveries,
+        snapshot_every=snapshot_every,
     )
     with ray_for_run(address, max(workers + 1, 2), pool, runtime_env=runtime_env) as actors:
         return run_plan(plan, actors, progress, on_checkpoint)
@@ -364,6 +372,7 @@ def run_plan(
         check_reference=plan.check_reference,
         checkpoint_every=plan.checkpoint_every,
         max_recoveries=plan.max_recoveries,
+        snapshot_every=plan.snapshot_every,
     )
     state = RunState(
         iteration=plan.start_iteration,

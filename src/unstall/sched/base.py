@@ -212,8 +212,13 @@ class ClusterLayout:
 
 
 def _rack_nodes(node_rack: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+    """Each rack's nodes, in node order: one pass over the nodes (a pass per rack was quadratic,
+    a minute at 100,000 nodes)."""
     racks = max(node_rack) + 1 if node_rack else 0
-    return tuple(tuple(n for n, r in enumerate(node_rack) if r == rack) for rack in range(racks))
+    members: list[list[int]] = [[] for _ in range(racks)]
+    for node, rack in enumerate(node_rack):
+        members[rack].append(node)
+    return tuple(tuple(nodes) for nodes in members)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

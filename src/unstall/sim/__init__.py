@@ -22,6 +22,8 @@ What this part offers:
   :class:`CongestionSchedule` (``read_congestion_schedule(path)`` reads ``time_s,fraction``).
 - :class:`SimInvariantError`: a policy (or the engine) broke an invariant, e.g. gave a GPU twice;
   :class:`PolicyError`, one of them, names the policy, the job and the rule its decision broke.
+- :class:`SimInterrupted`: a Ctrl-C stopped :func:`simulate`; a KeyboardInterrupt that says how
+  far the run got (simulated time, jobs finished of those simulated).
 
 Example: the first 50 jobs of the embedded trace, all training a model measured by
 ``unstall profile`` (a :class:`unstall.workload.JobProfile`; jobs naming a zoo model need no
@@ -58,6 +60,7 @@ from unstall.sim.congestion import (
     read_congestion_schedule,
 )
 from unstall.sim.decision_checks import PolicyError
+from unstall.sim.engine import SimInterrupted
 from unstall.sim.metrics import SimResult
 from unstall.sim.run import SimRun, simulate
 from unstall.sim.state import SimInvariantError
@@ -79,6 +82,7 @@ __all__ = [
     "CongestionLevel",
     "CongestionSchedule",
     "PolicyError",
+    "SimInterrupted",
     "SimInvariantError",
     "SimResult",
     "SimRun",

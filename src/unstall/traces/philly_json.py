@@ -118,7 +118,7 @@ def _load(path: Path) -> tuple[list[Any], Rows]:
     try:
         text = read_text_file(path)
     except DataFileError as exc:
-        raise TraceError(exc.path, exc.why) from exc
+        raise TraceError(exc.path, exc.why, line=exc.line) from exc
     if not text.strip():
         # Without this an empty file would read as a trace of no jobs.
         raise TraceError(str(path), "the file is empty")

@@ -8,8 +8,10 @@ under ``unstall.trace``. Both are validated like every other format.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -26,6 +28,7 @@ from unstall.traces.schema import (
 )
 from unstall.traces.validation import (
     CsvLines,
+    LineMap,
     NoLines,
     Rows,
     check_columns,
@@ -50,13 +53,16 @@ def sniff(path: Path, header: Sequence[str]) -> bool:
 
 def read(path: Path, options: ReadOptions) -> Trace:
     """Read an unstall trace file (CSV or Parquet, by suffix) and validate every row."""
+    lines: LineMap
     if path.suffix.lower() in (".parquet", ".pq"):
         frame, meta = _read_parquet(path)
-        rows = Rows(path, NoLines())
+        lines = NoLines()
     else:
         frame, meta = read_csv(path, text_columns=TEXT_COLUMNS), {}
-        rows = Rows(path, CsvLines(path))
-    check_columns(path, frame.columns, REQUIRED_COLUMNS, OPTIONAL_COLUMNS)
+        lines = CsvLines(path)
+    rows = Rows(path, lines)
+    header = 1 if isinstance(lines, CsvLines) else None
+    check_columns(path, frame.columns, REQUIRED_COLUMNS, OPTIONAL_COLUMNS, line=header)
     file_rows = np.arange(len(frame))
     ids = texts(rows, frame["job_id"], file_rows, "job_id", allow_missing=False)
     unique(rows, ids, file_rows, "job_id")
@@ -132,7 +138,12 @@ def trace_csv_text(trace: Trace) -> str:
     return str(trace.jobs[list(COLUMNS)].to_csv(index=False, lineterminator="\n"))
 
 
-def _read_parquet(path: Path) -> tuple[pd.DataFrame, dict]:
+NUMBER_COLUMNS = ("submit_s", "num_gpus", "duration_s", "iterations")
+
+
+def _read_parquet(path: Path) -> tuple[pd.DataFrame, dict[str, Any]]:
+    """The table and unstall's metadata of a Parquet trace. A file cut short or corrupt, a column
+    of a type that cannot hold its values, metadata of the wrong shape: one line each."""
     if not path.is_file():
         raise TraceError(str(path), "no such file")
     import pyarrow as pa
@@ -140,12 +151,62 @@ def _read_parquet(path: Path) -> tuple[pd.DataFrame, dict]:
 
     try:
         table = pq.read_table(path)
-    except (pa.ArrowInvalid, OSError) as exc:
-        raise TraceError(str(path), f"not a readable Parquet file: {exc}") from exc
+        for index, name in enumerate(table.column_names):
+            column = table.column(index)
+            if name in NUMBER_COLUMNS:
+                _check_arrow_type(path, name, column.type, number=True)
+                # Every width and sign as float64, as a CSV's numbers are read: the checks
+                # then refuse what is too large instead of overflowing on it.
+                table = table.set_column(index, name, column.cast(pa.float64(), safe=False))
+            elif name in TEXT_COLUMNS:
+                _check_arrow_type(path, name, column.type, number=False)
+        frame = table.to_pandas()
+    except (pa.ArrowException, OSError) as exc:
+        # Arrow's messages run over several lines.
+        why = " ".join(str(exc).split())
+        raise TraceError(str(path), f"not a readable Parquet file: {why}") from exc
     raw = (table.schema.metadata or {}).get(METADATA_KEY)
-    meta = json.loads(raw) if raw else {}
-    frame = table.to_pandas()
-    return frame, meta
+    return frame, _metadata(path, raw) if raw else {}
+
+
+def _check_arrow_type(path: Path, name: str, kind: Any, *, number: bool) -> None:
+    import pyarrow as pa
+
+    types = pa.types
+    if types.is_null(kind) or types.is_integer(kind):  # integers: numbers, or ids
+        return
+    if number and types.is_floating(kind):
+        return
+    if not number and (types.is_string(kind) or types.is_large_string(kind)):
+        return
+    want = "numbers" if number else "text"
+    raise TraceError(str(path), f"the column holds {kind}, expected {want}", field=name)
+
+
+def _metadata(path: Path, raw: bytes) -> dict[str, Any]:
+    """unstall's metadata in a Parquet trace (:func:`write_trace` writes it), checked."""
+
+    def bad(field: str, why: str) -> TraceError:
+        return TraceError(str(path), f"unstall's metadata: {why}", field=f"metadata.{field}")
+
+    try:
+        meta = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise TraceError(str(path), f"unstall's metadata is not JSON: {exc}") from exc
+    if not isinstance(meta, dict):
+        raise TraceError(str(path), "unstall's metadata is not a JSON object")
+    offset = meta.get("submit_offset_s", 0.0)
+    if isinstance(offset, bool) or not isinstance(offset, int | float) or not math.isfinite(offset):
+        raise bad("submit_offset_s", f"not a finite number: {offset!r}")
+    skipped = meta.get("skipped", {})
+    if not isinstance(skipped, dict) or not all(
+        isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in skipped.values()
+    ):
+        raise bad("skipped", "not an object of counts (reason: number of rows)")
+    notes = meta.get("notes", [])
+    if not isinstance(notes, list) or not all(isinstance(note, str) for note in notes):
+        raise bad("notes", "not a list of texts")
+    return meta
 
 
 READER = Reader(

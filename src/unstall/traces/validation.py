@@ -18,6 +18,7 @@ from typing import Protocol
 import numpy as np
 import pandas as pd
 
+from unstall.config import first_non_utf8
 from unstall.traces.schema import TraceError
 
 # The largest whole number a float64 holds exactly (ids, counts, GPUs).
@@ -116,7 +117,7 @@ def read_csv(
     except pd.errors.EmptyDataError as exc:
         raise TraceError(str(path), "the file is empty") from exc
     except UnicodeDecodeError as exc:
-        raise TraceError(str(path), f"not UTF-8 text (a binary file?): {exc.reason}") from exc
+        raise _not_utf8(path, names) from exc
     except (pd.errors.ParserError, ValueError) as exc:
         # pandas names the line in its message ("Expected 5 fields in line 3, saw 6").
         found = re.search(r"line (\d+)", str(exc))
@@ -126,10 +127,33 @@ def read_csv(
     return frame
 
 
+def _not_utf8(path: Path, names: Sequence[str] | None) -> TraceError:
+    """The error for a CSV that is not UTF-8: its first bad line, and the field there when the
+    line has no quotes (a comma inside quotes would shift the count)."""
+    with path.open("rb") as fh:
+        bad = first_non_utf8(fh)
+    if bad is None:  # pandas and a line-by-line decode disagree: say what is known
+        return TraceError(str(path), "not UTF-8 text (a binary file?)")
+    field = None
+    columns = list(names) if names is not None else header_of(path)
+    is_header = names is None and bad.line == 1
+    if not is_header and b'"' not in bad.raw[: bad.offset]:
+        index = bad.raw.count(b",", 0, bad.offset)
+        field = columns[index] if index < len(columns) else None
+    why = f"not UTF-8 text (a binary file?): {bad.describe()}"
+    return TraceError(str(path), why, line=bad.line, field=field)
+
+
 def check_columns(
-    path: Path, columns: Iterable[str], required: Sequence[str], optional: Sequence[str] = ()
+    path: Path,
+    columns: Iterable[str],
+    required: Sequence[str],
+    optional: Sequence[str] = (),
+    *,
+    line: int | None = 1,
 ) -> None:
-    """Header checks (line 1): every required column present, no column we do not know."""
+    """Header checks: every required column present, no column we do not know. ``line``: where
+    the header is (a CSV's line 1; None for a file without lines, e.g. Parquet)."""
     cols = list(columns)
     known = set(required) | set(optional)
     for name in cols:
@@ -137,15 +161,15 @@ def check_columns(
             raise TraceError(
                 str(path),
                 f"unknown column {name!r}; this format has {list(required) + list(optional)}",
-                line=1,
+                line=line,
                 field=name,
             )
     dupes = [c for c in cols if cols.count(c) > 1]
     if dupes:
-        raise TraceError(str(path), f"column {dupes[0]!r} appears twice", line=1, field=dupes[0])
+        raise TraceError(str(path), f"column {dupes[0]!r} appears twice", line=line, field=dupes[0])
     for name in required:
         if name not in cols:
-            raise TraceError(str(path), "missing column", line=1, field=name)
+            raise TraceError(str(path), "missing column", line=line, field=name)
 
 
 def numbers(

@@ -91,6 +91,7 @@ class PSRequest:
     checkpoint_every: int | None = None
     save: str | None = None
     max_recoveries: int = 0
+    snapshot_every: int = 1
     piece_mb: float = DEFAULT_PIECE_MB
     step_threads: int = 1
 
@@ -129,6 +130,7 @@ class ResolvedRun:
             "resume": self.resume,
             "checkpoint_every": r.checkpoint_every,
             "max_recoveries": r.max_recoveries,
+            "snapshot_every": r.snapshot_every,
             "address": r.address,
             "runtime_env": self.runtime_env,
             "timeout_s": r.timeout_s,
