@@ -46,7 +46,7 @@ def test_detects_a_4x_slower_server_and_shifts_load_away() -> None:
     servers = (0, 1, 2, 3)
     owner = {i: i % 4 for i in CHUNKS}
     per_byte = {0: FAST, 1: 4 * FAST, 2: FAST, 3: FAST}
-    c = PSLDController()
+    c = PSLDController(ControllerConfig(min_samples=2))
     feed(c, view(owner, servers), per_byte)
     assert isinstance(c.decide(view(owner, servers)), NoChange)  # one sample: still uncertain
     feed(c, view(owner, servers), per_byte)
@@ -60,6 +60,20 @@ def test_detects_a_4x_slower_server_and_shifts_load_away() -> None:
     # Once there, it stays (nothing better to gain).
     feed(c, view(d.owner, servers), per_byte)
     assert isinstance(c.decide(view(d.owner, servers)), NoChange)
+
+
+def test_default_acts_on_the_first_sample() -> None:
+    """The default trusts one sample: the straggler is unloaded after the first iteration."""
+    servers = (0, 1, 2, 3)
+    owner = {i: i % 4 for i in CHUNKS}
+    per_byte = {0: FAST, 1: FAST, 2: 4 * FAST, 3: FAST}
+    c = PSLDController()
+    assert isinstance(c.decide(view(owner, servers)), NoChange)  # nothing measured yet
+    feed(c, view(owner, servers), per_byte)
+    d = c.decide(view(owner, servers))
+    assert isinstance(d, Reassign) and "exploit" in d.reason
+    loads = loads_of(d.owner, servers)
+    assert min(loads[s] for s in (0, 1, 3)) > 3 * loads[2]
 
 
 def test_no_action_when_the_gain_is_below_the_migration_cost() -> None:
@@ -115,7 +129,7 @@ def test_scales_in_a_useless_server() -> None:
 
 
 def test_a_changed_server_restarts_its_window() -> None:
-    c = PSLDController()
+    c = PSLDController(ControllerConfig(min_samples=2))
     for _ in range(4):
         c.observe([ServerSample(server=0, owned_bytes=1000, seconds=1000 * FAST)])
     changed = c.observe([ServerSample(server=0, owned_bytes=1000, seconds=4000 * FAST)])
@@ -125,6 +139,12 @@ def test_a_changed_server_restarts_its_window() -> None:
     assert c.estimator.trusted(0)  # a known server's change is acted on at once
     c.observe([ServerSample(server=9, owned_bytes=1000, seconds=1000 * FAST)])
     assert not c.estimator.trusted(9)  # a new one is explored first
+    c.observe([ServerSample(server=9, owned_bytes=1000, seconds=1000 * FAST)])
+    assert c.estimator.trusted(9)  # for min_samples iterations
+    default = PSLDController()
+    assert not default.estimator.trusted(9)  # unmeasured: explored (the default)
+    default.observe([ServerSample(server=9, owned_bytes=1000, seconds=1000 * FAST)])
+    assert default.estimator.trusted(9)  # one sample is enough by default
 
 
 def test_rebalance_moves_few_chunks() -> None:

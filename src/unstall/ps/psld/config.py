@@ -12,7 +12,10 @@ class ControllerConfig:
     """Knobs of the controller (defaults suit the presets' 4 MB models on 25 MB/s links)."""
 
     window: int = 6  # samples kept per server
-    min_samples: int = 2  # below this a server is uncertain: explored, not trusted
+    # Below this a server is uncertain: explored, not trusted. One: a server's first sample,
+    # taken with all of its even share, is already a whole iteration's transfers; waiting for
+    # a second cost the presets' 10-iteration runs a tenth of their time at the straggler's pace.
+    min_samples: int = 1
     z: float = 3.0  # a sample beyond z standard errors (or ``change_tolerance``) is a change
     change_tolerance: float = 0.25  # relative: smaller deviations are noise
     explore_share: float = 0.04  # of all bytes, for each uncertain server
