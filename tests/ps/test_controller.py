@@ -7,7 +7,10 @@ from collections.abc import Mapping
 import pytest
 
 from unstall.errors import ConfigError
-from unstall.ps.psld.balance import rebalance
+from unstall.ps.assign.base import CostPhase
+from unstall.ps.assign.oracle import best_shares
+from unstall.ps.links import ServerCost
+from unstall.ps.psld.balance import optimal_shares, rebalance, split_time
 from unstall.ps.psld.config import ControllerConfig
 from unstall.ps.psld.controller import PSLDController
 from unstall.ps.psld.decisions import ClusterView, NoChange, Reassign, ScaleIn, ScaleOut
@@ -218,3 +221,17 @@ def test_measured_pauses_change_the_hysteresis_decision() -> None:
     slow = decision(ControllerConfig(), [5.0, 5.2, 4.9])
     assert isinstance(slow, NoChange) and "learned from 3 pause(s)" in slow.reason
     assert isinstance(decision(ControllerConfig(learn_pauses=False), [5.0, 5.2, 4.9]), Reassign)
+
+
+def test_closed_form_split_equals_the_oracle_programme() -> None:
+    """Without fixed costs the min-max split is proportional to speed: the LP agrees."""
+    per_byte = {0: FAST, 1: 4 * FAST, 3: 1.5 * FAST, 7: 10 * FAST}
+    phase = CostPhase(
+        weight=1.0,
+        servers=tuple(ServerCost(fixed_s=0.0, per_byte_s=per_byte[s] / FAST) for s in per_byte),
+    )
+    solved = best_shares(1, [phase])
+    shares = optimal_shares(per_byte)
+    assert list(shares) == sorted(per_byte)
+    assert [shares[s] for s in sorted(per_byte)] == pytest.approx(list(solved), abs=1e-6)
+    assert split_time(per_byte, 1e6) == pytest.approx(FAST * 1e6 * shares[0])

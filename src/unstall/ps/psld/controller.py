@@ -1,8 +1,9 @@
 """PSLD's controller, pure: per-server timings in, a load-distribution decision out.
 
 From the estimates (:mod:`~unstall.ps.psld.rates`) the decision takes the shares of the bytes
-that minimise the slowest server's predicted time (the oracle's linear programme,
-:func:`~unstall.ps.assign.oracle.best_shares`, on the estimates); servers still uncertain (new,
+that minimise the slowest server's predicted time (the oracle's linear programme on the
+estimates, which without fixed costs has a closed form:
+:func:`~unstall.ps.psld.balance.optimal_shares`); servers still uncertain (new,
 or too few samples) get a small exploration share instead, so that they are measured without
 risking much; the chunks then move the least needed to reach those shares
 (:func:`~unstall.ps.psld.balance.rebalance`). Hysteresis: a move is made only when the
