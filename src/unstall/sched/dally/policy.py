@@ -172,24 +172,22 @@ class Dally:
         plan = _Round()
         self._tenants = None
         now = snapshot.now
-        todo = []
-        # A job larger than all free GPUs starts only through a preemption; one whose next try
-        # is not due yet would be left waiting: it is not ordered nor looked at (long queues of
-        # multi-GPU jobs wait mostly like this).
+        # A job larger than all free GPUs now starts only through a preemption; one whose next
+        # try is not due yet would be left waiting, so it is not looked at (long queues of
+        # multi-GPU jobs wait mostly like this). Checked in turn: a preemption earlier in the
+        # round frees GPUs.
         may_preempt = c.preemption
         per_node, retry_at, version = free.layout.gpus_per_node, self._retry_at, self._version
-        for job in self._to_look_at(snapshot):
-            if job.num_gpus <= free.total or (
+        for job in sorted(self._to_look_at(snapshot), key=lambda j: self._priority(j, now)):
+            if free.total == 0 and not may_preempt:
+                break
+            if job.num_gpus > free.total and not (
                 may_preempt and job.num_gpus <= per_node and now >= retry_at.get(job.job_id, now)
             ):
-                todo.append(job)
-            else:
                 self._waiting_since[job.job_id] = version
-        for job in sorted(todo, key=lambda j: self._priority(j, now)):
-            if free.total == 0 and not c.preemption:
-                break
+                continue
             if not self._place(job, snapshot, free, plan):
-                self._waiting_since[job.job_id] = self._version
+                self._waiting_since[job.job_id] = version
         self._queued_seen = len(snapshot.queued) - len(plan.starts)
         if c.preemption and snapshot.spread_running:
             self._reconsolidate(snapshot, free, plan)
