@@ -11,7 +11,7 @@ from unstall.traces import default_trace
 
 def result(policy: str, jct: float, makespan: float, comm: float) -> SimpleNamespace:
     return SimpleNamespace(
-        policy=policy, avg_jct_s=jct, makespan_s=makespan, comm_overhead_frac=comm
+        policy=policy, avg_jct_s=jct, makespan_s=makespan, comm_overhead_frac=comm, total_gpus=32
     )
 
 
@@ -27,7 +27,7 @@ def test_the_demo_names_the_best_other_policy_and_dallys_change_per_metric() -> 
     assert "average JCT -10.0% vs consolidate" in text
     assert "makespan +10.0% vs tiresias" in text
     assert "comm overhead +25.0% vs tiresias" in text
-    assert "400 jobs" in text and "multi-GPU" in text
+    assert "400 jobs" in text and "multi-GPU jobs on 32 GPUs" in text
 
 
 def test_nothing_is_said_without_dally() -> None:

@@ -98,8 +98,8 @@ def _dally_in_context(results: list[Any], trace: Any) -> None:
     console.print(
         f"dally against the best other policy on each metric: {'; '.join(parts)}. This trace is "
         f"{summary.jobs} jobs with a median run time of {summary.duration_s['p50']:.0f} s "
-        f"and {summary.multi_gpu_share:.0%} multi-GPU jobs on 32 GPUs; dally's gains are in long "
-        "queues of multi-GPU jobs (the regime map: benchmarks/BENCHMARKS.md, "
+        f"and {summary.multi_gpu_share:.0%} multi-GPU jobs on {dally.total_gpus} GPUs; dally's "
+        "gains are in long queues of multi-GPU jobs (the regime map: benchmarks/BENCHMARKS.md, "
         "`benchmarks/dally_regimes.py`).",
         highlight=False,
     )
