@@ -78,18 +78,18 @@ class Dally:
         )
         self._held: dict[str, _Held] = {}
         self._timers_set: dict[str, set[float]] = {}  # wake-up times asked for, by job
-        self._congestion = -1.0  # none seen yet
         self._consolidated_since: dict[str, float] = {}
         self._moved: dict[str, int] = {}  # preemptions and migrations this policy made, by job
         # Spread jobs for which no consolidated block was free, and the tenancy version then.
         self._no_block: dict[str, int] = {}
         self._expected_memo: dict[tuple[int, float], float] = {}
-        # Incremental rounds (see ``decide``): the tenancy's version, whether the last round
-        # acted, the queue length it left, when all jobs are looked at again, and the version
-        # under which each waiting job was last left waiting.
+        # Incremental rounds (see ``decide``): the tenancy's version and what it was, the
+        # version under which the queue was last gone through, whether the last round acted,
+        # the queue length it left, and the version under which each waiting job was last left
+        # waiting.
         self._version = 0
         self._tenancy: tuple[tuple[int, ...], int, float] = ((), -1, -1.0)
-        self._waiting_version = -1  # the version under which the queue was last gone through
+        self._waiting_version = -1
         self._acted = False
         self._queued_seen = 0
         self._waiting_since: dict[str, int] = {}
@@ -167,7 +167,6 @@ class Dally:
         if snapshot.finished or self._acted or tenancy != self._tenancy:
             self._version += 1
         self._tenancy = tenancy
-        self._congestion = snapshot.congestion
         free = FreeGpus(snapshot)
         plan = _Round()
         self._tenants = None
@@ -176,14 +175,11 @@ class Dally:
         # try is not due yet would be left waiting, so it is not looked at (long queues of
         # multi-GPU jobs wait mostly like this). Checked in turn: a preemption earlier in the
         # round frees GPUs.
-        may_preempt = c.preemption
-        per_node, retry_at, version = free.layout.gpus_per_node, self._retry_at, self._version
+        version = self._version
         for job in self._in_priority_order(self._to_look_at(snapshot), now):
-            if free.total == 0 and not may_preempt:
+            if free.total == 0 and not c.preemption:
                 break
-            if job.num_gpus > free.total and not (
-                may_preempt and job.num_gpus <= per_node and now >= retry_at.get(job.job_id, now)
-            ):
+            if job.num_gpus > free.total and not self._may_try_preemption(job, free, now):
                 self._waiting_since[job.job_id] = version
                 continue
             if not self._place(job, snapshot, free, plan):
@@ -254,7 +250,7 @@ class Dally:
         c = self.config
         now = snapshot.now
         placement = free.consolidated(job.num_gpus)
-        if placement is None and c.preemption and job.num_gpus <= free.layout.gpus_per_node:
+        if placement is None and self._may_try_preemption(job, free, now):
             placement = self._preempt_for(job, snapshot, free, plan)
         if placement is not None:
             self._start(job, placement, 1.0, free, plan, now)
@@ -316,6 +312,15 @@ class Dally:
             expected_s=self._expected_remaining(job, now),
         )
 
+    def _may_try_preemption(self, job: JobView, free: FreeGpus, now: float) -> bool:
+        """Whether ``job`` may seek a node by preemption now: it fits one node, and it is not
+        waiting out a retry after a failed attempt (see ``_preempt_for``)."""
+        return (
+            self.config.preemption
+            and job.num_gpus <= free.layout.gpus_per_node
+            and now >= self._retry_at.get(job.job_id, now)
+        )
+
     def _preempt_for(
         self, job: JobView, snapshot: ClusterSnapshot, free: FreeGpus, plan: _Round
     ) -> tuple[tuple[int, int], ...] | None:
@@ -323,8 +328,6 @@ class Dally:
         now = snapshot.now
         if not is_sensitive(job, c.insensitive_below, snapshot.congestion):
             return None
-        if now < self._retry_at.get(job.job_id, now):
-            return None  # tried lately and failed: see below
         if (
             len(plan.preempts) + len(plan.migrations) >= c.max_preemptions_per_round
             or plan.attempts >= c.max_preemption_attempts_per_round
@@ -342,7 +345,7 @@ class Dally:
         taken = plan.taken
         slowdowns, gpu_s = self._victim_sensitivity, self._victim_gpu_s
         gittins = c.order == "gittins"
-        threshold = c.preempt_ratio * self._expected_gpu_s(job, now)
+        threshold = c.preempt_ratio * self._expected_gpu_s(job, now) if gittins else 0.0
 
         # The victims' figures are asked for by every attempt of the round: kept for the round.
         moved = self._moved
