@@ -60,7 +60,8 @@ def parse_text_options(
     cls: type[Any], pairs: Sequence[tuple[str, str]], *, owner: str
 ) -> dict[str, Any]:
     """Command-line ``KEY=VALUE`` text for fields of the dataclass ``cls``, each typed like the
-    field's default (bool, int, float, str, or a comma-separated tuple of floats)."""
+    field's default (bool, int, float, str, or a comma-separated tuple of floats; a field that
+    defaults to None takes ``none`` or a number of its annotated type)."""
     # Fields a constructor does not take (``init=False``: internal state) are no options.
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     parsed: dict[str, Any] = {}
@@ -70,14 +71,21 @@ def parse_text_options(
             raise ConfigError(owner, key, f"unknown option; known: {sorted(fields)}")
         default = field.default
         try:
-            parsed[key] = _parse_like(default, text)
+            parsed[key] = _parse_like(default, text, str(field.type))
         except ValueError:
-            kind = type(default).__name__
+            kind = str(field.type) if default is None else type(default).__name__
             raise ConfigError(owner, key, f"{text!r} is not a {kind}") from None
     return parsed
 
 
-def _parse_like(default: object, text: str) -> object:
+def _parse_like(default: object, text: str, annotation: str = "") -> object:
+    if default is None:  # an optional number: "none" keeps it off, else typed by the annotation
+        if text.strip().lower() in ("none", "off", ""):
+            return None
+        for kind, parse in (("float", float), ("int", int)):
+            if kind in annotation:
+                return parse(text)
+        return text
     # bool before int: bool is a subclass of int.
     if isinstance(default, bool):
         word = text.strip().lower()

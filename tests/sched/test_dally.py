@@ -280,7 +280,7 @@ LONG_TENANT = [
 
 def test_a_failed_preemption_is_retried_only_after_a_share_of_the_wait() -> None:
     mild = Sensitivity.flat(1.1, 1.2)  # does not pay: 0.1 x its expected run time is too little
-    policy = quiet_dally(order="las", prior_runtime_s=600.0, retry_fraction=0.5, tick_s=300.0)
+    policy = quiet_dally(order="las", prior_runtime_s=600.0, retry_fraction=0.5, retry_min_s=300.0)
     waiting = job("q1", 4, sens=mild)
     calls = []
     real = policy._preempt_for
@@ -293,7 +293,7 @@ def test_a_failed_preemption_is_retried_only_after_a_share_of_the_wait() -> None
     for now in (10.0, 100.0, 200.0, 400.0, 2000.0, 2500.0, 3000.0):
         d = policy.decide(snap((0, 1, 1), [waiting], LONG_TENANT, now), RNG)
         assert d.preemptions == ()
-    # Tried at 10 s (retry after max(tick 300, 0.5 x 10) -> 310), at 400 s (-> 700), at 2000 s
+    # Tried at 10 s (retry after max(300 s, 0.5 x 10) -> 310), at 400 s (-> 700), at 2000 s
     # (-> 3000), at 3000 s; the rounds in between, where nothing changed, did not look at it.
     assert calls == [10.0, 400.0, 2000.0, 3000.0]
 
@@ -364,3 +364,15 @@ def test_a_victim_moved_before_costs_more() -> None:
     assert room(lambda v: 1.0).node == 0  # equal costs: the lower node
     plan = room(lambda v: 3.0 if v.job_id == "r1" else 1.0)
     assert plan.node == 1 and plan.cost_gpu_s == 2 * 60.0  # r1 moved twice before: avoided
+
+
+def test_dally_schedules_only_on_events_unless_asked_for_ticks() -> None:
+    from unstall.cli.resolvers.sim import resolve_policy
+
+    assert resolve_policy("dally").tick_s is None
+    assert resolve_policy("dally", (("tick_s", "300"),)).tick_s == 300.0
+    assert resolve_policy("dally", (("tick_s", "none"),)).tick_s is None
+    with pytest.raises(ConfigError, match=r"DallyConfig\.tick_s: 'soon' is not a float \| None"):
+        resolve_policy("dally", (("tick_s", "soon"),))
+    with pytest.raises(ConfigError, match=r"DallyConfig\.tick_s"):
+        DallyConfig(tick_s=0.0)

@@ -58,11 +58,18 @@ class DallyConfig:
     tune_step: float = 1.5
     tune_min: float = 0.02
     tune_max: float = 20.0
-    tick_s: float = 300.0
+    # Extra scheduling rounds this often while jobs wait (None: rounds only on events: arrivals,
+    # finishes, congestion changes and this policy's own timers). Dally's decisions change only
+    # with those, except a failed preemption attempt that time alone could turn (running jobs
+    # age), and such a retry waits for the next event: in a measured 20,000-job run, retries in
+    # rounds where nothing else had changed succeeded 18 times in 16,181 attempts, while a round
+    # every 5 minutes made two thirds of all rounds.
+    tick_s: float | None = None
     # A job whose preemption attempt failed tries again after this share of the time it has
-    # waited (at least ``tick_s``): running jobs age, so time alone can make a preemption worth
-    # it, but a job that has waited for hours loses little by trying once an hour.
+    # waited (at least ``retry_min_s``): running jobs age, so time alone can make a preemption
+    # worth it, but a job that has waited for hours loses little by trying once an hour.
     retry_fraction: float = 0.25
+    retry_min_s: float = 300.0
 
     def __post_init__(self) -> None:
         check(self.order in ORDERS, self, "order", f"must be one of {ORDERS}")
@@ -74,8 +81,9 @@ class DallyConfig:
             prior_runtime_s=self.prior_runtime_s,
             tune_every=self.tune_every,
             tune_min=self.tune_min,
-            tick_s=self.tick_s,
+            retry_min_s=self.retry_min_s,
         )
+        check(self.tick_s is None or self.tick_s > 0, self, "tick_s", "must be > 0 (or None)")
         check_non_negative(
             self,
             retry_fraction=self.retry_fraction,

@@ -387,10 +387,10 @@ class Dally:
         if room is None or gain <= c.gain_margin * room.cost_gpu_s:
             # Running jobs age (their expected remaining time changes), so a failed attempt may
             # succeed later even if nothing else changes; it is tried again after a share of
-            # the time the job has waited so far (at least a tick): a job that has waited for
-            # hours loses little by trying once an hour, and the work stays small.
+            # the time the job has waited so far (at least ``retry_min_s``): a job that has
+            # waited for hours loses little by trying once an hour, and the work stays small.
             self._retry_later(
-                job.job_id, now + max(c.tick_s, c.retry_fraction * job.waiting_s(now))
+                job.job_id, now + max(c.retry_min_s, c.retry_fraction * job.waiting_s(now))
             )
             return None
         for victim, dest in room.moves:
