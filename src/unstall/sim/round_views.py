@@ -40,6 +40,11 @@ class RoundView(Collection[JobView]):
     def __iter__(self) -> Iterator[JobView]:
         return iter(self._source())
 
+    def __reversed__(self) -> Iterator[JobView]:
+        # The engine's collections are dicts in insertion order: the newest views come first
+        # (a policy that keeps the queue finds what joined it without a pass over all of it).
+        return reversed(self._source())  # type: ignore[call-overload]
+
     def __contains__(self, item: object) -> bool:
         return item in self._source()
 

@@ -9,6 +9,7 @@ import bisect
 import functools
 import heapq
 import random
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 
 from unstall.sched.base import (
@@ -31,6 +32,12 @@ from unstall.sched.dally.preemption import (
 from unstall.sched.dally.sensitivity import is_consolidated, is_sensitive, placement_slowdown
 from unstall.sched.free import FreeGpus
 from unstall.sched.placement import Locality
+
+
+def _group_of(job: JobView) -> tuple[int, float]:
+    """A waiting job's group in the gittins order: its size and the service it has had (fixed
+    while it waits)."""
+    return (job.num_gpus, job.attained_gpu_s_at_change)
 
 
 @dataclass
@@ -83,17 +90,19 @@ class Dally:
         # Spread jobs for which no consolidated block was free, and the tenancy version then.
         self._no_block: dict[str, int] = {}
         self._expected_memo: dict[tuple[int, float], float] = {}
-        # Incremental rounds (see ``decide``): the tenancy's version and what it was, the
-        # version under which the queue was last gone through, whether the last round acted,
-        # the queue length it left, and the version under which each waiting job was last left
-        # waiting.
+        # Incremental rounds (see ``decide``): the tenancy's version and what it was, and the
+        # version under which the whole queue was last gone through.
         self._version = 0
         self._tenancy: tuple[tuple[int, ...], int, float] = ((), -1, -1.0)
         self._waiting_version = -1
         self._acted = False
-        self._queued_seen = 0
-        self._waiting_since: dict[str, int] = {}
-        self._queued_views: dict[str, JobView] = {}
+        # The queue as this policy knows it (kept in step with the snapshot's, see
+        # ``_sync_queue``), and its jobs by group of one size and service (gittins), each in
+        # arrival order; a group's list keeps jobs that have started until it is compacted.
+        self._queue: dict[str, JobView] = {}
+        self._groups: dict[tuple[int, float], list[JobView]] = {}
+        self._started_in_group: dict[tuple[int, float], int] = {}
+        self._sensitive_at: dict[str, tuple[float, bool]] = {}  # by job: (congestion, answer)
         # Preemption retries: the earliest time each job tries again, and a heap of them.
         self._retry_at: dict[str, float] = {}
         self._retry_due: list[tuple[float, str]] = []
@@ -171,20 +180,26 @@ class Dally:
         plan = _Round()
         self._tenants = None
         now = snapshot.now
-        # A job larger than all free GPUs now starts only through a preemption; one whose next
-        # try is not due yet would be left waiting, so it is not looked at (long queues of
-        # multi-GPU jobs wait mostly like this). Checked in turn: a preemption earlier in the
-        # round frees GPUs.
-        version = self._version
-        for job in self._in_priority_order(self._to_look_at(snapshot), now):
-            if free.total == 0 and not c.preemption:
-                break
-            if job.num_gpus > free.total and not self._may_try_preemption(job, free, now):
-                self._waiting_since[job.job_id] = version
-                continue
-            if not self._place(job, snapshot, free, plan):
-                self._waiting_since[job.job_id] = version
-        self._queued_seen = len(snapshot.queued) - len(plan.starts)
+        fresh = self._sync_queue(snapshot.queued)
+        due = self._due_retries(now)
+        if self._waiting_version != self._version:
+            # The tenancy changed: any waiting job may start now, so the whole queue is gone
+            # through in order.
+            self._waiting_version = self._version
+            self._pass_all(snapshot, free, plan)
+        else:
+            todo = {j.job_id: j for j in fresh}
+            for key in snapshot.fired_timers:
+                view = self._queue.get(key.removeprefix("dally:"))
+                if view is not None:
+                    todo.setdefault(view.job_id, view)
+            for view in due:
+                todo.setdefault(view.job_id, view)
+            for job in self._in_priority_order(list(todo.values()), now):
+                if free.total == 0 and not c.preemption:
+                    break
+                if self._may_start(job, free, snapshot):
+                    self._place(job, snapshot, free, plan)
         if c.preemption and snapshot.spread_running:
             self._reconsolidate(snapshot, free, plan)
         self._acted = bool(plan.starts or plan.preempts or plan.migrations)
@@ -220,30 +235,127 @@ class Dally:
             ordered.extend(members)
         return ordered
 
-    def _to_look_at(self, snapshot: ClusterSnapshot) -> list[JobView]:
-        """The queued jobs this round must decide on (see ``decide``)."""
-        version = self._version
-        todo: dict[str, JobView] = {}
-        if self._waiting_version != version or len(snapshot.queued) != self._queued_seen:
-            # The tenancy changed or jobs arrived: one pass over the queue, which also keeps
-            # the views of waiting jobs for the rounds that skip it.
-            waiting = self._waiting_since
-            for j in snapshot.queued:
-                self._queued_views[j.job_id] = j
-                if waiting.get(j.job_id) != version:
-                    todo[j.job_id] = j
-            self._waiting_version = version
-        views = self._queued_views
-        for key in snapshot.fired_timers:
-            job_id = key.removeprefix("dally:")
-            if job_id in views:
-                todo[job_id] = views[job_id]
-        due = self._retry_due
-        while due and due[0][0] <= snapshot.now:
-            at, job_id = heapq.heappop(due)
-            if self._retry_at.get(job_id) == at and job_id in views:
-                todo[job_id] = views[job_id]
-        return list(todo.values())
+    def _pass_all(self, snapshot: ClusterSnapshot, free: FreeGpus, plan: _Round) -> None:
+        """Every waiting job in priority order, each placed if it may start; a group of one
+        size whose next job cannot start is passed over whole (nothing its jobs could try frees
+        GPUs), so the work follows the jobs that may start, not the length of the queue."""
+        c = self.config
+        queue = self._queue
+        node_size = free.layout.gpus_per_node
+        for members, one_size in self._queue_in_order(snapshot.now):
+            for job in members:
+                if queue.get(job.job_id) is not job:
+                    continue  # started since it joined the group
+                if free.total == 0 and not c.preemption:
+                    return
+                if not self._may_start(job, free, snapshot):
+                    if one_size and not (c.preemption and job.num_gpus <= node_size):
+                        break  # the group's other jobs are as large, and may not preempt either
+                    continue
+                self._place(job, snapshot, free, plan)
+
+    def _may_start(self, job: JobView, free: FreeGpus, snapshot: ClusterSnapshot) -> bool:
+        """False when ``job`` cannot start this round, whatever is tried: it is larger than the
+        free GPUs, and it may not seek a node by preemption now (see ``_may_try_preemption``;
+        preemption is only for sensitive jobs)."""
+        if job.num_gpus <= free.total:
+            return True
+        if not self._may_try_preemption(job, free, snapshot.now):
+            return False
+        congestion = snapshot.congestion
+        known = self._sensitive_at.get(job.job_id)
+        if known is None or known[0] != congestion:
+            known = (congestion, is_sensitive(job, self.config.insensitive_below, congestion))
+            self._sensitive_at[job.job_id] = known
+        return known[1]
+
+    def _sync_queue(self, queued: Collection[JobView]) -> list[JobView]:
+        """Bring the kept queue in step with ``queued`` and return the jobs that joined it since
+        the last round, in arrival order. The snapshot's queue is in arrival order, so those are
+        found from its newest end; anything else (jobs gone or changed that this policy did not
+        start) makes it start over from the snapshot."""
+        known = self._queue
+        fresh: list[JobView] = []
+        newest_first: Iterator[JobView] | None
+        try:
+            newest_first = reversed(queued)  # type: ignore[call-overload]
+        except TypeError:
+            newest_first = None
+        if newest_first is not None:
+            for view in newest_first:
+                if known.get(view.job_id) is view:
+                    break
+                fresh.append(view)
+            fresh.reverse()
+            if len(known) + len(fresh) == len(queued) and not any(v.job_id in known for v in fresh):
+                for view in fresh:
+                    self._join(view)
+                return fresh
+        fresh = [v for v in queued if known.get(v.job_id) is not v]
+        self._queue, self._groups, self._started_in_group = {}, {}, {}
+        for view in queued:
+            self._join(view)
+        return fresh
+
+    def _join(self, job: JobView) -> None:
+        self._queue[job.job_id] = job
+        members = self._groups.setdefault(_group_of(job), [])
+        if members and (members[-1].submit_s, members[-1].index) > (job.submit_s, job.index):
+            bisect.insort(members, job, key=lambda j: (j.submit_s, j.index))
+        else:
+            members.append(job)
+
+    def _leave(self, job: JobView) -> None:
+        """``job`` starts: out of the kept queue; its group's list is compacted once more than
+        half of it has started."""
+        if self._queue.pop(job.job_id, None) is None:
+            return
+        key = _group_of(job)
+        started = self._started_in_group.get(key, 0) + 1
+        members = self._groups.get(key, [])
+        if 2 * started > len(members):
+            # A new list: a pass may be going through the old one.
+            alive = [m for m in members if self._queue.get(m.job_id) is m]
+            if alive:
+                self._groups[key] = alive
+            else:
+                self._groups.pop(key, None)
+            self._started_in_group.pop(key, None)
+        else:
+            self._started_in_group[key] = started
+
+    def _queue_in_order(self, now: float) -> list[tuple[list[JobView], bool]]:
+        """The kept queue in :meth:`_priority` order as lists of jobs, each with whether its
+        jobs are all of one size. In the gittins order a group's jobs (one size and service)
+        share their expected GPU-time, so it is worked out once a group and the groups are
+        sorted, not the jobs; groups that tie are merged in arrival order."""
+        if self.config.order != "gittins":
+            jobs = sorted(self._queue.values(), key=lambda j: self._priority(j, now))
+            return [(jobs, False)]
+        by_head: dict[float, list[tuple[int, float]]] = {}
+        for key, members in self._groups.items():
+            by_head.setdefault(self._expected_gpu_s(members[0], now), []).append(key)
+        ordered: list[tuple[list[JobView], bool]] = []
+        for head in sorted(by_head):
+            keys = by_head[head]
+            if len(keys) == 1:
+                ordered.append((self._groups[keys[0]], True))
+                continue
+            merged = [j for k in keys for j in self._groups[k]]
+            merged.sort(key=lambda j: (j.submit_s, j.index))
+            ordered.append((merged, len({k[0] for k in keys}) == 1))
+        return ordered
+
+    def _due_retries(self, now: float) -> list[JobView]:
+        """Waiting jobs whose next preemption attempt is due (see ``_preempt_for``)."""
+        due: list[JobView] = []
+        heap = self._retry_due
+        while heap and heap[0][0] <= now:
+            at, job_id = heapq.heappop(heap)
+            view = self._queue.get(job_id)
+            if self._retry_at.get(job_id) == at and view is not None:
+                due.append(view)
+        return due
 
     def _place(self, job: JobView, snapshot: ClusterSnapshot, free: FreeGpus, plan: _Round) -> bool:
         """Start ``job`` if it should start now (True), else leave it waiting (False)."""
@@ -299,8 +411,8 @@ class Dally:
         self.tuner.observe_wait(job.waiting_s(now), requeued=job.preemptions > 0)
         held = self._held.pop(job.job_id, None)
         self._timers_set.pop(job.job_id, None)
-        self._waiting_since.pop(job.job_id, None)
-        self._queued_views.pop(job.job_id, None)
+        self._leave(job)
+        self._sensitive_at.pop(job.job_id, None)
         self._retry_at.pop(job.job_id, None)
         if held is None and slowdown < self.config.insensitive_below:
             return  # neither held nor hurt: nothing for the tuner to learn
