@@ -54,7 +54,7 @@ class DelayTuner:
         residual life of finished jobs of its size class that ran longer than that (run times are
         heavy-tailed: the mean, not the median, is what a slowdown costs on average); past every
         finished job, as long again."""
-        size_class = self._size_class(gpus)
+        size_class = 1 << (gpus.bit_length() - 1) if gpus > 1 else 1  # _size_class, inline
         runtimes = self._runtimes.get(size_class)
         if not runtimes:
             size_class, runtimes = 0, self._all()

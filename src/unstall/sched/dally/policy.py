@@ -479,7 +479,10 @@ class Dally:
                 return self._outranks(job, victim, now)
             expected = gpu_s.get(victim.job_id)
             if expected is None:
-                expected = gpu_s[victim.job_id] = self._expected_gpu_s(victim, now)
+                # _expected_gpu_s without its memo: a running job's service is new each round.
+                g = victim.num_gpus
+                expected = g * self.tuner.expected_remaining_s(victim.attained_gpu_s(now) / g, g)
+                gpu_s[victim.job_id] = expected
             return expected > threshold  # _outranks, from the round's figures
 
         gain = job.num_gpus * (sensitivity - 1.0) * self._expected_remaining(job, now)

@@ -59,11 +59,15 @@ def _plan_node(
     (it keeps its locality), else preempted if it may be, else left; None if the room cannot be
     made."""
     room = free.by_node[node]
+    # The tenants' GPUs not yet looked at: once the room and all of them cannot make the job's
+    # GPUs, the plan has failed (the rest of the tenants need not be asked about at all).
+    rest = sum(v.num_gpus for v in tenants)
     moves: list[tuple[JobView, Placement]] = []
     preempts: list[JobView] = []
     for victim in tenants:  # smallest first (single_node_tenants' order)
-        if room >= job.num_gpus:
+        if room >= job.num_gpus or room + rest < job.num_gpus:
             break
+        rest -= victim.num_gpus
         dest = _destination(free, victim, node) if may_move(victim) else None
         if dest is not None:
             free.take(dest)  # reserved while planning; given back below
@@ -131,8 +135,6 @@ def cheapest_node_room(
         ):
             break
         candidates = tenants[node]
-        if sum(v.num_gpus for v in candidates) < short:
-            continue  # even clearing every single-node tenant would not make room
         plan = _plan_node(
             node, job, candidates, free, may_move, may_preempt, move_cost_s, preempt_cost_s, history
         )
