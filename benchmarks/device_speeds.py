@@ -78,6 +78,8 @@ def roofline_json(points: list[ThroughputPoint], keep_all: bool) -> dict:  # typ
         "efficiency": {d: round(v, 4) for d, v in sorted(model.efficiency.items())},
         "winograd": {d: round(v, 4) for d, v in sorted(model.winograd.items())},
         "memory_passes": round(model.memory_passes, 3),
+        "tensor_s": round(model.tensor_s, 7),
+        "overlap_power": model.overlap_power,
     }
 
 
