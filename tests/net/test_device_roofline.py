@@ -235,3 +235,20 @@ def test_device_speeds_use_the_roofline_only_outside_the_fitted_families() -> No
     speeds = table.roofline.speeds(large, "v100")
     assert scale == pytest.approx(speeds["k80"] / speeds["p100"])
     assert math.isfinite(scale)
+
+
+def test_held_out_fits_use_the_overlap_power_they_are_given() -> None:
+    points = gavel_like_points()
+    shipped = held_out_errors(points, "roofline")
+    added = held_out_errors(points, "roofline", overlap_power=1.0)
+    assert [e.measured for e in shipped] == [e.measured for e in added]
+    pairs = zip(shipped, added, strict=True)
+    assert any(abs(a.predicted / s.predicted - 1) > 1e-3 for s, a in pairs)
+    # k = 1 is the two streams added: the fit then recovers a model without overlap
+    exact = [
+        MeasuredStep(
+            step=s, seconds={d: TRUE.host_time(s) + TRUE.gpu_time(d, s) for d in GAVEL_DEVICES}
+        )
+        for s in synthetic_steps()
+    ]
+    assert fit_roofline(exact, overlap_power=1.0).tensor_s == pytest.approx(3e-4, rel=1e-3)
