@@ -136,16 +136,26 @@ def spread(errors: list[RatioError]) -> dict[str, dict[str, float]]:
 EXAMPLES = ("mlp", "ncf", "resnet50")
 
 
-def examples(points: list[ThroughputPoint], keep_all: bool) -> dict[str, float]:
-    """The shipped roofline's K80 speed (relative to a V100) for :data:`EXAMPLES` at 32."""
+def examples(points: list[ThroughputPoint], keep_all: bool) -> dict[str, dict[str, float]]:
+    """The roofline's K80 speed (relative to a V100) for :data:`EXAMPLES` at 32 samples, with
+    the share of the V100 step that is host time: as shipped, and as the previous (additive, no
+    per-tensor cost) roofline had it."""
     from unstall.workload import zoo
     from unstall.workload.job_specs import step_of
 
-    model = fit_roofline_on([p for p in points if keep_all or p.family not in LEFT_OUT])
-    return {
-        name: model.speeds(step_of(zoo.facts(name), 32), REFERENCE_DEVICE)["k80"]
-        for name in EXAMPLES
-    }
+    kept = [p for p in points if keep_all or p.family not in LEFT_OUT]
+    shipped = fit_roofline_on(kept)
+    previous = fit_roofline_on(kept, _no_tensors, overlap_power=1.0)
+    out = {}
+    for name in EXAMPLES:
+        step = step_of(zoo.facts(name), 32)
+        old_step = dataclasses.replace(step, param_tensors=0.0)
+        out[name] = {
+            "k80": shipped.speeds(step, REFERENCE_DEVICE)["k80"],
+            "host_share_v100": shipped.host_time(step) / shipped.step_time("v100", step),
+            "k80_previous": previous.speeds(old_step, REFERENCE_DEVICE)["k80"],
+        }
+    return out
 
 
 def by_family(errors: list[RatioError]) -> dict[str, float]:
@@ -185,6 +195,10 @@ def main() -> None:
     }
     print(f"{len(points)} job types (family x batch) x 3 GPU pairs = {3 * len(points)} ratios;")
     print(f"family-out methods never learn from {sorted(fit_without)}")
+    print("measured ms per step (K80 / P100 / V100):")
+    for p in points:
+        times = " / ".join(f"{1e3 / p.throughput[d]:7.1f}" for d in GAVEL_DEVICES)
+        print(f"  {p.family:15s} batch {p.batch or '-':>5}  {times}")
     medians = print_table(results)
     median_with_all = median_error(held_out_errors(points, "leave-one-family-out"))
     print(f"leave-one-family-out, median of all other families: {median_with_all:.1%}")
@@ -201,8 +215,14 @@ def main() -> None:
         medians = f"{value['all']:.1%}, kept {value['kept']:.1%}"
         print(f"roofline held out, {name}: {medians} ({families})")
     k80 = examples(points, args.keep_all)
-    print("shipped roofline, K80 speed relative to a V100 at 32 samples:", end="")
-    print("".join(f" {name} {value:.3f}" for name, value in k80.items()))
+    print("roofline, K80 speed relative to a V100 at 32 samples (previous roofline; host share")
+    print("of the V100 step):", end="")
+    print(
+        "; ".join(
+            f" {name} {v['k80']:.3f} ({v['k80_previous']:.3f}; {v['host_share_v100']:.0%})"
+            for name, v in k80.items()
+        )
+    )
     table = table_json(points, args.keep_all)
     print("fitted speeds relative to v100:", json.dumps(table["families"]))
     print("generic (no family):", table["generic"])
