@@ -217,6 +217,19 @@ def test_gavel_resnet50_matches_the_zoos_layer_level_count() -> None:
     assert model.winograd_share == pytest.approx(share, abs=0.01)
 
 
+def test_gavel_counts_of_parameter_tensors_match_the_zoos_where_the_zoo_has_the_model() -> None:
+    from unstall.workload import zoo
+
+    # the zoo's ResNet-18 has the ImageNet stem, but the same convolutions, BatchNorms and fc
+    cifar = zoo.facts("resnet18", image_size=32, num_classes=10)
+    assert GAVEL_MODELS["resnet18"].param_tensors == cifar.gradient_tensors == 62
+    assert GAVEL_MODELS["resnet18"].layer_calls == cifar.layers
+    # an untied 2-layer LSTM LM: embedding, 4 per LSTM layer, decoder weight and bias
+    lm = zoo.facts("lstm_lm", embed_dim=200, hidden=200, tie_weights=False, vocab=33278)
+    assert GAVEL_MODELS["lm"].param_tensors == lm.gradient_tensors
+    assert GAVEL_MODELS["lm"].params == pytest.approx(lm.params, rel=0.01)
+
+
 def test_device_speeds_use_the_roofline_only_outside_the_fitted_families() -> None:
     table = speed_table()
     assert table.roofline is not None and set(table.roofline.devices) == set(GAVEL_DEVICES)
