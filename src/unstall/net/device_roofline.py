@@ -20,11 +20,10 @@ autograd, the framework, the driver; an optimizer of that era loops over the par
 in Python) enqueues work while the GPU runs what it was given. A step is as long as the slower of
 the two, plus a little where neither hides the other; the soft maximum with ``k = 4`` adds 19%
 when both are equal and next to nothing when one is twice the other. A step bound by its host
-therefore runs about as fast on every GPU (Gavel's small ResNet-18 and Transformer batches, its
-LSTM at 5 sequences), and one bound by its arithmetic differs by the GPUs' FLOP rates. The host
-cost is one for every GPU: it does not depend on the GPU, and a launch time per GPU fitted on
-Gavel's data comes out *larger* on the V100 than on the K80 (its V100 host is no faster), which
-no model of the GPU can use (fitted with the two streams added, leaving A3C out).
+therefore runs about as fast on every GPU (Gavel's ResNet-18 and Transformer at 16 samples), and
+one bound by its arithmetic differs by the GPUs' FLOP rates. The host cost is one for every GPU:
+a launch time per GPU, fitted on Gavel's data, came out *larger* on its V100 than on its K80
+(fitted with the two streams added, A3C held out): it measured Gavel's hosts, not the GPUs.
 
 Why ``w``: cuDNN can run 3x3 stride-1 convolutions with Winograd's minimal filtering (Lavin &
 Gray 2016, "Fast Algorithms for Convolutional Neural Networks": 2.25x fewer multiplies for
