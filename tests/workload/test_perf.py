@@ -165,7 +165,9 @@ def test_from_facts() -> None:
     achieved = 15.7e12 * 0.5
     assert s.compute_s == pytest.approx(3 * 1e9 * 64 / achieved)
     assert (s.gradient_bytes, s.gradient_tensors, s.layers, s.overlap) == (4e6, 10, 5, 0.3)
-    assert s.step == StepFeatures(flops=3 * 1e9 * 64, weight_bytes=4e6, layer_calls=5)
+    assert s.step == StepFeatures(
+        flops=3 * 1e9 * 64, weight_bytes=4e6, layer_calls=5, param_tensors=10
+    )
 
 
 def test_a_model_of_no_fitted_family_scales_between_gpus_by_the_roofline() -> None:

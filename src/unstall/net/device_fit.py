@@ -15,9 +15,9 @@ Judging the fit: a cross-device ratio ``t(a) / t(b)`` of one job type is predict
   gets for a batch it was not measured at);
 - ``datasheet``: from the flat model (fp32 peak x a flat efficiency, :mod:`unstall.net.hardware`);
 - ``roofline``: from the step-time roofline (:mod:`unstall.net.device_roofline`) fitted on the
-  *other* families' measured step times, fed the held-out job's FLOPs, parameter bytes and layer
-  calls (:mod:`unstall.net.gavel_models`, from the architectures): what a model outside the table
-  gets when its facts are known,
+  *other* families' measured step times, fed the held-out job's FLOPs, parameter bytes, layer
+  calls and parameter tensors (:mod:`unstall.net.gavel_models`, from the architectures): what a
+  model outside the table gets when its facts are known,
 
 and the error is ``|predicted / measured - 1|``.
 """
@@ -34,6 +34,7 @@ from itertools import combinations
 from unstall.config import check
 from unstall.errors import DataFileError
 from unstall.net.device_roofline import (
+    OVERLAP_POWER,
     GpuFigures,
     MeasuredStep,
     RooflineModel,
@@ -159,13 +160,14 @@ def fit_roofline_on(
     points: Sequence[ThroughputPoint],
     step_of: StepOf = gavel_step,
     figures: Mapping[str, GpuFigures] | None = None,
+    overlap_power: float = OVERLAP_POWER,
 ) -> RooflineModel:
     """The roofline fitted on ``points``' measured seconds per step (1 / throughput)."""
     measured = [
         MeasuredStep(step=step_of(p), seconds={d: 1.0 / r for d, r in p.throughput.items()})
         for p in points
     ]
-    return fit_roofline(measured, figures=figures)
+    return fit_roofline(measured, figures=figures, overlap_power=overlap_power)
 
 
 def _median_out(fit_without: frozenset[str]) -> Predictor:
@@ -192,7 +194,10 @@ def _batch_out(fit_without: frozenset[str]) -> Predictor:
 
 
 def _roofline_out(
-    step_of: StepOf, fit_without: frozenset[str], figures: Mapping[str, GpuFigures] | None
+    step_of: StepOf,
+    fit_without: frozenset[str],
+    figures: Mapping[str, GpuFigures] | None,
+    overlap_power: float,
 ) -> Predictor:
     """Leave one family out with the roofline: fitted on the other families (one fit each), fed
     the held-out point's features only."""
@@ -201,7 +206,7 @@ def _roofline_out(
     def predict(p: ThroughputPoint, points: Sequence[ThroughputPoint]) -> Mapping[str, float]:
         if p.family not in fits:
             others = [q for q in points if q.family != p.family and q.family not in fit_without]
-            fits[p.family] = fit_roofline_on(others, step_of, figures)
+            fits[p.family] = fit_roofline_on(others, step_of, figures, overlap_power)
         return fits[p.family].speeds(step_of(p), REFERENCE_DEVICE)
 
     return predict
@@ -215,15 +220,17 @@ def held_out_errors(
     step_of: StepOf = gavel_step,
     fit_without: frozenset[str] = frozenset(),
     figures: Mapping[str, GpuFigures] | None = None,
+    overlap_power: float = OVERLAP_POWER,
 ) -> list[RatioError]:
     """Every cross-device ratio of every point predicted by ``method`` ("leave-one-family-out",
     "leave-one-batch-out", "datasheet" with ``datasheet`` = the flat model's speeds, or
-    "roofline" with ``step_of`` giving a point's step features and ``figures`` overriding GPUs'
-    datasheet figures). No method learns from another family in ``fit_without``."""
+    "roofline" with ``step_of`` giving a point's step features, ``figures`` overriding GPUs'
+    datasheet figures and ``overlap_power`` the soft maximum's ``k``). No method learns from
+    another family in ``fit_without``."""
     predictors: dict[str, Predictor] = {
         "leave-one-family-out": _median_out(fit_without),
         "leave-one-batch-out": _batch_out(fit_without),
-        "roofline": _roofline_out(step_of, fit_without, figures),
+        "roofline": _roofline_out(step_of, fit_without, figures, overlap_power),
     }
     if method == "datasheet":
         check(datasheet is not None, "held_out_errors", "datasheet", "the flat model's speeds")

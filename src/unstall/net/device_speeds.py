@@ -7,8 +7,8 @@ Three sources, in this order:
    reports the held-out error, :mod:`unstall.net.device_fit`). A model of no fitted family gets
    the step-time roofline fitted on the same measurements (:mod:`unstall.net.device_roofline`)
    when its step is known (:class:`StepFeatures`: FLOPs, parameter bytes, layer calls, the share
-   of 3x3 convolutions; :meth:`JobPerfSpec.from_facts` knows it for every zoo model), else the
-   median of the families' speeds.
+   of 3x3 convolutions, parameter tensors; :meth:`JobPerfSpec.from_facts` knows it for every
+   zoo model), else the median of the families' speeds.
 2. **Public figures, T4 / A10G / A100 / H100** (:data:`PUBLIC_FIGURES`): one ratio to a V100 per
    mode, from the sources named there. "fp32" means PyTorch's defaults: convolutions run in TF32
    on Ampere and Hopper (``torch.backends.cudnn.allow_tf32 = True``) while matmuls stay in full
@@ -180,6 +180,8 @@ def _roofline(data: object) -> RooflineModel | None:
         efficiency={g: float(data["efficiency"][g]) for g in gpus},
         winograd={g: float(data["winograd"][g]) for g in gpus},
         memory_passes=float(data["memory_passes"]),
+        tensor_s=float(data["tensor_s"]),
+        overlap_power=float(data["overlap_power"]),
     )
 
 

@@ -211,6 +211,7 @@ def step_of(facts: FactsLike, local_batch: int) -> StepFeatures:
         layer_calls=max(1, int(facts.layers)),
         batch=local_batch,
         winograd_share=min(1.0, facts.winograd_flops_per_sample / flops),
+        param_tensors=facts.gradient_tensors,
     )
 
 
