@@ -376,3 +376,42 @@ def test_dally_schedules_only_on_events_unless_asked_for_ticks() -> None:
         resolve_policy("dally", (("tick_s", "soon"),))
     with pytest.raises(ConfigError, match=r"DallyConfig\.tick_s"):
         DallyConfig(tick_s=0.0)
+
+
+def test_the_kept_queue_follows_a_snapshot_that_lost_or_changed_jobs() -> None:
+    # Dally keeps the queue between rounds and finds new jobs from its newest end; a queue
+    # that lost a job Dally did not start (or whose views were made anew) is taken as it is.
+    policy = quiet_dally(preemption=False, order="las")  # LAS: here, oldest first
+    full = (0, 0, 0)
+    a, b, c = job("q1", 4), job("q2", 4, submit=1.0), job("q3", 1, submit=2.0)
+    assert policy.decide(snap(full, [a, b, c], TENANTS, 10.0), RNG).starts == ()
+    # q1, the oldest, left the queue behind Dally's back and q4 arrived; a node frees: the
+    # oldest job queued now starts, not q1.
+    d = policy.decide(snap((0, 0, 4), [b, c, job("q4", 4, submit=3.0)], TENANTS[:2], 20.0), RNG)
+    assert [s.job_id for s in d.starts] == ["q2"]
+    # Views made anew for the jobs still queued (as another backend might): still right.
+    again = [job("q3", 1, submit=2.0), job("q4", 4, submit=3.0)]
+    d = policy.decide(snap((0, 0, 4), again, TENANTS[:2], 30.0), RNG)
+    assert [s.job_id for s in d.starts] == ["q3"]
+
+
+def test_a_queue_without_an_order_from_its_newest_end_is_read_whole() -> None:
+    class Unordered(list[JobView]):  # a collection ``reversed`` refuses
+        def __reversed__(self):  # type: ignore[no-untyped-def]
+            raise TypeError("no order")
+
+    policy = quiet_dally(preemption=False, order="las")
+    base = snap((0, 0, 4), [], TENANTS[:2], 10.0)
+    queued = Unordered([job("q1", 4), job("q2", 1, submit=1.0)])
+    d = policy.decide(dataclasses.replace(base, queued=queued), RNG)
+    assert [s.job_id for s in d.starts] == ["q1"]
+
+
+def test_a_group_too_large_to_start_is_passed_over_for_smaller_jobs_behind_it() -> None:
+    # Three 12-GPU jobs (larger than a node, and than the 4 free GPUs) come first in the
+    # order (LAS: no service yet, earlier submits); the 2-GPU job behind them still starts.
+    policy = quiet_dally(order="las")
+    big = [job(f"q{i}", 12, submit=float(i)) for i in range(1, 4)]
+    small = job("q9", 2, submit=9.0)
+    d = policy.decide(snap((0, 0, 4), [*big, small], TENANTS[:2], 10.0), RNG)
+    assert [s.job_id for s in d.starts] == ["q9"]
