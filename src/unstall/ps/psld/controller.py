@@ -45,6 +45,34 @@ class PSLDController:
         """Take one iteration's samples; the servers whose conditions changed."""
         return [s.server for s in samples if self.estimator.add(s)]
 
+    def observe_probe(self, samples: Sequence[ServerSample]) -> list[int]:
+        """Take probes' samples (see :meth:`RateEstimator.add_probe`); the servers whose
+        conditions changed."""
+        return [s.server for s in samples if self.estimator.add_probe(s)]
+
+    def place(self, view: ClusterView) -> Reassign | NoChange:
+        """The warm start: the owner map to load before the first iteration, from what the
+        probes predicted (the min-max split over every server, as :meth:`decide` would make
+        it once measured). Nothing is loaded yet, so nothing moves and no hysteresis applies;
+        NoChange when a server has no estimate (the even split stays)."""
+        est = self.estimates(view.servers)
+        if len(est) < len(view.servers):
+            return NoChange(reason="warm start: a server has no estimate; the even split stays")
+        per_byte = {s: e.per_byte_s for s, e in est.items()}
+        owner = rebalance(view.chunk_bytes, view.owner, self._target(view, per_byte, []))
+        before = predicted_s(per_byte, view.loads())
+        after = predicted_s(per_byte, loads_of(view.chunk_bytes, owner, view.servers))
+        speeds = ", ".join(f"{s}: {est[s].rate_mb_s:.1f}" for s in sorted(est))
+        return Reassign(
+            owner=owner,
+            moved_bytes=0,
+            predicted_before_s=before,
+            predicted_after_s=after,
+            reason=f"warm start: probed service rates, MB of owned parameters/s ({speeds}); "
+            f"the slowest server "
+            f"predicted {after * 1e3:.1f} ms instead of {before * 1e3:.1f} ms at the even split",
+        )
+
     def observe_pause(self, sample: PauseSample) -> None:
         """Take the pause a decision carried out caused: the hysteresis learns its cost."""
         self.pauses.observe(sample)
