@@ -1,7 +1,9 @@
 """PSLD's elastic scaling module: carries the controller's decisions out while training goes on.
 
 A strategy may hand a run a :class:`Controller`, which the run calls at every iteration
-boundary with the cluster and the iteration's telemetry. :class:`ElasticPSLD` is PSLD's: after
+boundary with the cluster and the iteration's telemetry (and, if it is a :class:`WarmStarter`,
+once before the first iteration to place the chunks). :class:`ElasticPSLD` is PSLD's: it probes
+the servers and places the chunks by their predicted speeds before the first iteration; after
 every iteration it feeds the servers' timings to the pure :class:`~unstall.ps.psld.controller.
 PSLDController`, asks for a decision and applies it through the :class:`~unstall.ps.coordinator.
 PSCluster` API before the next iteration starts: chunk state (parameters and momentum) moves

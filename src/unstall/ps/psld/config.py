@@ -36,6 +36,10 @@ class ControllerConfig:
     # and the run starts from the split those predicted speeds give, not from the even one,
     # which would run the first iteration at the straggler's pace and move load after it.
     warm_start: bool = True
+    # A probe's sample is an iteration's observable (the seconds its bytes held the server's
+    # links and step), exact on the emulated links whatever the size: 4 KiB keeps the probe
+    # of a quarter-speed link at a few milliseconds. On real links, where that time is
+    # measured with noise, a larger probe averages more.
     probe_bytes: int = 4_096
     # Every this many iterations (0: never) the servers are probed again at the boundary,
     # after the conditions of the next iteration are in place: a probe far from a server's

@@ -12,6 +12,14 @@ by ``margin``, a pause learned from those the decisions already carried out caus
 (:class:`~unstall.ps.psld.pauses.PauseModel`). A spare server is added when one more server is
 predicted to cut the slowest time by at least ``scale_out_gain`` and to pay for its start; a
 server whose share is near zero is drained and removed. Every decision says why.
+
+Warm start (``ControllerConfig.warm_start``): before the first iteration every server is
+probed (:meth:`PSLDController.observe_probe`: a buffer through its links and step, the seconds
+per byte it took) and the chunks are placed by the split those predicted speeds give
+(:meth:`PSLDController.place`) instead of the even one; the first iteration's samples then
+replace the probes' estimates. With ``probe_every`` the servers are probed again at iteration
+boundaries: a probe outside a server's interval restarts its estimate there, before an
+iteration has run at the new speed.
 """
 
 from __future__ import annotations
