@@ -31,7 +31,9 @@ from unstall.ps.scenarios import Scenario
 
 @dataclass(frozen=True, kw_only=True)
 class ElasticEvent:
-    """One applied decision: after ``iteration``, what was done, why, and the pause it caused."""
+    """One applied decision: after ``iteration``, what was done, why, and the pause it caused
+    (``iteration`` -1, kind ``WarmStart``: the placement before the first iteration, which
+    moved nothing; its ``pause_s`` is the probe's and placement's time)."""
 
     iteration: int
     kind: str
