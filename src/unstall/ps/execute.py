@@ -198,8 +198,9 @@ def _iterate(
 ) -> None:
     n = seg.iterations
     boundary_s = 0.0
-    for iteration in range(state.iteration, n):
-        if iteration == state.iteration:  # the servers started with this iteration's specs
+    first = state.iteration  # (a snapshot moves ``state.iteration`` on as the loop goes)
+    for iteration in range(first, n):
+        if iteration == first:  # the servers started with this iteration's specs
             started = time.perf_counter()
             _set_specs(seg, cluster, iteration)
             boundary_s += time.perf_counter() - started
