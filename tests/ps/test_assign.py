@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from unstall.errors import ConfigError
 from unstall.net.link import Link
+from unstall.ps.assign import psld
 from unstall.ps.assign.base import CostPhase
 from unstall.ps.assign.byteps import PARTITION_BYTES, djb2, partition_server
 from unstall.ps.assign.mxnet import BIGARRAY_BOUND, slice_bounds
@@ -174,6 +175,15 @@ def test_every_strategy_tiles_every_tensor_and_oracle_is_never_worse(
         max(c.fixed_s for c in cs[0].servers) + max(c.per_byte_s for c in cs[0].servers) * 4 + 1e-9
     )
     assert predicted["oracle"] <= min(predicted.values()) * (1 + 1e-6) + slack
+
+
+def test_psld_chunks_are_a_64th_of_a_share_within_bounds() -> None:
+    share_of_4 = tensors(1_000_000)  # 4 MB over 4 servers: 1 MB shares, 15.6 KB chunks
+    assert psld.chunk_size(share_of_4, 4) == 1_000_000 // 64 // 4 * 4
+    chunks = assign("psld", share_of_4, 4).chunks
+    assert max(c.stop - c.start for c in chunks) * 4 <= 1_000_000 / 64
+    assert psld.chunk_size(tensors(1_000), 4) == psld.MIN_CHUNK_BYTES
+    assert psld.chunk_size(tensors(100_000_000), 4) == psld.CHUNK_BYTES
 
 
 def test_plan_pieces_packs_small_chunks_and_cuts_big_ones() -> None:

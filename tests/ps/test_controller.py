@@ -161,6 +161,62 @@ def test_rebalance_moves_few_chunks() -> None:
 def test_config_is_validated() -> None:
     with pytest.raises(ConfigError, match="explore_share"):
         ControllerConfig(explore_share=0.7)
+    with pytest.raises(ConfigError, match="probe_bytes"):
+        ControllerConfig(probe_bytes=0)
+    with pytest.raises(ConfigError, match="probe_every"):
+        ControllerConfig(probe_every=-1)
+
+
+def probe(c: PSLDController, per_byte: Mapping[int, float], owned: int = 4096) -> list[int]:
+    return c.observe_probe(
+        [ServerSample(server=s, owned_bytes=owned, seconds=p * owned) for s, p in per_byte.items()]
+    )
+
+
+def test_warm_start_places_by_the_probes() -> None:
+    """Probed before any iteration, the 4x slower server starts with the min-max share."""
+    servers = (0, 1, 2, 3)
+    owner = {i: i % 4 for i in CHUNKS}
+    c = PSLDController()
+    assert isinstance(c.place(view(owner, servers)), NoChange)  # nothing probed yet
+    assert probe(c, {0: FAST, 1: 4 * FAST, 2: FAST, 3: FAST}) == []
+    d = c.place(view(owner, servers))
+    assert isinstance(d, Reassign) and d.reason.startswith("warm start")
+    loads = loads_of(d.owner, servers)
+    assert loads[1] == pytest.approx(sum(CHUNKS.values()) / 13, rel=0.3)
+    assert min(loads[s] for s in (0, 2, 3)) > 3 * loads[1]
+    # Equal probes keep the even split.
+    even = PSLDController()
+    probe(even, dict.fromkeys(servers, FAST))
+    assert loads_of(even.place(view(owner, servers)).owner, servers) == loads_of(owner, servers)  # type: ignore[union-attr]
+
+
+def test_an_iteration_sample_replaces_the_probe() -> None:
+    """A probe's estimate stands until the server's first iteration sample, which replaces it
+    (it is not averaged in, nor taken for a change)."""
+    c = PSLDController()
+    probe(c, {0: 2 * FAST})
+    assert c.estimator.trusted(0) and c.estimates([0])[0].per_byte_s == pytest.approx(2 * FAST)
+    assert c.observe([ServerSample(server=0, owned_bytes=100_000, seconds=FAST * 1e5)]) == []
+    est = c.estimates([0])[0]
+    assert est.samples == 1 and est.per_byte_s == pytest.approx(FAST)
+
+
+def test_a_boundary_probe_moves_load_before_the_straggler_runs_an_iteration() -> None:
+    servers = (0, 1, 2, 3)
+    owner = {i: i % 4 for i in CHUNKS}
+    c = PSLDController()
+    per_byte = dict.fromkeys(servers, FAST)
+    for _ in range(2):  # two samples: an interval to be outside of
+        feed(c, view(owner, servers), per_byte)
+    assert isinstance(c.decide(view(owner, servers)), NoChange)
+    # A probe within the interval changes nothing; one 4x off is a change, trusted at once.
+    assert probe(c, {**per_byte, 3: 1.1 * FAST}) == []
+    assert c.estimates([3])[3].per_byte_s == pytest.approx(FAST)
+    assert probe(c, {**per_byte, 3: 4 * FAST}) == [3]
+    d = c.decide(view(owner, servers))
+    assert isinstance(d, Reassign) and "exploit" in d.reason
+    assert min(loads_of(d.owner, servers)[s] for s in (0, 1, 2)) > 3 * loads_of(d.owner, servers)[3]
 
 
 def test_follows_a_moving_straggler_in_one_decision() -> None:

@@ -14,7 +14,7 @@ from ps_helpers import FAST_SCENARIO, TINY_MODEL, ScriptedController, tiny_run
 from unstall.cli.app import app
 from unstall.ps import ControllerConfig, PSLDStrategy
 from unstall.ps.psld.controller import PSLDController
-from unstall.ps.scenarios import Scenario
+from unstall.ps.scenarios import Scenario, scenario_from_mapping
 
 pytestmark = pytest.mark.usefixtures("ray_session")
 
@@ -39,7 +39,9 @@ def test_psld_matches_the_reference_through_migrations_and_scaling(
     assert r.params_match_reference is True
     assert r.reference_max_rel_err is not None and r.reference_max_rel_err <= 1e-6
     assert (r.scale_outs, r.scale_ins) == (1, 1)
-    assert len(r.elastic_events) == 5 and r.migrations >= 4  # a shuffle may move nothing
+    # The warm start's placement, then a forced decision at each of the five boundaries.
+    assert r.elastic_events[0].kind == "WarmStart"
+    assert len(r.elastic_events) == 6 and r.migrations >= 4  # a shuffle may move nothing
     assert r.servers_over_time == (4, 4, 3, 3, 3)
     assert r.max_pause_s > 0 and r.total_pause_s >= r.max_pause_s
     assert set(r.server_bytes) == {"1", "2", "3"}  # server 0 was drained and stopped
@@ -66,3 +68,59 @@ def test_ps_train_psld_writes_the_elastic_fields(tmp_path: Path) -> None:
     assert data["migrations"] == data["scale_outs"] == 0 and data["total_pause_s"] == 0
     assert data["servers_over_time"] == [3, 3, 3, 3]
     assert json.loads(out.with_name("run.config.json").read_text())["config"]["run"]["spares"] == 1
+
+
+def owned_in_first_iteration(r: Any) -> dict[int, int]:
+    return {s.server: s.owned_bytes for s in r.telemetry[0].servers}
+
+
+def test_warm_start_gives_the_slow_server_less_from_the_first_iteration(
+    ps_pool: Any, fast_scenario: Scenario
+) -> None:
+    """Server 2 (100 MB/s against 500) is probed slow before iteration 0 and starts with less;
+    switched off, the run starts from the even split. Both stay exact."""
+    warm = tiny_run(fast_scenario, strategy=PSLDStrategy(), check_reference=True, pool=ps_pool)
+    assert warm.params_match_reference is True
+    first = warm.elastic_events[0]
+    assert first.kind == "WarmStart" and first.chunks_moved == 0 and "2: " in first.reason
+    owned = owned_in_first_iteration(warm)
+    assert owned[2] < min(owned[0], owned[1])
+    # Its time is part of the run, not of the decisions' pauses.
+    assert warm.warm_start_s > 0 and warm.total_s == pytest.approx(
+        sum(t.iter_s + t.boundary_s for t in warm.telemetry) + warm.warm_start_s
+    )
+    assert warm.total_pause_s == sum(e.pause_s for e in warm.elastic_events[1:])
+
+    cold_strategy = PSLDStrategy(config=ControllerConfig(warm_start=False))
+    cold = tiny_run(fast_scenario, strategy=cold_strategy, check_reference=True, pool=ps_pool)
+    assert cold.params_match_reference is True
+    assert cold.warm_start_s == 0 and all(e.kind != "WarmStart" for e in cold.elastic_events)
+    even = owned_in_first_iteration(cold)
+    assert max(even.values()) - min(even.values()) <= 4_096  # one chunk of the tiny model
+
+
+def test_a_boundary_probe_unloads_a_new_straggler_before_its_first_iteration(
+    ps_pool: Any,
+) -> None:
+    """The slow link moves from server 2 to server 0 at iteration 2: probed at the boundary,
+    server 0 runs iteration 2 with less already (without the probe, only iteration 3 would)."""
+    moving = scenario_from_mapping(
+        {
+            "name": "moving",
+            "servers": 3,
+            "base": {"bandwidth_mb_s": 5.0, "latency_ms": 0.1},
+            "phases": [
+                {"start": 0.0, "servers": [{"server": 2, "bandwidth_mb_s": 1.25}]},
+                {"start": 0.5, "servers": [{"server": 0, "bandwidth_mb_s": 1.25}]},
+            ],
+        },
+        "moving.json",
+    )
+    strategy = PSLDStrategy(config=ControllerConfig(probe_every=1))
+    r = tiny_run(moving, strategy=strategy, iterations=4, check_reference=True, pool=ps_pool)
+    assert r.params_match_reference is True
+    owned = [{s.server: s.owned_bytes for s in t.servers} for t in r.telemetry]
+    assert owned[0][2] < min(owned[0][0], owned[0][1])
+    assert owned[2][0] < min(owned[2][1], owned[2][2])
+    moves = [e for e in r.elastic_events if e.kind == "Reassign"]
+    assert moves and moves[0].iteration == 1  # decided after iteration 1, from the probe

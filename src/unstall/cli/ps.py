@@ -343,6 +343,7 @@ def _elastic_rows(r: PSRunResult) -> list[list[Any]]:
         ["servers first -> last", f"{first} -> {last} (max {max(r.servers_over_time)})"],
         ["migrations / out / in", f"{r.migrations} / {r.scale_outs} / {r.scale_ins}"],
         ["pause max / total (s)", f"{r.max_pause_s:.3g} / {r.total_pause_s:.3g}"],
+        ["warm start (s)", f"{r.warm_start_s:.3g}" if r.warm_start_s else "off"],
     ]
 
 

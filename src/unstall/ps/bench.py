@@ -55,6 +55,7 @@ class BenchRow:
     scale_ins: int = 0
     max_pause_s: float = 0.0
     total_pause_s: float = 0.0
+    warm_start_s: float = 0.0  # psld's probe and placement before the first iteration
 
     def servers_text(self) -> str:
         """Servers at the start and the end: ``4`` or ``4->6``."""
@@ -145,6 +146,7 @@ def _rows(runs: dict[str, PSRunResult]) -> list[BenchRow]:
             scale_ins=r.scale_ins,
             max_pause_s=r.max_pause_s,
             total_pause_s=r.total_pause_s,
+            warm_start_s=r.warm_start_s,
         )
         for name, r in runs.items()
     ]

@@ -35,7 +35,7 @@ from unstall.ps.links import ServerSpec
 from unstall.ps.optim import ServerOptimizer
 from unstall.ps.replica import TrainingJob
 from unstall.ps.runtime import ActorPool
-from unstall.ps.server import ServerIteration
+from unstall.ps.server import ProbeTiming, ServerIteration
 from unstall.ps.worker import WorkerIteration
 from unstall.ray_connect import first_line, root_cause
 from unstall.usercode import UserCodeError
@@ -127,14 +127,22 @@ class PSCluster:
         initial: Sequence[np.ndarray],
         initial_state: Sequence[Sequence[np.ndarray]] | None = None,
         server_ids: Sequence[int] | None = None,
+        place: Callable[[PSCluster], Mapping[int, int]] | None = None,
     ) -> None:
         """Start one server per spec (ids ``server_ids``, default 0..n-1), give each the chunks
         ``owner`` (chunk id -> server id) assigns it, with ``initial`` parameters and optimizer
-        state (``initial_state[slot][tensor]``; None: zeros)."""
+        state (``initial_state[slot][tensor]``; None: zeros). ``place`` (a controller's warm
+        start) is called once the servers run and before they get anything, with ``owner`` as
+        the cluster's: the owner map it returns is loaded instead (nothing moves: the chunks
+        go straight where it says)."""
         self.chunks = tuple(chunks)
         for spec, sid in zip(specs, server_ids or range(len(specs)), strict=True):
             self.add_server(spec, sid)
         self.owner = {c.id: owner[c.id] for c in self.chunks}
+        if place is not None:
+            placed = place(self)
+            self._check_owner(placed)
+            self.owner = {c.id: placed[c.id] for c in self.chunks}
         if initial_state is None:
             initial_state = [
                 [np.zeros_like(p) for p in initial] for _ in range(self.optimizer.slots)
@@ -190,9 +198,7 @@ class PSCluster:
         """Route chunks as ``owner`` (chunk id -> server id) says from the next iteration on;
         chunks that change hands carry their parameters and optimizer state server to server."""
         started = time.perf_counter()
-        unknown = sorted(set(owner.values()) - set(self.servers))
-        if unknown or set(owner) != set(self.owner):
-            raise UnstallError(f"bad reassignment: unknown servers {unknown} or chunk ids")
+        self._check_owner(owner)
         moves: dict[tuple[int, int], list[int]] = {}
         for cid, dst in owner.items():
             if self.owner[cid] != dst:
@@ -215,6 +221,21 @@ class PSCluster:
             bytes=sum(self.chunks[c].nbytes for c in moved),
             seconds=time.perf_counter() - started,
         )
+
+    def _check_owner(self, owner: Mapping[int, int]) -> None:
+        unknown = sorted(set(owner.values()) - set(self.servers))
+        if unknown or set(owner) != set(self.owner):
+            raise UnstallError(f"bad reassignment: unknown servers {unknown} or chunk ids")
+
+    def probe(self, nbytes: int) -> dict[int, ProbeTiming]:
+        """Send every server a buffer of ``nbytes`` and have it back, all servers at once
+        (between iterations, on the path the workers' push-pulls take: the emulated links and
+        step): per server, the link and step seconds it saw."""
+        payload = np.zeros(max(1, nbytes // 4), np.float32)
+        got = self._gather(
+            {f"server {sid}": s.probe.remote(payload) for sid, s in self.servers.items()}
+        )
+        return {sid: got[f"server {sid}"][1] for sid in self.servers}
 
     def owned_bytes(self) -> dict[int, int]:
         out = dict.fromkeys(self.servers, 0)

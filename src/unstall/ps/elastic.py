@@ -1,7 +1,9 @@
 """PSLD's elastic scaling module: carries the controller's decisions out while training goes on.
 
 A strategy may hand a run a :class:`Controller`, which the run calls at every iteration
-boundary with the cluster and the iteration's telemetry. :class:`ElasticPSLD` is PSLD's: after
+boundary with the cluster and the iteration's telemetry (and, if it is a :class:`WarmStarter`,
+once before the first iteration to place the chunks). :class:`ElasticPSLD` is PSLD's: it probes
+the servers and places the chunks by their predicted speeds before the first iteration; after
 every iteration it feeds the servers' timings to the pure :class:`~unstall.ps.psld.controller.
 PSLDController`, asks for a decision and applies it through the :class:`~unstall.ps.coordinator.
 PSCluster` API before the next iteration starts: chunk state (parameters and momentum) moves
@@ -16,20 +18,22 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from unstall.ps.coordinator import IterationTelemetry, PSCluster
 from unstall.ps.psld.config import ControllerConfig
 from unstall.ps.psld.controller import PSLDController
 from unstall.ps.psld.decisions import ClusterView, Decision, NoChange, Reassign, ScaleIn, ScaleOut
 from unstall.ps.psld.pauses import PauseSample
-from unstall.ps.psld.rates import samples_from
+from unstall.ps.psld.rates import ServerSample, samples_from
 from unstall.ps.scenarios import Scenario
 
 
 @dataclass(frozen=True, kw_only=True)
 class ElasticEvent:
-    """One applied decision: after ``iteration``, what was done, why, and the pause it caused."""
+    """One applied decision: after ``iteration``, what was done, why, and the pause it caused
+    (``iteration`` -1, kind ``WarmStart``: the placement before the first iteration, which
+    moved nothing; its ``pause_s`` is the probe's and placement's time)."""
 
     iteration: int
     kind: str
@@ -51,6 +55,11 @@ class ElasticSummary:
     max_pause_s: float
     total_pause_s: float
     events: tuple[ElasticEvent, ...]
+    # Seconds the warm start's probe and placement took before the first iteration (part of
+    # the run: they count in its throughput); the boundary probes', which are in the
+    # iterations' boundary time already, summed.
+    warm_start_s: float = 0.0
+    probe_s: float = 0.0
 
 
 class Controller(Protocol):
@@ -61,6 +70,16 @@ class Controller(Protocol):
 
     def summary(self) -> ElasticSummary | None:
         """What it did over the run (None: nothing to report; the servers stayed)."""
+        ...
+
+
+@runtime_checkable
+class WarmStarter(Protocol):
+    """A controller that may place the chunks itself before the first iteration."""
+
+    def warm_start(self, cluster: PSCluster) -> Mapping[int, int]:
+        """Called once the run's servers run and before they get their chunks (the cluster's
+        ``owner`` is the strategy's first assignment): the owner map to load instead."""
         ...
 
 
@@ -82,6 +101,8 @@ class ElasticPSLD:
         self.last_server = scenario.servers + scenario.spares  # ids beyond are not in the scenario
         self.events: list[ElasticEvent] = []
         self.servers_over_time: list[int] = []
+        self.warm_start_s = 0.0
+        self.probe_s = 0.0
         self._apply: Mapping[type, Callable[[PSCluster, int, Decision], tuple[int, int]]] = {
             Reassign: self._reassign,
             ScaleOut: self._scale_out,
@@ -97,8 +118,50 @@ class ElasticPSLD:
             spares_left=self.last_server - self.next_server,
         )
 
+    def warm_start(self, cluster: PSCluster) -> Mapping[int, int]:
+        """Probe every server and place the chunks by the speeds the probes predict (with
+        ``warm_start`` off, or if the controller keeps the even split: the cluster's owner)."""
+        if not self.controller.config.warm_start:
+            return cluster.owner
+        started = time.perf_counter()
+        self._probe(cluster)
+        decision = self.controller.place(self.view(cluster))
+        self.warm_start_s = time.perf_counter() - started
+        self.events.append(
+            ElasticEvent(
+                iteration=-1,
+                kind="WarmStart",
+                reason=decision.reason,
+                chunks_moved=0,
+                bytes_moved=0,
+                pause_s=self.warm_start_s,
+                servers=tuple(sorted(cluster.servers)),
+            )
+        )
+        return decision.owner if isinstance(decision, Reassign) else cluster.owner
+
+    def _probe(self, cluster: PSCluster) -> list[int]:
+        """Probe every server with what the workers would exchange for ``probe_bytes`` of
+        owned parameters (one buffer of workers x that, each way: an iteration's sample
+        counts every worker's push and pull on the server's link); the servers the probes
+        found changed."""
+        owned = self.controller.config.probe_bytes
+        timings = cluster.probe(owned * len(cluster.workers))
+        return self.controller.observe_probe(
+            [
+                ServerSample(server=s, owned_bytes=owned, seconds=t.busy_s)
+                for s, t in timings.items()
+            ]
+        )
+
     def __call__(self, cluster: PSCluster, telemetry: IterationTelemetry) -> None:
         self.controller.observe(samples_from(telemetry.servers))
+        every = self.controller.config.probe_every
+        upcoming = telemetry.iteration + 1
+        if every and upcoming % every == 0 and upcoming < self.iterations:
+            started = time.perf_counter()
+            self._probe(cluster)
+            self.probe_s += time.perf_counter() - started
         decision = self.controller.decide(self.view(cluster))
         if not isinstance(decision, NoChange):
             started = time.perf_counter()
@@ -146,7 +209,9 @@ class ElasticPSLD:
         return moved.chunks, moved.bytes
 
     def summary(self) -> ElasticSummary:
-        pauses = [e.pause_s for e in self.events]
+        """The decisions' pauses leave out the warm start's time (``warm_start_s``): it comes
+        before the first iteration, where it holds nothing up that had started."""
+        pauses = [e.pause_s for e in self.events if e.kind != "WarmStart"]
         return ElasticSummary(
             servers_over_time=tuple(self.servers_over_time),
             migrations=sum(e.chunks_moved > 0 for e in self.events),
@@ -155,4 +220,6 @@ class ElasticPSLD:
             max_pause_s=max(pauses, default=0.0),
             total_pause_s=sum(pauses),
             events=tuple(self.events),
+            warm_start_s=self.warm_start_s,
+            probe_s=self.probe_s,
         )

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,7 +25,7 @@ import numpy as np
 from unstall.ps.checkpoint import PSCheckpoint
 from unstall.ps.coordinator import IterationTelemetry, PSCluster
 from unstall.ps.data import Batch
-from unstall.ps.elastic import Controller
+from unstall.ps.elastic import Controller, WarmStarter
 from unstall.ps.errors import PSActorDiedError
 from unstall.ps.named import label_of
 from unstall.ps.optim import ServerOptimizer
@@ -117,8 +117,12 @@ def run_segments(
 
     nodes: dict[str, str] = {}
     failure: tuple[int, str, float] | None = None  # (iteration, error, when) of the last loss
+    # The controller places the chunks itself before the run's first iteration (once: a
+    # restarted segment goes on from the placement of its snapshot).
+    place = controller.warm_start if isinstance(controller, WarmStarter) else None
     while True:
-        cluster = _start(seg, state, pool)
+        cluster = _start(seg, state, pool, place)
+        place = None
         if failure is not None:  # going on again: the recovery took until now
             lost, error, failed_at = failure
             seconds = time.perf_counter() - failed_at
@@ -155,9 +159,14 @@ def run_segments(
         )
 
 
-def _start(seg: Segment, state: RunState, pool: ActorPool) -> PSCluster:
+def _start(
+    seg: Segment,
+    state: RunState,
+    pool: ActorPool,
+    place: Callable[[PSCluster], Mapping[int, int]] | None = None,
+) -> PSCluster:
     """A cluster at ``state``: workers set up to go on at its iteration, its servers (with
-    their ids) holding its chunks."""
+    their ids) holding its chunks (where ``place``, a warm start, puts them, if given)."""
     cluster = PSCluster(
         seg.job,
         seg.optimizer,
@@ -170,7 +179,9 @@ def _start(seg: Segment, state: RunState, pool: ActorPool) -> PSCluster:
     )
     try:
         specs = [seg.scenario.spec(s, state.iteration, seg.iterations) for s in state.servers]
-        cluster.start(seg.chunks, state.owner, specs, state.params, state.slots, state.servers)
+        cluster.start(
+            seg.chunks, state.owner, specs, state.params, state.slots, state.servers, place
+        )
     except BaseException:
         cluster.close(failed=True)
         raise
@@ -187,19 +198,30 @@ def _iterate(
 ) -> None:
     n = seg.iterations
     boundary_s = 0.0
-    for iteration in range(state.iteration, n):
-        started = time.perf_counter()
-        for sid in list(cluster.servers):
-            cluster.set_spec(sid, seg.scenario.spec(sid, iteration, n))
-        boundary_s += time.perf_counter() - started
+    first = state.iteration  # (a snapshot moves ``state.iteration`` on as the loop goes)
+    for iteration in range(first, n):
+        if iteration == first:  # the servers started with this iteration's specs
+            started = time.perf_counter()
+            _set_specs(seg, cluster, iteration)
+            boundary_s += time.perf_counter() - started
         step = cluster.step(iteration)
         state.telemetry.append(dataclasses.replace(step, boundary_s=boundary_s))
         started = time.perf_counter()
+        # The scenario's conditions of the next iteration come into force at the boundary,
+        # before the controller acts (a probe there sees them; the iterations' samples only
+        # after the next iteration).
+        if iteration + 1 < n:
+            _set_specs(seg, cluster, iteration + 1)
         if controller is not None:
             controller(cluster, step)
         boundary_s = time.perf_counter() - started
         snapshots.after(iteration)
         report(iteration)
+
+
+def _set_specs(seg: Segment, cluster: PSCluster, iteration: int) -> None:
+    for sid in list(cluster.servers):
+        cluster.set_spec(sid, seg.scenario.spec(sid, iteration, seg.iterations))
 
 
 def _gather(seg: Segment, cluster: PSCluster, state: RunState) -> dict[str, Any]:

@@ -66,6 +66,21 @@ class PushPullTiming:
     egress_s: float
 
 
+@dataclass(frozen=True)
+class ProbeTiming:
+    """One probe as the server saw it: the seconds its bytes held the ingress link, the
+    emulated step on them, and the egress link (the observables of an iteration's
+    :class:`ServerIteration`, for a buffer of known size)."""
+
+    ingress_busy_s: float
+    apply_s: float
+    egress_busy_s: float
+
+    @property
+    def busy_s(self) -> float:
+        return self.ingress_busy_s + self.apply_s + self.egress_busy_s
+
+
 @dataclass
 class ServerIteration:
     """What one server did in one iteration (emulated seconds, real bytes)."""
@@ -391,6 +406,23 @@ class PSServer:
             wait_s=released - arrived,
             egress_s=time.perf_counter() - released,
         )
+
+    async def probe(self, payload: np.ndarray) -> tuple[np.ndarray, ProbeTiming]:
+        """Take ``payload`` through the emulated ingress link, run the emulated step on its
+        bytes (as if they were gradients: a busy server shows), and send it back through the
+        egress link; the link and step seconds it took. Owned chunks are not touched."""
+        return await self._tracked(self._probe(payload))
+
+    async def _probe(self, payload: np.ndarray) -> tuple[np.ndarray, ProbeTiming]:
+        nbytes = int(payload.nbytes)
+        ingress = await self._link_wait(self.core.ingress, nbytes)
+        started = time.perf_counter()
+        apply_s = self.core.spec.apply_s(nbytes)
+        left = self.core.compute.reserve(started, apply_s, 0.0) - time.perf_counter()
+        if left > 0:
+            await asyncio.sleep(left)
+        egress = await self._link_wait(self.core.egress, nbytes)
+        return payload, ProbeTiming(ingress_busy_s=ingress, apply_s=apply_s, egress_busy_s=egress)
 
     async def _send(self, iteration: int, values: Sequence[np.ndarray]) -> None:
         nbytes = sum(v.nbytes for v in values)

@@ -65,20 +65,22 @@ class StaticStrategy:
 
 @dataclass(frozen=True)
 class PSLDStrategy:
-    """PSLD: fine chunks spread evenly by bytes (:mod:`unstall.ps.assign.psld`), then moved,
-    and servers added and removed, by :class:`~unstall.ps.elastic.ElasticPSLD` as the servers'
-    measured speeds say. ``make_controller`` builds the decision-maker of each run from
-    ``config`` (a scripted one in tests)."""
+    """PSLD: fine chunks spread evenly by bytes (:mod:`unstall.ps.assign.psld`), placed before
+    the first iteration by the speeds a probe of every server predicts (``config.warm_start``),
+    then moved, and servers added and removed, by :class:`~unstall.ps.elastic.ElasticPSLD` as
+    the servers' measured speeds say. ``make_controller`` builds the decision-maker of each run
+    from ``config`` (a scripted one in tests); ``chunk_bytes`` overrides the chunks' size."""
 
     config: ControllerConfig = field(default_factory=ControllerConfig)
     make_controller: Callable[[ControllerConfig], PSLDController] = PSLDController
     name: str = psld.NAME
+    chunk_bytes: int | None = None  # None: the rule of :func:`~unstall.ps.assign.psld.chunk_size`
 
     def assign(
         self, tensors: Sequence[TensorInfo], servers: int, costs: Sequence[CostPhase] = ()
     ) -> Assignment:
         """PSLD's starting point; it reads no costs (it learns the servers while running)."""
-        result = psld.assign(tensors, servers)
+        result = psld.assign(tensors, servers, chunk_bytes=self.chunk_bytes)
         check_cover(tensors, result.chunks)
         return result
 

@@ -45,7 +45,8 @@ DEFAULT_STRATEGY = STRATEGIES["tf-greedy"]
 @dataclass(frozen=True, kw_only=True)
 class PSRunResult(JsonResult):
     """A run's outcome. Throughput and mean iteration time leave out iteration 0 (first-call
-    set-up) when there is more than one; ``server_bytes`` are the parameter bytes each server
+    set-up) when there is more than one (the throughput counts a controller's warm start,
+    ``warm_start_s``, in); ``server_bytes`` are the parameter bytes each server
     owns at the end, ``server_traffic_bytes`` what crossed its link over the run;
     ``predicted_iter_s`` is the cost model's transfer-and-step time of the first assignment.
     ``state_dict`` holds the trained model (``model.load_state_dict(result.state_dict)``; its
@@ -86,6 +87,9 @@ class PSRunResult(JsonResult):
     max_pause_s: float = 0.0
     total_pause_s: float = 0.0
     elastic_events: tuple[ElasticEvent, ...] = ()
+    # A controller's warm start before the first iteration (probe and placement, psld): part
+    # of the run, so in ``throughput_it_s`` and ``total_s``.
+    warm_start_s: float = 0.0
     nodes: Mapping[str, str] = field(default_factory=dict)
     start_iteration: int = 0
     checkpoints: int = 0
@@ -396,13 +400,14 @@ def run_plan(
         )
         checked = compare(done.params, expected)
     state_dict = _state_dict(plan.model, done.params, done.buffers)
+    summary = controller.summary() if controller is not None else None
+    warm_start_s = summary.warm_start_s if summary is not None else 0.0
     result = dataclasses.replace(
-        _result(plan, done.telemetry, done.owned, checked, state_dict),
+        _result(plan, done.telemetry, done.owned, checked, state_dict, warm_start_s),
         nodes=done.nodes,
         checkpoints=done.checkpoints,
         recoveries=done.recoveries,
     )
-    summary = controller.summary() if controller is not None else None
     if summary is None:
         servers = (plan.scenario.servers,) * len(done.telemetry)
         return dataclasses.replace(result, servers_over_time=servers)
@@ -437,10 +442,13 @@ def _result(
     owned: Mapping[int, int],
     checked: ReferenceCheck | None,
     state_dict: dict[str, torch.Tensor],
+    warm_start_s: float = 0.0,
 ) -> PSRunResult:
     warmup = 1 if len(telemetry) > 1 else 0
     measured = telemetry[warmup:]
-    spent = sum(t.iter_s + t.boundary_s for t in measured)
+    # Iteration 0 (the first call's set-up) is left out; a warm start is not set-up but the
+    # controller's own work, which only its run does: it counts.
+    spent = sum(t.iter_s + t.boundary_s for t in measured) + warm_start_s
     traffic: dict[str, int] = {}
     busy: dict[str, float] = {}
     for t in telemetry:
@@ -464,7 +472,8 @@ def _result(
         throughput_it_s=len(measured) / spent,
         mean_iter_s=float(np.mean([t.iter_s for t in measured])),
         predicted_iter_s=predicted_iter_s(plan.assignment, costs),
-        total_s=sum(t.iter_s + t.boundary_s for t in telemetry),
+        total_s=sum(t.iter_s + t.boundary_s for t in telemetry) + warm_start_s,
+        warm_start_s=warm_start_s,
         server_bytes={str(k): v for k, v in sorted(owned.items())},
         server_traffic_bytes=traffic,
         server_busy_s=busy,

@@ -16,13 +16,17 @@ def rebalance(
     their targets, for as long as a move brings them closer."""
     new = dict(owner)
     loads = dict.fromkeys(target, 0.0)
+    held: dict[int, set[int]] = {s: set() for s in target}  # server -> its chunks
     for cid, sid in owner.items():
         loads[sid] = loads.get(sid, 0.0) + chunk_bytes[cid]
+        held.setdefault(sid, set()).add(cid)
     receivers = [s for s in target if target[s] > 0]
 
     def move(cid: int, dst: int) -> None:
         loads[new[cid]] -= chunk_bytes[cid]
+        held[new[cid]].discard(cid)
         loads[dst] += chunk_bytes[cid]
+        held[dst].add(cid)
         new[cid] = dst
 
     for cid in sorted(new, key=lambda c: -chunk_bytes[c]):
@@ -32,7 +36,7 @@ def rebalance(
         src = max(loads, key=lambda s: (loads[s] - target.get(s, 0.0), -s))
         dst = max(receivers, key=lambda s: (target[s] - loads[s], -s))
         excess, deficit = loads[src] - target.get(src, 0.0), target[dst] - loads[dst]
-        mine = [c for c in new if new[c] == src]
+        mine = held.get(src, set())
         if excess <= 0 or deficit <= 0 or not mine:
             break
         best = min(

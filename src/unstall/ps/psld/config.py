@@ -31,6 +31,21 @@ class ControllerConfig:
     learn_pauses: bool = True
     pause_window: int = 8  # measured pauses kept per kind of decision
     scale_in_share: float = 0.02  # a server predicted to deserve less than this is removed
+    # Warm start: before the first iteration every server is probed (a buffer standing for
+    # ``probe_bytes`` of owned parameters goes through its emulated links and step and back)
+    # and the run starts from the split those predicted speeds give, not from the even one,
+    # which would run the first iteration at the straggler's pace and move load after it.
+    warm_start: bool = True
+    # A probe's sample is an iteration's observable (the seconds its bytes held the server's
+    # links and step), exact on the emulated links whatever the size: 4 KiB keeps the probe
+    # of a quarter-speed link at a few milliseconds. On real links, where that time is
+    # measured with noise, a larger probe averages more.
+    probe_bytes: int = 4_096
+    # Every this many iterations (0: never) the servers are probed again at the boundary,
+    # after the conditions of the next iteration are in place: a probe far from a server's
+    # estimate restarts it there, so the split changes before the straggler slows an
+    # iteration rather than after.
+    probe_every: int = 0
 
     def __post_init__(self) -> None:
         check(self.window >= 2, self, "window", f"must be >= 2, got {self.window}")
@@ -48,3 +63,5 @@ class ControllerConfig:
         )
         check(0 < self.explore_share < 0.5, self, "explore_share", "must be in (0, 0.5)")
         check(0 <= self.scale_in_share < 0.5, self, "scale_in_share", "must be in [0, 0.5)")
+        check(self.probe_bytes >= 1, self, "probe_bytes", f"must be >= 1, got {self.probe_bytes}")
+        check(self.probe_every >= 0, self, "probe_every", f"must be >= 0, got {self.probe_every}")

@@ -12,6 +12,14 @@ by ``margin``, a pause learned from those the decisions already carried out caus
 (:class:`~unstall.ps.psld.pauses.PauseModel`). A spare server is added when one more server is
 predicted to cut the slowest time by at least ``scale_out_gain`` and to pay for its start; a
 server whose share is near zero is drained and removed. Every decision says why.
+
+Warm start (``ControllerConfig.warm_start``): before the first iteration every server is
+probed (:meth:`PSLDController.observe_probe`: a buffer through its links and step, the seconds
+per byte it took) and the chunks are placed by the split those predicted speeds give
+(:meth:`PSLDController.place`) instead of the even one; the first iteration's samples then
+replace the probes' estimates. With ``probe_every`` the servers are probed again at iteration
+boundaries: a probe outside a server's interval restarts its estimate there, before an
+iteration has run at the new speed.
 """
 
 from __future__ import annotations
@@ -44,6 +52,34 @@ class PSLDController:
     def observe(self, samples: Sequence[ServerSample]) -> list[int]:
         """Take one iteration's samples; the servers whose conditions changed."""
         return [s.server for s in samples if self.estimator.add(s)]
+
+    def observe_probe(self, samples: Sequence[ServerSample]) -> list[int]:
+        """Take probes' samples (see :meth:`RateEstimator.add_probe`); the servers whose
+        conditions changed."""
+        return [s.server for s in samples if self.estimator.add_probe(s)]
+
+    def place(self, view: ClusterView) -> Reassign | NoChange:
+        """The warm start: the owner map to load before the first iteration, from what the
+        probes predicted (the min-max split over every server, as :meth:`decide` would make
+        it once measured). Nothing is loaded yet, so nothing moves and no hysteresis applies;
+        NoChange when a server has no estimate (the even split stays)."""
+        est = self.estimates(view.servers)
+        if len(est) < len(view.servers):
+            return NoChange(reason="warm start: a server has no estimate; the even split stays")
+        per_byte = {s: e.per_byte_s for s, e in est.items()}
+        owner = rebalance(view.chunk_bytes, view.owner, self._target(view, per_byte, []))
+        before = predicted_s(per_byte, view.loads())
+        after = predicted_s(per_byte, loads_of(view.chunk_bytes, owner, view.servers))
+        speeds = ", ".join(f"{s}: {est[s].rate_mb_s:.1f}" for s in sorted(est))
+        return Reassign(
+            owner=owner,
+            moved_bytes=0,
+            predicted_before_s=before,
+            predicted_after_s=after,
+            reason=f"warm start: probed service rates, MB of owned parameters/s ({speeds}); "
+            f"the slowest server "
+            f"predicted {after * 1e3:.1f} ms instead of {before * 1e3:.1f} ms at the even split",
+        )
 
     def observe_pause(self, sample: PauseSample) -> None:
         """Take the pause a decision carried out caused: the hysteresis learns its cost."""

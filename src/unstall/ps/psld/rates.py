@@ -52,29 +52,60 @@ class RateEstimator:
     # Servers once measured ``min_samples`` times: after a change their one new sample is
     # trusted (the change is the news), where a new server is explored first.
     established: set[int] = field(default_factory=set)
+    # Seconds per byte a probe predicted, for servers with no iteration sample since: the
+    # estimate until the next iteration's sample replaces it (a probe's few bytes stand in for
+    # an iteration's, which they are not: they are never averaged with them).
+    priors: dict[int, float] = field(default_factory=dict)
 
     def add(self, sample: ServerSample) -> bool:
         """Add a sample; True when it revealed a change (the window restarted at it)."""
         if sample.owned_bytes <= 0:
             return False
         value = sample.seconds / sample.owned_bytes
+        self.priors.pop(sample.server, None)
         window = self.windows.setdefault(sample.server, deque(maxlen=self.config.window))
         est = self.estimate(sample.server)
         changed = False
-        if est is not None and est.samples >= self.config.min_samples:
-            bound = max(self.config.z * est.stderr, self.config.change_tolerance * est.per_byte_s)
-            if abs(value - est.per_byte_s) > bound:
-                window.clear()
-                changed = True
+        if est is not None and est.samples >= self.config.min_samples and self._outside(value, est):
+            window.clear()
+            changed = True
         window.append(value)
         if len(window) >= self.config.min_samples:
             self.established.add(sample.server)
         return changed
 
+    def add_probe(self, sample: ServerSample) -> bool:
+        """Take a probe's sample: the estimate of a server not measured yet, or, when it lies
+        outside a measured server's interval, its new estimate (the window restarts); True in
+        that case (a change). A probe within the interval adds nothing."""
+        if sample.owned_bytes <= 0:
+            return False
+        value = sample.seconds / sample.owned_bytes
+        window = self.windows.get(sample.server)
+        if not window:
+            self.priors[sample.server] = value
+            return False
+        est = self.estimate(sample.server)
+        assert est is not None
+        if not self._outside(value, est):
+            return False
+        window.clear()
+        self.priors[sample.server] = value
+        return True
+
+    def _outside(self, value: float, est: RateEstimate) -> bool:
+        bound = max(self.config.z * est.stderr, self.config.change_tolerance * est.per_byte_s)
+        return abs(value - est.per_byte_s) > bound
+
     def estimate(self, server: int) -> RateEstimate | None:
         window = self.windows.get(server)
         if not window:
-            return None
+            prior = self.priors.get(server)
+            return (
+                None
+                if prior is None
+                else RateEstimate(per_byte_s=prior, stderr=math.inf, samples=0)
+            )
         # Plain float sums: ``statistics.stdev`` sums exact fractions, a tenth of a millisecond
         # a server at every iteration boundary, for figures only compared with tolerances.
         n = len(window)
@@ -86,13 +117,20 @@ class RateEstimator:
 
     def forget(self, server: int) -> None:
         self.windows.pop(server, None)
+        self.priors.pop(server, None)
         self.established.discard(server)
 
     def trusted(self, server: int) -> bool:
+        """Measured ``min_samples`` times, measured before (a change's one new sample), or
+        probed since its last iteration sample."""
         est = self.estimate(server)
         if est is None:
             return False
-        return est.samples >= self.config.min_samples or server in self.established
+        return (
+            est.samples >= self.config.min_samples
+            or server in self.established
+            or server in self.priors
+        )
 
 
 def samples_from(servers: Sequence[ServerIteration]) -> list[ServerSample]:
