@@ -106,10 +106,14 @@ class Dally:
         # Preemption retries: the earliest time each job tries again, and a heap of them.
         self._retry_at: dict[str, float] = {}
         self._retry_due: list[tuple[float, str]] = []
-        # Single-node running jobs by node, built at the round's first preemption attempt.
+        # Single-node running jobs by node, built at the first preemption attempt under a
+        # tenancy (kept while it lasts), and the victims' figures: slowdowns under that
+        # tenancy, expected GPU-time this round (``_victims_round``: time and tenancy), by job.
         self._tenants: dict[int, list[JobView]] | None = None
-        self._victim_sensitivity: dict[str, float] = {}  # this round's, by job
+        self._tenants_version = -1
+        self._victim_sensitivity: dict[str, float] = {}
         self._victim_gpu_s: dict[str, float] = {}
+        self._victims_round = (-1.0, -1)
         self.gave_up = 0  # sensitive jobs started below their best level so far
 
     # --- helpers -------------------------------------------------------------------------------
@@ -178,7 +182,6 @@ class Dally:
         self._tenancy = tenancy
         free = FreeGpus(snapshot)
         plan = _Round()
-        self._tenants = None
         now = snapshot.now
         fresh = self._sync_queue(snapshot.queued)
         due = self._due_retries(now)
@@ -450,9 +453,12 @@ class Dally:
             return None
         plan.attempts += 1
         sensitivity = job.sensitivity.at(False, snapshot.congestion)
-        if self._tenants is None:
+        if self._tenants is None or self._tenants_version != self._version:
             self._tenants = single_node_tenants(snapshot.running)
+            self._tenants_version = self._version
             self._victim_sensitivity.clear()
+        if self._victims_round != (now, self._version):  # the tuner learns at finishes
+            self._victims_round = (now, self._version)
             self._victim_gpu_s.clear()
         taken = plan.taken
         slowdowns, gpu_s = self._victim_sensitivity, self._victim_gpu_s
