@@ -69,7 +69,7 @@ def snap(free: tuple[int, ...], queued: list[JobView], running: list[JobView], n
 
 def quiet_dally(**overrides: object) -> Dally:
     """Dally with a known expected run time (no finished jobs yet: the prior)."""
-    settings: dict[str, object] = {"prior_runtime_s": 3600.0, "autotune": False}
+    settings: dict[str, object] = {"prior_runtime_s": 3600.0, "autotune": False, "wait_factor": 2.0}
     settings.update(overrides)
     return Dally(DallyConfig(**settings))  # type: ignore[arg-type]
 
@@ -415,3 +415,16 @@ def test_a_group_too_large_to_start_is_passed_over_for_smaller_jobs_behind_it() 
     small = job("q9", 2, submit=9.0)
     d = policy.decide(snap((0, 0, 4), [*big, small], TENANTS[:2], 10.0), RNG)
     assert [s.job_id for s in d.starts] == ["q9"]
+
+
+def test_a_timer_is_capped_only_when_asked() -> None:
+    def after(cap: float | None) -> float:
+        return accept_after_s(
+            3.0, factor=2.0, expected_runtime_s=1000.0, max_wait_s=cap, insensitive_below=1.05
+        )
+
+    assert after(None) == pytest.approx(4000.0)
+    assert after(500.0) == 500.0
+    assert DallyConfig().max_wait_s is None
+    with pytest.raises(ConfigError, match=r"DallyConfig\.max_wait_s"):
+        DallyConfig(max_wait_s=0.0)

@@ -2,9 +2,9 @@
 
 A job that cannot get a consolidated placement waits for one, but only as long as the worse
 placement would cost it: running ``slowdown`` times slower loses ``(slowdown - 1) x run time``,
-so the timer is ``factor x (slowdown - 1) x expected run time``, capped; ``factor`` is what the
-auto-tuner moves. An insensitive job's timer is zero, so it starts at once wherever GPUs are free;
-a sensitive one holds out for consolidation.
+so the timer is ``factor x (slowdown - 1) x expected run time`` (capped if asked); ``factor`` is
+what the auto-tuner moves. An insensitive job's timer is zero, so it starts at once wherever GPUs
+are free; a sensitive one holds out for consolidation.
 """
 
 from __future__ import annotations
@@ -15,10 +15,11 @@ def accept_after_s(
     *,
     factor: float,
     expected_runtime_s: float,
-    max_wait_s: float,
+    max_wait_s: float | None,
     insensitive_below: float,
 ) -> float:
     """Seconds in the queue after which a job accepts a placement that slows it by ``slowdown``."""
     if slowdown < insensitive_below:
         return 0.0
-    return min(max_wait_s, factor * (slowdown - 1.0) * expected_runtime_s)
+    after = factor * (slowdown - 1.0) * expected_runtime_s
+    return after if max_wait_s is None else min(max_wait_s, after)
