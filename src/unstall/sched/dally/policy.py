@@ -25,6 +25,7 @@ from unstall.sched.dally.autotune import DelayTuner
 from unstall.sched.dally.config import DallyConfig
 from unstall.sched.dally.delay import accept_after_s
 from unstall.sched.dally.preemption import (
+    Tenants,
     cheapest_node_room,
     reconsolidation,
     single_node_tenants,
@@ -109,7 +110,7 @@ class Dally:
         # Single-node running jobs by node, built at the first preemption attempt under a
         # tenancy (kept while it lasts), and the victims' figures: slowdowns under that
         # tenancy, expected GPU-time this round (``_victims_round``: time and tenancy), by job.
-        self._tenants: dict[int, list[JobView]] | None = None
+        self._tenants: Tenants | None = None
         self._tenants_version = -1
         self._victim_sensitivity: dict[str, float] = {}
         self._victim_gpu_s: dict[str, float] = {}
@@ -336,8 +337,12 @@ class Dally:
             jobs = sorted(self._queue.values(), key=lambda j: self._priority(j, now))
             return [(jobs, False)]
         by_head: dict[float, list[tuple[int, float]]] = {}
+        memo = self._expected_memo  # keyed like the groups: one look-up a group, mostly
         for key, members in self._groups.items():
-            by_head.setdefault(self._expected_gpu_s(members[0], now), []).append(key)
+            expected = memo.get(key)
+            if expected is None:
+                expected = self._expected_remaining(members[0], now)
+            by_head.setdefault(key[0] * expected, []).append(key)  # _expected_gpu_s
         ordered: list[tuple[list[JobView], bool]] = []
         for head in sorted(by_head):
             keys = by_head[head]
@@ -504,6 +509,7 @@ class Dally:
             max_cost_gpu_s=gain / c.gain_margin,
             # A job moved before pays more for each move: churn is not free to its owner.
             history=lambda victim: 1.0 + moved.get(victim.job_id, 0),
+            tenant_gpus=self._tenants.gpus,
         )
         if room is None or gain <= c.gain_margin * room.cost_gpu_s:
             # Running jobs age (their expected remaining time changes), so a failed attempt may

@@ -54,14 +54,15 @@ def _plan_node(
     move_cost_s: float,
     preempt_cost_s: float,
     history: Callable[[JobView], float],
+    tenant_gpus: int,
 ) -> RoomPlan | None:
-    """Clear room on ``node``: its tenants, smallest first, each moved if a node has room for it
-    (it keeps its locality), else preempted if it may be, else left; None if the room cannot be
-    made."""
+    """Clear room on ``node``: its tenants (``tenant_gpus`` GPUs in all), smallest first, each
+    moved if a node has room for it (it keeps its locality), else preempted if it may be, else
+    left; None if the room cannot be made."""
     room = free.by_node[node]
     # The tenants' GPUs not yet looked at: once the room and all of them cannot make the job's
     # GPUs, the plan has failed (the rest of the tenants need not be asked about at all).
-    rest = sum(v.num_gpus for v in tenants)
+    rest = tenant_gpus
     moves: list[tuple[JobView, Placement]] = []
     preempts: list[JobView] = []
     for victim in tenants:  # smallest first (single_node_tenants' order)
@@ -86,16 +87,24 @@ def _plan_node(
     return RoomPlan(node, tuple(moves), tuple(preempts), cost)
 
 
-def single_node_tenants(running: Iterable[JobView]) -> dict[int, list[JobView]]:
-    """Running jobs on one node, by node (ascending), smallest first (GPUs, then index): the
-    candidates :func:`cheapest_node_room` clears a node of, built once per round."""
-    tenants: dict[int, list[JobView]] = {}
+class Tenants(dict[int, list[JobView]]):
+    """Running jobs on one node, by node (ascending), smallest first (GPUs, then index), and
+    ``gpus``, their GPUs by node: the candidates :func:`cheapest_node_room` clears a node of."""
+
+    gpus: dict[int, int]
+
+
+def single_node_tenants(running: Iterable[JobView]) -> Tenants:
+    """The :class:`Tenants` of ``running``."""
+    by_node: dict[int, list[JobView]] = {}
     for r in running:
         if len(r.placement) == 1:
-            tenants.setdefault(r.placement[0][0], []).append(r)
+            by_node.setdefault(r.placement[0][0], []).append(r)
+    tenants = Tenants(sorted(by_node.items()))
     for victims in tenants.values():
         victims.sort(key=lambda v: (v.num_gpus, v.index))
-    return dict(sorted(tenants.items()))
+    tenants.gpus = {node: sum(v.num_gpus for v in victims) for node, victims in tenants.items()}
+    return tenants
 
 
 def cheapest_node_room(
@@ -109,11 +118,13 @@ def cheapest_node_room(
     preempt_cost_s: float,
     max_cost_gpu_s: float = math.inf,
     history: Callable[[JobView], float] = lambda victim: 1.0,
+    tenant_gpus: Mapping[int, int] | None = None,
 ) -> RoomPlan | None:
     """The node that is cheapest (in victims' GPU-seconds lost) to clear for ``job``, among those
     that cost less than ``max_cost_gpu_s`` (what the gain can pay for), lowest node among equals.
 
-    ``tenants`` is :func:`single_node_tenants` of the running jobs. ``history`` scales a
+    ``tenants`` is :func:`single_node_tenants` of the running jobs (``tenant_gpus``: their GPUs
+    by node, else counted here). ``history`` scales a
     victim's cost (at least 1: a job moved before pays more). Every GPU cleared costs at
     least the cheaper of the two unit costs, so a node short of ``k`` free GPUs costs at least
     ``k`` times that: nodes whose bound already loses to the best plan or to ``max_cost_gpu_s``
@@ -135,8 +146,20 @@ def cheapest_node_room(
         ):
             break
         candidates = tenants[node]
+        gpus = tenant_gpus[node] if tenant_gpus is not None else sum(v.num_gpus for v in candidates)
+        if gpus < short:
+            continue  # even clearing every single-node tenant would not make room
         plan = _plan_node(
-            node, job, candidates, free, may_move, may_preempt, move_cost_s, preempt_cost_s, history
+            node,
+            job,
+            candidates,
+            free,
+            may_move,
+            may_preempt,
+            move_cost_s,
+            preempt_cost_s,
+            history,
+            gpus,
         )
         if plan is not None and (
             best is None
