@@ -73,8 +73,10 @@ def parse_text_options(
         try:
             parsed[key] = _parse_like(default, text, str(field.type))
         except ValueError:
-            kind = str(field.type) if default is None else type(default).__name__
-            raise ConfigError(owner, key, f"{text!r} is not a {kind}") from None
+            if default is None:  # an optional number
+                kind = "whole number" if "int" in str(field.type) else "number"
+                raise ConfigError(owner, key, f"{text!r} is not a {kind} (or none)") from None
+            raise ConfigError(owner, key, f"{text!r} is not a {type(default).__name__}") from None
     return parsed
 
 

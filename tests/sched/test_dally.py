@@ -372,7 +372,8 @@ def test_dally_schedules_only_on_events_unless_asked_for_ticks() -> None:
     assert resolve_policy("dally").tick_s is None
     assert resolve_policy("dally", (("tick_s", "300"),)).tick_s == 300.0
     assert resolve_policy("dally", (("tick_s", "none"),)).tick_s is None
-    with pytest.raises(ConfigError, match=r"DallyConfig\.tick_s: 'soon' is not a float \| None"):
+    bad = r"DallyConfig\.tick_s: 'soon' is not a number \(or none\)"
+    with pytest.raises(ConfigError, match=bad):
         resolve_policy("dally", (("tick_s", "soon"),))
     with pytest.raises(ConfigError, match=r"DallyConfig\.tick_s"):
         DallyConfig(tick_s=0.0)
