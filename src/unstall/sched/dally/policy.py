@@ -219,25 +219,14 @@ class Dally:
         )
 
     def _in_priority_order(self, jobs: list[JobView], now: float) -> list[JobView]:
-        """``jobs`` sorted by :meth:`_priority`. In the gittins order, jobs of one size and
-        service (most waiting jobs have had none) share their expected GPU-time, so it is worked
-        out once a group and the groups are merged, instead of once a job and a sort of the
-        whole queue every round the queue is gone through."""
+        """``jobs`` (waiting ones) sorted by :meth:`_priority`, by way of their groups (see
+        :meth:`_groups_in_order`)."""
         if self.config.order != "gittins":
             return sorted(jobs, key=lambda j: self._priority(j, now))
         groups: dict[tuple[int, float], list[JobView]] = {}
-        for j in jobs:
-            groups.setdefault((j.num_gpus, j.attained_gpu_s(now)), []).append(j)
-        by_head: dict[float, list[JobView]] = {}
-        for members in groups.values():
-            head = self._expected_gpu_s(members[0], now)
-            by_head.setdefault(head, []).extend(members)
-        ordered: list[JobView] = []
-        for head in sorted(by_head):
-            members = by_head[head]
-            members.sort(key=lambda j: (j.submit_s, j.index))  # nearly sorted already: cheap
-            ordered.extend(members)
-        return ordered
+        for j in sorted(jobs, key=lambda j: (j.submit_s, j.index)):
+            groups.setdefault(_group_of(j), []).append(j)
+        return [j for members, _ in self._groups_in_order(groups, now) for j in members]
 
     def _pass_all(self, snapshot: ClusterSnapshot, free: FreeGpus, plan: _Round) -> None:
         """Every waiting job in priority order, each placed if it may start; a group of one
@@ -264,9 +253,12 @@ class Dally:
         preemption is only for sensitive jobs)."""
         if job.num_gpus <= free.total:
             return True
-        if not self._may_try_preemption(job, free, snapshot.now):
-            return False
-        congestion = snapshot.congestion
+        return self._may_try_preemption(job, free, snapshot.now) and self._sensitive(
+            job, snapshot.congestion
+        )
+
+    def _sensitive(self, job: JobView, congestion: float) -> bool:
+        """:func:`is_sensitive` of a waiting job, kept while the congestion stays the same."""
         known = self._sensitive_at.get(job.job_id)
         if known is None or known[0] != congestion:
             known = (congestion, is_sensitive(job, self.config.insensitive_below, congestion))
@@ -330,15 +322,22 @@ class Dally:
 
     def _queue_in_order(self, now: float) -> list[tuple[list[JobView], bool]]:
         """The kept queue in :meth:`_priority` order as lists of jobs, each with whether its
-        jobs are all of one size. In the gittins order a group's jobs (one size and service)
-        share their expected GPU-time, so it is worked out once a group and the groups are
-        sorted, not the jobs; groups that tie are merged in arrival order."""
+        jobs are all of one size."""
         if self.config.order != "gittins":
             jobs = sorted(self._queue.values(), key=lambda j: self._priority(j, now))
             return [(jobs, False)]
+        return self._groups_in_order(self._groups, now)
+
+    def _groups_in_order(
+        self, groups: dict[tuple[int, float], list[JobView]], now: float
+    ) -> list[tuple[list[JobView], bool]]:
+        """Groups of waiting jobs (one size and service each, members in arrival order) in the
+        gittins order, each with whether its jobs are all of one size. A group's jobs share
+        their expected GPU-time, so it is worked out once a group and the groups are sorted,
+        not the jobs; groups that tie are merged in arrival order."""
         by_head: dict[float, list[tuple[int, float]]] = {}
         memo = self._expected_memo  # keyed like the groups: one look-up a group, mostly
-        for key, members in self._groups.items():
+        for key, members in groups.items():
             expected = memo.get(key)
             if expected is None:
                 expected = self._expected_remaining(members[0], now)
@@ -347,9 +346,9 @@ class Dally:
         for head in sorted(by_head):
             keys = by_head[head]
             if len(keys) == 1:
-                ordered.append((self._groups[keys[0]], True))
+                ordered.append((groups[keys[0]], True))
                 continue
-            merged = [j for k in keys for j in self._groups[k]]
+            merged = [j for k in keys for j in groups[k]]
             merged.sort(key=lambda j: (j.submit_s, j.index))
             ordered.append((merged, len({k[0] for k in keys}) == 1))
         return ordered
@@ -446,7 +445,7 @@ class Dally:
     ) -> tuple[tuple[int, int], ...] | None:
         c = self.config
         now = snapshot.now
-        if not is_sensitive(job, c.insensitive_below, snapshot.congestion):
+        if not self._sensitive(job, snapshot.congestion):
             return None
         if (
             len(plan.preempts) + len(plan.migrations) >= c.max_preemptions_per_round
