@@ -128,9 +128,9 @@ def in_two_streams(
         return result_a, future.result()
 
 
-# Smallest hidden size the pipelined layer is chosen at by default: at hidden 1024 (batch 64) it
-# measured 1.13x faster than the serial layer with two threads; at hidden 400 slower (0.8x),
-# where a step's products are too small for the hand-offs between the streams to pay.
+# Smallest hidden size the pipelined layer is chosen at by default: at hidden 1024 (batch 64) a
+# step measured 1.12-1.26x faster than the serial layer's with two threads; at hidden 400 a PTB
+# batch 0.83x as fast, where a step's products are too small for two streams to pay.
 PIPELINE_MIN_HIDDEN = 1024
 
 
