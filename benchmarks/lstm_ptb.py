@@ -56,6 +56,8 @@ def run_label(config: LMConfig) -> str:
         label += f"/in{config.input_mask_steps}"
     if config.decoder_mask_steps > 1:
         label += f"/dec{config.decoder_mask_steps}"
+    if config.pipeline is not None:
+        label += "/pipelined" if config.pipeline else "/serial"
     return label
 
 
@@ -76,6 +78,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             seed=args.seed,
             input_mask_steps=args.input_mask_steps,
             decoder_mask_steps=args.decoder_mask_steps,
+            pipeline=args.pipeline,
         )
         label = run_label(config)
         checkpoint = None
@@ -252,6 +255,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--input-mask-steps", type=int, default=1, help="structured input set held")
     parser.add_argument("--decoder-mask-steps", type=int, default=1, help="decoder set held")
+    parser.add_argument(
+        "--pipeline",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="structured modes: two single-threaded streams (default: when torch has 2 threads)",
+    )
     parser.add_argument("--checkpoint-dir", type=Path, default=None, help="resume/save per run")
     parser.add_argument("--stop-after", type=int, default=None, help="epochs in this process")
     parser.add_argument("--compare", nargs="+", type=Path, help="merge earlier --json outputs")

@@ -28,6 +28,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument(
+        "--pipeline",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="structured: two single-threaded streams per layer (default: 2 threads, hidden>=1024)",
+    )
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
     config = LSTMBenchConfig(
@@ -39,12 +45,14 @@ def main(argv: list[str] | None = None) -> int:
         repeats=args.repeats,
         threads=args.threads,
         device=args.device,
+        pipeline=args.pipeline,
     )
     result = bench_lstm_step(config)
     base = result.step_s["standard"]
     print(
         f"hidden {result.hidden}, batch {result.batch}, {result.seq_len} steps, p={result.p}, "
         f"{result.device}, {result.threads} thread(s)"
+        + (", structured pipelined" if result.pipelined else "")
     )
     print(f"{'mode':<18} {'best s':>8} {'median s':>9} {'vs standard':>12}")
     for name, secs in result.step_s.items():

@@ -41,6 +41,15 @@ ThreadsOpt = Annotated[
 DeviceOpt = Annotated[
     str, typer.Option("--device", help="Where to train: cpu, cuda or cuda:N (a GPU torch sees).")
 ]
+PipelineOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--pipeline/--no-pipeline",
+        help="Structured modes on a CPU: run each LSTM layer as two single-threaded streams "
+        "(recurrence | input connection). Default: with two torch threads and hidden >= 1024, "
+        "where it measured faster. The threads' count is 1 while a layer runs, then restored.",
+    ),
+]
 
 
 @app.command("lstm-train")
@@ -64,6 +73,7 @@ def lstm_train(
     seed: Annotated[int, typer.Option("--seed", help="Seed of the run.")] = 0,
     threads: ThreadsOpt = None,
     device: DeviceOpt = "cpu",
+    pipeline: PipelineOpt = None,
     input_mask_steps: Annotated[
         int,
         typer.Option(
@@ -106,6 +116,7 @@ def lstm_train(
         device=device,
         input_mask_steps=input_mask_steps,
         decoder_mask_steps=decoder_mask_steps,
+        pipeline=pipeline,
     )
     corpus = load_ptb()
     total = batches_per_epoch(corpus, config) * epochs
@@ -143,6 +154,7 @@ def lstm_bench(
     ] = True,
     device: DeviceOpt = "cpu",
     threads: ThreadsOpt = None,
+    pipeline: PipelineOpt = None,
     json_path: JsonOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
@@ -161,6 +173,7 @@ def lstm_bench(
         with_nn_lstm=nn_lstm,
         device=device,
         threads=threads,
+        pipeline=pipeline,
     )
     with progress_bar("LSTM steps", config.timed_steps, quiet) as advance:
         result = bench_lstm_step(config, advance)

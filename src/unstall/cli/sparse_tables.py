@@ -26,6 +26,7 @@ def lstm_bench_table(result: LSTMBenchResult) -> Table:
     title = (
         f"LSTM training step: hidden {result.hidden}, batch {result.batch}, {result.seq_len} "
         f"steps, p={result.p}, {result.device}, {result.threads} thread(s)"
+        + (", structured pipelined" if result.pipelined else "")
     )
     return table(title, ["mode", "step s (best)", "median s", "vs standard"], rows)
 

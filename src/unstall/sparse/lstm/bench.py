@@ -24,6 +24,7 @@ from unstall.config import check, check_non_negative, check_positive
 from unstall.results import JsonResult
 from unstall.sparse.lstm.dropout_lstm import StructuredDropoutLSTM
 from unstall.sparse.lstm.masks import DROPOUT_MODES, check_device, check_dropout
+from unstall.sparse.lstm.streams import use_streams
 
 NN_LSTM = "nn.LSTM"
 
@@ -43,6 +44,9 @@ class LSTMBenchConfig:
     repeats: int = 5
     warmup: int = 1
     threads: int | None = None  # torch.set_num_threads; None leaves torch's default
+    # Structured modes: two single-threaded streams per layer (StructuredDropoutLSTM's pipeline);
+    # None: where that measured faster (unstall.sparse.lstm.streams.use_streams).
+    pipeline: bool | None = None
     device: str = "cpu"
     seed: int = 0
 
@@ -85,6 +89,7 @@ class LSTMBenchResult(JsonResult):
     num_layers: int
     device: str
     threads: int
+    pipelined: bool  # whether the structured layers ran as two single-threaded streams
     step_s: dict[str, float]
     step_s_median: dict[str, float]
     samples_s: dict[str, list[float]] = field(repr=False)
@@ -111,6 +116,7 @@ def _build(config: LSTMBenchConfig, device: torch.device) -> dict[str, nn.Module
             config.num_layers,
             dropout=config.p,
             mode=mode,
+            pipeline=config.pipeline,
             generator=gen,
         ).to(device)
     if config.with_nn_lstm:
@@ -168,6 +174,7 @@ def bench_lstm_step(
         num_layers=config.num_layers,
         device=str(device),
         threads=torch.get_num_threads(),
+        pipelined=use_streams(config.pipeline, device, config.hidden),
         step_s=best,
         step_s_median={name: statistics.median(s) for name, s in samples.items()},
         samples_s=samples,

@@ -29,6 +29,7 @@ from torch import Tensor, nn
 from unstall.config import check, check_positive
 from unstall.sparse.lstm.kernels import LSTMLayerFn
 from unstall.sparse.lstm.masks import LayerMasks, check_dropout, check_mode, mask_to, sample_mask
+from unstall.sparse.lstm.streams import use_streams
 
 __all__ = ["LSTMDropoutConfig", "StructuredDropoutLSTM"]
 
@@ -41,6 +42,10 @@ class LSTMDropoutConfig:
     dropout: float = 0.0
     recurrent_dropout: float = 0.0
     input_mask_steps: int = 1  # steps that share one input-dropout set (structured modes)
+    # Structured modes on a CPU: run each layer as two single-threaded streams (recurrence |
+    # input connection, see unstall.sparse.lstm.pipelined); None: where that measured faster
+    # (two torch threads, hidden >= 1024: unstall.sparse.lstm.streams.use_streams).
+    pipeline: bool | None = None
 
     def __post_init__(self) -> None:
         check_mode(self, "mode", self.mode)
@@ -73,6 +78,7 @@ class StructuredDropoutLSTM(nn.Module):
         mode: str = "structured",
         recurrent_dropout: float | None = None,
         input_mask_steps: int = 1,
+        pipeline: bool | None = None,
         generator: torch.Generator | None = None,
     ) -> None:
         super().__init__()
@@ -83,6 +89,7 @@ class StructuredDropoutLSTM(nn.Module):
             dropout=float(dropout),
             recurrent_dropout=float(dropout if recurrent_dropout is None else recurrent_dropout),
             input_mask_steps=input_mask_steps,
+            pipeline=pipeline,
         )
         self.input_size = input_size
         self.hidden_size = hidden_size
@@ -173,10 +180,13 @@ class StructuredDropoutLSTM(nn.Module):
         steps, batch, _ = x.shape
         h0, c0 = self._initial_state(hx, batch, x, unbatched)
         layer_masks = self._masks_for(steps, batch, masks, x)
+        pipelined = use_streams(self.config.pipeline, x.device, self.hidden_size)
         h_n, c_n = [], []
         for layer in range(self.num_layers):
             w_ih, w_hh, b = self.layer_weights(layer)
-            x, h, c = LSTMLayerFn.apply(x, h0[layer], c0[layer], w_ih, w_hh, b, layer_masks[layer])
+            x, h, c = LSTMLayerFn.apply(
+                x, h0[layer], c0[layer], w_ih, w_hh, b, layer_masks[layer], pipelined
+            )
             h_n.append(h)
             c_n.append(c)
         out = x.squeeze(1) if unbatched else (x.transpose(0, 1) if self.batch_first else x)
@@ -241,5 +251,6 @@ class StructuredDropoutLSTM(nn.Module):
         return (
             f"{self.input_size}, {self.hidden_size}, num_layers={self.num_layers}, "
             f"batch_first={self.batch_first}, mode={cfg.mode!r}, dropout={cfg.dropout}, "
-            f"recurrent_dropout={cfg.recurrent_dropout}, input_mask_steps={cfg.input_mask_steps}"
+            f"recurrent_dropout={cfg.recurrent_dropout}, input_mask_steps={cfg.input_mask_steps}, "
+            f"pipeline={cfg.pipeline}"
         )

@@ -59,6 +59,9 @@ class LMConfig:
     # decoder's input (1: fresh every step; the recurrent set is always fresh every step).
     input_mask_steps: int = 1
     decoder_mask_steps: int = 1
+    # Structured modes on a CPU: each LSTM layer as two single-threaded streams (see
+    # StructuredDropoutLSTM); None: where that has measured faster (unstall.sparse.lstm.streams).
+    pipeline: bool | None = None
 
     def __post_init__(self) -> None:
         check_mode(self, "mode", self.mode)
@@ -105,6 +108,7 @@ class WordLM(nn.Module):
             dropout=config.p,
             mode=config.mode,
             input_mask_steps=config.input_mask_steps,
+            pipeline=config.pipeline,
             generator=named_generator(config.seed, "lstm-dropout"),
         )
         self.decoder = nn.Linear(hid, vocab)
@@ -314,15 +318,15 @@ class LMTrainer:
             torch.save(state, partial)
 
     def load(self, path: Path) -> None:
-        """Continue from a checkpoint of the same run (every config field but epochs, threads
-        and device: a run may go on elsewhere)."""
+        """Continue from a checkpoint of the same run (every config field but epochs, threads,
+        device and pipeline: a run may go on elsewhere)."""
         try:
             state = torch.load(path, map_location=self.device, weights_only=True)
         except (OSError, RuntimeError, EOFError, pickle.UnpicklingError) as exc:
             raise DataFileError(str(path), f"not a readable checkpoint: {exc}") from exc
         mine = asdict(self.config)
         for name, value in state["config"].items():
-            if name not in ("epochs", "threads", "device") and mine.get(name) != value:
+            if name not in ("epochs", "threads", "device", "pipeline") and mine.get(name) != value:
                 raise DataFileError(
                     str(path), f"checkpoint has {name}={value!r}, run has {mine.get(name)!r}",
                     field=name,

@@ -45,6 +45,10 @@ TILED_MIN_COLUMNS = 8192
 TILE_COLUMNS = 1024
 
 
+# Called by a projection with ``stop`` once the outputs of steps before ``stop`` are final.
+StepsDone: TypeAlias = Callable[[int], None]
+
+
 class Projection(Protocol):
     """One masked connection ``v -> mask(v) @ W^T`` (W is out x N), with its own backward."""
 
@@ -168,11 +172,15 @@ class CompactProjection:
     def _gather(self, source: Tensor, idx: Tensor) -> Tensor:
         return torch.index_select(source, 0, idx, out=self.chunk[: idx.numel()])
 
-    def project_all(self, v: Tensor, out: Tensor) -> None:
+    def project_all(self, v: Tensor, out: Tensor, done: StepsDone | None = None) -> None:
+        """As :meth:`Projection.project_all`; ``done(stop)`` after each block (steps up to
+        ``stop`` are then final), so another stream can use them while the rest is computed."""
         width = out.shape[-1]
         for steps, keep in self.mask.blocks(v.shape[0]):
             rows = out[steps].view(-1, width)  # out is contiguous: a view, written in place
             self._project(steps.start, keep, v[steps].reshape(rows.shape[0], -1), rows)
+            if done is not None:
+                done(steps.stop)
 
     def project_step(self, t: int, v: Tensor, out: Tensor) -> None:
         self._project(t, self.mask.at(t), v, out)
@@ -208,15 +216,19 @@ class CompactProjection:
         return dv.index_copy_(1, keep, dvk.mul_(self.mask.scale))
 
     def backward_all(self, d_out: Tensor, need_input: bool) -> Tensor | None:
-        grads = []
-        for steps, keep in self.mask.blocks(d_out.shape[0]):
-            block = d_out[steps]
-            dv = self._backward_kept(
-                steps.start, keep, block.reshape(-1, block.shape[-1]), need_input
-            )
-            if dv is not None:
-                grads.append(dv.view(*block.shape[:2], -1))
-        return torch.cat(grads) if need_input else None
+        grads = [
+            self.backward_block(steps, d_out, need_input)
+            for steps, _ in self.mask.blocks(d_out.shape[0])
+        ]
+        return torch.cat([g for g in grads if g is not None]) if need_input else None
+
+    def backward_block(self, steps: slice, d_out: Tensor, need_input: bool) -> Tensor | None:
+        """The input gradient (steps x B x N) of one block of ``mask.blocks`` (``d_out`` covers
+        the whole sequence), adding the block's weight gradient; blocks may come in any order."""
+        block = d_out[steps]
+        keep = self.mask.at(steps.start)
+        dv = self._backward_kept(steps.start, keep, block.reshape(-1, block.shape[-1]), need_input)
+        return None if dv is None else dv.view(*block.shape[:2], -1)
 
     def grad_weight(self, d_out: Tensor) -> Tensor:
         if self.grad_weight_t is None:
@@ -268,13 +280,15 @@ class TiledCompactProjection:
             for keep, vk, out in blocks:
                 out[:, cols].addmm_(vk, self._gather(tile, keep))
 
-    def project_all(self, v: Tensor, out: Tensor) -> None:
+    def project_all(self, v: Tensor, out: Tensor, done: StepsDone | None = None) -> None:
         width, blocks = out.shape[-1], []
         for steps, keep in self.mask.blocks(v.shape[0]):
             rows = out[steps].view(-1, width)  # out is contiguous: a view, written in place
             vk = self._keep_v(steps.start, keep, v[steps].reshape(rows.shape[0], -1))
             blocks.append((keep, vk, rows))
         self._project_blocks(blocks)
+        if done is not None:
+            done(v.shape[0])  # tiles serve every step: all steps are final at once
 
     def project_step(self, t: int, v: Tensor, out: Tensor) -> None:
         keep = self.mask.at(t)
@@ -317,6 +331,13 @@ class TiledCompactProjection:
         ]
         grads = self._backward_blocks(blocks, need_input)
         return None if grads is None else torch.cat(grads).view(steps, batch, -1)
+
+    def backward_block(self, steps: slice, d_out: Tensor, need_input: bool) -> Tensor | None:
+        """As :meth:`CompactProjection.backward_block`."""
+        block = d_out[steps]
+        rows = block.reshape(-1, block.shape[-1])
+        grads = self._backward_blocks([(steps.start, self.mask.at(steps.start), rows)], need_input)
+        return None if grads is None else grads[0].view(*block.shape[:2], -1)
 
     def grad_weight(self, d_out: Tensor) -> Tensor:
         if self.grad_tiles is None:
@@ -399,7 +420,9 @@ def single_cpu_thread(weight: Tensor) -> bool:
     return weight.device.type == "cpu" and torch.get_num_threads() == 1
 
 
-def structured_projection(weight: Tensor, mask: StructuredMask) -> Projection:
+def structured_projection(
+    weight: Tensor, mask: StructuredMask
+) -> CompactProjection | TiledCompactProjection:
     """Compact products; in column tiles for a vocabulary-wide output when single-threaded (with
     more threads the tiles' small products split badly across them, as the chunks do)."""
     if single_cpu_thread(weight) and weight.shape[0] >= TILED_MIN_COLUMNS:

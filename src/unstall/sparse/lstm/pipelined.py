@@ -1,0 +1,106 @@
+"""The structured kernels as two single-threaded streams (see :mod:`unstall.sparse.lstm.streams`).
+
+An LSTM layer: stream A runs the recurrence, stream B the input connection, which does not
+depend on it. Forward, B computes the input products step by step ahead of A, which waits for
+step t's before adding the recurrent product and running the cell. Backward, A runs
+backpropagation through time (the recurrent products and their weight gradient, the cell) and
+reports each step's gate gradients; B turns them into the input gradient and the input weight
+gradient, step by step in reverse, right behind A. Each stream does about half the products.
+
+Each stream runs the same operations in the same order as the serial one-thread kernels: the
+outputs, the state and the gradients of the input, the initial state, the recurrent weights and
+the bias equal theirs to the bit; only the input weight gradient adds up its blocks in reverse
+order (B follows A backwards), so it equals the serial one within float rounding. Nothing depends
+on timing: the results are the same from run to run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor
+
+from unstall.sparse.lstm.cell import recurrence_backward, recurrence_forward
+from unstall.sparse.lstm.masks import LayerMasks, StructuredMask
+from unstall.sparse.lstm.projections import (
+    CompactProjection,
+    Projection,
+    TiledCompactProjection,
+    make_projection,
+    structured_projection,
+)
+from unstall.sparse.lstm.streams import Progress, in_two_streams
+
+StructuredProjection = CompactProjection | TiledCompactProjection
+
+
+def layer_forward(
+    x: Tensor,
+    h0: Tensor,
+    weights: tuple[Tensor, Tensor],
+    masks: LayerMasks,
+    state: tuple[Tensor, Tensor, Tensor, Tensor],
+) -> tuple[StructuredProjection, Projection]:
+    """Fill ``state`` = (acts, cs, tanh_c, out) as the serial loop does; returns (input,
+    recurrent) projections. ``acts`` holds the bias; ``masks.input`` must be structured."""
+    w_ih, w_hh = weights
+    acts, cs, tanh_c, out = state
+    assert isinstance(masks.input, StructuredMask)
+    input_mask, steps = masks.input, x.shape[0]
+    progress = Progress(0)  # steps whose input products are in acts
+
+    def input_connection() -> StructuredProjection:
+        inp = structured_projection(w_ih, input_mask)
+        inp.project_all(x, acts, done=progress.set)
+        return inp
+
+    def recurrence() -> Projection:
+        rec = make_projection(w_hh, masks.recurrent, steps)
+        recurrence_forward(rec, acts, cs, tanh_c, out, h0, wait=_after(progress))
+        return rec
+
+    rec, inp = in_two_streams(recurrence, input_connection, progress)
+    return inp, rec
+
+
+def _after(progress: Progress) -> Callable[[int], None]:
+    """Wait until step t's input products are done."""
+    return lambda t: progress.wait_until(lambda done: done > t)
+
+
+def _at_or_before(start: int) -> Callable[[int], bool]:
+    """Whether the gate gradients are final down to step ``start``."""
+    return lambda first: first <= start
+
+
+def layer_backward(
+    projections: tuple[StructuredProjection, Projection],
+    saved: tuple[Tensor, Tensor, Tensor],
+    grads: tuple[Tensor, Tensor, Tensor],
+    need: tuple[bool, ...],
+) -> tuple[Tensor | None, ...]:
+    """The gradients of (x, h0, c0, w_ih, w_hh, bias) as ``LSTMLayerFn.backward`` returns them;
+    ``saved`` is (acts, cs, tanh_c), ``grads`` (d_out, d_hT, d_cT), ``need`` the Function's
+    ``needs_input_grad``."""
+    inp, rec = projections
+    acts = saved[0]
+    steps = acts.shape[0]
+    d_gates = torch.empty_like(acts)
+    progress = Progress(steps)  # the first step whose gate gradients are final
+
+    def input_gradients() -> tuple[Tensor | None, Tensor | None]:
+        dxs = []
+        for block, _ in reversed(inp.mask.blocks(steps)):
+            progress.wait_until(_at_or_before(block.start))
+            dxs.append(inp.backward_block(block, d_gates, need_input=need[0]))
+        dx = torch.cat([d for d in reversed(dxs) if d is not None]) if need[0] else None
+        return dx, inp.grad_weight(d_gates) if need[3] else None
+
+    def through_time() -> tuple[Tensor, Tensor, Tensor | None, Tensor | None]:
+        dh, dc = recurrence_backward(rec, saved, grads, d_gates, done=progress.set)
+        dw_hh = rec.grad_weight(d_gates) if need[4] else None
+        return dh, dc, dw_hh, d_gates.sum((0, 1)) if need[5] else None
+
+    (dh, dc, dw_hh, db), (dx, dw_ih) = in_two_streams(through_time, input_gradients, progress)
+    return dx, dh, dc, dw_ih, dw_hh, db
