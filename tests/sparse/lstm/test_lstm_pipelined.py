@@ -6,6 +6,8 @@ faster."""
 
 from __future__ import annotations
 
+import multiprocessing
+
 import pytest
 import torch
 from torch import Tensor
@@ -158,3 +160,29 @@ def test_the_pipelined_module_draws_the_same_masks_and_equals_the_serial_one() -
     for got, want in zip(*results, strict=True):
         assert got is not None and want is not None
         torch.testing.assert_close(got, want)
+
+
+def _pipelined_layer_sum() -> float:
+    tensors = layer_inputs(4, 2, 4, 3)
+    out, _, _ = LSTMLayerFn.apply(*tensors, structured_masks(4, 2, 4, 3), True)
+    return float(out.detach().sum())
+
+
+def _child_runs_pipelined(queue: multiprocessing.Queue) -> None:  # type: ignore[type-arg]
+    queue.put(_pipelined_layer_sum())
+
+
+def test_a_forked_child_gets_a_worker_of_its_own() -> None:
+    want = _pipelined_layer_sum()  # the parent's worker thread now exists
+    assert streams._WORKER is not None
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    child = ctx.Process(target=_child_runs_pipelined, args=(queue,))
+    child.start()
+    try:
+        got = queue.get(timeout=60)  # the inherited pool's queue would never be served
+    finally:
+        child.join(timeout=10)
+        if child.is_alive():
+            child.kill()
+    assert got == want

@@ -22,6 +22,7 @@ disjoint tensors.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -73,6 +74,16 @@ class Progress:
 
 def _one_thread() -> None:
     torch.set_num_threads(1)
+
+
+def _forget_worker_in_child() -> None:
+    """A forked child (a DataLoader worker, say) has no copy of the parent's worker thread, but
+    would inherit the pool object, whose queue then nobody serves: start afresh there."""
+    global _WORKER
+    _WORKER = None
+
+
+os.register_at_fork(after_in_child=_forget_worker_in_child)
 
 
 def _worker() -> ThreadPoolExecutor:
