@@ -94,8 +94,21 @@ class RateEstimator:
         return True
 
     def _outside(self, value: float, est: RateEstimate) -> bool:
-        bound = max(self.config.z * est.stderr, self.config.change_tolerance * est.per_byte_s)
-        return abs(value - est.per_byte_s) > bound
+        return abs(value - est.per_byte_s) > self._bound(est)
+
+    def _bound(self, est: RateEstimate) -> float:
+        return max(self.config.z * est.stderr, self.config.change_tolerance * est.per_byte_s)
+
+    def upper(self, server: int) -> float | None:
+        """The most seconds per byte a sample of ``server`` may show without revealing a
+        change (None: any; a window of one sample, or a probe's estimate, has no interval
+        yet)."""
+        window = self.windows.get(server)
+        est = self.estimate(server)
+        if not window or est is None or len(window) < self.config.min_samples:
+            return None
+        bound = self._bound(est)
+        return est.per_byte_s + bound if math.isfinite(bound) else None
 
     def estimate(self, server: int) -> RateEstimate | None:
         window = self.windows.get(server)
