@@ -148,9 +148,12 @@ class RateEstimator:
 
 def samples_from(servers: Sequence[ServerIteration]) -> list[ServerSample]:
     """Per-server samples from an iteration's telemetry: the seconds the server's links were
-    occupied by the workers' pushes and pulls (both directions) plus its step. These are the
+    occupied by the workers' push-pulls (both directions) plus its step. These are the
     transfer times as the server saw them, without the queueing that depends on when each worker
-    arrived, so a sample per byte is the server's service time whatever its load."""
+    arrived, so a sample per byte is the server's service time whatever its load. A run's first
+    pulls (in its first iteration: everything owned goes out once more) are left out: counted,
+    they made that sample half as slow again as the server, and it stayed in the window."""
     return [
-        ServerSample(server=s.server, owned_bytes=s.owned_bytes, seconds=s.busy_s) for s in servers
+        ServerSample(server=s.server, owned_bytes=s.owned_bytes, seconds=s.exchange_busy_s)
+        for s in servers
     ]
