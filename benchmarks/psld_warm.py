@@ -1,12 +1,15 @@
-"""PSLD's warm start and boundary probes, side by side with MXNet and the oracle: every preset
+"""PSLD's warm start and probes, side by side with MXNet and the oracle: every preset
 scenario at the defaults of `unstall ps bench` (10 iterations, 2 workers, the scenarios'
 models), each run of a seed running every strategy once in each scenario.
 
     .venv/bin/python benchmarks/psld_warm.py --seeds 0,1,2,3,4,5 --json psld_warm.json
 
-The strategies: ``psld`` as shipped (warm start on, no boundary probes), ``psld-cold`` (no
-warm start: the even split, moved after iteration 0), ``psld-probe`` (warm start and a probe
-at every iteration boundary, ``ControllerConfig(probe_every=1)``), ``mxnet`` and ``oracle``.
+The strategies: ``psld`` as shipped (warm start on, probes sent with every iteration, no
+boundary probes), ``psld-cold`` (no warm start: the even split, moved after iteration 0),
+``psld-late`` (no probes with the iterations, ``ControllerConfig(probe_in_step=False)``: a
+change is seen in the timings of the first iteration it slows), ``psld-boundary`` (a probe at
+every iteration boundary instead, ``ControllerConfig(probe_every=1, probe_in_step=False)``),
+``mxnet`` and ``oracle``.
 Seeds in the first half run the strategies in that order, the others in the reverse (a
 scenario's first run can be the slowest). Per scenario: the median (min-max over the seeds) of
 each strategy's throughput, and of each psld variant's throughput over MXNet's and over the
@@ -29,7 +32,8 @@ from unstall.ps.scenarios import SCENARIOS
 VARIANTS = {
     "psld": ps.ControllerConfig(),
     "psld-cold": ps.ControllerConfig(warm_start=False),
-    "psld-probe": ps.ControllerConfig(probe_every=1),
+    "psld-late": ps.ControllerConfig(probe_in_step=False),
+    "psld-boundary": ps.ControllerConfig(probe_every=1, probe_in_step=False),
 }
 
 
@@ -101,10 +105,15 @@ def main() -> None:
     parser.add_argument("--seeds", default="0,1,2,3,4,5", help="comma-separated seeds")
     parser.add_argument("--iterations", type=int, default=10)
     parser.add_argument("--json", type=Path, help="write the rows here")
-    parser.add_argument("--from-json", type=Path, help="print the table of a saved run")
+    parser.add_argument(
+        "--from-json",
+        type=Path,
+        nargs="+",
+        help="print the table of saved runs (their rows joined)",
+    )
     args = parser.parse_args()
     if args.from_json is not None:
-        rows = json.loads(args.from_json.read_text())
+        rows = [row for path in args.from_json for row in json.loads(path.read_text())]
     else:
         rows = run([int(s) for s in args.seeds.split(",")], args.iterations)
         if args.json is not None:

@@ -15,7 +15,8 @@ from unstall.ps.psld.config import ControllerConfig
 from unstall.ps.psld.controller import PSLDController
 from unstall.ps.psld.decisions import ClusterView, NoChange, Reassign, ScaleIn, ScaleOut
 from unstall.ps.psld.pauses import PauseModel, PauseSample
-from unstall.ps.psld.rates import ServerSample
+from unstall.ps.psld.rates import ServerSample, samples_from
+from unstall.ps.server import ServerIteration
 
 CHUNKS = {i: 65_536 for i in range(60)}
 FAST = 1.6e-7  # seconds per byte of a 25 MB/s link with 2 workers
@@ -217,6 +218,48 @@ def test_a_boundary_probe_moves_load_before_the_straggler_runs_an_iteration() ->
     d = c.decide(view(owner, servers))
     assert isinstance(d, Reassign) and "exploit" in d.reason
     assert min(loads_of(d.owner, servers)[s] for s in (0, 1, 2)) > 3 * loads_of(d.owner, servers)[3]
+
+
+def test_tripwires_hold_back_only_a_change_that_makes_a_new_slowest_server() -> None:
+    """A server's tripwire is the larger of its interval's upper end and the speed at which
+    its load would make it the slowest server by ``min_relative_gain``; a server without an
+    interval (one sample) or without load has none."""
+    servers = (0, 1, 2, 3)
+    owner = {i: i % 4 if i < 56 else 3 for i in CHUNKS}  # server 3: 18 chunks, the rest 14
+    c = PSLDController()
+    per_byte = dict.fromkeys(servers, FAST)
+    feed(c, view(owner, servers), per_byte)
+    assert c.tripwires(view(owner, servers)) == {}  # one sample: no interval yet
+    feed(c, view(owner, servers), per_byte)
+    loads = loads_of(owner, servers)
+    wires = c.tripwires(view(owner, servers))
+    assert set(wires) == set(servers)
+    slowest = FAST * loads[3]
+    gain = c.config.min_relative_gain
+    # Server 3 is the slowest: its interval's upper end (25% over its mean) is the wire.
+    assert wires[3] == pytest.approx(FAST * (1 + c.config.change_tolerance))
+    # The others may slow until they pass server 3 by 3%: beyond their interval.
+    for s in (0, 1, 2):
+        assert wires[s] == pytest.approx(slowest * (1 + gain) / loads[s])
+        assert wires[s] > FAST * (1 + c.config.change_tolerance)
+    # The probe that trips a wire is a change the controller acts on.
+    assert probe(c, {**per_byte, 1: 1.01 * wires[1]}) == [1]
+    d = c.decide(view(owner, servers))
+    assert isinstance(d, Reassign) and loads_of(d.owner, servers)[1] < loads[1]
+    # A server that owns nothing has no wire.
+    drained = {i: 0 if s == 2 else s for i, s in owner.items()}
+    assert 2 not in c.tripwires(view(drained, servers))
+
+
+def test_samples_leave_the_first_pull_out() -> None:
+    """Iteration 0's servers also send everything they own once more (the workers' first
+    pull): its seconds are not the server's speed."""
+    first = ServerIteration(
+        server=0, owned_bytes=1000, ingress_busy_s=2.0, egress_busy_s=4.0, pull_busy_s=2.0
+    )
+    later = ServerIteration(server=0, owned_bytes=1000, ingress_busy_s=2.0, egress_busy_s=2.0)
+    assert [s.seconds for s in samples_from([first, later])] == [4.0, 4.0]
+    assert first.busy_s == 6.0
 
 
 def test_follows_a_moving_straggler_in_one_decision() -> None:

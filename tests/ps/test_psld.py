@@ -90,6 +90,9 @@ def test_warm_start_gives_the_slow_server_less_from_the_first_iteration(
         sum(t.iter_s + t.boundary_s for t in warm.telemetry) + warm.warm_start_s
     )
     assert warm.total_pause_s == sum(e.pause_s for e in warm.elastic_events[1:])
+    # Nothing changes in this scenario: the probes sent with the iterations trip nothing.
+    assert not any(e.held for e in warm.elastic_events)
+    assert all(t.held_s == 0 for t in warm.telemetry)
 
     cold_strategy = PSLDStrategy(config=ControllerConfig(warm_start=False))
     cold = tiny_run(fast_scenario, strategy=cold_strategy, check_reference=True, pool=ps_pool)
@@ -99,24 +102,25 @@ def test_warm_start_gives_the_slow_server_less_from_the_first_iteration(
     assert max(even.values()) - min(even.values()) <= 4_096  # one chunk of the tiny model
 
 
+# The slow link moves from server 2 to server 0 at iteration 2 (of 4).
+MOVING = {
+    "name": "moving",
+    "servers": 3,
+    "base": {"bandwidth_mb_s": 5.0, "latency_ms": 0.1},
+    "phases": [
+        {"start": 0.0, "servers": [{"server": 2, "bandwidth_mb_s": 1.25}]},
+        {"start": 0.5, "servers": [{"server": 0, "bandwidth_mb_s": 1.25}]},
+    ],
+}
+
+
 def test_a_boundary_probe_unloads_a_new_straggler_before_its_first_iteration(
     ps_pool: Any,
 ) -> None:
-    """The slow link moves from server 2 to server 0 at iteration 2: probed at the boundary,
-    server 0 runs iteration 2 with less already (without the probe, only iteration 3 would)."""
-    moving = scenario_from_mapping(
-        {
-            "name": "moving",
-            "servers": 3,
-            "base": {"bandwidth_mb_s": 5.0, "latency_ms": 0.1},
-            "phases": [
-                {"start": 0.0, "servers": [{"server": 2, "bandwidth_mb_s": 1.25}]},
-                {"start": 0.5, "servers": [{"server": 0, "bandwidth_mb_s": 1.25}]},
-            ],
-        },
-        "moving.json",
-    )
-    strategy = PSLDStrategy(config=ControllerConfig(probe_every=1))
+    """Probed at the boundary, server 0 runs iteration 2 with less already (without a probe,
+    only iteration 3 would)."""
+    moving = scenario_from_mapping(MOVING, "moving.json")
+    strategy = PSLDStrategy(config=ControllerConfig(probe_every=1, probe_in_step=False))
     r = tiny_run(moving, strategy=strategy, iterations=4, check_reference=True, pool=ps_pool)
     assert r.params_match_reference is True
     owned = [{s.server: s.owned_bytes for s in t.servers} for t in r.telemetry]
@@ -124,3 +128,26 @@ def test_a_boundary_probe_unloads_a_new_straggler_before_its_first_iteration(
     assert owned[2][0] < min(owned[2][1], owned[2][2])
     moves = [e for e in r.elastic_events if e.kind == "Reassign"]
     assert moves and moves[0].iteration == 1  # decided after iteration 1, from the probe
+
+
+@pytest.mark.parametrize("in_step", [True, False])
+def test_a_probe_sent_with_the_iteration_holds_the_pushes_for_a_new_straggler(
+    ps_pool: Any, in_step: bool
+) -> None:
+    """With ``probe_in_step`` (the default) the servers are probed as iteration 2 starts:
+    server 0's probe trips its wire, the pushes wait while its chunks move, and server 0 has
+    less in iteration 2 itself; exact all the same. Without it, only iteration 3 would."""
+    moving = scenario_from_mapping(MOVING, "moving.json")
+    strategy = PSLDStrategy(config=ControllerConfig(probe_in_step=in_step))
+    r = tiny_run(moving, strategy=strategy, iterations=4, check_reference=True, pool=ps_pool)
+    assert r.params_match_reference is True
+    owned = [{s.server: s.owned_bytes for s in t.servers} for t in r.telemetry]
+    assert (owned[2][0] < min(owned[2][1], owned[2][2])) is in_step
+    assert owned[3][0] < min(owned[3][1], owned[3][2])
+    held = [e for e in r.elastic_events if e.held]
+    if in_step:
+        assert [(e.iteration, e.kind) for e in held] == [(1, "Reassign")]
+        assert r.telemetry[2].held_s >= held[0].pause_s > 0
+        assert all(t.held_s == 0 for t in r.telemetry if t.iteration != 2)
+    else:
+        assert held == [] and all(t.held_s == 0 for t in r.telemetry)

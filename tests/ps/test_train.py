@@ -152,6 +152,10 @@ def test_link_emulation_is_computed_and_queues(ps_pool: Any) -> None:
             assert s.bytes_in == 2 * s.owned_bytes and s.bytes_out == 2 * s.owned_bytes + first_pull
             assert s.ingress_busy_s == pytest.approx(s.bytes_in / 2e6, rel=1e-12)
             assert s.egress_busy_s == pytest.approx(s.bytes_out / 2e6, rel=1e-12)
+            # a server's speed is measured without the first pull, which only iteration 0 has
+            assert s.pull_busy_s == pytest.approx(first_pull / 2e6, rel=1e-12)
+            exchange = 4 * s.owned_bytes / 2e6 + s.apply_s
+            assert s.exchange_busy_s == pytest.approx(exchange, rel=1e-12)
         # transfers on a link serialize: the later worker waits for the earlier one, each way
         for sid in (0, 1):
             owned = next(s.owned_bytes for s in step.servers if s.server == sid)
@@ -213,3 +217,30 @@ def test_a_dead_actor_stops_the_run_naming_it(
     # the pool leaves the dead actor out: the next run works (one worker: no process to start)
     r = tiny_run(fast_scenario, iterations=2, workers=1, pool=ps_pool)
     assert np.isfinite(r.loss_last)
+
+
+def test_the_model_time_follows_the_placements_the_run_had() -> None:
+    """``predicted_iter_s`` is the cost model's time of each iteration's placement at that
+    iteration's specs, averaged (a controller's moves count, not only the first split)."""
+    from unstall.ps.links import server_cost
+    from unstall.ps.server import ServerIteration
+    from unstall.ps.train import ran_iter_s
+
+    moving = scenario_from_mapping(
+        {
+            "servers": 2,
+            "phases": [{"start": 0.5, "servers": [{"server": 1, "bandwidth_mb_s": 5.0}]}],
+        },
+        "moving.json",
+    )
+
+    def step(iteration: int, owned: tuple[int, int]) -> IterationTelemetry:
+        servers = tuple(ServerIteration(server=s, owned_bytes=b) for s, b in enumerate(owned))
+        return IterationTelemetry(
+            iteration=iteration, iter_s=1.0, loss=0.0, workers=(), servers=servers
+        )
+
+    telemetry = [step(0, (500_000, 500_000)), step(1, (900_000, 100_000))]
+    fast, slow = (server_cost(moving.spec(1, i, 2), 2) for i in (0, 1))
+    expected = (fast.seconds(500_000) + max(fast.seconds(900_000), slow.seconds(100_000))) / 2
+    assert ran_iter_s(telemetry, moving, 2, 2) == pytest.approx(expected, rel=1e-12)

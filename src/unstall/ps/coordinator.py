@@ -36,7 +36,7 @@ from unstall.ps.optim import ServerOptimizer
 from unstall.ps.replica import TrainingJob
 from unstall.ps.runtime import ActorPool
 from unstall.ps.server import ProbeTiming, ServerIteration
-from unstall.ps.worker import WorkerIteration
+from unstall.ps.worker import StepWatch, WorkerIteration
 from unstall.ray_connect import first_line, root_cause
 from unstall.usercode import UserCodeError
 
@@ -73,6 +73,20 @@ class IterationTelemetry:
     workers: tuple[WorkerIteration, ...]
     servers: tuple[ServerIteration, ...]
     boundary_s: float = 0.0  # controller / scenario work before this iteration
+    held_s: float = 0.0  # of ``iter_s``: the pushes held back while a tripwire's call ran
+
+
+@dataclass(frozen=True, kw_only=True)
+class Tripwire:
+    """Probes of an iteration, sent with it: while the workers compute (the servers' links are
+    idle then) each server in ``limits`` gets a buffer of ``probe_bytes`` through its emulated
+    links and step and back. If one's seconds exceed its limit, every worker holds its push
+    back and ``on_trip(cluster, timings)`` runs first (it may move chunks: the servers are
+    between two steps), then the pushes go on the routes it left."""
+
+    probe_bytes: int
+    limits: Mapping[int, float]  # server id -> most seconds its probe may take
+    on_trip: Callable[[PSCluster, dict[int, ProbeTiming]], None]
 
 
 class PSCluster:
@@ -254,13 +268,28 @@ class PSCluster:
 
     # --- running -------------------------------------------------------------------------------
 
-    def step(self, iteration: int) -> IterationTelemetry:
-        """One synchronous iteration: every worker pulls, computes, pushes; every server steps."""
+    def step(self, iteration: int, tripwire: Tripwire | None = None) -> IterationTelemetry:
+        """One synchronous iteration: every worker pulls, computes, pushes; every server steps.
+        With a ``tripwire`` the servers it names are probed as the workers compute (see
+        :class:`Tripwire`)."""
         self.iteration = iteration
         started = time.perf_counter()
+        watch = self._watch(tripwire)
         done = self._gather(
-            {f"worker {r}": w.step.remote(iteration) for r, w in enumerate(self.workers)}
+            {f"worker {r}": w.step.remote(iteration, watch) for r, w in enumerate(self.workers)}
         )
+        held_s = 0.0
+        if any(d.held for d in done.values()):
+            assert tripwire is not None and watch is not None
+            if not all(d.held for d in done.values()):  # the same replies, the same limits
+                raise UnstallError(f"iteration {iteration}: the workers disagree on the probes")
+            held = time.perf_counter()
+            got = self._gather({f"server {s}": ref for s, ref in watch.probes.items()})
+            tripwire.on_trip(self, {s: got[f"server {s}"][1] for s in watch.probes})
+            held_s = time.perf_counter() - held
+            done = self._gather(
+                {f"worker {r}": w.exchange.remote(iteration) for r, w in enumerate(self.workers)}
+            )
         applied = self._gather(
             {f"server {sid}": s.wait_applied.remote(iteration) for sid, s in self.servers.items()}
         )
@@ -271,7 +300,16 @@ class PSCluster:
             loss=float(np.mean([w.loss for w in workers])),
             workers=workers,
             servers=tuple(applied[f"server {sid}"] for sid in sorted(self.servers)),
+            held_s=held_s,
         )
+
+    def _watch(self, tripwire: Tripwire | None) -> StepWatch | None:
+        """The probes of ``tripwire``, sent now, for the workers to read (None: no probe)."""
+        if tripwire is None or not tripwire.limits:
+            return None
+        payload = np.zeros(max(1, tripwire.probe_bytes // 4), np.float32)
+        probes = {sid: self.servers[sid].probe.remote(payload) for sid in tripwire.limits}
+        return StepWatch(probes=probes, limits=dict(tripwire.limits))
 
     def params(self) -> list[np.ndarray]:
         """The current parameters, tensor by tensor, gathered from the servers."""

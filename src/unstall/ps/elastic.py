@@ -20,20 +20,23 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from unstall.ps.coordinator import IterationTelemetry, PSCluster
+from unstall.ps.coordinator import IterationTelemetry, PSCluster, Tripwire
 from unstall.ps.psld.config import ControllerConfig
 from unstall.ps.psld.controller import PSLDController
 from unstall.ps.psld.decisions import ClusterView, Decision, NoChange, Reassign, ScaleIn, ScaleOut
 from unstall.ps.psld.pauses import PauseSample
 from unstall.ps.psld.rates import ServerSample, samples_from
 from unstall.ps.scenarios import Scenario
+from unstall.ps.server import ProbeTiming
 
 
 @dataclass(frozen=True, kw_only=True)
 class ElasticEvent:
     """One applied decision: after ``iteration``, what was done, why, and the pause it caused
     (``iteration`` -1, kind ``WarmStart``: the placement before the first iteration, which
-    moved nothing; its ``pause_s`` is the probe's and placement's time)."""
+    moved nothing; its ``pause_s`` is the probe's and placement's time). ``held``: taken
+    during iteration ``iteration + 1``, whose pushes a probe sent with it held back (see
+    :class:`~unstall.ps.coordinator.Tripwire`), before they went."""
 
     iteration: int
     kind: str
@@ -42,6 +45,7 @@ class ElasticEvent:
     bytes_moved: int
     pause_s: float
     servers: tuple[int, ...]
+    held: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -70,6 +74,16 @@ class Controller(Protocol):
 
     def summary(self) -> ElasticSummary | None:
         """What it did over the run (None: nothing to report; the servers stayed)."""
+        ...
+
+
+@runtime_checkable
+class Watcher(Protocol):
+    """A controller that may send probes with an iteration (see
+    :class:`~unstall.ps.coordinator.Tripwire`)."""
+
+    def tripwire(self, cluster: PSCluster, iteration: int) -> Tripwire | None:
+        """Called at the boundary before ``iteration``: its probes (None: none)."""
         ...
 
 
@@ -162,25 +176,60 @@ class ElasticPSLD:
             started = time.perf_counter()
             self._probe(cluster)
             self.probe_s += time.perf_counter() - started
-        decision = self.controller.decide(self.view(cluster))
-        if not isinstance(decision, NoChange):
-            started = time.perf_counter()
-            chunks, nbytes = self._apply[type(decision)](cluster, telemetry.iteration, decision)
-            event = ElasticEvent(
-                iteration=telemetry.iteration,
-                kind=type(decision).__name__,
-                reason=decision.reason,
-                chunks_moved=chunks,
-                bytes_moved=nbytes,
-                pause_s=time.perf_counter() - started,
-                servers=tuple(sorted(cluster.servers)),
-            )
-            self.events.append(event)
-            # The hysteresis learns what a decision costs from what this one cost.
-            self.controller.observe_pause(
-                PauseSample(kind=event.kind, bytes_moved=nbytes, pause_s=event.pause_s)
-            )
+        self._carry_out(cluster, self.controller.decide(self.view(cluster)), telemetry.iteration)
         self.servers_over_time.append(len(cluster.servers))
+
+    def tripwire(self, cluster: PSCluster, iteration: int) -> Tripwire | None:
+        """The probes to send with ``iteration`` (``probe_in_step``): each loaded server's
+        tripwire from the controller, for a probe standing for ``probe_bytes`` of owned
+        parameters as :meth:`_probe` sends it."""
+        if not self.controller.config.probe_in_step:
+            return None
+        owned = self.controller.config.probe_bytes
+        limits = self.controller.tripwires(self.view(cluster))
+        if not limits:
+            return None
+
+        def on_trip(cluster: PSCluster, timings: dict[int, ProbeTiming]) -> None:
+            self.controller.observe_probe(
+                [
+                    ServerSample(server=s, owned_bytes=owned, seconds=t.busy_s)
+                    for s, t in timings.items()
+                ]
+            )
+            decision = self.controller.decide(self.view(cluster))
+            self._carry_out(cluster, decision, iteration - 1, held=True)
+
+        return Tripwire(
+            probe_bytes=owned * len(cluster.workers),
+            limits={s: limit * owned for s, limit in limits.items()},
+            on_trip=on_trip,
+        )
+
+    def _carry_out(
+        self, cluster: PSCluster, decision: Decision, after: int, held: bool = False
+    ) -> None:
+        """Apply ``decision`` (taken after iteration ``after``), record it and its pause, and
+        tell the controller what the pause was."""
+        if isinstance(decision, NoChange):
+            return
+        started = time.perf_counter()
+        chunks, nbytes = self._apply[type(decision)](cluster, after, decision)
+        event = ElasticEvent(
+            iteration=after,
+            kind=type(decision).__name__,
+            reason=decision.reason,
+            chunks_moved=chunks,
+            bytes_moved=nbytes,
+            pause_s=time.perf_counter() - started,
+            servers=tuple(sorted(cluster.servers)),
+            held=held,
+        )
+        self.events.append(event)
+        # The hysteresis learns what a decision costs from what this one cost.
+        self.controller.observe_pause(
+            PauseSample(kind=event.kind, bytes_moved=nbytes, pause_s=event.pause_s)
+        )
 
     def _reassign(self, cluster: PSCluster, iteration: int, d: Decision) -> tuple[int, int]:
         assert isinstance(d, Reassign)

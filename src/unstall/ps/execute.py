@@ -25,7 +25,7 @@ import numpy as np
 from unstall.ps.checkpoint import PSCheckpoint
 from unstall.ps.coordinator import IterationTelemetry, PSCluster
 from unstall.ps.data import Batch
-from unstall.ps.elastic import Controller, WarmStarter
+from unstall.ps.elastic import Controller, WarmStarter, Watcher
 from unstall.ps.errors import PSActorDiedError
 from unstall.ps.named import label_of
 from unstall.ps.optim import ServerOptimizer
@@ -199,12 +199,14 @@ def _iterate(
     n = seg.iterations
     boundary_s = 0.0
     first = state.iteration  # (a snapshot moves ``state.iteration`` on as the loop goes)
+    watcher = controller if isinstance(controller, Watcher) else None
     for iteration in range(first, n):
+        started = time.perf_counter()
         if iteration == first:  # the servers started with this iteration's specs
-            started = time.perf_counter()
             _set_specs(seg, cluster, iteration)
-            boundary_s += time.perf_counter() - started
-        step = cluster.step(iteration)
+        tripwire = None if watcher is None else watcher.tripwire(cluster, iteration)
+        boundary_s += time.perf_counter() - started
+        step = cluster.step(iteration, tripwire)
         state.telemetry.append(dataclasses.replace(step, boundary_s=boundary_s))
         started = time.perf_counter()
         # The scenario's conditions of the next iteration come into force at the boundary,

@@ -93,11 +93,19 @@ class ServerIteration:
     ingress_busy_s: float = 0.0
     egress_busy_s: float = 0.0
     apply_s: float = 0.0
+    # Of ``egress_busy_s``: the workers' first pulls of a run (everything owned, once more).
+    pull_busy_s: float = 0.0
 
     @property
     def busy_s(self) -> float:
         """Seconds the server's link or compute was occupied (both directions and the step)."""
         return self.ingress_busy_s + self.egress_busy_s + self.apply_s
+
+    @property
+    def exchange_busy_s(self) -> float:
+        """``busy_s`` less the first pulls: the seconds of the iteration's push-pulls and step,
+        which every iteration has (what a server's speed is measured by)."""
+        return self.busy_s - self.pull_busy_s
 
 
 class ServerCore:
@@ -357,7 +365,7 @@ class PSServer:
 
     async def _pull(self, iteration: int) -> dict[int, np.ndarray]:
         values = {cid: state[0] for cid, state in self.core.state.items()}
-        await self._send(iteration, list(values.values()))
+        await self._send(iteration, list(values.values()), pull=True)
         return values
 
     async def push_pull(
@@ -424,12 +432,14 @@ class PSServer:
         egress = await self._link_wait(self.core.egress, nbytes)
         return payload, ProbeTiming(ingress_busy_s=ingress, apply_s=apply_s, egress_busy_s=egress)
 
-    async def _send(self, iteration: int, values: Sequence[np.ndarray]) -> None:
+    async def _send(self, iteration: int, values: Sequence[np.ndarray], pull: bool = False) -> None:
         nbytes = sum(v.nbytes for v in values)
         stat = self.core.stat(iteration)
         stat.bytes_out += nbytes
         hold = await self._link_wait(self.core.egress, nbytes)
         stat.egress_busy_s += hold
+        if pull:
+            stat.pull_busy_s += hold
 
     async def _apply(self, iteration: int, piece: int, segments: Sequence[Segment]) -> None:
         started = time.perf_counter()

@@ -48,7 +48,9 @@ class PSRunResult(JsonResult):
     set-up) when there is more than one (the throughput counts a controller's warm start,
     ``warm_start_s``, in); ``server_bytes`` are the parameter bytes each server
     owns at the end, ``server_traffic_bytes`` what crossed its link over the run;
-    ``predicted_iter_s`` is the cost model's transfer-and-step time of the first assignment.
+    ``predicted_iter_s`` is the cost model's transfer-and-step time of the placements the run
+    had (a static strategy's first assignment; a controller's as it moved the chunks),
+    averaged over its iterations.
     ``state_dict`` holds the trained model (``model.load_state_dict(result.state_dict)``; its
     buffers, e.g. BatchNorm's running statistics, are worker 0's); it is left out of the JSON.
     ``nodes``: the Ray node each worker and server ran on (actor label -> node id);
@@ -156,6 +158,28 @@ def predicted_iter_s(assignment: Assignment, costs: Sequence[CostPhase]) -> floa
         phase.weight * max(c.seconds(b) for c, b in zip(phase.servers, load, strict=True) if b)
         for phase in costs
     )
+
+
+def ran_iter_s(
+    telemetry: Sequence[IterationTelemetry], scenario: Scenario, workers: int, iterations: int
+) -> float:
+    """The cost model's iteration time of the placements a run had: per iteration, its slowest
+    server's transfers and step for the bytes each server owned then, at that iteration's
+    specs; averaged over the iterations."""
+    times = [
+        max(
+            (
+                server_cost(scenario.spec(s.server, t.iteration, iterations), workers).seconds(
+                    s.owned_bytes
+                )
+                for s in t.servers
+                if s.owned_bytes
+            ),
+            default=0.0,
+        )
+        for t in telemetry
+    ]
+    return float(np.mean(times)) if times else 0.0
 
 
 def make_plan(
@@ -456,7 +480,6 @@ def _result(
             key = str(s.server)
             traffic[key] = traffic.get(key, 0) + s.bytes_in + s.bytes_out
             busy[key] = busy.get(key, 0.0) + s.busy_s / len(telemetry)
-    costs = run_costs(plan.scenario, plan.job.workers, plan.iterations)
     return PSRunResult(
         strategy=plan.strategy.name,
         optimizer=plan.optimizer.name,
@@ -471,7 +494,7 @@ def _result(
         warmup_iterations=warmup,
         throughput_it_s=len(measured) / spent,
         mean_iter_s=float(np.mean([t.iter_s for t in measured])),
-        predicted_iter_s=predicted_iter_s(plan.assignment, costs),
+        predicted_iter_s=ran_iter_s(telemetry, plan.scenario, plan.job.workers, plan.iterations),
         total_s=sum(t.iter_s + t.boundary_s for t in telemetry) + warm_start_s,
         warm_start_s=warm_start_s,
         server_bytes={str(k): v for k, v in sorted(owned.items())},

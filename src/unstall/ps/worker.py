@@ -59,8 +59,35 @@ class WorkerIteration:
     compute_s: float
     push_pull_s: float  # from the first push to having every server's parameters loaded
     transfers: tuple[Transfer, ...] = field(default=())
+    # True: a probe of the step's :class:`StepWatch` tripped, nothing was pushed yet; the
+    # gradients wait in the worker for :meth:`PSWorker.exchange`.
+    held: bool = False
 
 
+@dataclass(frozen=True, kw_only=True)
+class StepWatch:
+    """Probes of the servers, issued as the step was, and how long each may take.
+
+    ``probes``: server id -> the ObjectRef of that server's probe reply (``(payload,
+    ProbeTiming)``), inside this object so that Ray does not wait for them before the step
+    starts: they travel while the worker computes. ``limits``: server id -> the most seconds
+    its probe's :attr:`~unstall.ps.server.ProbeTiming.busy_s` may be. Every worker reads the
+    same replies against the same limits, so all of them hold their pushes back, or none.
+    """
+
+    probes: Mapping[int, Any]
+    limits: Mapping[int, float]
+
+    def tripped(self) -> bool:
+        """Wait for the probes; whether one took longer than its limit."""
+        sids = list(self.probes)
+        replies = ray.get([self.probes[s] for s in sids])
+        return any(reply[1].busy_s > self.limits[s] for s, reply in zip(sids, replies, strict=True))
+
+
+# A step held back by its watch: (iteration, loss, gradients, pull_s, compute_s, the first
+# pull's seconds per server).
+Held = tuple[int, float, list[np.ndarray], float, float, dict[int, float]]
 # (server actor handle, the chunks it owns, the pieces of its push-pull: see plan_pieces)
 Route = tuple[Any, tuple[Chunk, ...], tuple[tuple[Segment, ...], ...]]
 
@@ -87,6 +114,7 @@ class PSWorker:
         self.recorded: list[Batch] | None = None
         self.routes: dict[int, Route] = {}
         self.fresh = False
+        self.held: Held | None = None
 
     def ping(self) -> int:
         return self.rank
@@ -110,6 +138,7 @@ class PSWorker:
         self.replica, self.stream, self.recorded = None, None, None
         self.routes = {}
         self.fresh = False  # parameters not pulled yet
+        self.held = None
         self.replica = ModelReplica(job)
         self.stream = BatchStream(job.data, rank, job.workers, job.seed)
         for iteration in range(start_iteration):
@@ -159,8 +188,10 @@ class PSWorker:
             pos += hi - lo
         return int(values.nbytes)
 
-    def step(self, iteration: int) -> WorkerIteration:
-        """Compute this worker's gradients and exchange them for the next parameters."""
+    def step(self, iteration: int, watch: StepWatch | None = None) -> WorkerIteration:
+        """Compute this worker's gradients and exchange them for the next parameters. With a
+        ``watch`` whose probes trip, the gradients are kept and nothing is pushed (the result
+        says ``held``): :meth:`exchange` pushes them, on the routes set meanwhile."""
         replica, stream = self.replica, self.stream
         assert replica is not None and stream is not None, "setup() first"
         started = time.perf_counter()
@@ -176,22 +207,50 @@ class PSWorker:
             self.recorded.append(batch)
         loss, grads = replica.gradients(batch, iteration, self.rank)
         pushed = time.perf_counter()
+        self.fresh = True
+        pull_s = {sid: got[0] for sid, got in pulled.items()}
+        if watch is not None and watch.tripped():
+            self.held = (iteration, loss, grads, computed - started, pushed - computed, pull_s)
+            return WorkerIteration(
+                worker=self.rank,
+                loss=loss,
+                pull_s=computed - started,
+                compute_s=pushed - computed,
+                push_pull_s=0.0,
+                held=True,
+            )
+        return self._exchanged(
+            iteration, loss, grads, computed - started, pushed - computed, pull_s
+        )
+
+    def exchange(self, iteration: int) -> WorkerIteration:
+        """Push the gradients a tripped watch held back (see :meth:`step`) on the current
+        routes and load the new parameters: the rest of the step."""
+        assert self.held is not None and self.held[0] == iteration, "no step held back"
+        _, loss, grads, pull_s, compute_s, pulled = self.held
+        self.held = None
+        return self._exchanged(iteration, loss, grads, pull_s, compute_s, pulled)
+
+    def _exchanged(
+        self,
+        iteration: int,
+        loss: float,
+        grads: list[np.ndarray],
+        pull_s: float,
+        compute_s: float,
+        pulled: Mapping[int, float],
+    ) -> WorkerIteration:
+        pushed = time.perf_counter()
         replies = self._push_pull(iteration, grads, pushed)
         transfers = [
-            Transfer(
-                worker=self.rank,
-                server=sid,
-                pull_s=pulled[sid][0] if sid in pulled else 0.0,
-                **replies[sid],
-            )
+            Transfer(worker=self.rank, server=sid, pull_s=pulled.get(sid, 0.0), **replies[sid])
             for sid in sorted(replies)
         ]
-        self.fresh = True
         return WorkerIteration(
             worker=self.rank,
             loss=loss,
-            pull_s=computed - started,
-            compute_s=pushed - computed,
+            pull_s=pull_s,
+            compute_s=compute_s,
             push_pull_s=time.perf_counter() - pushed,
             transfers=tuple(transfers),
         )

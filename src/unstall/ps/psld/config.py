@@ -46,6 +46,12 @@ class ControllerConfig:
     # estimate restarts it there, so the split changes before the straggler slows an
     # iteration rather than after.
     probe_every: int = 0
+    # Every iteration each server that owns bytes (and has an interval) is probed as the
+    # workers start computing, when its links are idle: a probe slower than the server's
+    # interval and slow enough to make it the slowest server by ``min_relative_gain`` holds
+    # every push back until the controller has decided (and moved chunks), so a straggler
+    # that appeared at the boundary slows no iteration; otherwise the pushes go on at once.
+    probe_in_step: bool = True
 
     def __post_init__(self) -> None:
         check(self.window >= 2, self, "window", f"must be >= 2, got {self.window}")

@@ -81,6 +81,23 @@ class PSLDController:
             f"predicted {after * 1e3:.1f} ms instead of {before * 1e3:.1f} ms at the even split",
         )
 
+    def tripwires(self, view: ClusterView) -> dict[int, float]:
+        """Per server, the seconds per owned byte beyond which a probe sent as an iteration
+        starts should hold its pushes back for :meth:`decide`: outside the server's interval
+        (a change, as :meth:`observe_probe` will find it) and slow enough to make it the
+        slowest server by ``min_relative_gain`` (a server that stays fast enough is left to
+        the iteration's samples). Only servers that own bytes and have an interval."""
+        est = self.estimates(view.servers)
+        loads = view.loads()
+        slowest = predicted_s({s: e.per_byte_s for s, e in est.items()}, {s: loads[s] for s in est})
+        out = {}
+        for sid in est:
+            upper = self.estimator.upper(sid)
+            if loads[sid] <= 0 or upper is None:
+                continue
+            out[sid] = max(upper, slowest * (1 + self.config.min_relative_gain) / loads[sid])
+        return out
+
     def observe_pause(self, sample: PauseSample) -> None:
         """Take the pause a decision carried out caused: the hysteresis learns its cost."""
         self.pauses.observe(sample)

@@ -94,8 +94,21 @@ class RateEstimator:
         return True
 
     def _outside(self, value: float, est: RateEstimate) -> bool:
-        bound = max(self.config.z * est.stderr, self.config.change_tolerance * est.per_byte_s)
-        return abs(value - est.per_byte_s) > bound
+        return abs(value - est.per_byte_s) > self._bound(est)
+
+    def _bound(self, est: RateEstimate) -> float:
+        return max(self.config.z * est.stderr, self.config.change_tolerance * est.per_byte_s)
+
+    def upper(self, server: int) -> float | None:
+        """The most seconds per byte a sample of ``server`` may show without revealing a
+        change (None: any; a window of one sample, or a probe's estimate, has no interval
+        yet)."""
+        window = self.windows.get(server)
+        est = self.estimate(server)
+        if not window or est is None or len(window) < self.config.min_samples:
+            return None
+        bound = self._bound(est)
+        return est.per_byte_s + bound if math.isfinite(bound) else None
 
     def estimate(self, server: int) -> RateEstimate | None:
         window = self.windows.get(server)
@@ -135,9 +148,12 @@ class RateEstimator:
 
 def samples_from(servers: Sequence[ServerIteration]) -> list[ServerSample]:
     """Per-server samples from an iteration's telemetry: the seconds the server's links were
-    occupied by the workers' pushes and pulls (both directions) plus its step. These are the
+    occupied by the workers' push-pulls (both directions) plus its step. These are the
     transfer times as the server saw them, without the queueing that depends on when each worker
-    arrived, so a sample per byte is the server's service time whatever its load."""
+    arrived, so a sample per byte is the server's service time whatever its load. A run's first
+    pulls (in its first iteration: everything owned goes out once more) are left out: counted,
+    they made that sample half as slow again as the server, and it stayed in the window."""
     return [
-        ServerSample(server=s.server, owned_bytes=s.owned_bytes, seconds=s.busy_s) for s in servers
+        ServerSample(server=s.server, owned_bytes=s.owned_bytes, seconds=s.exchange_busy_s)
+        for s in servers
     ]
