@@ -52,7 +52,7 @@ class DallyConfig:
     # Off: a ring over racks crosses rack uplinks that every such job shares, a cost the
     # sensitivity figures (each measured alone on idle uplinks) do not see, so jobs that looked
     # insensitive started over racks by the hundred and crowded the uplinks. Measured (2,000-
-    # and 20,000-job traces at 90% load): communication overhead 1.07-1.14 of consolidate's on
+    # and 20,000-job traces at 90% load): communication overhead 1.03-1.14 of consolidate's on
     # the 20,000-job traces with it on, 0.99-1.02 with it off.
     span_racks: bool = False
     # A job whose spread slowdown is below this is insensitive: it never waits.
