@@ -429,3 +429,33 @@ def test_a_timer_is_capped_only_when_asked() -> None:
     assert DallyConfig().max_wait_s is None
     with pytest.raises(ConfigError, match=r"DallyConfig\.max_wait_s"):
         DallyConfig(max_wait_s=0.0)
+
+
+TWO_RACKS = ClusterLayout.regular(racks=2, nodes_per_rack=2, gpus_per_node=4)
+
+
+def two_rack_snap(free: tuple[int, ...], queued: list[JobView]) -> ClusterSnapshot:
+    return ClusterSnapshot(
+        now=0.0,
+        layout=TWO_RACKS,
+        free_by_node=free,
+        free_by_rack=(free[0] + free[1], free[2] + free[3]),
+        queued=tuple(queued),
+        running=(),
+        spread_jobs_by_node=(0,) * TWO_RACKS.num_nodes,
+    )
+
+
+def test_a_job_that_fits_a_rack_is_not_spread_over_racks_unless_allowed() -> None:
+    # One free node in each rack: an 8-GPU job (a rack's worth) could only start over both.
+    s = two_rack_snap((4, 0, 0, 4), [job("q1", 8, sens=INSENSITIVE)])
+    assert quiet_dally().decide(s, RNG).starts == ()
+    allowed = quiet_dally(span_racks=True).decide(s, RNG)
+    assert [st.placement for st in allowed.starts] == [((0, 4), (3, 4))]
+
+
+def test_a_job_larger_than_a_rack_still_spans_racks_when_only_spread_room_is_free() -> None:
+    # 12 GPUs free over four nodes: more nodes than the job's fewest (three), over both racks.
+    s = two_rack_snap((4, 2, 2, 4), [job("q1", 12, sens=INSENSITIVE)])
+    starts = quiet_dally().decide(s, RNG).starts
+    assert [st.placement for st in starts] == [((0, 4), (1, 2), (2, 2), (3, 4))]

@@ -17,6 +17,7 @@ from unstall.sched.base import (
     Decision,
     JobView,
     Migrate,
+    Placement,
     Preempt,
     SetTimer,
     Start,
@@ -374,8 +375,7 @@ class Dally:
         if placement is not None:
             self._start(job, placement, 1.0, free, plan, now)
             return True
-        # The least-bad placement free now: within one rack if possible, else anywhere.
-        fallback = free.at_level(Locality.RACK, job.num_gpus) or free.best(job.num_gpus)
+        fallback = self._fallback(job, free)
         if fallback is None:
             return False  # no room at any level: wait for GPUs
         slowdown = placement_slowdown(
@@ -403,6 +403,16 @@ class Dally:
             wakes.add(wake)
             plan.timers.append(SetTimer(at_s=wake, key=f"dally:{job.job_id}"))
         return False
+
+    def _fallback(self, job: JobView, free: FreeGpus) -> Placement | None:
+        """The least-bad placement free now: within one rack if possible, else anywhere, but
+        over several racks only for a job that no rack can hold, unless ``span_racks``."""
+        found = free.at_level(Locality.RACK, job.num_gpus)
+        if found is not None or not (
+            self.config.span_racks or job.num_gpus > max(free.layout.rack_gpus)
+        ):
+            return found
+        return free.best(job.num_gpus)
 
     def _start(
         self,
