@@ -31,6 +31,8 @@ from typing import TypeVar
 
 import torch
 
+from unstall.sparse.lstm import projections
+
 A = TypeVar("A")
 B = TypeVar("B")
 
@@ -154,3 +156,18 @@ def use_streams(setting: bool | None, device: torch.device, hidden: int) -> bool
         return setting and device.type == "cpu"
     two = device.type == "cpu" and torch.get_num_threads() == 2
     return two and hidden >= PIPELINE_MIN_HIDDEN
+
+
+# Whether a structured product onto an output at least projections.TILED_MIN_COLUMNS wide (the
+# decoder) splits its column tiles between two streams by default with two threads.
+SPLIT_DECODER_DEFAULT = False
+
+
+def use_split_decoder(setting: bool | None, device: torch.device, width: int) -> bool:
+    """Whether a structured product onto ``width`` outputs runs as two streams of column tiles
+    (:class:`unstall.sparse.lstm.pipelined.SplitDecoder`): ``setting`` when given (on a CPU); by
+    default on a CPU with exactly two intra-op threads and an output as wide as a vocabulary."""
+    if setting is not None:
+        return setting and device.type == "cpu"
+    two = device.type == "cpu" and torch.get_num_threads() == 2
+    return SPLIT_DECODER_DEFAULT and two and width >= projections.TILED_MIN_COLUMNS
