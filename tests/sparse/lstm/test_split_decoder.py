@@ -112,11 +112,8 @@ def test_the_callers_thread_count_comes_back(threads: int) -> None:
         torch.set_num_threads(before)
 
 
-def test_split_by_default_only_with_two_threads_on_a_vocabulary_wide_output(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_split_by_default_only_with_two_threads_on_a_vocabulary_wide_output() -> None:
     cpu, wide = torch.device("cpu"), projections.TILED_MIN_COLUMNS
-    monkeypatch.setattr(streams, "SPLIT_DECODER_DEFAULT", True)
     before = torch.get_num_threads()
     try:
         torch.set_num_threads(2)

@@ -29,9 +29,9 @@ from typing import TypeVar
 import torch
 from torch import Tensor
 
+from unstall.sparse.lstm import projections
 from unstall.sparse.lstm.cell import recurrence_backward, recurrence_forward
 from unstall.sparse.lstm.masks import LayerMasks, StructuredMask
-from unstall.sparse.lstm import projections
 from unstall.sparse.lstm.projections import (
     CompactProjection,
     Projection,

@@ -258,7 +258,9 @@ class TiledCompactProjection:
         self.mask = mask
         start, stop, _ = (columns or slice(None)).indices(weight.shape[0])
         self.columns = slice(start, stop)
-        self.cols = [slice(s, min(s + TILE_COLUMNS, stop)) for s in range(start, stop, TILE_COLUMNS)]
+        self.cols = [
+            slice(s, min(s + TILE_COLUMNS, stop)) for s in range(start, stop, TILE_COLUMNS)
+        ]
         self.tiles = [weight[cols].t().contiguous() for cols in self.cols]  # (N, tile width)
         most = max([1, *(int(k.numel()) for k in mask.keep)])
         # Reused flat buffers: one tile's gathered kept rows, and their weight-gradient rows.
