@@ -162,8 +162,9 @@ def use_split_decoder(setting: bool | None, device: torch.device, width: int) ->
     """Whether a structured product onto ``width`` outputs runs as two streams of column tiles
     (:class:`unstall.sparse.lstm.pipelined.SplitDecoder`): ``setting`` when given (on a CPU); by
     default on a CPU with exactly two intra-op threads and an output as wide as a vocabulary
-    (at least ``projections.TILED_MIN_COLUMNS``): the PTB decoder (hidden 400, batch 64, 10k
-    words) measured 1.10-1.25x faster per batch that way than on two threads in one stream."""
+    (at least ``projections.TILED_MIN_COLUMNS``): the PTB decoder's forward and backward (hidden
+    400, batch 64, 10k words) measured 1.09-1.25x faster that way than on two threads in one
+    stream, a whole training step 1.03x by medians (BENCHMARKS.md)."""
     if setting is not None:
         return setting and device.type == "cpu"
     two = device.type == "cpu" and torch.get_num_threads() == 2
