@@ -8,7 +8,12 @@ batch 64, 35 steps, p 0.5 by default) after two warm-up steps. ``--decoder`` ins
 language model's decoder (``masked_linear`` onto a 10k vocabulary) forward+backward per mode in
 process CPU time, which a busy machine disturbs less than wall time (use with ``--threads 1``);
 with one thread the structured decoder runs in column tiles; ``--untiled`` runs it without
-them, to measure what the tiles gain.
+them, to measure what the tiles gain. With two threads the structured decoder's tiles are shared
+out between two single-threaded streams by default (``--no-split``: one stream on both threads);
+compare those by the wall time, which the decoder timing prints too.
+
+    python benchmarks/lstm_profile.py --decoder --hidden 400 --threads 2 --modes structured \
+        --variants split,no-split --repeats 9   # the two, round-robin in one process
 """
 
 from __future__ import annotations
@@ -49,18 +54,34 @@ def time_decoder(args: argparse.Namespace, vocab: int = 10_000) -> None:
     weight = torch.randn(vocab, hid, generator=gen, requires_grad=True)
     bias = torch.zeros(vocab, requires_grad=True)
     grad_out = torch.randn(steps, batch, vocab, generator=gen)
-    for mode in args.modes.split(","):
-        seconds = []
-        for _ in range(args.repeats):
+    runs = [
+        (mode, variant)
+        for mode in args.modes.split(",")
+        for variant in (args.variants.split(",") if mode == "structured" else ["default"])
+    ]
+    cpu: dict[tuple[str, str], list[float]] = {run: [] for run in runs}
+    wall: dict[tuple[str, str], list[float]] = {run: [] for run in runs}
+    for _ in range(args.repeats):  # round-robin: every run sees the same machine
+        for mode, variant in runs:
             mask = sample_mask(mode, steps, batch, hid, args.p, gen)
-            start = time.process_time()
-            masked_linear(x, weight, bias, mask).backward(grad_out)
-            seconds.append(time.process_time() - start)
-        ranked = sorted(seconds)
-        print(
-            f"{mode:<18} decoder fwd+bwd CPU s: best {ranked[0]:.3f}"
-            f"  median {ranked[len(ranked) // 2]:.3f}  all {[round(s, 3) for s in seconds]}"
-        )
+            split = SPLIT_VARIANTS[variant]
+            start, start_wall = time.process_time(), time.perf_counter()
+            masked_linear(x, weight, bias, mask, split).backward(grad_out)
+            cpu[mode, variant].append(time.process_time() - start)
+            wall[mode, variant].append(time.perf_counter() - start_wall)
+    for mode, variant in runs:
+        name = mode if variant == "default" else f"{mode} ({variant})"
+        print(f"{name:<28} decoder fwd+bwd  CPU s: {_best_median(cpu[mode, variant])}", end="")
+        print(f"  wall s: {_best_median(wall[mode, variant])}")
+
+
+# --variants: how the structured decoder runs (masked_linear's split).
+SPLIT_VARIANTS = {"default": None, "split": True, "no-split": False}
+
+
+def _best_median(seconds: list[float]) -> str:
+    ranked = sorted(seconds)
+    return f"best {ranked[0]:.3f} median {ranked[len(ranked) // 2]:.3f}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -74,6 +95,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--decoder", action="store_true")
     parser.add_argument("--repeats", type=int, default=3, help="decoder timings per mode")
     parser.add_argument("--untiled", action="store_true", help="no column tiles (one thread)")
+    parser.add_argument(
+        "--variants",
+        default="default",
+        help="decoder, structured mode: comma-separated of default, split (two single-threaded "
+        "streams of column tiles), no-split (one stream on the torch threads)",
+    )
     args = parser.parse_args(argv)
     if args.untiled:
         projections.TILED_MIN_COLUMNS = sys.maxsize  # every structured product untiled

@@ -58,6 +58,8 @@ def run_label(config: LMConfig) -> str:
         label += f"/dec{config.decoder_mask_steps}"
     if config.pipeline is not None:
         label += "/pipelined" if config.pipeline else "/serial"
+    if config.decoder_split is not None:
+        label += "/dec-split" if config.decoder_split else "/dec-serial"
     return label
 
 
@@ -79,6 +81,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             input_mask_steps=args.input_mask_steps,
             decoder_mask_steps=args.decoder_mask_steps,
             pipeline=args.pipeline,
+            decoder_split=args.decoder_split,
         )
         label = run_label(config)
         checkpoint = None
@@ -260,6 +263,13 @@ def main(argv: list[str] | None = None) -> int:
         action=argparse.BooleanOptionalAction,
         default=None,
         help="structured modes: two single-threaded streams (default: when torch has 2 threads)",
+    )
+    parser.add_argument(
+        "--decoder-split",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="structured modes: the decoder's column tiles in two single-threaded streams "
+        "(default: when torch has 2 threads)",
     )
     parser.add_argument("--checkpoint-dir", type=Path, default=None, help="resume/save per run")
     parser.add_argument("--stop-after", type=int, default=None, help="epochs in this process")

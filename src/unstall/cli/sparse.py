@@ -51,6 +51,16 @@ PipelineOpt = Annotated[
     ),
 ]
 
+DecoderSplitOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--decoder-split/--no-decoder-split",
+        help="Structured modes on a CPU: the decoder's column tiles shared out between two "
+        "single-threaded streams, half each. Default: with two torch threads, where it "
+        "measured faster. The threads' count is 1 while the decoder runs, then restored.",
+    ),
+]
+
 
 @app.command("lstm-train")
 @handle_errors
@@ -74,6 +84,7 @@ def lstm_train(
     threads: ThreadsOpt = None,
     device: DeviceOpt = "cpu",
     pipeline: PipelineOpt = None,
+    decoder_split: DecoderSplitOpt = None,
     input_mask_steps: Annotated[
         int,
         typer.Option(
@@ -117,6 +128,7 @@ def lstm_train(
         input_mask_steps=input_mask_steps,
         decoder_mask_steps=decoder_mask_steps,
         pipeline=pipeline,
+        decoder_split=decoder_split,
     )
     corpus = load_ptb()
     total = batches_per_epoch(corpus, config) * epochs

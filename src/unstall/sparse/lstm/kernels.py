@@ -19,9 +19,10 @@ import torch
 from torch import Tensor
 
 from unstall.sparse.lstm import pipelined as pipelined_kernels
+from unstall.sparse.lstm import streams
 from unstall.sparse.lstm.cell import recurrence_backward, recurrence_forward
 from unstall.sparse.lstm.masks import DenseMask, LayerMasks, Mask, StructuredMask, WindowMask
-from unstall.sparse.lstm.projections import make_projection
+from unstall.sparse.lstm.projections import Projection, make_projection
 
 
 class LSTMLayerFn(torch.autograd.Function):
@@ -82,15 +83,28 @@ class LSTMLayerFn(torch.autograd.Function):
 
 
 class MaskedLinearFn(torch.autograd.Function):
-    """``(mask(x) @ W^T + b)`` over a (T, B, N) sequence with a structured mask, compactly."""
+    """``(mask(x) @ W^T + b)`` over a (T, B, N) sequence with a structured mask, compactly.
+
+    ``split`` (structured masks only; ignored otherwise): the output's column tiles shared out
+    between two single-threaded streams (:class:`unstall.sparse.lstm.pipelined.SplitDecoder`).
+    """
 
     @staticmethod
     def forward(
-        ctx: Any, x: Tensor, weight: Tensor, bias: Tensor, mask: StructuredMask | WindowMask
+        ctx: Any,
+        x: Tensor,
+        weight: Tensor,
+        bias: Tensor,
+        mask: StructuredMask | WindowMask,
+        split: bool = False,
     ) -> Tensor:
         steps, batch, _ = x.shape
         out = bias.expand(steps, batch, weight.shape[0]).contiguous()
-        proj = make_projection(weight, mask, steps)
+        proj: Projection | pipelined_kernels.SplitDecoder
+        if split and isinstance(mask, StructuredMask):
+            proj = pipelined_kernels.SplitDecoder(weight, mask)
+        else:
+            proj = make_projection(weight, mask, steps)
         proj.project_all(x, out)
         ctx.projection = proj
         return out
@@ -104,13 +118,21 @@ class MaskedLinearFn(torch.autograd.Function):
         dx = proj.backward_all(d_out, need_input=need[0])
         dw = proj.grad_weight(d_out) if need[1] else None
         db = d_out.sum((0, 1)) if need[2] else None
-        return dx, dw, db, None
+        return dx, dw, db, None, None
 
 
-def masked_linear(x: Tensor, weight: Tensor, bias: Tensor, mask: Mask) -> Tensor:
-    """A linear layer on a (T, B, N) sequence after dropout with ``mask`` (any mode)."""
+def masked_linear(
+    x: Tensor, weight: Tensor, bias: Tensor, mask: Mask, split: bool | None = None
+) -> Tensor:
+    """A linear layer on a (T, B, N) sequence after dropout with ``mask`` (any mode).
+
+    ``split``: with a structured mask on a CPU, the output's column tiles are computed by two
+    single-threaded streams, half each; None: where that has measured faster
+    (:func:`unstall.sparse.lstm.streams.use_split_decoder`).
+    """
     if isinstance(mask, StructuredMask | WindowMask):
-        out: Tensor = MaskedLinearFn.apply(x, weight, bias, mask)
+        halves = streams.use_split_decoder(split, x.device, weight.shape[0])
+        out: Tensor = MaskedLinearFn.apply(x, weight, bias, mask, halves)
         return out
     if isinstance(mask, DenseMask):
         x = x * mask.values

@@ -62,6 +62,9 @@ class LMConfig:
     # Structured modes on a CPU: each LSTM layer as two single-threaded streams (see
     # StructuredDropoutLSTM); None: where that has measured faster (unstall.sparse.lstm.streams).
     pipeline: bool | None = None
+    # Structured modes on a CPU: the decoder's column tiles shared out between two
+    # single-threaded streams (masked_linear's split); None: where that has measured faster.
+    decoder_split: bool | None = None
 
     def __post_init__(self) -> None:
         check_mode(self, "mode", self.mode)
@@ -99,6 +102,7 @@ class WordLM(nn.Module):
         hid = config.hidden
         self.mode, self.p = config.mode, config.p
         self.decoder_mask_steps = config.decoder_mask_steps
+        self.decoder_split = config.decoder_split
         self.mask_gen = named_generator(config.seed, "output-dropout")
         self.embed = nn.Embedding(vocab, hid)
         self.lstm = StructuredDropoutLSTM(
@@ -130,7 +134,10 @@ class WordLM(nn.Module):
                 self.mode, steps, batch, hid, self.p, self.mask_gen, self.decoder_mask_steps
             )
             mask = mask_to(mask, out.device, out.dtype)
-        return masked_linear(out, self.decoder.weight, self.decoder.bias, mask), state
+        logits = masked_linear(
+            out, self.decoder.weight, self.decoder.bias, mask, self.decoder_split
+        )
+        return logits, state
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -228,6 +235,10 @@ def batches_per_epoch(corpus: Corpus, config: LMConfig) -> int:
     return full if config.max_batches is None else min(full, config.max_batches)
 
 
+# Config fields a resumed run may change: where and how it computes, not what.
+RESUMABLE_CHANGES = ("epochs", "threads", "device", "pipeline", "decoder_split")
+
+
 class LMTrainer:
     """A training run that can stop after any epoch and resume from a checkpoint file.
 
@@ -319,14 +330,14 @@ class LMTrainer:
 
     def load(self, path: Path) -> None:
         """Continue from a checkpoint of the same run (every config field but epochs, threads,
-        device and pipeline: a run may go on elsewhere)."""
+        device, pipeline and decoder_split: a run may go on elsewhere)."""
         try:
             state = torch.load(path, map_location=self.device, weights_only=True)
         except (OSError, RuntimeError, EOFError, pickle.UnpicklingError) as exc:
             raise DataFileError(str(path), f"not a readable checkpoint: {exc}") from exc
         mine = asdict(self.config)
         for name, value in state["config"].items():
-            if name not in ("epochs", "threads", "device", "pipeline") and mine.get(name) != value:
+            if name not in RESUMABLE_CHANGES and mine.get(name) != value:
                 raise DataFileError(
                     str(path), f"checkpoint has {name}={value!r}, run has {mine.get(name)!r}",
                     field=name,

@@ -7,6 +7,12 @@ backpropagation through time (the recurrent products and their weight gradient, 
 reports each step's gate gradients; B turns them into the input gradient and the input weight
 gradient, step by step in reverse, right behind A. Each stream does about half the products.
 
+The decoder (:class:`SplitDecoder`): a structured product onto a vocabulary-wide output in the
+column tiles of :class:`~unstall.sparse.lstm.projections.TiledCompactProjection`, each stream
+owning half of the tiles and running every step on them, so each core's gathers read its own
+tiles from its cache; the outputs and weight-gradient rows of the two halves are disjoint, and
+the input gradient is the sum of the two halves' parts, added once at the end.
+
 Each stream runs the same operations in the same order as the serial one-thread kernels: the
 outputs, the state and the gradients of the input, the initial state, the recurrent weights and
 the bias equal theirs to the bit; only the input weight gradient adds up its blocks in reverse
@@ -16,11 +22,14 @@ on timing: the results are the same from run to run.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
+from typing import TypeVar
 
 import torch
 from torch import Tensor
 
+from unstall.sparse.lstm import projections
 from unstall.sparse.lstm.cell import recurrence_backward, recurrence_forward
 from unstall.sparse.lstm.masks import LayerMasks, StructuredMask
 from unstall.sparse.lstm.projections import (
@@ -33,6 +42,8 @@ from unstall.sparse.lstm.projections import (
 from unstall.sparse.lstm.streams import Progress, in_two_streams
 
 StructuredProjection = CompactProjection | TiledCompactProjection
+A = TypeVar("A")
+B = TypeVar("B")
 
 
 def layer_forward(
@@ -104,3 +115,61 @@ def layer_backward(
 
     (dh, dc, dw_hh, db), (dx, dw_ih) = in_two_streams(through_time, input_gradients, progress)
     return dx, dh, dc, dw_ih, dw_hh, db
+
+
+def _both(stream_a: Callable[[], A], stream_b: Callable[[], B]) -> tuple[A, B]:
+    """Two independent streams (neither waits on the other)."""
+    return in_two_streams(stream_a, stream_b, Progress(0))
+
+
+class SplitDecoder:
+    """A structured product onto a wide output in column tiles, half of the tiles per stream.
+
+    Each half is a :class:`TiledCompactProjection` of its own columns (rows of W); both draw on
+    the same kept sets. The split falls on a tile boundary (so every tile but the last is full)
+    when there are two tiles or more.
+    """
+
+    def __init__(self, weight: Tensor, mask: StructuredMask) -> None:
+        width, tile = weight.shape[0], projections.TILE_COLUMNS
+        half = tile * math.ceil(math.ceil(width / tile) / 2) if width > tile else width // 2
+        self.mask = mask
+        self.halves = (
+            TiledCompactProjection(weight, mask, slice(0, half)),
+            TiledCompactProjection(weight, mask, slice(half, width)),
+        )
+
+    def project_all(self, v: Tensor, out: Tensor) -> None:
+        a, b = self.halves
+        _both(lambda: a.project_all(v, out), lambda: b.project_all(v, out))
+
+    def project_step(self, t: int, v: Tensor, out: Tensor) -> None:
+        a, b = self.halves
+        _both(lambda: a.project_step(t, v, out), lambda: b.project_step(t, v, out))
+
+    def _backward(
+        self, blocks: list[tuple[int, Tensor, Tensor]], need_input: bool
+    ) -> list[Tensor] | None:
+        a, b = self.halves
+        part_a, part_b = _both(
+            lambda: a.backward_kept(blocks, need_input), lambda: b.backward_kept(blocks, need_input)
+        )
+        if part_a is None or part_b is None:
+            return None
+        return a.expand(blocks, [x.add_(y) for x, y in zip(part_a, part_b, strict=True)])
+
+    def backward_all(self, d_out: Tensor, need_input: bool) -> Tensor | None:
+        grads = self._backward(self.halves[0].grad_blocks(d_out), need_input)
+        return None if grads is None else torch.cat(grads).view(*d_out.shape[:2], -1)
+
+    def backward_step(self, t: int, d_out: Tensor) -> Tensor:
+        grads = self._backward([(t, self.mask.at(t), d_out)], need_input=True)
+        assert grads is not None
+        return grads[0]
+
+    def grad_weight(self, d_out: Tensor) -> Tensor:
+        return torch.cat([half.grad_weight(d_out) for half in self.halves])
+
+    def begin_backward(self) -> None:
+        for half in self.halves:
+            half.begin_backward()

@@ -252,10 +252,15 @@ class TiledCompactProjection:
     the order changes (the input gradient is summed over tiles, so it differs by rounding).
     """
 
-    def __init__(self, weight: Tensor, mask: StructuredMask) -> None:
+    def __init__(self, weight: Tensor, mask: StructuredMask, columns: slice | None = None) -> None:
+        """``columns``: the output columns (rows of W) this projection computes, all by default;
+        :class:`unstall.sparse.lstm.pipelined.SplitDecoder` gives each stream half of them."""
         self.mask = mask
-        width = weight.shape[0]
-        self.cols = [slice(s, min(s + TILE_COLUMNS, width)) for s in range(0, width, TILE_COLUMNS)]
+        start, stop, _ = (columns or slice(None)).indices(weight.shape[0])
+        self.columns = slice(start, stop)
+        self.cols = [
+            slice(s, min(s + TILE_COLUMNS, stop)) for s in range(start, stop, TILE_COLUMNS)
+        ]
         self.tiles = [weight[cols].t().contiguous() for cols in self.cols]  # (N, tile width)
         most = max([1, *(int(k.numel()) for k in mask.keep)])
         # Reused flat buffers: one tile's gathered kept rows, and their weight-gradient rows.
@@ -298,6 +303,22 @@ class TiledCompactProjection:
         self, blocks: list[tuple[int, Tensor, Tensor]], need_input: bool
     ) -> list[Tensor] | None:
         """Input gradients (rows x N) of each (first step, kept units, output-gradient rows)."""
+        dvks = self.backward_kept(blocks, need_input)
+        return None if dvks is None else self.expand(blocks, dvks)
+
+    def expand(self, blocks: list[tuple[int, Tensor, Tensor]], dvks: list[Tensor]) -> list[Tensor]:
+        """The input gradients (rows x N) from :meth:`backward_kept`'s kept columns."""
+        return [
+            d.new_zeros(d.shape[0], self.mask.size).index_copy_(1, keep, dvk.mul_(self.mask.scale))
+            for (_, keep, d), dvk in zip(blocks, dvks, strict=True)
+        ]
+
+    def backward_kept(
+        self, blocks: list[tuple[int, Tensor, Tensor]], need_input: bool
+    ) -> list[Tensor] | None:
+        """Adds the weight gradient of this projection's columns; returns, when ``need_input``,
+        each block's input gradient on its kept units before the dropout scale (rows x kept),
+        which sums over the columns: another projection's columns add their part."""
         if self.grad_tiles is None:
             self.grad_tiles = [torch.zeros_like(tile) for tile in self.tiles]
         dvks = [d.new_zeros(d.shape[0], keep.numel()) for _, keep, d in blocks]
@@ -312,25 +333,21 @@ class TiledCompactProjection:
                 size = keep.numel() * d_out.shape[1]
                 step_grad = self.step_grad[:size].view(keep.numel(), d_out.shape[1])
                 grad_tile.index_add_(0, keep, torch.mm(vk.t(), d_out, out=step_grad))
-        if not need_input:
-            return None
-        return [
-            d.new_zeros(d.shape[0], self.mask.size).index_copy_(1, keep, dvk.mul_(self.mask.scale))
-            for (_, keep, d), dvk in zip(blocks, dvks, strict=True)
-        ]
+        return dvks if need_input else None
 
     def backward_step(self, t: int, d_out: Tensor) -> Tensor:
         grads = self._backward_blocks([(t, self.mask.at(t), d_out)], need_input=True)
         assert grads is not None
         return grads[0]
 
+    def grad_blocks(self, d_out: Tensor) -> list[tuple[int, Tensor, Tensor]]:
+        """(first step, kept units, output-gradient rows) of every block of a (T, B, out) d_out."""
+        steps, _, width = d_out.shape
+        return [(s.start, keep, d_out[s].reshape(-1, width)) for s, keep in self.mask.blocks(steps)]
+
     def backward_all(self, d_out: Tensor, need_input: bool) -> Tensor | None:
-        steps, batch, width = d_out.shape
-        blocks = [
-            (s.start, keep, d_out[s].reshape(-1, width)) for s, keep in self.mask.blocks(steps)
-        ]
-        grads = self._backward_blocks(blocks, need_input)
-        return None if grads is None else torch.cat(grads).view(steps, batch, -1)
+        grads = self._backward_blocks(self.grad_blocks(d_out), need_input)
+        return None if grads is None else torch.cat(grads).view(*d_out.shape[:2], -1)
 
     def backward_block(self, steps: slice, d_out: Tensor, need_input: bool) -> Tensor | None:
         """As :meth:`CompactProjection.backward_block`."""
@@ -342,6 +359,8 @@ class TiledCompactProjection:
     def grad_weight(self, d_out: Tensor) -> Tensor:
         if self.grad_tiles is None:
             self.grad_tiles = [torch.zeros_like(tile) for tile in self.tiles]
+        if not self.grad_tiles:  # no columns (half of a one-column split)
+            return self.rows.new_zeros(0, self.mask.size)
         return torch.cat([grad.t() for grad in self.grad_tiles])
 
     def begin_backward(self) -> None:

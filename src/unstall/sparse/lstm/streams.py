@@ -31,6 +31,8 @@ from typing import TypeVar
 
 import torch
 
+from unstall.sparse.lstm import projections
+
 A = TypeVar("A")
 B = TypeVar("B")
 
@@ -154,3 +156,16 @@ def use_streams(setting: bool | None, device: torch.device, hidden: int) -> bool
         return setting and device.type == "cpu"
     two = device.type == "cpu" and torch.get_num_threads() == 2
     return two and hidden >= PIPELINE_MIN_HIDDEN
+
+
+def use_split_decoder(setting: bool | None, device: torch.device, width: int) -> bool:
+    """Whether a structured product onto ``width`` outputs runs as two streams of column tiles
+    (:class:`unstall.sparse.lstm.pipelined.SplitDecoder`): ``setting`` when given (on a CPU); by
+    default on a CPU with exactly two intra-op threads and an output as wide as a vocabulary
+    (at least ``projections.TILED_MIN_COLUMNS``): the PTB decoder's forward and backward (hidden
+    400, batch 64, 10k words) measured 1.09-1.25x faster that way than on two threads in one
+    stream, a whole training step 1.03x by medians (BENCHMARKS.md)."""
+    if setting is not None:
+        return setting and device.type == "cpu"
+    two = device.type == "cpu" and torch.get_num_threads() == 2
+    return two and width >= projections.TILED_MIN_COLUMNS
