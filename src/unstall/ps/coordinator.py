@@ -245,11 +245,15 @@ class PSCluster:
         """Send every server a buffer of ``nbytes`` and have it back, all servers at once
         (between iterations, on the path the workers' push-pulls take: the emulated links and
         step): per server, the link and step seconds it saw."""
-        payload = np.zeros(max(1, nbytes // 4), np.float32)
-        got = self._gather(
-            {f"server {sid}": s.probe.remote(payload) for sid, s in self.servers.items()}
-        )
+        sent = self._send_probes(nbytes, list(self.servers))
+        got = self._gather({f"server {sid}": ref for sid, ref in sent.items()})
         return {sid: got[f"server {sid}"][1] for sid in self.servers}
+
+    def _send_probes(self, nbytes: int, sids: Sequence[int]) -> dict[int, Any]:
+        """A buffer of ``nbytes`` sent to each server in ``sids`` for its probe: the replies'
+        ObjectRefs by server."""
+        payload = np.zeros(max(1, nbytes // 4), np.float32)
+        return {sid: self.servers[sid].probe.remote(payload) for sid in sids}
 
     def owned_bytes(self) -> dict[int, int]:
         out = dict.fromkeys(self.servers, 0)
@@ -307,8 +311,7 @@ class PSCluster:
         """The probes of ``tripwire``, sent now, for the workers to read (None: no probe)."""
         if tripwire is None or not tripwire.limits:
             return None
-        payload = np.zeros(max(1, tripwire.probe_bytes // 4), np.float32)
-        probes = {sid: self.servers[sid].probe.remote(payload) for sid in tripwire.limits}
+        probes = self._send_probes(tripwire.probe_bytes, list(tripwire.limits))
         return StepWatch(probes=probes, limits=dict(tripwire.limits))
 
     def params(self) -> list[np.ndarray]:

@@ -160,7 +160,12 @@ class ElasticPSLD:
         counts every worker's push and pull on the server's link); the servers the probes
         found changed."""
         owned = self.controller.config.probe_bytes
-        timings = cluster.probe(owned * len(cluster.workers))
+        return self._observe_probes(cluster.probe(owned * len(cluster.workers)))
+
+    def _observe_probes(self, timings: Mapping[int, ProbeTiming]) -> list[int]:
+        """Give the controller the probes' seconds, each standing for ``probe_bytes`` of owned
+        parameters; the servers they found changed."""
+        owned = self.controller.config.probe_bytes
         return self.controller.observe_probe(
             [
                 ServerSample(server=s, owned_bytes=owned, seconds=t.busy_s)
@@ -191,12 +196,7 @@ class ElasticPSLD:
             return None
 
         def on_trip(cluster: PSCluster, timings: dict[int, ProbeTiming]) -> None:
-            self.controller.observe_probe(
-                [
-                    ServerSample(server=s, owned_bytes=owned, seconds=t.busy_s)
-                    for s, t in timings.items()
-                ]
-            )
+            self._observe_probes(timings)
             decision = self.controller.decide(self.view(cluster))
             self._carry_out(cluster, decision, iteration - 1, held=True)
 

@@ -152,10 +152,7 @@ def use_streams(setting: bool | None, device: torch.device, hidden: int) -> bool
     a CPU); by default on a CPU with exactly two intra-op threads (with more cores, two
     single-threaded streams would leave the rest idle; not measured) and hidden at least
     :data:`PIPELINE_MIN_HIDDEN`."""
-    if setting is not None:
-        return setting and device.type == "cpu"
-    two = device.type == "cpu" and torch.get_num_threads() == 2
-    return two and hidden >= PIPELINE_MIN_HIDDEN
+    return _two_streams(setting, device, hidden >= PIPELINE_MIN_HIDDEN)
 
 
 def use_split_decoder(setting: bool | None, device: torch.device, width: int) -> bool:
@@ -165,7 +162,13 @@ def use_split_decoder(setting: bool | None, device: torch.device, width: int) ->
     (at least ``projections.TILED_MIN_COLUMNS``): the PTB decoder's forward and backward (hidden
     400, batch 64, 10k words) measured 1.09-1.25x faster that way than on two threads in one
     stream, a whole training step 1.03x by medians (BENCHMARKS.md)."""
+    return _two_streams(setting, device, width >= projections.TILED_MIN_COLUMNS)
+
+
+def _two_streams(setting: bool | None, device: torch.device, large_enough: bool) -> bool:
+    """``setting`` when given (streams exist on a CPU only); by default on a CPU with exactly
+    two intra-op threads where the products are ``large_enough`` to pay for the hand-offs."""
     if setting is not None:
         return setting and device.type == "cpu"
     two = device.type == "cpu" and torch.get_num_threads() == 2
-    return two and width >= projections.TILED_MIN_COLUMNS
+    return two and large_enough
