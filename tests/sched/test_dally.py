@@ -87,8 +87,9 @@ def test_a_sensitive_job_waits_for_a_node_and_sets_a_timer() -> None:
     d = quiet_dally(preemption=False).decide(snap(FRAGMENTED, [job("q1", 4)], TENANTS, 10.0), RNG)
     assert d.starts == ()
     (timer,) = d.timers
-    # Timer: factor 2 x (slowdown 3 - 1) x expected run time 3600 s, from when it queued (0).
-    assert timer.at_s == pytest.approx(2 * 2 * 3600.0)
+    # Timer: factor 2 x (slowdown 3 - 1) x expected run time 3600 s, from when it was first
+    # held back (this round, at 10 s; it queued at 0).
+    assert timer.at_s == pytest.approx(10.0 + 2 * 2 * 3600.0)
 
 
 def test_an_insensitive_job_starts_at_once_spread() -> None:
@@ -100,9 +101,22 @@ def test_an_insensitive_job_starts_at_once_spread() -> None:
 
 def test_a_held_job_accepts_the_worse_level_once_its_timer_expires() -> None:
     policy = quiet_dally(preemption=False)
-    late = 2 * 2 * 3600.0 + 1.0
-    d = policy.decide(snap(FRAGMENTED, [job("q1", 4)], TENANTS, late), RNG)
+    timer_s = 2 * 2 * 3600.0
+    assert policy.decide(snap(FRAGMENTED, [job("q1", 4)], TENANTS, 10.0), RNG).starts == ()
+    early = policy.decide(snap(FRAGMENTED, [job("q1", 4)], TENANTS, 10.0 + timer_s - 1), RNG)
+    assert early.starts == ()
+    d = policy.decide(snap(FRAGMENTED, [job("q1", 4)], TENANTS, 10.0 + timer_s), RNG)
     assert [s.job_id for s in d.starts] == ["q1"]
+
+
+def test_the_timer_counts_from_the_first_hold_not_from_the_queueing() -> None:
+    # q1 queued long ago (behind other jobs, say): the first spread placement it is offered
+    # still has it wait for a node, since it has not yet waited for locality at all.
+    policy = quiet_dally(preemption=False)
+    long_after = 10 * 2 * 2 * 3600.0
+    d = policy.decide(snap(FRAGMENTED, [job("q1", 4)], TENANTS, long_after), RNG)
+    assert d.starts == ()
+    assert [t.at_s for t in d.timers] == [pytest.approx(long_after + 2 * 2 * 3600.0)]
 
 
 def test_the_job_starts_consolidated_as_soon_as_a_node_frees() -> None:
@@ -308,8 +322,9 @@ def test_unchanged_rounds_still_place_new_jobs_and_jobs_whose_timer_fired() -> N
     assert [s.job_id for s in d.starts] == ["q2"]
     # (q2 is gone again; the next round sees a changed tenancy and settles.)
     assert policy.decide(snap(FRAGMENTED, [held], TENANTS, 30.0), RNG).starts == ()
-    # Nothing changes until the held job's timer fires: it takes the spread level then.
-    late = 2 * 2 * 3600.0 + 1.0
+    # Nothing changes until the held job's timer fires (its timer: from the hold at 10 s): it
+    # takes the spread level then.
+    late = 10.0 + 2 * 2 * 3600.0
     fired = snap(FRAGMENTED, [held], TENANTS, late)
     d = policy.decide(dataclasses.replace(fired, fired_timers=("dally:q1",)), RNG)
     assert [s.job_id for s in d.starts] == ["q1"]
@@ -459,3 +474,50 @@ def test_a_job_larger_than_a_rack_still_spans_racks_when_only_spread_room_is_fre
     s = two_rack_snap((4, 2, 2, 4), [job("q1", 12, sens=INSENSITIVE)])
     starts = quiet_dally().decide(s, RNG).starts
     assert [st.placement for st in starts] == [((0, 4), (1, 2), (2, 2), (3, 4))]
+
+
+def taught_gittins(**overrides: object) -> Dally:
+    """Gittins order, no timers or preemption; finished jobs taught it that 2-GPU jobs run
+    ~10,000 s and 1-GPU jobs ~100 s."""
+    policy = quiet_dally(order="gittins", preemption=False, delay=False, **overrides)
+    for runtime in (9000.0, 11000.0):
+        policy.tuner.observe_finish(runtime, gpus=2)
+    for runtime in (90.0, 110.0):
+        policy.tuner.observe_finish(runtime, gpus=1)
+    return policy
+
+
+BUSY = [job("r1", 2, placement=((0, 2),)), job("r2", 4, placement=((1, 4),))]
+BUSY.append(job("r3", 4, placement=((2, 4),)))
+
+
+def test_the_gittins_order_ages_a_large_job_that_smaller_ones_kept_passing() -> None:
+    # Two GPUs free on one node: the 2-GPU job q1 or the 1-GPU job q2 (queued 5 s ago).
+    # q2 goes first while q1 is young, or at any age without aging; once q1 has waited ~500
+    # times its expected 10,000 s over the aging weight of 30, it ranks first.
+    def first(age_weight: float, now: float) -> list[str]:
+        young = job("q2", 1, sens=INSENSITIVE, submit=now - 5.0, changed=now - 5.0)
+        queue = [job("q1", 2, submit=0.0), young]
+        d = taught_gittins(age_weight=age_weight).decide(snap((2, 0, 0), queue, BUSY, now), RNG)
+        return [s.job_id for s in d.starts]
+
+    assert first(30.0, 10.0) == ["q2"]
+    assert first(0.0, 200_000.0) == ["q2"]
+    assert first(30.0, 200_000.0) == ["q1"]
+    with pytest.raises(ConfigError, match=r"DallyConfig\.age_weight"):
+        DallyConfig(age_weight=-1.0)
+
+
+def test_a_group_ages_by_its_oldest_job_still_waiting() -> None:
+    # q1 (queued at 0) and q3 (queued just now) form one group of 2-GPU jobs. Once q1 has
+    # started, the group is as young as q3, though its kept list still holds q1: the fresh
+    # 1-GPU job q2 goes first.
+    policy = taught_gittins(age_weight=30.0)
+    now = 200_000.0
+    q1, q3 = job("q1", 2, submit=0.0), job("q3", 2, submit=now - 1.0, changed=now - 1.0)
+    d = policy.decide(snap((2, 0, 0), [q1, q3], BUSY, now), RNG)
+    assert [s.job_id for s in d.starts] == ["q1"]
+    running = [job("r1", 2, placement=((0, 2),)), *BUSY[1:]]  # q1 runs where r1 was; r1 ended
+    q2 = job("q2", 1, sens=INSENSITIVE, submit=now + 5.0, changed=now + 5.0)
+    d = policy.decide(snap((2, 0, 0), [q3, q2], running, now + 10.0), RNG)
+    assert [s.job_id for s in d.starts] == ["q2"]

@@ -18,7 +18,8 @@ def accept_after_s(
     max_wait_s: float | None,
     insensitive_below: float,
 ) -> float:
-    """Seconds in the queue after which a job accepts a placement that slows it by ``slowdown``."""
+    """Seconds held back for locality after which a job accepts a placement that slows it by
+    ``slowdown`` (Dally counts them from the first round it turned such a placement down)."""
     if slowdown < insensitive_below:
         return 0.0
     after = factor * (slowdown - 1.0) * expected_runtime_s

@@ -104,6 +104,7 @@ class Dally:
         self._queue: dict[str, JobView] = {}
         self._groups: dict[tuple[int, float], list[JobView]] = {}
         self._started_in_group: dict[tuple[int, float], int] = {}
+        self._head_of_group: dict[tuple[int, float], int] = {}  # index of its oldest waiting job
         self._sensitive_at: dict[str, tuple[float, bool]] = {}  # by job: (congestion, answer)
         # Preemption retries: the earliest time each job tries again, and a heap of them.
         self._retry_at: dict[str, float] = {}
@@ -290,6 +291,7 @@ class Dally:
                 return fresh
         fresh = [v for v in queued if known.get(v.job_id) is not v]
         self._queue, self._groups, self._started_in_group = {}, {}, {}
+        self._head_of_group = {}
         for view in queued:
             self._join(view)
         return fresh
@@ -299,6 +301,7 @@ class Dally:
         members = self._groups.setdefault(_group_of(job), [])
         if members and (members[-1].submit_s, members[-1].index) > (job.submit_s, job.index):
             bisect.insort(members, job, key=lambda j: (j.submit_s, j.index))
+            self._head_of_group.pop(_group_of(job), None)  # it may now come first
         else:
             members.append(job)
 
@@ -318,6 +321,7 @@ class Dally:
             else:
                 self._groups.pop(key, None)
             self._started_in_group.pop(key, None)
+            self._head_of_group.pop(key, None)
         else:
             self._started_in_group[key] = started
 
@@ -327,25 +331,43 @@ class Dally:
         if self.config.order != "gittins":
             jobs = sorted(self._queue.values(), key=lambda j: self._priority(j, now))
             return [(jobs, False)]
-        return self._groups_in_order(self._groups, now)
+        return self._groups_in_order(self._groups, now, kept=True)
+
+    def _oldest_waiting(self, key: tuple[int, float], members: list[JobView]) -> JobView:
+        """The first job of a kept group's list that still waits (the list keeps started jobs
+        until it is compacted; an index a group, moved on as they start, keeps this cheap)."""
+        queue = self._queue
+        i = self._head_of_group.get(key, 0)
+        while queue.get(members[i].job_id) is not members[i]:
+            i += 1
+        self._head_of_group[key] = i
+        return members[i]
 
     def _groups_in_order(
-        self, groups: dict[tuple[int, float], list[JobView]], now: float
+        self, groups: dict[tuple[int, float], list[JobView]], now: float, *, kept: bool = False
     ) -> list[tuple[list[JobView], bool]]:
         """Groups of waiting jobs (one size and service each, members in arrival order) in the
         gittins order, each with whether its jobs are all of one size. A group's jobs share
         their expected GPU-time, so it is worked out once a group and the groups are sorted,
-        not the jobs; groups that tie are merged in arrival order."""
-        by_head: dict[float, list[tuple[int, float]]] = {}
+        not the jobs; groups that tie are merged in arrival order. With ``age_weight`` a group
+        ranks by its expected GPU-time over ``1 + age_weight x wait / expected run time`` of its
+        oldest waiting job (``kept``: ``groups`` is the kept queue's, whose lists hold started
+        jobs too)."""
+        by_rank: dict[float, list[tuple[int, float]]] = {}
         memo = self._expected_memo  # keyed like the groups: one look-up a group, mostly
+        age_weight = self.config.age_weight
         for key, members in groups.items():
             expected = memo.get(key)
             if expected is None:
                 expected = self._expected_remaining(members[0], now)
-            by_head.setdefault(key[0] * expected, []).append(key)  # _expected_gpu_s
+            rank = key[0] * expected  # _expected_gpu_s
+            if age_weight and expected > 0:
+                oldest = self._oldest_waiting(key, members) if kept else members[0]
+                rank /= 1.0 + age_weight * oldest.waiting_s(now) / expected
+            by_rank.setdefault(rank, []).append(key)
         ordered: list[tuple[list[JobView], bool]] = []
-        for head in sorted(by_head):
-            keys = by_head[head]
+        for rank in sorted(by_rank):
+            keys = by_rank[rank]
             if len(keys) == 1:
                 ordered.append((groups[keys[0]], True))
                 continue
@@ -390,14 +412,20 @@ class Dally:
                 max_wait_s=c.max_wait_s,
                 insensitive_below=c.insensitive_below,
             )
-        if job.waiting_s(now) >= after:
+        # The timer runs from when the job was first held back for locality, not from when it
+        # queued: a job that waited behind higher-priority jobs (long, on a loaded cluster, and
+        # longest for the large jobs the aging of the order then lifts) has not yet waited for
+        # a better placement, and would otherwise take the first spread one it is offered,
+        # sharing NICs with other spread jobs it slows too.
+        held = self._held.get(job.job_id)
+        if (0.0 if held is None else now - held.since_s) >= after:
             if slowdown >= c.insensitive_below:
                 self.gave_up += 1  # a sensitive job accepted a worse level
             self._start(job, fallback, slowdown, free, plan, now)
             return True
         held = self._held.setdefault(job.job_id, _Held(since_s=now, turned_down=1.0))
         held.turned_down = max(held.turned_down, slowdown)
-        wake = job.changed_s + after
+        wake = held.since_s + after
         wakes = self._timers_set.setdefault(job.job_id, set())
         if wake not in wakes:
             wakes.add(wake)
