@@ -128,3 +128,18 @@ def test_train_epoch_reaches_the_weights_of_the_plain_recipe(case: str) -> None:
         trainer.model.named_parameters(), plain.named_parameters(), strict=True
     ):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_train_step_loss_leaves_the_logits_version_alone() -> None:
+    """The gradient is written through an alias with its own version counter: the dense
+    decoder's logits are a view, and a bumped version would send their gradient through a
+    full-size as-strided backward (a zero-filled copy of the logits)."""
+    config = LMConfig(mode="standard", hidden=12, layers=1, bptt=5, batch=3, p=0.4)
+    corpus = tiny_corpus()
+    inputs, targets = next(bptt_batches(batchify(corpus.train, config.batch), config.bptt))
+    model = WordLM(corpus.vocab_size, config)
+    logits, _ = model(inputs)
+    version, grad_fn = logits._version, type(logits.grad_fn).__name__
+    train_step_loss(logits, targets)
+    assert logits._version == version
+    assert type(logits.grad_fn).__name__ == grad_fn != "AsStridedBackward0"
