@@ -14,6 +14,15 @@ compare those by the wall time, which the decoder timing prints too.
 
     python benchmarks/lstm_profile.py --decoder --hidden 400 --threads 2 --modes structured \
         --variants split,no-split --repeats 9   # the two, round-robin in one process
+
+    python benchmarks/lstm_profile.py --ptb-batches 120 --hidden 400 --threads 2 \
+        --modes standard,structured   # the language model's training batches, part by part
+
+``--ptb-batches N`` trains the word language model of ``lstm_ptb.py`` (2 layers, batch 64, 35
+steps) on the first Penn Treebank batches, the modes taking turns ten batches at a time (the
+first round is warm-up), and prints the mean wall time per batch of each part of the step: the
+LSTM's forward, the decoder's, the loss and its gradient, the decoder's backward, the LSTM's,
+the embedding's and the rest of backward, gradient clipping, the SGD step, and the whole step.
 """
 
 from __future__ import annotations
@@ -21,13 +30,17 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from collections.abc import Callable
 
 import torch
+from torch import Tensor, nn
 from torch.profiler import ProfilerActivity, profile
 
 # private on purpose: --untiled switches the column tiles off through the projections' threshold
 import unstall.sparse.lstm.projections as projections
 from unstall.sparse.lstm import StructuredDropoutLSTM, masked_linear, sample_mask
+from unstall.sparse.lstm.lm import LMConfig, LMTrainer, train_step_loss
+from unstall.sparse.lstm.ptb import bptt_batches, load_ptb
 
 
 def profile_steps(args: argparse.Namespace) -> None:
@@ -84,6 +97,78 @@ def _best_median(seconds: list[float]) -> str:
     return f"best {ranked[0]:.3f} median {ranked[len(ranked) // 2]:.3f}"
 
 
+PARTS = ("lstm fwd", "decoder fwd", "loss", "decoder bwd", "lstm bwd", "embed bwd", "clip",
+         "sgd", "step")  # fmt: skip
+
+
+def time_ptb_batches(args: argparse.Namespace, rounds_of: int = 10) -> None:
+    corpus = load_ptb()
+    trainers, batches, states = {}, {}, {}
+    for mode in args.modes.split(","):
+        config = LMConfig(mode=mode, p=args.p, hidden=args.hidden, batch=args.batch,
+                          bptt=args.seq_len, threads=args.threads)  # fmt: skip
+        trainers[mode] = LMTrainer(config, corpus)
+        batches[mode] = bptt_batches(trainers[mode].train, config.bptt)
+        states[mode] = None
+    seconds: dict[str, list[list[float]]] = {mode: [] for mode in trainers}
+    for round_ in range(1 + -(-args.ptb_batches // rounds_of)):
+        for mode, trainer in trainers.items():
+            for _ in range(rounds_of):
+                inputs, targets = next(batches[mode])
+                parts, states[mode] = _timed_step(trainer, inputs, targets, states[mode])
+                if round_ > 0:  # the first round warms up
+                    seconds[mode].append(parts)
+    print(f"mean s per batch over {len(next(iter(seconds.values())))} batches per mode")
+    print(f"{'mode':<20}" + "".join(f"{part:>12}" for part in PARTS))
+    for mode, rows in seconds.items():
+        means = [sum(column) / len(column) for column in zip(*rows, strict=True)]
+        print(f"{mode:<20}" + "".join(f"{m:>12.4f}" for m in means))
+
+
+def _timed_step(
+    trainer: LMTrainer, inputs: Tensor, targets: Tensor, state: tuple[Tensor, Tensor] | None
+) -> tuple[list[float], tuple[Tensor, Tensor]]:
+    """One training step as train_epoch runs it, timed part by part (backward through hooks)."""
+    model, marks = trainer.model, {}
+    model.train()
+
+    def mark(name: str) -> Callable[[Tensor], None]:
+        return lambda _grad: marks.__setitem__(name, time.perf_counter())
+
+    start = time.perf_counter()
+    state = (state[0].detach(), state[1].detach()) if state is not None else None
+    trainer.optimizer.zero_grad(set_to_none=True)
+    embedded = model.embed(inputs)
+    embedded.register_hook(mark("lstm bwd"))
+    out, state = model.lstm(embedded, state)
+    out.register_hook(mark("decoder bwd"))
+    lstm_done = time.perf_counter()
+    steps, batch, hid = out.shape
+    mask = sample_mask(model.mode, steps, batch, hid, model.p, model.mask_gen,
+                       model.decoder_mask_steps)  # fmt: skip
+    logits = masked_linear(out, model.decoder.weight, model.decoder.bias, mask, model.decoder_split)
+    decoder_done = time.perf_counter()
+    logits.register_hook(mark("loss"))  # the gradient of the logits is ready
+    train_step_loss(logits, targets)
+    del logits
+    backward_done = time.perf_counter()
+    nn.utils.clip_grad_norm_(model.parameters(), trainer.config.clip)
+    clipped = time.perf_counter()
+    trainer.optimizer.step()
+    end = time.perf_counter()
+    return [
+        lstm_done - start,
+        decoder_done - lstm_done,
+        marks["loss"] - decoder_done,
+        marks["decoder bwd"] - marks["loss"],
+        marks["lstm bwd"] - marks["decoder bwd"],
+        backward_done - marks["lstm bwd"],
+        clipped - backward_done,
+        end - clipped,
+        end - start,
+    ], state
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--modes", default="standard,structured,structured-window")
@@ -93,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--p", type=float, default=0.5)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--decoder", action="store_true")
+    parser.add_argument("--ptb-batches", type=int, default=0, help="time LM training batches")
     parser.add_argument("--repeats", type=int, default=3, help="decoder timings per mode")
     parser.add_argument("--untiled", action="store_true", help="no column tiles (one thread)")
     parser.add_argument(
@@ -106,7 +192,10 @@ def main(argv: list[str] | None = None) -> int:
         projections.TILED_MIN_COLUMNS = sys.maxsize  # every structured product untiled
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    (time_decoder if args.decoder else profile_steps)(args)
+    if args.ptb_batches > 0:
+        time_ptb_batches(args)
+    else:
+        (time_decoder if args.decoder else profile_steps)(args)
     return 0
 
 

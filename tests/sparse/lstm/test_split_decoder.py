@@ -126,3 +126,29 @@ def test_split_by_default_only_with_two_threads_on_a_vocabulary_wide_output() ->
     finally:
         torch.set_num_threads(before)
     assert not streams.use_split_decoder(True, torch.device("meta"), wide)
+
+
+@pytest.mark.parametrize("split", [True, False])
+def test_a_step_that_keeps_no_unit_outputs_the_bias(
+    split: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A step with nothing kept outputs the bias, and no gradient reaches its inputs."""
+    monkeypatch.setattr(projections, "TILE_COLUMNS", 4)
+    monkeypatch.setattr(projections, "TILED_MIN_COLUMNS", 8)  # one thread: tiles without split
+    steps, batch, hid, vocab = 3, 2, 5, 11
+    tensors = decoder_inputs(steps, batch, hid, vocab)
+    keep = (torch.tensor([0, 3]), torch.tensor([], dtype=torch.long), torch.arange(5))
+    mask = StructuredMask(keep=keep, size=hid, scale=2.0)
+    x, weight, bias = tensors
+    ref = torch.nn.functional.linear(x * mask.dense(steps, batch), weight, bias)
+    d_out = torch.randn(ref.shape, generator=gen(4), dtype=F64)
+    theirs = [ref, *torch.autograd.grad(ref, tensors, d_out)]
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        ours = run(tensors, mask, split=split)
+    finally:
+        torch.set_num_threads(before)
+    torch.testing.assert_close(ours[0][1], bias.detach().expand(batch, vocab))
+    for got, want in zip(ours, theirs, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)

@@ -200,6 +200,62 @@ def evaluate(model: WordLM, data: Tensor, bptt: int, max_batches: int | None = N
     return math.exp(total / count)
 
 
+# Rows of logits the loss works on at once (a chunk of ~4 MB at a 10k vocabulary): small enough
+# that each chunk's passes after the first read it from cache.
+LOSS_CHUNK_BYTES = 4 << 20
+
+
+def cross_entropy_grad_(logits: Tensor, targets: Tensor) -> Tensor:
+    """Mean cross entropy of (N, V) ``logits`` against (N,) ``targets``, and its gradient.
+
+    Returns the loss (a 0-d tensor) and overwrites ``logits`` with the gradient of that loss with
+    respect to them, ``(softmax(logits) - onehot(targets)) / N``: the values of
+    ``F.cross_entropy`` and of its backward, within float rounding. The logits are consumed in
+    row chunks of :data:`LOSS_CHUNK_BYTES` (the log-softmax over the vocabulary is never
+    written out): each chunk is read once from memory, and its gradient is written in place.
+    """
+    rows, vocab = logits.shape
+    check(logits.is_contiguous(), "cross_entropy_grad_", "logits", "must be contiguous")
+    picked = logits.gather(1, targets.view(-1, 1)).view(-1)  # before they become gradients
+    lse = logits.new_empty(rows)
+    step = rows
+    if logits.device.type == "cpu":
+        step = max(1, LOSS_CHUNK_BYTES // (vocab * logits.element_size()))
+    for start in range(0, rows, step):
+        chunk = logits[start : start + step]
+        top = chunk.amax(1, keepdim=True)
+        total = chunk.sub_(top).exp_().sum(1, keepdim=True)  # chunk: exp(x - max)
+        torch.add(top, total.log(), out=lse[start : start + step].view(-1, 1))
+        chunk.mul_(total.reciprocal_().mul_(1.0 / rows))  # softmax / N
+    flat = torch.arange(rows, device=logits.device) * vocab + targets.view(-1)
+    logits.view(-1).index_add_(0, flat, logits.new_full((rows,), -1.0 / rows))
+    return (lse - picked).mean()
+
+
+def train_step_loss(logits: Tensor, targets: Tensor) -> Tensor:
+    """Backpropagate the mean cross entropy of a batch's (T, B, V) ``logits`` (the graph's output)
+    against (T, B) ``targets``; returns the loss (detached).
+
+    The same loss and gradients as ``F.cross_entropy(...).backward()``, within float rounding, at a
+    fraction of the cost: the gradient is computed into the logits' own memory
+    (:func:`cross_entropy_grad_`), which nothing in the graph reads in backward (the decoder's
+    backward needs its input and weight, not its output), so the logits are consumed.
+
+    The gradient is written through an alias of the logits' memory with a version counter of its
+    own: written through ``logits.detach()``, it would mark the logits as modified in place, and
+    autograd would then route the gradient of a logits tensor that is a view (the dense decoder's
+    output) through a generic as-strided backward, which zero-fills and copies a full-size
+    gradient.
+    """
+    with torch.no_grad():
+        grad = logits.new_empty(0).set_(
+            logits.untyped_storage(), logits.storage_offset(), logits.shape, logits.stride()
+        )
+        loss = cross_entropy_grad_(grad.view(-1, grad.shape[-1]), targets.reshape(-1))
+    logits.backward(grad)
+    return loss
+
+
 def train_epoch(
     model: WordLM,
     data: Tensor,
@@ -217,11 +273,11 @@ def train_epoch(
         state = _detach(state) if state is not None else None
         optimizer.zero_grad(set_to_none=True)
         logits, state = model(inputs, state)
-        loss = nn.functional.cross_entropy(logits.view(-1, logits.shape[-1]), targets.reshape(-1))
-        loss.backward()
+        loss = train_step_loss(logits, targets)
+        del logits  # now holds its own gradient
         nn.utils.clip_grad_norm_(model.parameters(), config.clip)
         optimizer.step()
-        total += float(loss.detach()) * targets.numel()
+        total += float(loss) * targets.numel()
         count += targets.numel()
         if advance is not None:
             advance(1)

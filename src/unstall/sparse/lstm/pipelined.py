@@ -149,7 +149,7 @@ class SplitDecoder:
 
     def _backward(
         self, blocks: list[tuple[int, Tensor, Tensor]], need_input: bool
-    ) -> list[Tensor] | None:
+    ) -> Tensor | None:
         a, b = self.halves
         part_a, part_b = _both(
             lambda: a.backward_kept(blocks, need_input), lambda: b.backward_kept(blocks, need_input)
@@ -159,16 +159,22 @@ class SplitDecoder:
         return a.expand(blocks, [x.add_(y) for x, y in zip(part_a, part_b, strict=True)])
 
     def backward_all(self, d_out: Tensor, need_input: bool) -> Tensor | None:
-        grads = self._backward(self.halves[0].grad_blocks(d_out), need_input)
-        return None if grads is None else torch.cat(grads).view(*d_out.shape[:2], -1)
+        grad = self._backward(self.halves[0].grad_blocks(d_out), need_input)
+        return None if grad is None else grad.view(*d_out.shape[:2], -1)
 
     def backward_step(self, t: int, d_out: Tensor) -> Tensor:
-        grads = self._backward([(t, self.mask.at(t), d_out)], need_input=True)
-        assert grads is not None
-        return grads[0]
+        grad = self._backward([(t, self.mask.at(t), d_out)], need_input=True)
+        assert grad is not None
+        return grad
 
     def grad_weight(self, d_out: Tensor) -> Tensor:
-        return torch.cat([half.grad_weight(d_out) for half in self.halves])
+        """The weight gradient, each stream transposing its half's tiles into place."""
+        a, b = self.halves
+        grad = a.rows.new_empty(b.columns.stop, self.mask.size)
+        _both(
+            lambda: a.grad_weight_into(grad[a.columns]), lambda: b.grad_weight_into(grad[b.columns])
+        )
+        return grad
 
     def begin_backward(self) -> None:
         for half in self.halves:

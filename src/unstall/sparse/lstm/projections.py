@@ -197,8 +197,10 @@ class CompactProjection:
         return dv
 
     def _backward_kept(
-        self, key: int, keep: Tensor, d_out: Tensor, need_input: bool
+        self, key: int, keep: Tensor, d_out: Tensor, need_input: bool, into: Tensor | None = None
     ) -> Tensor | None:
+        """The input gradient (rows x N) of one block or step, written into ``into`` (zeros,
+        rows x N) when given; adds the weight gradient of its kept rows."""
         vk = self.kept_v.get(key)
         assert vk is not None, "backward before a forward pass"
         if self.grad_weight_t is None:
@@ -212,15 +214,17 @@ class CompactProjection:
             self.grad_weight_t.index_add_(0, idx, step_grad)
         if dvk is None:
             return None
-        dv = d_out.new_zeros(d_out.shape[0], self.mask.size)
+        dv = d_out.new_zeros(d_out.shape[0], self.mask.size) if into is None else into
         return dv.index_copy_(1, keep, dvk.mul_(self.mask.scale))
 
     def backward_all(self, d_out: Tensor, need_input: bool) -> Tensor | None:
-        grads = [
-            self.backward_block(steps, d_out, need_input)
-            for steps, _ in self.mask.blocks(d_out.shape[0])
-        ]
-        return torch.cat([g for g in grads if g is not None]) if need_input else None
+        steps, batch, width = d_out.shape
+        dv = d_out.new_zeros(steps, batch, self.mask.size) if need_input else None
+        for block, keep in self.mask.blocks(steps):
+            rows = d_out[block].reshape(-1, width)
+            into = None if dv is None else dv[block].view(rows.shape[0], -1)
+            self._backward_kept(block.start, keep, rows, need_input, into)
+        return dv
 
     def backward_block(self, steps: slice, d_out: Tensor, need_input: bool) -> Tensor | None:
         """The input gradient (steps x B x N) of one block of ``mask.blocks`` (``d_out`` covers
@@ -301,17 +305,20 @@ class TiledCompactProjection:
 
     def _backward_blocks(
         self, blocks: list[tuple[int, Tensor, Tensor]], need_input: bool
-    ) -> list[Tensor] | None:
-        """Input gradients (rows x N) of each (first step, kept units, output-gradient rows)."""
+    ) -> Tensor | None:
+        """Input gradients (rows of every block x N) of (first step, kept units, output-gradient
+        rows) blocks."""
         dvks = self.backward_kept(blocks, need_input)
         return None if dvks is None else self.expand(blocks, dvks)
 
-    def expand(self, blocks: list[tuple[int, Tensor, Tensor]], dvks: list[Tensor]) -> list[Tensor]:
-        """The input gradients (rows x N) from :meth:`backward_kept`'s kept columns."""
-        return [
-            d.new_zeros(d.shape[0], self.mask.size).index_copy_(1, keep, dvk.mul_(self.mask.scale))
-            for (_, keep, d), dvk in zip(blocks, dvks, strict=True)
-        ]
+    def expand(self, blocks: list[tuple[int, Tensor, Tensor]], dvks: list[Tensor]) -> Tensor:
+        """The input gradients of the blocks, one after the other (rows of every block x N), from
+        :meth:`backward_kept`'s kept columns: each block's kept columns copied into place."""
+        rows = [d.shape[0] for _, _, d in blocks]
+        grad = dvks[0].new_zeros(sum(rows), self.mask.size)
+        for (_, keep, _), dvk, part in zip(blocks, dvks, grad.split(rows), strict=True):
+            part.index_copy_(1, keep, dvk.mul_(self.mask.scale))
+        return grad
 
     def backward_kept(
         self, blocks: list[tuple[int, Tensor, Tensor]], need_input: bool
@@ -336,9 +343,9 @@ class TiledCompactProjection:
         return dvks if need_input else None
 
     def backward_step(self, t: int, d_out: Tensor) -> Tensor:
-        grads = self._backward_blocks([(t, self.mask.at(t), d_out)], need_input=True)
-        assert grads is not None
-        return grads[0]
+        grad = self._backward_blocks([(t, self.mask.at(t), d_out)], need_input=True)
+        assert grad is not None
+        return grad
 
     def grad_blocks(self, d_out: Tensor) -> list[tuple[int, Tensor, Tensor]]:
         """(first step, kept units, output-gradient rows) of every block of a (T, B, out) d_out."""
@@ -346,22 +353,29 @@ class TiledCompactProjection:
         return [(s.start, keep, d_out[s].reshape(-1, width)) for s, keep in self.mask.blocks(steps)]
 
     def backward_all(self, d_out: Tensor, need_input: bool) -> Tensor | None:
-        grads = self._backward_blocks(self.grad_blocks(d_out), need_input)
-        return None if grads is None else torch.cat(grads).view(*d_out.shape[:2], -1)
+        grad = self._backward_blocks(self.grad_blocks(d_out), need_input)
+        return None if grad is None else grad.view(*d_out.shape[:2], -1)
 
     def backward_block(self, steps: slice, d_out: Tensor, need_input: bool) -> Tensor | None:
         """As :meth:`CompactProjection.backward_block`."""
         block = d_out[steps]
         rows = block.reshape(-1, block.shape[-1])
-        grads = self._backward_blocks([(steps.start, self.mask.at(steps.start), rows)], need_input)
-        return None if grads is None else grads[0].view(*block.shape[:2], -1)
+        grad = self._backward_blocks([(steps.start, self.mask.at(steps.start), rows)], need_input)
+        return None if grad is None else grad.view(*block.shape[:2], -1)
 
     def grad_weight(self, d_out: Tensor) -> Tensor:
+        grad = self.rows.new_empty(self.columns.stop - self.columns.start, self.mask.size)
+        self.grad_weight_into(grad)
+        return grad
+
+    def grad_weight_into(self, grad: Tensor) -> None:
+        """Write the weight gradient of this projection's columns (rows of W) into ``grad``
+        (columns x N): each tile's gradient transposed into place, one copy."""
         if self.grad_tiles is None:
             self.grad_tiles = [torch.zeros_like(tile) for tile in self.tiles]
-        if not self.grad_tiles:  # no columns (half of a one-column split)
-            return self.rows.new_zeros(0, self.mask.size)
-        return torch.cat([grad.t() for grad in self.grad_tiles])
+        start = self.columns.start
+        for cols, tile_grad in zip(self.cols, self.grad_tiles, strict=True):
+            grad[cols.start - start : cols.stop - start].copy_(tile_grad.t())
 
     def begin_backward(self) -> None:
         self.grad_tiles = None
