@@ -298,10 +298,11 @@ class Dally:
 
     def _join(self, job: JobView) -> None:
         self._queue[job.job_id] = job
-        members = self._groups.setdefault(_group_of(job), [])
+        key = _group_of(job)
+        members = self._groups.setdefault(key, [])
         if members and (members[-1].submit_s, members[-1].index) > (job.submit_s, job.index):
             bisect.insort(members, job, key=lambda j: (j.submit_s, j.index))
-            self._head_of_group.pop(_group_of(job), None)  # it may now come first
+            self._head_of_group.pop(key, None)  # it may now come first
         else:
             members.append(job)
 
@@ -356,18 +357,14 @@ class Dally:
         by_rank: dict[float, list[tuple[int, float]]] = {}
         memo = self._expected_memo  # keyed like the groups: one look-up a group, mostly
         age_weight = self.config.age_weight
-        queue, heads = self._queue, self._head_of_group
         for key, members in groups.items():
             expected = memo.get(key)
             if expected is None:
                 expected = self._expected_remaining(members[0], now)
             rank = key[0] * expected  # _expected_gpu_s
             if age_weight and expected > 0:
-                oldest = members[heads.get(key, 0) if kept else 0]
-                if kept and queue.get(oldest.job_id) is not oldest:
-                    oldest = self._oldest_waiting(key, members)
-                # (a waiting job's wait: ``waiting_s``, inlined, as this runs every round)
-                rank /= 1.0 + age_weight * (now - oldest.changed_s) / expected
+                oldest = self._oldest_waiting(key, members) if kept else members[0]
+                rank /= 1.0 + age_weight * oldest.waiting_s(now) / expected
             by_rank.setdefault(rank, []).append(key)
         ordered: list[tuple[list[JobView], bool]] = []
         for rank in sorted(by_rank):
