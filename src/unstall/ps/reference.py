@@ -17,7 +17,8 @@ import numpy as np
 
 from unstall.ps.data import Batch
 from unstall.ps.optim import ServerOptimizer
-from unstall.ps.replica import ModelReplica, TrainingJob, one_thread
+from unstall.ps.replica import ModelReplica, TrainingJob
+from unstall.workload.threads import torch_threads
 
 REL_TOL = 1e-6
 
@@ -42,7 +43,7 @@ def reference_params(
         state = [[s.copy() for s in slot] for slot in initial_state]
     replica = ModelReplica(job)
     iterations = min((len(b) for b in batches), default=0)
-    with one_thread():
+    with torch_threads(1):  # as the workers run
         for k in range(iterations):
             iteration = start_iteration + k
             replica.load_all(params)

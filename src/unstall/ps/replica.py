@@ -10,8 +10,7 @@ seed, so parameters that are not trained and buffers start equal everywhere too.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -39,17 +38,6 @@ class TrainingJob:
     seed: int = 0
     workers: int = 2
     record_batches: bool = False
-
-
-@contextmanager
-def one_thread() -> Iterator[None]:
-    """Run torch on one thread (as the workers do), then restore the thread count."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
 
 
 def trainable(model: nn.Module) -> list[nn.Parameter]:

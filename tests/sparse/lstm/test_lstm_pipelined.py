@@ -15,6 +15,7 @@ from torch import Tensor
 from unstall.sparse.lstm import StructuredDropoutLSTM, pipelined, streams
 from unstall.sparse.lstm.kernels import LSTMLayerFn, reference_lstm_layer
 from unstall.sparse.lstm.masks import LayerMasks, StructuredMask, sample_mask
+from unstall.workload.threads import torch_threads
 
 F64 = torch.float64
 
@@ -76,12 +77,8 @@ def test_pipelined_equals_the_serial_one_thread_layer_to_the_bit() -> None:
     steps, batch, hid = 6, 4, 640
     masks = structured_masks(steps, batch, hid, hid)
     tensors = layer_inputs(steps, batch, hid, hid, torch.float32)
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with torch_threads(1):
         serial = run_layer(tensors, masks, pipe=False)
-    finally:
-        torch.set_num_threads(before)
     piped = run_layer(tensors, masks, pipe=True)
     names = ["out", "h_n", "c_n", "dx", "dh0", "dc0", "dw_ih", "dw_hh", "db"]
     for name, got, want in zip(names, piped, serial, strict=True):
@@ -93,16 +90,12 @@ def test_pipelined_equals_the_serial_one_thread_layer_to_the_bit() -> None:
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_the_callers_thread_count_comes_back(threads: int) -> None:
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
+    with torch_threads(threads):
         lstm = StructuredDropoutLSTM(8, 8, 2, dropout=0.5, pipeline=True)
         out, _ = lstm(torch.randn(5, 3, 8))
         assert torch.get_num_threads() == threads
         out.sum().backward()
         assert torch.get_num_threads() == threads
-    finally:
-        torch.set_num_threads(before)
 
 
 def test_a_failure_in_the_worker_stream_is_raised_not_waited_for(
@@ -132,17 +125,13 @@ def test_a_failure_in_the_calling_stream_stops_the_worker(monkeypatch: pytest.Mo
 
 def test_the_module_runs_pipelined_by_default_only_where_it_measured_faster() -> None:
     cpu = torch.device("cpu")
-    before = torch.get_num_threads()
-    try:
-        torch.set_num_threads(2)
+    with torch_threads(2):
         assert streams.use_streams(None, cpu, streams.PIPELINE_MIN_HIDDEN)
         assert not streams.use_streams(None, cpu, 400)
         assert not streams.use_streams(False, cpu, 2048)
         assert streams.use_streams(True, cpu, 400)
-        torch.set_num_threads(1)
+    with torch_threads(1):
         assert not streams.use_streams(None, cpu, 2048)
-    finally:
-        torch.set_num_threads(before)
     assert not streams.use_streams(True, torch.device("meta"), 2048)
 
 

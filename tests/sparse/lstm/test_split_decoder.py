@@ -14,6 +14,7 @@ from unstall.sparse.lstm import projections, streams
 from unstall.sparse.lstm.kernels import masked_linear
 from unstall.sparse.lstm.masks import StructuredMask, sample_mask
 from unstall.sparse.lstm.pipelined import SplitDecoder
+from unstall.workload.threads import torch_threads
 
 F64 = torch.float64
 
@@ -79,16 +80,12 @@ def test_split_equals_the_one_thread_tiled_decoder_and_repeats_to_the_bit() -> N
     steps, batch, hid, vocab = 4, 8, 64, 10_000
     tensors = decoder_inputs(steps, batch, hid, vocab, torch.float32)
     mask = structured(steps, batch, hid)
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with torch_threads(1):
         assert isinstance(
             projections.make_projection(tensors[1], mask, steps),
             projections.TiledCompactProjection,
         )
         tiled = run(tensors, mask, split=False)
-    finally:
-        torch.set_num_threads(before)
     split, again = run(tensors, mask, split=True), run(tensors, mask, split=True)
     for name, got, want, repeat in zip(["out", "dx", "dw", "db"], split, tiled, again, strict=True):
         assert torch.equal(got, repeat), name  # deterministic
@@ -100,31 +97,23 @@ def test_split_equals_the_one_thread_tiled_decoder_and_repeats_to_the_bit() -> N
 
 @pytest.mark.parametrize("threads", [1, 2])
 def test_the_callers_thread_count_comes_back(threads: int) -> None:
-    before = torch.get_num_threads()
-    torch.set_num_threads(threads)
-    try:
+    with torch_threads(threads):
         tensors = decoder_inputs(3, 2, 6, 9)
         out = masked_linear(*tensors, structured(3, 2, 6), split=True)
         assert torch.get_num_threads() == threads
         out.sum().backward()
         assert torch.get_num_threads() == threads
-    finally:
-        torch.set_num_threads(before)
 
 
 def test_split_by_default_only_with_two_threads_on_a_vocabulary_wide_output() -> None:
     cpu, wide = torch.device("cpu"), projections.TILED_MIN_COLUMNS
-    before = torch.get_num_threads()
-    try:
-        torch.set_num_threads(2)
+    with torch_threads(2):
         assert streams.use_split_decoder(None, cpu, wide)
         assert not streams.use_split_decoder(None, cpu, wide - 1)
         assert not streams.use_split_decoder(False, cpu, wide)
         assert streams.use_split_decoder(True, cpu, 11)
-        torch.set_num_threads(1)
+    with torch_threads(1):
         assert not streams.use_split_decoder(None, cpu, wide)
-    finally:
-        torch.set_num_threads(before)
     assert not streams.use_split_decoder(True, torch.device("meta"), wide)
 
 
@@ -143,12 +132,8 @@ def test_a_step_that_keeps_no_unit_outputs_the_bias(
     ref = torch.nn.functional.linear(x * mask.dense(steps, batch), weight, bias)
     d_out = torch.randn(ref.shape, generator=gen(4), dtype=F64)
     theirs = [ref, *torch.autograd.grad(ref, tensors, d_out)]
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
+    with torch_threads(1):
         ours = run(tensors, mask, split=split)
-    finally:
-        torch.set_num_threads(before)
     torch.testing.assert_close(ours[0][1], bias.detach().expand(batch, vocab))
     for got, want in zip(ours, theirs, strict=True):
         torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12)

@@ -24,14 +24,14 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, wait
-from contextlib import contextmanager
 from typing import TypeVar
 
 import torch
 
 from unstall.sparse.lstm import projections
+from unstall.workload.threads import torch_threads
 
 A = TypeVar("A")
 B = TypeVar("B")
@@ -111,23 +111,13 @@ def _stream_b(fn: Callable[[], B], progress: Progress) -> Callable[[], B]:
     return run
 
 
-@contextmanager
-def _single_threaded() -> Iterator[None]:
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(previous)
-
-
 def in_two_streams(
     stream_a: Callable[[], A], stream_b: Callable[[], B], progress: Progress
 ) -> tuple[A, B]:
     """Run ``stream_b`` on the worker and ``stream_a`` here, both single-threaded; the caller's
     thread count is restored on return. A failure in either stream aborts ``progress`` (waking
     the other) and is re-raised here once both have stopped."""
-    with _single_threaded():
+    with torch_threads(1):
         future = _worker().submit(_stream_b(stream_b, progress))
         try:
             result_a = stream_a()
