@@ -40,9 +40,10 @@ class DelayTuner:
     # Sorted run times of finished jobs, by size class (GPU count rounded down to a power of 2):
     # big jobs run longer than small ones in every public trace.
     _runtimes: dict[int, list[float]] = field(default_factory=dict)
-    # Memo of expected_remaining_s by (size class or 0 for all, bisect index), and of all run
-    # times sorted: asked for every spread job every round, they only change when a job finishes.
-    _residual_memo: dict[tuple[int, int], float] = field(default_factory=dict)
+    # Memo of expected_remaining_s by size class (0 for all) and bisect index, and of all run
+    # times sorted: asked for every spread job every round, they only change when a job of the
+    # class finishes.
+    _residual_memo: dict[int, dict[int, float]] = field(default_factory=dict)
     _all_sorted: list[float] | None = None
 
     @staticmethod
@@ -63,11 +64,13 @@ class DelayTuner:
         at = bisect.bisect_right(runtimes, ran_s)
         if at == len(runtimes):
             return max(ran_s, 1.0)
-        mean_longer = self._residual_memo.get((size_class, at))
+        memo = self._residual_memo.get(size_class)
+        if memo is None:
+            memo = self._residual_memo[size_class] = {}
+        mean_longer = memo.get(at)
         if mean_longer is None:
             longer = runtimes[at:]
-            mean_longer = sum(longer) / len(longer)
-            self._residual_memo[(size_class, at)] = mean_longer
+            mean_longer = memo[at] = sum(longer) / len(longer)
         return max(mean_longer - ran_s, 1.0)
 
     def _all(self) -> list[float]:
@@ -94,8 +97,11 @@ class DelayTuner:
         return self.mean_wait_s
 
     def observe_finish(self, runtime_s: float, gpus: int = 1) -> None:
-        self._residual_memo.clear()
-        runtimes = self._runtimes.setdefault(self._size_class(gpus), [])
+        size_class = self._size_class(gpus)
+        # Only this class's run times change, and all of them: other classes keep their memos.
+        self._residual_memo.pop(size_class, None)
+        self._residual_memo.pop(0, None)
+        runtimes = self._runtimes.setdefault(size_class, [])
         bisect.insort(runtimes, runtime_s)
         if len(runtimes) > 2000:  # keep the recent past only, roughly
             del runtimes[::2]

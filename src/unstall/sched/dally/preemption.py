@@ -55,35 +55,50 @@ def _plan_node(
     preempt_cost_s: float,
     history: Callable[[JobView], float],
     tenant_gpus: int,
+    give_up_above: float = math.inf,
+    most_free: int | None = None,
 ) -> RoomPlan | None:
     """Clear room on ``node``: its tenants (``tenant_gpus`` GPUs in all), smallest first, each
     moved if a node has room for it (it keeps its locality), else preempted if it may be, else
-    left; None if the room cannot be made."""
+    left; None if the room cannot be made, or as soon as the plan's cost passes
+    ``give_up_above`` (a cost only grows as victims are added, and such a plan is not wanted).
+    ``most_free``: at least the free GPUs of any node (a victim larger cannot be moved)."""
+    need = job.num_gpus
     room = free.by_node[node]
+    if most_free is None:
+        most_free = max(free.by_node, default=0)
     # The tenants' GPUs not yet looked at: once the room and all of them cannot make the job's
     # GPUs, the plan has failed (the rest of the tenants need not be asked about at all).
     rest = tenant_gpus
     moves: list[tuple[JobView, Placement]] = []
     preempts: list[JobView] = []
+    moved_weight = preempted_weight = 0  # GPUs times history, summed as the cost is
     for victim in tenants:  # smallest first (single_node_tenants' order)
-        if room >= job.num_gpus or room + rest < job.num_gpus:
+        if room >= need or room + rest < need:
             break
-        rest -= victim.num_gpus
-        dest = _destination(free, victim, node) if may_move(victim) else None
+        gpus = victim.num_gpus
+        rest -= gpus
+        dest = None
+        if gpus <= most_free and may_move(victim):
+            dest = _destination(free, victim, node)
         if dest is not None:
             free.take(dest)  # reserved while planning; given back below
             moves.append((victim, dest))
+            moved_weight += gpus * history(victim)
         elif may_preempt(victim):
             preempts.append(victim)
+            preempted_weight += gpus * history(victim)
         else:
             continue
-        room += victim.num_gpus
+        room += gpus
+        if moved_weight * move_cost_s + preempted_weight * preempt_cost_s > give_up_above:
+            room = -1  # too dear already
+            break
     for _, dest in moves:
         free.give(dest)
-    if room < job.num_gpus:
+    if room < need:
         return None
-    cost = sum(v.num_gpus * history(v) for v, _ in moves) * move_cost_s
-    cost += sum(v.num_gpus * history(v) for v in preempts) * preempt_cost_s
+    cost = moved_weight * move_cost_s + preempted_weight * preempt_cost_s
     return RoomPlan(node, tuple(moves), tuple(preempts), cost)
 
 
@@ -125,30 +140,45 @@ def cheapest_node_room(
 
     ``tenants`` is :func:`single_node_tenants` of the running jobs (``tenant_gpus``: their GPUs
     by node, else counted here). ``history`` scales a
-    victim's cost (at least 1: a job moved before pays more). Every GPU cleared costs at
-    least the cheaper of the two unit costs, so a node short of ``k`` free GPUs costs at least
-    ``k`` times that: nodes whose bound already loses to the best plan or to ``max_cost_gpu_s``
-    are not planned at all (the plans they would give could not be chosen, so the answer is the
-    one planning every node gives, at a fraction of the work).
+    victim's cost (at least 1: a job moved before pays more). A node short of ``k`` free GPUs
+    costs at least :func:`_least_cost` (each GPU cleared is moved or preempted, and only as many
+    can be moved as other nodes have free): nodes whose bound already loses to the best plan or
+    to ``max_cost_gpu_s`` are not planned at all, and a plan is given up as soon as its cost
+    passes either (such plans could not be chosen, so the answer is the one planning every node
+    in full gives, but for a plan dearer than ``max_cost_gpu_s``, which may come back as None;
+    at a fraction of the work).
     """
-    unit = min(move_cost_s, preempt_cost_s)
-    # Nodes closest to having room first: their plans tend to be the cheapest, and every node
-    # whose bound cannot beat the best plan so far is then not planned at all.
+    # Nodes with the lowest bound on their cost first (see ``_least_cost``): their plans tend
+    # to be the cheapest, and every node whose bound cannot beat the best plan so far is then not
+    # planned at all. Nodes whose single-node tenants could not make the room even all cleared
+    # are left out. (This runs for every attempt over every node: kept to plain arithmetic.)
+    need = job.num_gpus
     by_node = free.by_node
-    order = sorted((job.num_gpus - by_node[node], node) for node in tenants)
-    best: RoomPlan | None = None
-    for short, node in order:
-        bound = short * unit
-        if bound >= max_cost_gpu_s:
-            break  # the rest are shorter of room still
-        if best is not None and (
-            bound > best.cost_gpu_s or (bound == best.cost_gpu_s and node > best.node)
-        ):
-            break
-        candidates = tenants[node]
+    total = free.total
+    order: list[tuple[float, int]] = []
+    for node, candidates in tenants.items():
+        free_here = by_node[node]
+        short = need - free_here
         gpus = tenant_gpus[node] if tenant_gpus is not None else sum(v.num_gpus for v in candidates)
         if gpus < short:
             continue  # even clearing every single-node tenant would not make room
+        order.append((_least_cost(short, total - free_here, move_cost_s, preempt_cost_s), node))
+    order.sort()
+    most_free = max(by_node, default=0)
+    best: RoomPlan | None = None
+    # Bounds and costs are sums of the same products, but not always in the same order:
+    # a bound is taken as beaten only when it is above by more than rounding.
+    slack = 1.0 - 1e-9
+    for bound, node in order:
+        if bound * slack >= max_cost_gpu_s:
+            break  # the rest cost more still
+        if best is not None and (
+            bound * slack > best.cost_gpu_s or (bound >= best.cost_gpu_s and node > best.node)
+        ):
+            break  # (nodes come by bound, then index: a lower node wins a tie)
+        candidates = tenants[node]
+        # A plan dearer than the best so far, or than ``max_cost_gpu_s``, is given up on.
+        limit = max_cost_gpu_s if best is None else min(max_cost_gpu_s, best.cost_gpu_s)
         plan = _plan_node(
             node,
             job,
@@ -159,7 +189,9 @@ def cheapest_node_room(
             move_cost_s,
             preempt_cost_s,
             history,
-            gpus,
+            tenant_gpus[node] if tenant_gpus is not None else sum(v.num_gpus for v in candidates),
+            give_up_above=limit / slack,
+            most_free=most_free,
         )
         if plan is not None and (
             best is None
@@ -168,6 +200,20 @@ def cheapest_node_room(
         ):
             best = plan
     return best
+
+
+def _least_cost(
+    short: int, free_elsewhere: int, move_cost_s: float, preempt_cost_s: float
+) -> float:
+    """A lower bound on what clearing ``short`` GPUs of a node costs: every GPU cleared is moved
+    or preempted, at least once (a victim's history weighs at least 1), and the GPUs moved fit
+    in the ``free_elsewhere`` GPUs of other nodes."""
+    if short <= 0:
+        return 0.0
+    if preempt_cost_s <= move_cost_s:
+        return short * preempt_cost_s
+    moved = min(short, free_elsewhere)
+    return moved * move_cost_s + (short - moved) * preempt_cost_s
 
 
 def reconsolidation(
