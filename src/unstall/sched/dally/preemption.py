@@ -72,7 +72,8 @@ def _plan_node(
     rest = tenant_gpus
     moves: list[tuple[JobView, Placement]] = []
     preempts: list[JobView] = []
-    moved_weight = preempted_weight = 0  # GPUs times history, summed as the cost is
+    moved_weight: float = 0  # GPUs times history, summed as the cost is (from int 0)
+    preempted_weight: float = 0
     for victim in tenants:  # smallest first (single_node_tenants' order)
         if room >= need or room + rest < need:
             break
