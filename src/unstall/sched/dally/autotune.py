@@ -47,15 +47,22 @@ class DelayTuner:
     _all_sorted: list[float] | None = None
 
     @staticmethod
-    def _size_class(gpus: int) -> int:
+    def size_class(gpus: int) -> int:
+        """The size class whose run times a job of ``gpus`` GPUs is expected by: the GPU count
+        rounded down to a power of 2."""
         return 1 << (max(gpus, 1).bit_length() - 1)
+
+    def has_runtimes(self, size_class: int) -> bool:
+        """Whether a job of ``size_class`` has finished (else the class is expected by the run
+        times of every class)."""
+        return bool(self._runtimes.get(size_class))
 
     def expected_remaining_s(self, ran_s: float, gpus: int = 1) -> float:
         """Expected seconds left of a job of ``gpus`` GPUs that has run ``ran_s``: the mean
         residual life of finished jobs of its size class that ran longer than that (run times are
         heavy-tailed: the mean, not the median, is what a slowdown costs on average); past every
         finished job, as long again."""
-        size_class = 1 << (gpus.bit_length() - 1) if gpus > 1 else 1  # _size_class, inline
+        size_class = 1 << (gpus.bit_length() - 1) if gpus > 1 else 1  # size_class, inline
         runtimes = self._runtimes.get(size_class)
         if not runtimes:
             size_class, runtimes = 0, self._all()
@@ -97,7 +104,7 @@ class DelayTuner:
         return self.mean_wait_s
 
     def observe_finish(self, runtime_s: float, gpus: int = 1) -> None:
-        size_class = self._size_class(gpus)
+        size_class = self.size_class(gpus)
         # Only this class's run times change, and all of them: other classes keep their memos.
         self._residual_memo.pop(size_class, None)
         self._residual_memo.pop(0, None)

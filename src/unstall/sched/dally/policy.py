@@ -91,7 +91,9 @@ class Dally:
         self._moved: dict[str, int] = {}  # preemptions and migrations this policy made, by job
         # Spread jobs for which no consolidated block was free, and the tenancy version then.
         self._no_block: dict[str, int] = {}
-        self._expected_memo: dict[tuple[int, float], float] = {}
+        # By GPU count, then (GPU count, service): a finish changes the figures of one size
+        # class only (and of the classes with no finished job yet, which use every class's).
+        self._expected_memo: dict[int, dict[tuple[int, float], float]] = {}
         # Incremental rounds (see ``decide``): the tenancy's version and what it was, and the
         # version under which the whole queue was last gone through.
         self._version = 0
@@ -147,17 +149,24 @@ class Dally:
         # same for every job of one size and service attained (most queued jobs have none):
         # memoised by those, until the tuner learns a new run time.
         key = (job.num_gpus, job.attained_gpu_s(now))
-        expected = self._expected_memo.get(key)
+        memo = self._expected_memo.get(key[0])
+        if memo is None:
+            memo = self._expected_memo[key[0]] = {}
+        expected = memo.get(key)
         if expected is None:
-            if len(self._expected_memo) > 100_000:  # running jobs' service is new every round
-                self._expected_memo.clear()
-            expected = self.tuner.expected_remaining_s(key[1] / job.num_gpus, job.num_gpus)
-            self._expected_memo[key] = expected
+            if len(memo) > 100_000:  # running jobs' service is new every round
+                memo.clear()
+            expected = memo[key] = self.tuner.expected_remaining_s(key[1] / key[0], key[0])
         return expected
 
     def _observe_finishes(self, snapshot: ClusterSnapshot) -> None:
         if snapshot.finished:
-            self._expected_memo.clear()
+            tuner = self.tuner
+            learnt = {tuner.size_class(v.num_gpus) for v in snapshot.finished}
+            for gpus in list(self._expected_memo):
+                size_class = tuner.size_class(gpus)
+                if size_class in learnt or not tuner.has_runtimes(size_class):
+                    del self._expected_memo[gpus]
         for view in snapshot.finished:
             self._consolidated_since.pop(view.job_id, None)
             self._moved.pop(view.job_id, None)
@@ -358,7 +367,8 @@ class Dally:
         memo = self._expected_memo  # keyed like the groups: one look-up a group, mostly
         age_weight = self.config.age_weight
         for key, members in groups.items():
-            expected = memo.get(key)
+            of_size = memo.get(key[0])
+            expected = None if of_size is None else of_size.get(key)
             if expected is None:
                 expected = self._expected_remaining(members[0], now)
             rank = key[0] * expected  # _expected_gpu_s
