@@ -23,6 +23,9 @@ steps) on the first Penn Treebank batches, the modes taking turns ten batches at
 first round is warm-up), and prints the mean wall time per batch of each part of the step: the
 LSTM's forward, the decoder's, the loss and its gradient, the decoder's backward, the LSTM's,
 the embedding's and the rest of backward, gradient clipping, the SGD step, and the whole step.
+Each mode writes its logits into one memory kept across batches, as ``train_epoch`` does;
+``--logits fresh`` allocates them afresh each batch instead (as before that reuse), and
+``--logits kept,fresh`` times both ways of each mode, all taking turns in one process.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from torch.profiler import ProfilerActivity, profile
 # private on purpose: --untiled switches the column tiles off through the projections' threshold
 import unstall.sparse.lstm.projections as projections
 from unstall.sparse.lstm import StructuredDropoutLSTM, masked_linear, sample_mask
+from unstall.sparse.lstm.kernels import OutputMemory
 from unstall.sparse.lstm.lm import LMConfig, LMTrainer, train_step_loss
 from unstall.sparse.lstm.ptb import bptt_batches, load_ptb
 
@@ -103,32 +107,43 @@ PARTS = ("lstm fwd", "decoder fwd", "loss", "decoder bwd", "lstm bwd", "embed bw
 
 def time_ptb_batches(args: argparse.Namespace, rounds_of: int = 10) -> None:
     corpus = load_ptb()
-    trainers, batches, states = {}, {}, {}
+    trainers, batches, states, memories = {}, {}, {}, {}
+    logits = args.logits.split(",")
     for mode in args.modes.split(","):
-        config = LMConfig(mode=mode, p=args.p, hidden=args.hidden, batch=args.batch,
-                          bptt=args.seq_len, threads=args.threads)  # fmt: skip
-        trainers[mode] = LMTrainer(config, corpus)
-        batches[mode] = bptt_batches(trainers[mode].train, config.bptt)
-        states[mode] = None
-    seconds: dict[str, list[list[float]]] = {mode: [] for mode in trainers}
+        for how in logits:
+            run = mode if len(logits) == 1 else f"{mode} ({how})"
+            config = LMConfig(mode=mode, p=args.p, hidden=args.hidden, batch=args.batch,
+                              bptt=args.seq_len, threads=args.threads)  # fmt: skip
+            trainers[run] = LMTrainer(config, corpus)
+            batches[run] = bptt_batches(trainers[run].train, config.bptt)
+            states[run] = None
+            memories[run] = OutputMemory() if how == "kept" else None
+    seconds: dict[str, list[list[float]]] = {run: [] for run in trainers}
     for round_ in range(1 + -(-args.ptb_batches // rounds_of)):
-        for mode, trainer in trainers.items():
+        for run, trainer in trainers.items():
             for _ in range(rounds_of):
-                inputs, targets = next(batches[mode])
-                parts, states[mode] = _timed_step(trainer, inputs, targets, states[mode])
+                inputs, targets = next(batches[run])
+                parts, states[run] = _timed_step(
+                    trainer, inputs, targets, states[run], memories[run]
+                )
                 if round_ > 0:  # the first round warms up
-                    seconds[mode].append(parts)
-    print(f"mean s per batch over {len(next(iter(seconds.values())))} batches per mode")
-    print(f"{'mode':<20}" + "".join(f"{part:>12}" for part in PARTS))
-    for mode, rows in seconds.items():
+                    seconds[run].append(parts)
+    print(f"mean s per batch over {len(next(iter(seconds.values())))} batches per run")
+    print(f"{'run':<22}" + "".join(f"{part:>12}" for part in PARTS))
+    for run, rows in seconds.items():
         means = [sum(column) / len(column) for column in zip(*rows, strict=True)]
-        print(f"{mode:<20}" + "".join(f"{m:>12.4f}" for m in means))
+        print(f"{run:<22}" + "".join(f"{m:>12.4f}" for m in means))
 
 
 def _timed_step(
-    trainer: LMTrainer, inputs: Tensor, targets: Tensor, state: tuple[Tensor, Tensor] | None
+    trainer: LMTrainer,
+    inputs: Tensor,
+    targets: Tensor,
+    state: tuple[Tensor, Tensor] | None,
+    memory: OutputMemory | None,
 ) -> tuple[list[float], tuple[Tensor, Tensor]]:
-    """One training step as train_epoch runs it, timed part by part (backward through hooks)."""
+    """One training step as train_epoch runs it, timed part by part (backward through hooks);
+    the logits in ``memory`` (one per mode, as train_epoch keeps one), or new memory if None."""
     model, marks = trainer.model, {}
     model.train()
 
@@ -146,7 +161,8 @@ def _timed_step(
     steps, batch, hid = out.shape
     mask = sample_mask(model.mode, steps, batch, hid, model.p, model.mask_gen,
                        model.decoder_mask_steps)  # fmt: skip
-    logits = masked_linear(out, model.decoder.weight, model.decoder.bias, mask, model.decoder_split)
+    logits = masked_linear(out, model.decoder.weight, model.decoder.bias, mask,
+                           model.decoder_split, memory)  # fmt: skip
     decoder_done = time.perf_counter()
     logits.register_hook(mark("loss"))  # the gradient of the logits is ready
     train_step_loss(logits, targets)
@@ -179,6 +195,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--decoder", action="store_true")
     parser.add_argument("--ptb-batches", type=int, default=0, help="time LM training batches")
+    parser.add_argument(
+        "--logits",
+        default="kept",
+        help="--ptb-batches: where each batch's logits go, comma-separated of kept (one "
+        "memory kept across batches, as train_epoch does) and fresh (new memory each batch)",
+    )
     parser.add_argument("--repeats", type=int, default=3, help="decoder timings per mode")
     parser.add_argument("--untiled", action="store_true", help="no column tiles (one thread)")
     parser.add_argument(

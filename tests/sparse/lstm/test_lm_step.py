@@ -11,6 +11,7 @@ from torch import Tensor, nn
 
 import unstall.sparse.lstm.lm as lm
 from unstall.sparse.lstm import LMConfig, build_corpus
+from unstall.sparse.lstm.kernels import OutputMemory
 from unstall.sparse.lstm.lm import (
     LMTrainer,
     WordLM,
@@ -130,7 +131,29 @@ def test_train_epoch_reaches_the_weights_of_the_plain_recipe(case: str) -> None:
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6, msg=name)
 
 
-def test_train_step_loss_leaves_the_logits_version_alone() -> None:
+@pytest.mark.parametrize("case", ["standard", "structured"])
+def test_a_whole_epoch_with_a_shorter_last_batch_reaches_the_weights_of_the_plain_recipe(
+    case: str,
+) -> None:
+    """train_epoch writes every batch's logits into one memory; the last batch is shorter, so
+    it uses the start of that memory: nothing of an earlier batch may leak into it."""
+    config = LMConfig(hidden=12, layers=2, bptt=5, batch=3, p=0.4, lr=2.0, **CASES[case])
+    trainer = LMTrainer(config, tiny_corpus())
+    *_, (last, _) = bptt_batches(trainer.train, config.bptt)
+    assert last.shape[0] < config.bptt
+    plain = copy.deepcopy(trainer.model)
+    loss, count = train_epoch(trainer.model, trainer.train, config, trainer.optimizer)
+    plain_loss, plain_count = plain_epoch(plain, trainer.train, config)
+    assert count == plain_count == trainer.train.numel() - trainer.train.shape[1]
+    assert loss == pytest.approx(plain_loss, rel=1e-6)
+    for (name, got), (_, want) in zip(
+        trainer.model.named_parameters(), plain.named_parameters(), strict=True
+    ):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6, msg=name)
+
+
+@pytest.mark.parametrize("kept_memory", [False, True])
+def test_train_step_loss_leaves_the_logits_version_alone(kept_memory: bool) -> None:
     """The gradient is written through an alias with its own version counter: the dense
     decoder's logits are a view, and a bumped version would send their gradient through a
     full-size as-strided backward (a zero-filled copy of the logits)."""
@@ -138,7 +161,7 @@ def test_train_step_loss_leaves_the_logits_version_alone() -> None:
     corpus = tiny_corpus()
     inputs, targets = next(bptt_batches(batchify(corpus.train, config.batch), config.bptt))
     model = WordLM(corpus.vocab_size, config)
-    logits, _ = model(inputs)
+    logits, _ = model(inputs, None, OutputMemory() if kept_memory else None)
     version, grad_fn = logits._version, type(logits.grad_fn).__name__
     train_step_loss(logits, targets)
     assert logits._version == version

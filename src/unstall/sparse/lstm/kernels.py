@@ -13,6 +13,8 @@ Gate order and parameter shapes follow ``torch.nn.LSTM`` (i, f, g, o), so weight
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -97,9 +99,11 @@ class MaskedLinearFn(torch.autograd.Function):
         bias: Tensor,
         mask: StructuredMask | WindowMask,
         split: bool = False,
+        memory: OutputMemory | None = None,
     ) -> Tensor:
         steps, batch, _ = x.shape
-        out = bias.expand(steps, batch, weight.shape[0]).contiguous()
+        full = bias.expand(steps, batch, weight.shape[0])
+        out = full.contiguous() if memory is None else memory.take(full.shape, x).copy_(full)
         proj: Projection | pipelined_kernels.SplitDecoder
         if split and isinstance(mask, StructuredMask):
             proj = pipelined_kernels.SplitDecoder(weight, mask)
@@ -118,24 +122,96 @@ class MaskedLinearFn(torch.autograd.Function):
         dx = proj.backward_all(d_out, need_input=need[0])
         dw = proj.grad_weight(d_out) if need[1] else None
         db = d_out.sum((0, 1)) if need[2] else None
-        return dx, dw, db, None, None
+        return dx, dw, db, None, None, None
+
+
+class OutputMemory:
+    """Memory that a layer's output is written into, kept from call to call.
+
+    A large output allocated afresh at every call (the decoder's logits: 90 MB at batch 64, 35
+    steps and a 10k vocabulary) is new memory from the operating system each time, and its
+    first write page-faults page by page (~20 ms a batch here). Writing into memory kept from
+    the previous call skips that. :meth:`take` hands out the memory as a new tensor of the
+    asked shape (the largest shape asked so far is allocated once; a smaller one uses its
+    start), with a version counter and autograd history of its own.
+
+    Each :meth:`take` overwrites what the previous one returned: an owner (a training loop)
+    must be done with one output, and with everything that reads its memory (its gradient,
+    when the loss writes that in place), before the next call; so one owner per loop, never
+    shared between loops that may run at the same time.
+    """
+
+    def __init__(self) -> None:
+        self._memory: Tensor | None = None
+
+    def take(self, shape: Sequence[int], like: Tensor) -> Tensor:
+        """A contiguous tensor of ``shape`` with ``like``'s dtype and device, in this memory
+        (its values are whatever the previous call left)."""
+        size = math.prod(shape)
+        memory = self._memory
+        if (
+            memory is None
+            or memory.numel() < size
+            or memory.dtype != like.dtype
+            or memory.device != like.device
+        ):
+            memory = self._memory = like.new_empty(size)
+        strides = [math.prod(shape[i + 1 :]) for i in range(len(shape))]
+        return like.new_empty(0).set_(memory.untyped_storage(), 0, tuple(shape), strides)
+
+
+class LinearFn(torch.autograd.Function):
+    """``x @ W^T + b`` over a (T, B, N) sequence, its output written into an
+    :class:`OutputMemory`; the same products and the same gradients as
+    ``torch.nn.functional.linear`` (one ``addmm`` over the steps and its backward)."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Tensor, weight: Tensor, bias: Tensor, memory: OutputMemory) -> Tensor:
+        steps, batch, width = x.shape
+        out = memory.take((steps, batch, weight.shape[0]), x)
+        torch.addmm(bias, x.reshape(-1, width), weight.t(), out=out.view(steps * batch, -1))
+        ctx.save_for_backward(x, weight)
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, d_out: Tensor) -> tuple[Tensor | None, ...]:
+        x, weight = ctx.saved_tensors
+        need = ctx.needs_input_grad
+        rows = d_out.reshape(-1, d_out.shape[-1])
+        dx = rows.mm(weight).view(x.shape) if need[0] else None
+        # addmm's backward: W^T was column-major, so its gradient is computed transposed
+        dw = rows.t().mm(x.reshape(rows.shape[0], -1)) if need[1] else None
+        db = rows.sum(0) if need[2] else None
+        return dx, dw, db, None
 
 
 def masked_linear(
-    x: Tensor, weight: Tensor, bias: Tensor, mask: Mask, split: bool | None = None
+    x: Tensor,
+    weight: Tensor,
+    bias: Tensor,
+    mask: Mask,
+    split: bool | None = None,
+    memory: OutputMemory | None = None,
 ) -> Tensor:
     """A linear layer on a (T, B, N) sequence after dropout with ``mask`` (any mode).
 
     ``split``: with a structured mask on a CPU, the output's column tiles are computed by two
     single-threaded streams, half each; None: where that has measured faster
     (:func:`unstall.sparse.lstm.streams.use_split_decoder`).
+
+    ``memory``: write the output into this :class:`OutputMemory` (the output is then
+    overwritten by the next call that takes the same memory) instead of new memory; the
+    values and gradients are the same.
     """
     if isinstance(mask, StructuredMask | WindowMask):
         halves = streams.use_split_decoder(split, x.device, weight.shape[0])
-        out: Tensor = MaskedLinearFn.apply(x, weight, bias, mask, halves)
+        out: Tensor = MaskedLinearFn.apply(x, weight, bias, mask, halves, memory)
         return out
     if isinstance(mask, DenseMask):
         x = x * mask.values
+    if memory is not None and x.dim() == 3 and x.is_contiguous():
+        dense: Tensor = LinearFn.apply(x, weight, bias, memory)
+        return dense
     return torch.nn.functional.linear(x, weight, bias)
 
 

@@ -31,7 +31,7 @@ from unstall.config import check, check_positive
 from unstall.errors import DataFileError
 from unstall.results import JsonResult, replaced_atomically
 from unstall.sparse.lstm.dropout_lstm import StructuredDropoutLSTM
-from unstall.sparse.lstm.kernels import masked_linear
+from unstall.sparse.lstm.kernels import OutputMemory, masked_linear
 from unstall.sparse.lstm.masks import check_device, check_dropout, check_mode, mask_to, sample_mask
 from unstall.sparse.lstm.ptb import Corpus, batchify, bptt_batches
 
@@ -123,9 +123,14 @@ class WordLM(nn.Module):
         nn.init.zeros_(self.decoder.bias)
 
     def forward(
-        self, tokens: Tensor, state: tuple[Tensor, Tensor] | None = None
+        self,
+        tokens: Tensor,
+        state: tuple[Tensor, Tensor] | None = None,
+        logits_memory: OutputMemory | None = None,
     ) -> tuple[Tensor, tuple[Tensor, Tensor]]:
-        """(T, B) token ids -> (T, B, vocab) logits and the final LSTM state."""
+        """(T, B) token ids -> (T, B, vocab) logits and the final LSTM state; the logits are
+        written into ``logits_memory`` when given (see :class:`OutputMemory`: the next call with
+        the same memory overwrites them)."""
         out, state = self.lstm(self.embed(tokens), state)
         mask = None
         if self.training:
@@ -135,7 +140,7 @@ class WordLM(nn.Module):
             )
             mask = mask_to(mask, out.device, out.dtype)
         logits = masked_linear(
-            out, self.decoder.weight, self.decoder.bias, mask, self.decoder_split
+            out, self.decoder.weight, self.decoder.bias, mask, self.decoder_split, logits_memory
         )
         return logits, state
 
@@ -267,12 +272,15 @@ def train_epoch(
     model.train()
     total, count = 0.0, 0
     state = None
+    # The logits of every batch in one memory: each batch's logits (and their gradient, which
+    # train_step_loss writes over them) are done with before the next batch's forward.
+    logits_memory = OutputMemory()
     for n, (inputs, targets) in enumerate(bptt_batches(data, config.bptt)):
         if config.max_batches is not None and n >= config.max_batches:
             break
         state = _detach(state) if state is not None else None
         optimizer.zero_grad(set_to_none=True)
-        logits, state = model(inputs, state)
+        logits, state = model(inputs, state, logits_memory)
         loss = train_step_loss(logits, targets)
         del logits  # now holds its own gradient
         nn.utils.clip_grad_norm_(model.parameters(), config.clip)
