@@ -156,41 +156,41 @@ def cheapest_node_room(
     need = job.num_gpus
     by_node = free.by_node
     total = free.total
-    order: list[tuple[float, int]] = []
+    order: list[tuple[float, int, int]] = []  # bound, node, its tenants' GPUs
     for node, candidates in tenants.items():
         free_here = by_node[node]
         short = need - free_here
         gpus = tenant_gpus[node] if tenant_gpus is not None else sum(v.num_gpus for v in candidates)
         if gpus < short:
             continue  # even clearing every single-node tenant would not make room
-        order.append((_least_cost(short, total - free_here, move_cost_s, preempt_cost_s), node))
+        bound = _least_cost(short, total - free_here, move_cost_s, preempt_cost_s)
+        order.append((bound, node, gpus))
     order.sort()
     most_free = max(by_node, default=0)
     best: RoomPlan | None = None
     # Bounds and costs are sums of the same products, but not always in the same order:
     # a bound is taken as beaten only when it is above by more than rounding.
     slack = 1.0 - 1e-9
-    for bound, node in order:
+    for bound, node, gpus in order:
         if bound * slack >= max_cost_gpu_s:
             break  # the rest cost more still
         if best is not None and (
             bound * slack > best.cost_gpu_s or (bound >= best.cost_gpu_s and node > best.node)
         ):
             break  # (nodes come by bound, then index: a lower node wins a tie)
-        candidates = tenants[node]
         # A plan dearer than the best so far, or than ``max_cost_gpu_s``, is given up on.
         limit = max_cost_gpu_s if best is None else min(max_cost_gpu_s, best.cost_gpu_s)
         plan = _plan_node(
             node,
             job,
-            candidates,
+            tenants[node],
             free,
             may_move,
             may_preempt,
             move_cost_s,
             preempt_cost_s,
             history,
-            tenant_gpus[node] if tenant_gpus is not None else sum(v.num_gpus for v in candidates),
+            gpus,
             give_up_above=limit / slack,
             most_free=most_free,
         )
