@@ -5,7 +5,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from unstall.cli.common import console
-from unstall.cli.demo import _dally_in_context
+from unstall.cli.demo import _dally_in_context, _dally_over_like_traces, _simulate_like_traces
 from unstall.traces import default_trace
 
 
@@ -34,3 +34,52 @@ def test_nothing_is_said_without_dally() -> None:
     with console.capture() as captured:
         _dally_in_context([result("fifo", 1.0, 1.0, 0.1)], default_trace())
     assert captured.get() == ""
+
+
+def test_over_like_traces_dally_is_set_against_each_traces_best_other_policy() -> None:
+    per_trace = [
+        [
+            result("consolidate", 100.0, 1000.0, 0.30),
+            result("srtf", 80.0, 1100.0, 0.40),
+            result("dally", 90.0, 990.0, 0.30),
+        ],
+        [
+            result("consolidate", 100.0, 1000.0, 0.20),
+            result("srtf", 120.0, 900.0, 0.10),
+            result("dally", 110.0, 990.0, 0.25),
+        ],
+    ]
+    with console.capture() as captured:
+        _dally_over_like_traces(per_trace, oracles={"srtf"})
+    text = " ".join(captured.get().split())
+    # JCT: 90/80 = 1.125 and 110/100 = 1.1; makespan: 990/1000 and 990/900; comm: 1 and 2.5.
+    assert "on 2 traces generated like it (generator seeds 1000-1001" in text
+    assert (
+        "average JCT 1.113 ± 0.018 (range 1.100-1.125; best other: srtf (oracle) 1, consolidate 1)"
+        in text
+    )
+    assert "makespan 1.045 ± 0.078 (range 0.990-1.100" in text
+    assert (
+        "comm overhead 1.750 ± 1.061 (range 1.000-2.500; "
+        "best other: consolidate 1, srtf (oracle) 1)" in text
+    )
+
+
+def test_over_like_traces_says_nothing_without_dally_or_traces() -> None:
+    with console.capture() as captured:
+        _dally_over_like_traces([])
+        _dally_over_like_traces([[result("fifo", 1.0, 1.0, 0.1)]])
+    assert captured.get() == ""
+
+
+def test_like_traces_are_generated_like_the_embedded_one_with_other_seeds() -> None:
+    per_trace = _simulate_like_traces(["consolidate", "dally"], "none", quiet=True, traces=2)
+    assert [[r.policy for r in results] for results in per_trace] == [
+        ["consolidate", "dally"],
+        ["consolidate", "dally"],
+    ]
+    embedded = default_trace()
+    for results in per_trace:
+        assert all(r.jobs_finished == len(embedded) for r in results)
+    # Other seeds: other traces, so other outcomes.
+    assert per_trace[0][0].makespan_s != per_trace[1][0].makespan_s

@@ -7,7 +7,7 @@ command to run for the full-size version. Plots and JSON land in ``--out`` (defa
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -66,13 +66,15 @@ def _sim(out: Path, quiet: bool) -> None:
     from unstall.cli.resolvers.sim import SimRequest
     from unstall.cli.resolvers.traces import resolve_trace
     from unstall.cli.sim_run import simulate_all, write_comparison
-    from unstall.sched import POLICIES
+    from unstall.sched import POLICIES, make_policy
 
     requests = [SimRequest(policy=name, cluster="small", congestion="medium") for name in POLICIES]
     trace = resolve_trace(None)
     runs = simulate_all(requests, trace, quiet)
     write_comparison(runs, requests, "embedded", out / "sim")
     _dally_in_context([r.result for r in runs], trace)
+    oracles = {name for name in POLICIES if make_policy(name).needs_oracle}
+    _dally_over_like_traces(_simulate_like_traces(list(POLICIES), "medium", quiet), oracles)
     console.print("on a real trace: `unstall sim compare --trace philly_jobs.csv --cluster philly`")
 
 
@@ -101,6 +103,86 @@ def _dally_in_context(results: list[Any], trace: Any) -> None:
         f"and {summary.multi_gpu_share:.0%} multi-GPU jobs on {dally.total_gpus} GPUs; dally's "
         "gains are in long queues of multi-GPU jobs (the regime map: benchmarks/BENCHMARKS.md, "
         "`benchmarks/dally_regimes.py`).",
+        highlight=False,
+    )
+
+
+# Traces generated like the embedded one (its config, other generator seeds), to tell what of
+# dally's standing on that one trace is its draw; `benchmarks/dally_long.py --shape default` runs
+# the same with 20 seeds at every congestion level (same seeds, same per-trace simulation seed).
+LIKE_TRACES = 8
+LIKE_FIRST_SEED = 1000
+_CONTEXT_METRICS = (
+    ("avg_jct_s", "average JCT"),
+    ("makespan_s", "makespan"),
+    ("comm_overhead_frac", "comm overhead"),
+)
+
+
+def _simulate_like_traces(
+    policies: list[str], congestion: str, quiet: bool, traces: int = LIKE_TRACES
+) -> list[list[Any]]:
+    """Every policy on each of ``traces`` traces generated like the embedded one: a list of
+    results per trace."""
+    import dataclasses
+
+    from unstall.cli.common import progress_bar
+    from unstall.cli.resolvers.sim import SimRequest, simulate_request
+    from unstall.traces import default_trace_config, generate
+
+    per_trace: list[list[Any]] = []
+    with progress_bar("traces like the embedded one", traces * len(policies), quiet) as advance:
+        for i in range(traces):
+            config = dataclasses.replace(default_trace_config(), seed=LIKE_FIRST_SEED + i)
+            trace = generate(config)
+            results = []
+            for name in policies:
+                request = SimRequest(policy=name, cluster="small", congestion=congestion, seed=i)
+                results.append(simulate_request(request, trace).result)
+                advance(1)
+            per_trace.append(results)
+    return per_trace
+
+
+def _dally_over_like_traces(per_trace: list[list[Any]], oracles: Collection[str] = ()) -> None:
+    """Dally against the best other policy of each trace, per metric, as the mean and spread
+    over the traces, and which policy was that best how often (``oracles``: policies that know
+    each job's run time, marked so)."""
+    import statistics
+    from collections import Counter
+
+    if not per_trace:
+        return
+    ratios: dict[str, list[float]] = {metric: [] for metric, _ in _CONTEXT_METRICS}
+    best_by: dict[str, Counter[str]] = {metric: Counter() for metric, _ in _CONTEXT_METRICS}
+    for results in per_trace:
+        dally = next((r for r in results if r.policy == "dally"), None)
+        others = [r for r in results if r.policy != "dally"]
+        if dally is None or not others:
+            return
+        for metric, _ in _CONTEXT_METRICS:
+            best = min(others, key=lambda r: getattr(r, metric))
+            ours, theirs = getattr(dally, metric), getattr(best, metric)
+            ratios[metric].append(1.0 if ours == theirs else ours / theirs if theirs else 1.0)
+            best_by[metric][best.policy] += 1
+    parts = []
+    for metric, label in _CONTEXT_METRICS:
+        values = ratios[metric]
+        spread = statistics.stdev(values) if len(values) > 1 else 0.0
+        winners = ", ".join(
+            f"{name}{' (oracle)' if name in oracles else ''} {count}"
+            for name, count in best_by[metric].most_common()
+        )
+        parts.append(
+            f"{label} {statistics.fmean(values):.3f} ± {spread:.3f} "
+            f"(range {min(values):.3f}-{max(values):.3f}; best other: {winners})"
+        )
+    n = len(per_trace)
+    console.print(
+        f"on {n} traces generated like it (generator seeds {LIKE_FIRST_SEED}-"
+        f"{LIKE_FIRST_SEED + n - 1}, same congestion), dally over the best other policy of each "
+        f"trace, mean ± sd: {'; '.join(parts)}. Below 1: dally better; more seeds and levels: "
+        "`benchmarks/dally_long.py --shape default`.",
         highlight=False,
     )
 
