@@ -83,3 +83,16 @@ def test_like_traces_are_generated_like_the_embedded_one_with_other_seeds() -> N
         assert all(r.jobs_finished == len(embedded) for r in results)
     # Other seeds: other traces, so other outcomes.
     assert per_trace[0][0].makespan_s != per_trace[1][0].makespan_s
+
+
+def test_over_like_traces_says_why_when_tiresias_has_the_lower_average_jct() -> None:
+    per_trace = [[result("tiresias", 80.0, 1000.0, 0.3), result("dally", 90.0, 990.0, 0.3)]]
+    with console.capture() as captured:
+        _dally_over_like_traces(per_trace)
+    text = " ".join(captured.get().split())
+    assert "best other: tiresias 1)" in text
+    assert "it preempts running jobs to start new ones" in text
+    per_trace = [[result("consolidate", 80.0, 1000.0, 0.3), result("dally", 90.0, 990.0, 0.3)]]
+    with console.capture() as captured:
+        _dally_over_like_traces(per_trace)
+    assert "preempts running jobs" not in captured.get()

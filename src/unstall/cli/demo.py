@@ -178,11 +178,17 @@ def _dally_over_like_traces(per_trace: list[list[Any]], oracles: Collection[str]
             f"(range {min(values):.3f}-{max(values):.3f}; best other: {winners})"
         )
     n = len(per_trace)
+    why = ""
+    if best_by["avg_jct_s"].get("tiresias"):
+        why = (
+            " Where tiresias has the lower average JCT, it preempts running jobs to start new ones;"
+            " dally preempts only to consolidate a job that fits one node."
+        )
     console.print(
         f"on {n} traces generated like it (generator seeds {LIKE_FIRST_SEED}-"
         f"{LIKE_FIRST_SEED + n - 1}, same congestion), dally over the best other policy of each "
-        f"trace, mean ± sd: {'; '.join(parts)}. Below 1: dally better; more seeds and levels: "
-        "`benchmarks/dally_long.py --shape default`.",
+        f"trace, mean ± sd: {'; '.join(parts)}. Below 1: dally better.{why} More seeds and "
+        "levels: `benchmarks/dally_long.py --shape default`.",
         highlight=False,
     )
 
