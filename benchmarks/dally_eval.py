@@ -32,6 +32,7 @@ ABLATIONS = {
     "dally": {},
     "dally-no-delay": {"delay": False},
     "dally-no-preemption": {"preemption": False},
+    "dally-no-priority-preemption": {"priority_preemption": False},
     "dally-autotune": {"autotune": True},  # the tuner is off by default
     # The base order: LAS (with the plain preemption cost, no learnt requeue wait) and FIFO.
     "dally-las-order": {"order": "las", "learn_requeue": False},

@@ -31,22 +31,16 @@ REPO = Path(__file__).resolve().parents[1]
 METRICS = ("makespan_s", "avg_jct_s", "p99_jct_s", "comm_overhead_frac")
 
 
-# The embedded default trace's generator seeds are 1000 and up here (it uses 2017 itself).
-DEFAULT_SHAPE_FIRST_SEED = 1000
-
-
 def run_one(task: tuple[str, int, int, str, str]) -> dict[str, object]:
     import dataclasses
 
     from unstall.cli.resolvers.sim import resolve_cluster, resolve_congestion, resolve_policy
     from unstall.sim import simulate
-    from unstall.traces import SyntheticTraceConfig, default_trace_config, generate
+    from unstall.traces import SyntheticTraceConfig, generate, lookalike_trace_config
 
     shape, jobs, seed, policy, congestion = task
     if shape == "default":
-        config = dataclasses.replace(
-            default_trace_config(), jobs=jobs, seed=DEFAULT_SHAPE_FIRST_SEED + seed
-        )
+        config = dataclasses.replace(lookalike_trace_config(seed), jobs=jobs)
         cluster = "small"
     else:
         config = SyntheticTraceConfig(
@@ -169,7 +163,9 @@ def main() -> None:
             print(f"{i}/{len(tasks)} runs, {time.perf_counter() - started:.0f} s", flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(runs, indent=1))
-    first_seed = DEFAULT_SHAPE_FIRST_SEED if args.shape == "default" else 0
+    from unstall.traces import LOOKALIKE_FIRST_SEED
+
+    first_seed = LOOKALIKE_FIRST_SEED if args.shape == "default" else 0
     header = (
         f"Traces: shape {args.shape}, {jobs} jobs, generator seeds {first_seed}-"
         f"{first_seed + args.seeds - 1} (seed column: counted from {first_seed})"

@@ -3,11 +3,12 @@
 Each cell is one regime: offered load x share of multi-GPU jobs x job-size tail (largest job)
 x network efficiency (line rate, or the calibrated share of it) x background congestion, on the
 256-GPU ``medium`` cluster. Per cell, ``--seeds`` traces (generator seed = simulator seed) are
-simulated by Dally, its three variants (no delay timers, no preemption, the auto-tuner on) and the
-baselines. For each baseline, Dally's average JCT, makespan and communication overhead are
-reported as ratios to the baseline's on the same trace (below 1: Dally better), mean and
-standard deviation over the seeds; the variants give each mechanism's share of the gain (how
-much worse, or better, Dally's JCT gets with the mechanism switched).
+simulated by Dally, its four variants (no delay timers, no preemption at all, no priority
+preemption, the auto-tuner on) and the baselines. For each baseline, Dally's average JCT,
+makespan and communication overhead are reported as ratios to the baseline's on the same
+trace (below 1: Dally better), mean and standard deviation over the seeds; the variants give
+each mechanism's share of the gain (how much worse, or better, Dally's JCT gets with the
+mechanism switched).
 
     .venv/bin/python benchmarks/dally_regimes.py [--jobs 1500] [--seeds 3] [--workers 2]
         [--out bench-results/dally_regimes]
@@ -29,11 +30,12 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 BASELINES = ("consolidate", "tiresias", "gandiva", "fifo")
-# Each variant switches one mechanism: delay or preemption off, the auto-tuner (off by
-# default) on.
+# Each variant switches one mechanism: delay, preemption (both kinds) or priority preemption
+# off, the auto-tuner (off by default) on.
 ABLATIONS: dict[str, dict[str, bool]] = {
     "dally-no-delay": {"delay": False},
     "dally-no-preemption": {"preemption": False},
+    "dally-no-priority-preemption": {"priority_preemption": False},
     "dally-autotune": {"autotune": True},
 }
 POLICIES = ("dally", *ABLATIONS, *BASELINES)

@@ -29,6 +29,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--device", default="cpu")
     parser.add_argument(
+        "--mask-source",
+        default="device",
+        choices=("cpu", "device"),
+        help="on a GPU, where standard and locked draw their masks (device: as nn.Dropout; cpu: "
+        "the same masks as a CPU run)",
+    )
+    parser.add_argument(
         "--pipeline",
         action=argparse.BooleanOptionalAction,
         default=None,
@@ -45,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
         repeats=args.repeats,
         threads=args.threads,
         device=args.device,
+        mask_source=args.mask_source,
         pipeline=args.pipeline,
     )
     result = bench_lstm_step(config)
@@ -52,6 +60,11 @@ def main(argv: list[str] | None = None) -> int:
     print(
         f"hidden {result.hidden}, batch {result.batch}, {result.seq_len} steps, p={result.p}, "
         f"{result.device}, {result.threads} thread(s)"
+        + (
+            ", masks drawn on the CPU"
+            if result.device != "cpu" and result.mask_source == "cpu"
+            else ""
+        )
         + (", structured pipelined" if result.pipelined else "")
     )
     print(f"{'mode':<18} {'best s':>8} {'median s':>9} {'vs standard':>12}")

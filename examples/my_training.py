@@ -18,7 +18,11 @@ Profile it, then let the measured JobProfile drive the cost advisor and the simu
     unstall recommend --profile tinyresnet.json --samples 50000 --epochs 30 --budget-hours 2
     unstall profile convert tinyresnet.json --gpu v100 --out tinyresnet-v100.json
     unstall sim run --policy dally --job-profile tinyresnet-v100.json \\
+        --trace ../shared/data/traces/philly_jobs.csv --trace-format philly-csv \\
         --model-mix tinyresnet=1,resnet50=1 --max-jobs 50
+
+(``--model-mix`` needs a trace that names no models, as Philly's: the embedded trace names every
+job's model, so on it no job would be ``tinyresnet``.)
 
 ``BATCH``, ``IMAGE_SIZE`` and ``WIDTH`` size it; tests/test_examples.py runs it smaller.
 """

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
@@ -39,6 +41,16 @@ def shared_file(*parts: str) -> Path:
     if not path.exists():
         pytest.skip(f"needs {path}: not present on this machine")
     return path
+
+
+def load_benchmark(name: str) -> ModuleType:
+    """``benchmarks/NAME.py`` as a module (the benchmarks are scripts, not a package), for
+    tests of their pure parts."""
+    spec = importlib.util.spec_from_file_location(name, REPO_ROOT / "benchmarks" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.fixture(scope="session")

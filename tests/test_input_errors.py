@@ -175,6 +175,15 @@ def test_table_files_refuse_400_digit_numbers_by_field(tmp_path: Path) -> None:
         load_table_file(path)
 
 
+@pytest.mark.parametrize("suffix", [".toml", ".json"])
+def test_table_files_saved_with_a_byte_order_mark_are_read(tmp_path: Path, suffix: str) -> None:
+    # Windows editors and spreadsheets write UTF-8 with a mark first; TOML and JSON refused it.
+    path = tmp_path / f"cluster{suffix}"
+    text = 'racks = 2\nname = "mine"\n' if suffix == ".toml" else '{"racks": 2, "name": "mine"}'
+    path.write_bytes("\ufeff".encode() + text.encode())
+    assert load_table_file(path) == {"racks": 2, "name": "mine"}
+
+
 def test_clusters_too_big_to_simulate_are_refused_with_the_limit() -> None:
     with pytest.raises(ConfigError, match=r"100,000,000 nodes .* \(at most 2,000,000\)"):
         TopologyConfig(racks=1000, nodes_per_rack=100_000, gpus_per_node=8)
@@ -229,3 +238,16 @@ def test_parquet_traces_name_the_column_and_the_metadata_field(tmp_path: Path) -
     path.write_bytes(path.read_bytes()[:-30])
     with pytest.raises(TraceError, match=r"t.parquet: not a readable Parquet file: [^\n]+$"):
         read_trace(path)
+
+
+@pytest.mark.parametrize(
+    ("value", "got"), [("0.1", "str '0.1'"), (None, "None"), (True, "bool True")]
+)
+def test_a_number_field_given_no_number_is_named_not_a_type_error(value: object, got: str) -> None:
+    from unstall.workload.job_specs import JobPerfSpec
+
+    # It was a bare TypeError from the comparison ('>' not supported), or True passed as 1.
+    with pytest.raises(
+        ConfigError, match=rf"JobPerfSpec\.compute_s: must be a number > 0, got {got}"
+    ):
+        JobPerfSpec(compute_s=value, gradient_bytes=10)  # type: ignore[arg-type]

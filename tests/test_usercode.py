@@ -33,6 +33,19 @@ def test_a_file_imports_its_siblings(tmp_path: Path) -> None:
     assert load_callable(f"{path}:f")() == 7
 
 
+def test_a_function_imports_a_sibling_when_called(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sys, "path", list(sys.path))  # restored after the test
+    write(tmp_path, "late_sibling.py", "VALUE = 8\n")
+    path = write(
+        tmp_path, "late.py", "def f():\n    from late_sibling import VALUE\n    return VALUE\n"
+    )
+    fn = load_callable(f"{path}:f")
+    assert fn() == 8  # the import runs only now, after the file was loaded
+    assert sys.path[-1] == str(tmp_path.resolve())  # last: it shadows no installed module
+
+
 def test_two_files_of_one_name_stay_apart(tmp_path: Path) -> None:
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
@@ -102,7 +115,7 @@ def test_unknown_module_says_so() -> None:
 
 def test_not_callable(tmp_path: Path) -> None:
     path = write(tmp_path, "m3.py", "VALUE = 3\n")
-    with pytest.raises(UserCodeError, match="is a int, not something to call"):
+    with pytest.raises(UserCodeError, match="is an int, not something to call"):
         load_callable(f"{path}:VALUE")
 
 

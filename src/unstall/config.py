@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import numbers
 import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, SupportsFloat, SupportsIndex, TypeGuard, TypeVar
 
 from unstall.errors import ConfigError, DataFileError
 
@@ -25,16 +26,55 @@ def check(ok: bool, owner: object, field: str, why: str) -> None:
         raise ConfigError(name, field, why)
 
 
+def is_whole_number(value: object) -> TypeGuard[SupportsIndex]:
+    """An integer (a numpy one too), not a bool: True is a switch, not a count of 1."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def is_real_number(value: object) -> TypeGuard[SupportsFloat]:
+    """A real number (a numpy one too), not a bool."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def check_number(
+    owner: object,
+    field: str,
+    value: object,
+    *,
+    whole: bool = False,
+    optional: bool = False,
+    wanted: str | None = None,
+) -> None:
+    """``value`` is a whole (``whole``) or real number, not a bool, or None where ``optional``;
+    else a ConfigError "must be WANTED, got VALUE", WANTED by default "a whole number" or "a
+    number", with " or None" where optional. Checked before a config compares the value (a
+    string fails there as a bare TypeError, and 2.5 jobs deep inside numpy)."""
+    if (is_whole_number(value) if whole else is_real_number(value)) or (optional and value is None):
+        return
+    if wanted is None:
+        wanted = ("a whole number" if whole else "a number") + (" or None" if optional else "")
+    check(False, owner, field, f"must be {wanted}, got {value!r}")
+
+
 def check_positive(owner: object, **values: float) -> None:
-    """Every keyword value must be > 0."""
+    """Every keyword value must be a number > 0 (text, None or a bool is named as such, not a
+    bare TypeError from the comparison)."""
     for field, value in values.items():
+        _refuse_non_number(owner, field, value, "> 0")
         check(value > 0, owner, field, f"must be > 0, got {value!r}")
 
 
 def check_non_negative(owner: object, **values: float) -> None:
-    """Every keyword value must be >= 0."""
+    """Every keyword value must be a number >= 0."""
     for field, value in values.items():
+        _refuse_non_number(owner, field, value, ">= 0")
         check(value >= 0, owner, field, f"must be >= 0, got {value!r}")
+
+
+def _refuse_non_number(owner: object, field: str, value: object, bound: str) -> None:
+    if not is_real_number(value):
+        got = f"{type(value).__name__} {value!r}" if value is not None else "None"
+        check(False, owner, field, f"must be a number {bound}, got {got}")
 
 
 def from_mapping(cls: type[T], data: Mapping[str, Any], *, source: str) -> T:
@@ -111,14 +151,15 @@ MAX_WHOLE_NUMBER = 2**63 - 1
 
 
 def read_text_file(path: str | Path) -> str:
-    """The text of a UTF-8 file, with one-line errors for a missing, unreadable or binary file."""
+    """The text of a UTF-8 file (a byte-order mark before it, as spreadsheets and some editors
+    write, dropped), with one-line errors for a missing, unreadable or binary file."""
     p = Path(path)
     if p.is_dir():
         raise DataFileError(str(p), "is a folder, expected a file")
     if not p.is_file():
         raise DataFileError(str(p), "no such file")
     try:
-        return p.read_text(encoding="utf-8")
+        return p.read_text(encoding="utf-8-sig")
     except UnicodeDecodeError as exc:
         with p.open("rb") as fh:
             bad = first_non_utf8(fh)

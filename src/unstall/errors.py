@@ -19,6 +19,13 @@ class ConfigError(UnstallError, ValueError):
         self.why = why
         super().__init__(f"{owner}.{field}: {why}")
 
+    def __reduce__(self) -> tuple[object, ...]:
+        # An exception pickles as its class called with ``args`` (the message alone), which
+        # this __init__ does not take: without this, one raised in a worker process (a process
+        # pool, a Ray task) would reach the caller as a broken pool or a failure to unpickle.
+        # The instance's dict goes along as state (notes added to the exception, say).
+        return (type(self), (self.owner, self.field, self.why), self.__dict__)
+
 
 class DataFileError(UnstallError, ValueError):
     """An input file cannot be read as expected; the message names the file, line and field."""
@@ -36,3 +43,36 @@ class DataFileError(UnstallError, ValueError):
         if field is not None:
             where += f", field '{field}'"
         super().__init__(f"{where}: {why}")
+
+    def __reduce__(self) -> tuple[object, ...]:
+        # See ConfigError.__reduce__; the keywords go through _rebuild_data_file_error.
+        return (
+            _rebuild_data_file_error,
+            (type(self), self.path, self.why, self.line, self.field),
+            self.__dict__,
+        )
+
+
+def _rebuild_data_file_error(
+    cls: type[DataFileError], path: str, why: str, line: int | None, field: str | None
+) -> DataFileError:
+    return cls(path, why, line=line, field=field)
+
+
+def unreadable_checkpoint_reason(exc: BaseException) -> str:
+    """Why :func:`torch.load` refused a file, in the first sentence of its reason, for an error
+    line. A refusal of weights-only loading opens with advice to load with
+    ``weights_only=False`` (which would run any code the file holds) and to file an issue with
+    PyTorch; its reason follows "WeightsUnpickler error:"."""
+    text = str(exc)
+    _, marker, after = text.partition("WeightsUnpickler error:")
+    lines = [line.strip() for line in (after if marker else text).splitlines() if line.strip()]
+    if not lines:  # an empty file: EOFError without a message
+        return "the file ends early" if isinstance(exc, EOFError) else type(exc).__name__
+    reason = lines[0].split(". ")[0].rstrip(".")
+    return "cannot be unpickled" if "weights_only" in reason else reason
+
+
+def a_or_an(noun: str) -> str:
+    """``noun`` with its indefinite article, for error lines ("an int", "a str")."""
+    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"

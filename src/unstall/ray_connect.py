@@ -15,7 +15,9 @@ import os
 import re
 import signal
 import socket
+import sys
 import threading
+import warnings
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -72,11 +74,25 @@ def connect_ray(
     ``object_store_bytes``; None: Ray's defaults), also when a Ray started with ``ray start``
     runs on this machine: without an address nothing joins a cluster by surprise. True when
     this call connected or started it (to shut down after); False when this process was
-    connected already."""
+    connected already (a ``runtime_env`` then cannot be applied: Ray takes it only when it
+    starts, so a warning says so)."""
     if ray.is_initialized():
+        if runtime_env:
+            warnings.warn(
+                f"Ray was started in this process before: the runtime environment "
+                f"{dict(runtime_env)!r} is not applied (give it to ray.init(runtime_env=...), "
+                "or let unstall start Ray)",
+                stacklevel=3,
+            )
         return False
     with _interrupt_held(), _sigterm_kept():
         return _connect(address, num_cpus, object_store_bytes, runtime_env)
+
+
+def cluster_address(address: str | None) -> str | None:
+    """The address of the cluster :func:`connect_ray` joins for ``address``: itself, else
+    ``RAY_ADDRESS``; None when it starts a local Ray (for a run's record of where it ran)."""
+    return address or os.environ.get("RAY_ADDRESS") or None
 
 
 def _connect(
@@ -85,10 +101,11 @@ def _connect(
     object_store_bytes: int | None,
     runtime_env: Mapping[str, Any] | None,
 ) -> bool:
-    address = address or os.environ.get("RAY_ADDRESS") or None
+    origin = "--address" if address else "RAY_ADDRESS"
+    address = cluster_address(address)
     common: dict[str, Any] = {"log_to_driver": False, "configure_logging": False}
     if address:
-        check_reachable(address)
+        check_reachable(address, origin=origin)
         if not is_loopback(address):
             from ray._private import ray_constants
 
@@ -99,9 +116,22 @@ def _connect(
         try:
             ray.init(address=address, runtime_env=dict(runtime_env or {}) or None, **common)
         except (ConnectionError, RuntimeError, ValueError) as exc:
+            why = first_line(exc)
+            # Ray 2.60's `ray start` turns token authentication on, and a driver without the
+            # token is refused: say how to give it, but only where no Ray was found to refuse.
+            # Not sent unasked to a loopback cluster either: a driver in token mode also
+            # demands the token of the cluster's workers, and a cluster without authentication
+            # then fails to fetch the driver's objects (OwnerDiedError).
+            if "Could not find any running Ray instance" in why:
+                hint = ""
+            else:
+                hint = (
+                    " (a cluster started with `ray start` has token authentication on: export "
+                    "RAY_AUTH_MODE=token, with the cluster's token in ~/.ray/auth_token or "
+                    "RAY_AUTH_TOKEN)"
+                )
             raise UnstallError(
-                f"cannot connect to the Ray cluster at {address}: {first_line(exc)} "
-                "(a cluster started with `ray start` wants RAY_AUTH_MODE=token and its token)"
+                f"cannot connect to the Ray cluster at {address} ({origin}): {why}{hint}"
             ) from exc
     else:
         # "local": start a new instance even when `ray start` left a cluster on this machine
@@ -122,14 +152,26 @@ def _connect(
 def _interrupt_held() -> Iterator[None]:
     """Hold a Ctrl-C until Ray has started (or joined), then stop it cleanly and raise
     KeyboardInterrupt: interrupted half-way, Ray's start can crash its core (a segmentation
-    fault) and leave its processes behind. Only the main thread can take signals."""
+    fault) and leave its processes behind. A second Ctrl-C stops at once (a join can wait on
+    an unanswering cluster for minutes; the user then takes the risk). Only the main thread can
+    take signals."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     caught: list[int] = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+
+    def hold(signum: int, frame: object) -> None:
+        caught.append(signum)
+        if len(caught) > 1:
+            raise KeyboardInterrupt
+        sys.stderr.write("stopping once Ray has started (Ctrl-C again to stop now)\n")
+
+    previous = signal.signal(signal.SIGINT, hold)
     try:
         yield
+    except KeyboardInterrupt:
+        ray.shutdown()
+        raise
     finally:
         signal.signal(signal.SIGINT, previous)
     if caught:
@@ -152,10 +194,11 @@ def _sigterm_kept() -> Iterator[None]:
             signal.signal(signal.SIGTERM, previous)
 
 
-def split_address(address: str) -> tuple[str, int] | None:
+def split_address(address: str, origin: str = "--address") -> tuple[str, int] | None:
     """``(host, port)`` of a Ray address ``HOST:PORT`` or ``ray://HOST:PORT`` (IPv6 in
     brackets); None for Ray's words ``auto`` and ``local``. A malformed address raises
-    :class:`~unstall.errors.UnstallError` saying what is expected."""
+    :class:`~unstall.errors.UnstallError` saying what is expected, and where the address came
+    from (``origin``: the option, or the RAY_ADDRESS variable)."""
     if address in ("auto", "local"):
         return None
     rest = address.split("://", 1)[-1]
@@ -163,25 +206,66 @@ def split_address(address: str) -> tuple[str, int] | None:
     host = host.strip("[]")
     if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise UnstallError(
-            f"--address {address!r}: want HOST:PORT (as `ray start --head` prints it) or "
-            "ray://HOST:PORT"
+            f"{origin} {address!r}: want HOST:PORT (the head node's address and GCS port, "
+            "6379 unless `ray start --head --port` set another) or ray://HOST:PORT"
         )
     return host, int(port)
 
 
-def check_reachable(address: str, timeout_s: float = 5.0) -> None:
-    """Fail in seconds, not minutes of Ray's retries, when nothing listens at ``address``."""
-    parts = split_address(address)
+# The client connection preface of HTTP/2 and an empty SETTINGS frame (RFC 9113, 3.4 and 6.5).
+# Ray's GCS and its Ray Client server are gRPC servers, so they answer it with their own
+# SETTINGS frame (frame type 4 in the fourth byte of the 9-byte frame header) at once.
+_HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+_SETTINGS_FRAME = 4
+
+
+def check_reachable(address: str, timeout_s: float = 5.0, *, origin: str = "--address") -> None:
+    """Fail in seconds, not minutes of Ray's retries, when nothing listens at ``address``, or
+    something that is no Ray cluster does (a web server, Ray's dashboard, another program):
+    Ray's join would retry it for minutes. With TLS on (``RAY_USE_TLS``) only the connection
+    is checked: the plain-text probe would be refused."""
+    parts = split_address(address, origin)
     if parts is None:
         return
+    tls = os.environ.get("RAY_USE_TLS", "0").strip().lower() in ("1", "true")
     try:
-        with socket.create_connection(parts, timeout=timeout_s):
-            pass
+        with socket.create_connection(parts, timeout=timeout_s) as conn:
+            answer = None if tls else _http2_answer(conn, timeout_s)
     except OSError as exc:
         raise UnstallError(
             f"cannot reach the Ray cluster at {address}: {exc.strerror or exc} (is it up? "
             "`ray status --address ADDRESS` tells)"
         ) from exc
+    if answer is None or (len(answer) == 9 and answer[3] == _SETTINGS_FRAME):
+        return
+    if not answer:
+        what = f"it sent no answer to a gRPC greeting within {timeout_s:g} s"
+    else:
+        shown = answer.decode("ascii", "replace").splitlines()[0] if answer.isascii() else ""
+        what = f"it answered {shown!r}" if shown.isprintable() and shown else "it answered"
+        what += ", not as a gRPC server"
+    raise UnstallError(
+        f"{origin} {address}: something listens there but it is not a Ray cluster ({what}); "
+        "give the head node's GCS address (port 6379 unless `ray start --head --port` set "
+        "another; the dashboard's 8265 is not it) or ray://HOST:10001 for Ray Client"
+    )
+
+
+def _http2_answer(conn: socket.socket, timeout_s: float) -> bytes:
+    """The first 9 bytes a server sends back to the HTTP/2 preface (fewer when it closes or
+    says nothing within ``timeout_s``)."""
+    conn.settimeout(timeout_s)
+    conn.sendall(_HTTP2_PREFACE)
+    answer = b""
+    try:
+        while len(answer) < 9:
+            chunk = conn.recv(9 - len(answer))
+            if not chunk:
+                break
+            answer += chunk
+    except (TimeoutError, ConnectionResetError):
+        pass
+    return answer
 
 
 def first_line(exc: BaseException) -> str:

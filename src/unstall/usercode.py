@@ -15,17 +15,20 @@ import ``my_model``. :func:`call_user` runs a user callable and turns whatever i
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib
 import importlib.util
+import os
 import sys
+import sysconfig
 import traceback
 from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
-from unstall.errors import UnstallError
+from unstall.errors import UnstallError, a_or_an
 
 T = TypeVar("T")
 
@@ -72,7 +75,7 @@ def load_callable(reference: str, *, what: str = "function") -> Callable[..., An
     obj = load_object(reference, what=what)
     if not callable(obj):
         raise UserCodeError(
-            f"{what} {reference!r} is a {type(obj).__name__}, not something to call"
+            f"{what} {reference!r} is {a_or_an(type(obj).__name__)}, not something to call"
         )
     return obj
 
@@ -91,7 +94,9 @@ def _load_file(path: Path, *, what: str) -> ModuleType:
         raise UserCodeError(f"{what} file {path}: not a Python file Python can load")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
-    # The file's own folder on sys.path while it runs, so it can import its siblings.
+    # The file's own folder first on sys.path while it runs, so it can import its siblings;
+    # then last, for the imports its functions make when called (``def make_model(): from
+    # layers import Block``), where it shadows no installed module.
     folder = str(absolute.parent)
     added = folder not in sys.path
     if added:
@@ -105,10 +110,13 @@ def _load_file(path: Path, *, what: str) -> ModuleType:
         del sys.modules[name]
         if isinstance(exc, KeyboardInterrupt | SystemExit):
             raise
-        raise UserCodeError(f"{path}{_user_line(exc, absolute)}: {_describe(exc)}") from exc
+        where = f"{path}{_user_line(exc, absolute)}"
+        raise UserCodeError(f"{where}: {describe_exception(exc)}") from exc
     finally:
         if added and folder in sys.path:
             sys.path.remove(folder)
+    if added:
+        sys.path.append(folder)
     _travel_by_value(module)
     return module
 
@@ -122,11 +130,11 @@ def _import_module(name: str, *, what: str) -> ModuleType:
                 f"{what} module {name!r}: not importable (no module named {exc.name!r}; "
                 "for a file, give its path ending in .py)"
             ) from None
-        raise UserCodeError(f"module {name}: {_describe(exc)}") from exc
+        raise UserCodeError(f"module {name}: {describe_exception(exc)}") from exc
     except SyntaxError as exc:
         raise UserCodeError(f"{exc.filename}, line {exc.lineno}: syntax error: {exc.msg}") from None
     except Exception as exc:
-        raise UserCodeError(f"module {name}: {_describe(exc)}") from exc
+        raise UserCodeError(f"module {name}: {describe_exception(exc)}") from exc
 
 
 def _attribute(module: ModuleType, dotted: str, *, where: str, what: str) -> Any:
@@ -184,7 +192,7 @@ def user_code_error(fn: Callable[..., Any], exc: BaseException, *, what: str) ->
     file where ``exc`` was raised."""
     code = getattr(getattr(fn, "__func__", fn), "__code__", None)
     where = _user_line(exc, Path(code.co_filename)) if code is not None else ""
-    return UserCodeError(f"{what} {where_defined(fn)} failed{where}: {_describe(exc)}")
+    return UserCodeError(f"{what} {where_defined(fn)} failed{where}: {describe_exception(exc)}")
 
 
 def _user_line(exc: BaseException, path: Path) -> str:
@@ -196,6 +204,48 @@ def _user_line(exc: BaseException, path: Path) -> str:
     return f", line {line}" if line is not None else ""
 
 
-def _describe(exc: BaseException) -> str:
+@functools.cache
+def _library_roots() -> tuple[str, ...]:
+    """The folders of code that is not the user's: Python's own, the installed packages, unstall."""
+    paths = sysconfig.get_paths()
+    roots = {paths[k] for k in ("stdlib", "platstdlib", "purelib", "platlib") if k in paths}
+    roots.add(os.path.dirname(os.path.abspath(__file__)))
+    return tuple(os.path.join(os.path.realpath(root), "") for root in roots)
+
+
+def is_library_file(path: str) -> bool:
+    """Whether ``path`` is Python's own code, an installed package's or unstall's."""
+    return os.path.realpath(path).startswith(_library_roots())
+
+
+class UserFrame(NamedTuple):
+    """Where in the user's code an exception passed: file, line and function."""
+
+    path: str
+    line: int
+    function: str
+
+
+def innermost_user_frame(exc: BaseException) -> UserFrame | None:
+    """The innermost frame of ``exc``'s traceback in the user's code (outside Python, its
+    installed packages and unstall), or None when it passed through library code alone: where
+    a user's model or loss failed, when torch raised the error. Code sent by value has no file
+    name of its own (``<dynamic-code>``); its module's ``__file__`` names the file."""
+    found = None
+    tb = exc.__traceback__
+    while tb is not None:
+        frame = tb.tb_frame
+        path = frame.f_code.co_filename
+        if path.startswith("<"):
+            path = str(frame.f_globals.get("__file__") or path)
+        if not path.startswith("<") and not is_library_file(path):
+            name = getattr(frame.f_code, "co_qualname", frame.f_code.co_name)
+            found = UserFrame(path, tb.tb_lineno, name)
+        tb = tb.tb_next
+    return found
+
+
+def describe_exception(exc: BaseException) -> str:
+    """``"ZeroDivisionError: division by zero"``: the type and the first line of the message."""
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__

@@ -70,6 +70,39 @@ def test_ctrl_c_in_sim_run_says_how_far_the_simulation_got(tmp_path: Path) -> No
     assert res.left == []
 
 
+STUCK_POLICY = """
+import time
+from pathlib import Path
+
+
+class Stuck:
+    name = "stuck"
+    needs_oracle = False
+
+    def reset(self):
+        pass
+
+    def decide(self, snapshot, rng):
+        started = time.monotonic()
+        while True:  # a bug of the user's: it never returns
+            if time.monotonic() - started > 1.5:  # a user waits a while before Ctrl-C
+                Path("{marker}").touch()
+"""
+
+
+def test_ctrl_c_in_a_policy_that_never_returns_names_its_decide(tmp_path: Path) -> None:
+    marker = tmp_path / "stuck"
+    (tmp_path / "stuck.py").write_text(STUCK_POLICY.replace("{marker}", str(marker)))
+    res = interrupt_when(["sim", "run", "--policy", "stuck.py:Stuck"], marker, cwd=tmp_path)
+    assert res.returncode == 130, res.stdout + res.stderr
+    _no_traceback(res.stdout + res.stderr)
+    assert re.search(
+        r"interrupted: stopped at simulated time 0 h, 0 of \d+ jobs finished, in policy "
+        r"stuck's decide\(\) for [\d.]+ s; nothing written",
+        res.stderr,
+    ), res.stderr
+
+
 def test_ctrl_c_in_sim_compare_prints_the_policies_that_finished(tmp_path: Path) -> None:
     policy, marker = _slow_policy(tmp_path)
     out = tmp_path / "cmp"

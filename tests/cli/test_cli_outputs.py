@@ -50,3 +50,35 @@ def test_a_file_where_the_output_folder_goes_is_refused_first(
     assert result.exit_code == 1, result.output
     assert f"{blocker} is a file, not a folder" in " ".join(result.output.split())
     assert blocker.read_text() == "mine"
+
+
+# /proc takes no new folders, whoever asks (root too, where a read-only folder would not do).
+NO_FOLDERS_HERE = Path("/proc/unstall-no-such-folder")
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs /proc (Linux)")
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["sim", "run", "--policy", "fifo", "--max-jobs", "3", "--json", "{out}/run.json"],
+        ["sim", "compare", "--policies", "fifo", "--max-jobs", "3", "--out", "{out}"],
+    ],
+    ids=lambda c: " ".join(c[:2]),
+)
+def test_an_output_folder_that_cannot_be_made_is_refused_first(command: list[str]) -> None:
+    args = [a.replace("{out}", str(NO_FOLDERS_HERE)) for a in command]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 1, result.output
+    assert f"cannot write {NO_FOLDERS_HERE}" in result.output
+    assert "events" not in result.output  # refused before the simulation ran
+
+
+@pytest.mark.skipif(not Path("/proc").is_dir(), reason="needs /proc (Linux)")
+def test_the_system_refusing_a_write_is_one_line_not_a_traceback(tmp_path: Path) -> None:
+    trace = tmp_path / "t.csv"
+    result = runner.invoke(app, ["trace", "generate", "--jobs", "5", "--out", str(trace)])
+    assert result.exit_code == 0, result.output
+    out = NO_FOLDERS_HERE / "t.csv"
+    result = runner.invoke(app, ["trace", "convert", str(trace), "--out", str(out)])
+    assert result.exit_code == 1
+    assert result.output.strip().endswith(f"error: {NO_FOLDERS_HERE}: No such file or directory")

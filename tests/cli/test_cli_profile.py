@@ -73,6 +73,40 @@ def test_run_profiles_a_model_and_data_from_a_users_file(tmp_path: Path) -> None
         f"{code}:data",
         "cross_entropy",
     )
+    assert config["batch"] == 6  # the data function's batch, not --batch's default
+    # --batch cannot set the batch a data function yields: refused, not silently ignored.
+    refused = runner.invoke(app, [*args, "--batch", "32"])
+    assert refused.exit_code == 1 and refused.output.count("error:") == 1, refused.output
+    assert "profile.batch: your data function yields its batches" in refused.output
+    assert "(option --batch)" in refused.output
+
+
+BAD_LOSS = """
+import torch
+
+
+def loss_crash(outputs, targets):
+    return outputs.sum() / undefined_name
+"""
+
+
+def test_a_failing_loss_on_two_workers_reports_the_users_error_not_the_peers(
+    tmp_path: Path,
+) -> None:
+    # Rank 0 fails in the user's loss; rank 1 then fails in gloo ("Connection closed by peer"):
+    # the user's error is the one to report, whichever worker exits first.
+    (tmp_path / "psm.py").write_text(USER_CODE, encoding="utf-8")
+    (tmp_path / "psbad.py").write_text(BAD_LOSS, encoding="utf-8")
+    model, bad = tmp_path / "psm.py", tmp_path / "psbad.py"
+    args = ["profile", "run", "--model", f"{model}:model", "--data", f"{model}:data"]
+    args += ["--loss", f"{bad}:loss_crash"]
+    args += ["--iterations", "1", "--warmup", "0", "--repeats", "1", "--quiet"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 1, result.output
+    assert result.output.count("error:") == 1 and "Traceback" not in result.output
+    assert "loss function loss_crash (" in result.output and "psbad.py:5) failed" in result.output
+    assert "NameError" in result.output
+    assert "gloo" not in result.output and "Connection closed" not in result.output
 
 
 def test_run_prints_the_breakdown_and_writes_report_profile_trace(tmp_path: Path) -> None:
@@ -216,9 +250,9 @@ def test_a_class_folder_set_profiles_through_a_dataloader_and_the_cpu_profile_co
     assert profile.gradient_bytes == profile.parameter_bytes == 4 * (4 * 3 * 9 + 4 + 4 * 2 + 2)
     events = json.loads(trace.read_text())["traceEvents"]
     runs = {e["name"] for e in events if e["ph"] == "X" and " round " in e["name"]}
-    assert runs == {"compute round 0", "cold round 0", "warm round 0", "cached round 0"} | {
-        "local round 0"
-    }
+    # One worker: the one-worker runs alone, no DDP run, so no interconnect stall.
+    assert runs == {"compute round 0", "cold round 0", "warm round 0", "cached round 0"}
+    assert profile.measured.keys() == {"1"}
     refused = runner.invoke(app, ["sim", "run", "--policy", "fifo", "--job-profile", str(prof)])
     assert refused.exit_code == 1 and refused.output.count("error:") == 1
     assert "measured on a CPU" in refused.output and "unstall profile convert" in refused.output
@@ -231,3 +265,163 @@ def test_a_class_folder_set_profiles_through_a_dataloader_and_the_cpu_profile_co
     assert f"x {factor:.4g}" in converted.output
     gpu = JobProfile.from_json(out)
     assert gpu.device == "v100" and gpu.compute_s == pytest.approx(profile.compute_s * factor)
+
+
+def test_every_option_of_profile_data_has_help_text() -> None:
+    import typer
+
+    profile_group = typer.main.get_command(app).commands["profile"]  # type: ignore[attr-defined]
+    command = profile_group.commands["data"]
+    missing = [p.name for p in command.params if not getattr(p, "help", None)]
+    assert missing == [], f"options without help: {missing}"
+    shown = runner.invoke(app, ["profile", "data", "--help"]).output
+    assert "each image's label" in shown and "Seed of the pixels" in shown
+
+
+RANK_ONE_FAILS = """
+import torch
+import torch.distributed as dist
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layer = nn.Linear(10, 3)
+
+    def forward(self, x):
+        if dist.is_initialized() and dist.get_rank() == 1:
+            raise RuntimeError("worker one gave up")
+        return self.layer(x)
+
+
+def model():
+    return Net()
+
+
+def data(rank, world_size):
+    for _ in range(4):
+        yield torch.randn(6, 10), torch.randint(0, 3, (6,))
+"""
+
+
+def test_a_worker_failing_alone_prints_only_the_one_error_line(tmp_path: Path) -> None:
+    # Rank 1 fails in its first DDP step; rank 0 is stopped. torch's spawn join would print its
+    # own "Terminating process N via signal SIGTERM" warning on stderr before the error line.
+    import subprocess
+    import sys
+
+    code = tmp_path / "rank1.py"
+    code.write_text(RANK_ONE_FAILS, encoding="utf-8")
+    command = [sys.executable, "-m", "unstall", "profile", "run", "--model", f"{code}:model"]
+    command += ["--data", f"{code}:data", "--workers", "2", "--iterations", "1", "--warmup", "0"]
+    command += ["--repeats", "1", "--quiet"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 1, done.stderr
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("error: profiling workers failed: ") and "SIGTERM" not in lines[0]
+    assert "RuntimeError: worker one gave up" in lines[0], lines[0]
+    # The user's exception, named where it was raised: the file and line, the function.
+    line = RANK_ONE_FAILS.splitlines().index('            raise RuntimeError("worker one gave up")')
+    assert f"at {code}:{line + 1} in Net.forward on a batch of inputs float32 (6, 10)" in lines[0]
+    assert done.stdout == ""
+
+
+SIBLING = """
+from torch import nn
+
+
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.layer = nn.Linear(10, 3)
+
+    def forward(self, x):
+        return self.layer(x)
+"""
+
+IMPORTS_SIBLING = """
+import torch
+from profsibling_blocks import Block
+
+
+def model():
+    return Block()
+
+
+def data(rank, world_size):
+    for _ in range(4):
+        yield torch.randn(6, 10), torch.randint(0, 3, (6,))
+"""
+
+
+def test_a_users_file_importing_its_sibling_module_profiles_on_two_workers(
+    tmp_path: Path,
+) -> None:
+    # Block travels by reference, as "profsibling_blocks.Block": the workers find that module
+    # in the user's folder, as the loader did in this process while the file ran.
+    (tmp_path / "profsibling_blocks.py").write_text(SIBLING, encoding="utf-8")
+    code = tmp_path / "profsibling_main.py"
+    code.write_text(IMPORTS_SIBLING, encoding="utf-8")
+    args = ["profile", "run", "--model", f"{code}:model", "--data", f"{code}:data"]
+    args += ["--workers", "2", "--iterations", "1", "--warmup", "0", "--repeats", "1", "-q"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "stalls of" in result.output and "2 tensors, 1 weight layers" in result.output
+
+
+LOADER_DATA = """
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, Dataset
+
+
+class Rows(Dataset):
+    def __len__(self):
+        return 24
+
+    def __getitem__(self, i):
+        return torch.full((10,), float(i)), i % 3
+
+
+def model():
+    return nn.Sequential(nn.Linear(10, 3))
+
+
+def data(rank, world_size):
+    return DataLoader(Rows(), batch_size=6, num_workers=1)
+"""
+
+
+def test_a_data_function_with_a_dataloader_of_its_own_dataset_class_profiles(
+    tmp_path: Path,
+) -> None:
+    # The loader's worker process starts as in the user's own training (fork on Linux): with
+    # the spawned worker's default, spawn, the Dataset class from the user's file (sent by
+    # value, importable nowhere) cannot be pickled to it.
+    code = tmp_path / "loaderdata.py"
+    code.write_text(LOADER_DATA, encoding="utf-8")
+    args = ["profile", "run", "--model", f"{code}:model", "--data", f"{code}:data"]
+    args += ["--workers", "1", "--iterations", "5", "--warmup", "1", "--repeats", "1"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "6 samples per worker" in result.output
+    # The header: one worker, no DDP run; the warm run calls the function again for a new epoch
+    # (6 iterations of a loader of 4 batches).
+    assert f"profiling {code}:model: 1 worker on 1 host(s), cpu (gloo); runs compute, warm," in (
+        result.output
+    )
+    assert "called again when it ends (a new epoch" in " ".join(result.output.split())
+
+
+def test_fit_refuses_batch_with_a_data_function_before_measuring(tmp_path: Path) -> None:
+    code = tmp_path / "fitnet.py"
+    code.write_text(USER_CODE, encoding="utf-8")
+    args = ["profile", "fit", "--variant", f"{code}:model", "--held-out", f"{code}:model"]
+    args += ["--data", f"{code}:data", "--batch", "4"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 1, result.output
+    assert result.output.count("error:") == 1 and "Traceback" not in result.output
+    assert "profile.batch: your data function yields its batches" in result.output
+    assert "(option --batch)" in result.output

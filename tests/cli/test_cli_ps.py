@@ -172,6 +172,13 @@ def test_user_code_is_loaded_and_synthetic_data_needs_a_zoo_model(user_file: Pat
         resolve_run(PSRequest(model=f"{user_file}:build", model_options={"width": "3"}))
     with pytest.raises(UserCodeError, match="has no model function 'nothing'"):
         resolve_run(PSRequest(model=f"{user_file}:nothing"))
+    # --batch-size sizes the built-in sources' batches; a data function's are its own.
+    with pytest.raises(ConfigError, match=r"ps.batch-size: applies to the built-in data sources"):
+        resolve_run(
+            PSRequest(model=f"{user_file}:build", data=f"{user_file}:batches", batch_size=8)
+        )
+    assert resolve_run(PSRequest(data="digits", batch_size=8)).data.fn.batch_size == 8
+    assert resolve_run(PSRequest(data="digits")).data.fn.batch_size == 32
 
 
 def test_train_a_user_model_from_its_file(ray_session: Any, user_file: Path, fast: str) -> None:
@@ -239,6 +246,125 @@ def test_bad_run_options_fail_before_ray_in_one_line(args: list[str], message: s
     assert "Traceback" not in result.output
 
 
+def test_bench_ships_the_working_dir_to_the_ray_it_connects_to(
+    monkeypatch: pytest.MonkeyPatch, fast: str, tmp_path: Path
+) -> None:
+    import unstall.ps.runtime as runtime
+    from unstall.errors import UnstallError
+
+    calls: list[tuple[Any, Any]] = []
+
+    def connect(address: Any, **options: Any) -> bool:  # stands in for Ray: nothing starts
+        calls.append((address, options["runtime_env"]))
+        raise UnstallError("connected: stop here")
+
+    monkeypatch.setattr(runtime, "connect_ray", connect)
+    folder = tmp_path / "code"
+    folder.mkdir()
+    args = ["ps", "bench", "--strategies", "psld", "--scenarios", fast, *MODEL_ARGS, "-n", "2"]
+    args += ["--address", "127.0.0.1:6379", "--working-dir", str(folder), "-q"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 1 and "connected: stop here" in result.output, result.output
+    assert calls == [("127.0.0.1:6379", {"working_dir": str(folder.resolve())})]
+    # Without the option, no runtime environment.
+    calls.clear()
+    result = runner.invoke(app, args[: args.index("--working-dir")])
+    assert calls == [("127.0.0.1:6379", None)], result.output
+
+
+@pytest.mark.parametrize("command", ["train", "bench"])
+def test_a_working_dir_that_is_no_folder_is_refused_before_ray(
+    monkeypatch: pytest.MonkeyPatch, command: str, tmp_path: Path
+) -> None:
+    import unstall.ps.runtime as runtime
+
+    def connect(*args: Any, **kwargs: Any) -> bool:
+        raise AssertionError("Ray was used before the folder was checked")
+
+    monkeypatch.setattr(runtime, "connect_ray", connect)
+    base = ["ps", command, *MODEL_ARGS, "-n", "2"]
+    if command == "bench":
+        base += ["--strategies", "psld", "--scenarios", "none"]
+    result = runner.invoke(app, [*base, "--working-dir", str(tmp_path / "nowhere")])
+    assert result.exit_code == 1, result.output
+    assert f"ps.working-dir: {tmp_path / 'nowhere'} is not a folder (nothing is there)" in words(
+        result.output
+    )
+    code = tmp_path / "model.py"
+    code.write_text("")
+    result = runner.invoke(app, [*base, "--working-dir", str(code)])
+    assert result.exit_code == 1, result.output
+    assert (
+        f"ps.working-dir: {code} is not a folder (a file: give the folder that holds your "
+        f"modules, e.g. {tmp_path})" in words(result.output)
+    )
+    assert "Traceback" not in result.output
+
+
+def fake_fit(stop: BaseException) -> Any:
+    """``ps.fit`` that runs 3 iterations, hands out a checkpoint after 2, then raises ``stop``
+    (no Ray: what the command says of it is under test)."""
+    import numpy as np
+
+    from unstall.ps import PSCheckpoint, SGDConfig
+
+    def fit(*args: Any, on_checkpoint: Any, progress: Any, **kwargs: Any) -> Any:
+        for iteration in range(3):
+            progress(1)
+            if iteration == 1 and on_checkpoint is not None:
+                params = (np.zeros(3, np.float32),)
+                on_checkpoint(
+                    PSCheckpoint(iteration=2, params=params, state=(params,), optimizer=SGDConfig())
+                )
+        raise stop
+
+    return fit
+
+
+@pytest.mark.parametrize("with_checkpoint", [True, False])
+def test_an_interrupted_train_says_how_far_it_got_and_what_it_kept(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, with_checkpoint: bool
+) -> None:
+    from unstall import ps
+
+    monkeypatch.setattr(ps, "fit", fake_fit(KeyboardInterrupt()))
+    ckpt = tmp_path / "run.ckpt"
+    extra = ["--checkpoint", str(ckpt), "--checkpoint-every", "2"] if with_checkpoint else []
+    result = runner.invoke(app, ["ps", "train", *MODEL_ARGS, "-n", "10", *extra, "-q"])
+    assert result.exit_code == 130, result.output
+    text = words(result.output)
+    if with_checkpoint:
+        assert ckpt.is_file()
+        assert (
+            f"interrupted: stopped after 3 of 10 iterations; the checkpoint {ckpt} holds "
+            f"iteration 2: the same command with --resume {ckpt} goes on from it" in text
+        )
+    else:
+        assert "interrupted: stopped after 3 of 10 iterations; nothing written" in text
+
+
+def test_a_train_that_fails_after_a_checkpoint_says_it_is_kept(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from unstall import ps
+    from unstall.usercode import UserCodeError
+
+    monkeypatch.setattr(ps, "fit", fake_fit(UserCodeError("worker 1: data function d failed")))
+    ckpt = tmp_path / "run.ckpt"
+    args = ["ps", "train", *MODEL_ARGS, "-n", "10", "--checkpoint", str(ckpt), "-q"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 1, result.output
+    assert result.output.count("error:") == 1
+    assert (
+        f"error: worker 1: data function d failed; the checkpoint {ckpt} holds iteration 2: the "
+        f"same command with --resume {ckpt} goes on from it" in words(result.output)
+    )
+    # Without a checkpoint, the error as it is.
+    result = runner.invoke(app, args[: args.index("--checkpoint")])
+    assert "error: worker 1: data function d failed" in words(result.output)
+    assert "checkpoint" not in result.output
+
+
 def test_resuming_keeps_the_checkpoints_settings_unless_given() -> None:
     import numpy as np
 
@@ -256,3 +382,35 @@ def test_resuming_keeps_the_checkpoints_settings_unless_given() -> None:
     given = resolve_optimizer(PSRequest(lr=0.5, weight_decay=0.0), saved)
     assert given == AdamConfig(lr=0.5, weight_decay=0.0)  # an explicit 0 is honoured
     assert resolve_optimizer(PSRequest()).name == "sgd"
+
+
+def test_a_corrupt_checkpoint_to_resume_is_one_line_without_torchs_advice(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.pt"
+    bad.write_text("garbage\n")
+    result = runner.invoke(app, ["ps", "train", *MODEL_ARGS, "-n", "5", "--resume", str(bad)])
+    assert result.exit_code == 1, result.output
+    assert result.output.count("error:") == 1 and "Traceback" not in result.output
+    text = words(result.output)
+    assert f"{bad}: not a readable checkpoint of `unstall ps`: Unsupported operand" in text
+    assert "weights_only" not in text and "file an issue" not in text
+
+
+def test_the_json_is_written_before_the_plot_and_names_the_cluster_joined(
+    ray_session: Any, fast: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import unstall.report.ps_plot as ps_plot
+
+    def disk_full(*args: object) -> Path:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(ps_plot, "plot_run", disk_full)
+    # the cluster came from RAY_ADDRESS (here the session's own Ray): the record says which
+    gcs = ray_session.get_runtime_context().gcs_address
+    monkeypatch.setenv("RAY_ADDRESS", gcs)
+    out, png = tmp_path / "run.json", tmp_path / "run.png"
+    args = ["ps", "train", *MODEL_ARGS, "--scenario", fast, "--iterations", "2"]
+    result = runner.invoke(app, [*args, "--json", str(out), "--plot", str(png)])
+    assert result.exit_code != 0 and "No space left on device" in result.output
+    assert json.loads(out.read_text())["iterations"] == 2  # the run's result is not lost
+    config = json.loads(out.with_name("run.config.json").read_text())
+    assert config["config"]["run"]["address"] == gcs

@@ -120,3 +120,42 @@ def test_bad_values_are_named(tmp_path: Path) -> None:
     assert result.exit_code == 1 and "precision" in result.output
     result = runner.invoke(app, [*args, "--budget-hours", "3", "--network-efficiency", "2"])
     assert result.exit_code == 1 and "network_efficiency" in result.output
+
+
+def test_epochs_help_and_check_agree_that_0_is_refused(tmp_path: Path) -> None:
+    # The help showed [x>=0.0] (typer's inclusive bound) while --epochs 0 was refused.
+    shown = " ".join(runner.invoke(app, ["recommend", "--help"]).output.split())
+    assert "x>=0" not in shown and "Epochs to train, > 0" in shown
+    args = ["recommend", "--profile", str(_profile(tmp_path)), "--samples", "100"]
+    for epochs in ("0", "-1"):
+        result = runner.invoke(app, [*args, "--epochs", epochs, "--budget-hours", "3"])
+        assert result.exit_code == 1, result.output
+        assert "TrainingConfig.epochs: must be a number > 0" in result.output
+        assert "(option --epochs)" in result.output and result.output.count("error:") == 1
+
+
+def test_a_job_of_seconds_is_priced_with_the_billing_minimum_and_shown_in_cents() -> None:
+    args = ["recommend", "--model", "mlp", "--samples", "1000", "--epochs", "1"]
+    result = runner.invoke(
+        app, [*args, "--budget-hours", "1", "--top", "3"], env={"COLUMNS": "200"}
+    )
+    assert result.exit_code == 0, result.output
+    verdict = next(line for line in result.output.splitlines() if line.startswith("recommended"))
+    assert "p5" not in verdict.split(";")[0]  # not the largest, fastest: a minute of it is dear
+    # a minute of the cheapest instance, shown to three figures: to the cent, a p2.xlarge
+    # ($0.015) tied with it and won as the faster
+    assert "1 x g4dn.xlarge (1 T4): <0.0001 h, $0.00877" in verdict
+
+
+def test_a_fixed_global_batch_is_stated_in_the_header_and_the_json(tmp_path: Path) -> None:
+    # The job's own "32 samples per GPU" is where its compute time comes from; with
+    # --global-batch each GPU computes a share of the fixed batch instead, and the header says so.
+    out = tmp_path / "rec.json"
+    args = ["recommend", "--model", "resnet50", *IMAGENET, "--budget-hours", "24", "--quiet"]
+    result = runner.invoke(app, [*args, "--global-batch", "256", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "90 epochs at a global batch of 256 (split over each configuration's GPUs)" in text
+    assert json.loads(out.read_text())["global_batch"] == 256
+    plain = runner.invoke(app, args)
+    assert "global batch" not in plain.output

@@ -73,9 +73,28 @@ def test_bad_mode_or_p_is_one_red_line() -> None:
     assert "LMConfig.p" in result.output
 
 
+@pytest.mark.parametrize("command", ["lstm-bench", "lstm-train"])
+def test_an_unknown_mask_source_is_one_red_line(command: str) -> None:
+    result = runner.invoke(app, ["sparse", command, "--mask-source", "gpu"])
+    assert result.exit_code == 1
+    assert "mask_source" in result.output and "'gpu'" in result.output
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has a GPU")
 @pytest.mark.parametrize("command", ["lstm-train", "lstm-bench"])
 def test_cuda_without_a_gpu_is_refused_before_any_work(command: str) -> None:
     result = runner.invoke(app, ["sparse", command, "--device", "cuda"])
     assert result.exit_code == 1
     assert ".device" in result.output and "torch sees no CUDA device" in result.output
+
+
+def test_lstm_train_from_a_corrupt_checkpoint_is_one_line(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.pt"
+    bad.write_text("garbage\n")
+    args = ["sparse", "lstm-train", "--checkpoint", str(bad), "--max-batches", "1", "--hidden", "8"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 1, result.output
+    assert result.output.count("error:") == 1 and "Traceback" not in result.output
+    text = " ".join(result.output.split())
+    assert f"{bad}: not a readable checkpoint of an LSTM run: Unsupported operand" in text
+    assert "weights_only" not in text and "file an issue" not in text

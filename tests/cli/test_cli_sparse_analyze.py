@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from PIL import Image
 from typer.testing import CliRunner
 
 from unstall.cli.app import app
@@ -77,3 +78,68 @@ def test_analyze_bad_options_fail_with_one_line(extra: list[str], message: str) 
     result = runner.invoke(app, ["sparse", "analyze", "--image-size", "32", *extra])
     assert result.exit_code == 1
     assert message in result.output
+
+
+def test_analyze_a_users_model_that_fails_in_training_is_one_line(tmp_path: Path) -> None:
+    code = tmp_path / "cnn.py"
+    code.write_text(
+        "from torch import nn\n"
+        "def cnn_bad():\n"
+        "    return nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(7, 10))\n",
+        encoding="utf-8",
+    )
+    args = ["sparse", "analyze", "--model", f"{code}:cnn_bad", "--image-size", "32"]
+    result = runner.invoke(app, [*args, "--steps", "1", "--batch-size", "2", "--quiet"])
+    assert result.exit_code == 1, result.output
+    assert result.output.count("error:") == 1 and "Traceback" not in result.output
+    text = " ".join(result.output.split())  # the console wraps long lines
+    assert f"model from model function cnn_bad ({code}:2) failed" in text
+    assert "RuntimeError: mat1 and mat2 shapes cannot be multiplied" in text
+
+
+def test_analyze_a_users_model_of_the_wrong_kind_or_class_count_is_named(tmp_path: Path) -> None:
+    code = tmp_path / "cnn.py"
+    code.write_text(
+        "from torch import nn\n"
+        "def five_classes():\n"
+        "    return nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.AdaptiveAvgPool2d(1),\n"
+        "                         nn.Flatten(), nn.Linear(4, 5))\n"
+        "def forgot_return():\n"
+        "    nn.Linear(4, 5)\n",
+        encoding="utf-8",
+    )
+    args = ["sparse", "analyze", "--image-size", "32", "--steps", "1", "--batch-size", "2", "-q"]
+    result = runner.invoke(app, [*args, "--model", f"{code}:five_classes"])
+    assert result.exit_code == 1, result.output
+    text = " ".join(result.output.split())
+    # The synthetic data has 10 classes: torch said only "IndexError: Target 7 is out of bounds".
+    assert "gives outputs of shape (2, 5), not a score for each of the data's 10 classes" in text
+    assert "its last layer must output 10 (option --model)" in text
+    # More scores than classes train as they are (a model built for 1,000 ImageNet classes).
+    folder = tmp_path / "images"
+    for name in ("cats", "dogs"):
+        (folder / name).mkdir(parents=True)
+        for i in range(2):
+            Image.new("RGB", (8, 8), (60 * i, 30, 90)).save(folder / name / f"{i}.png")
+    extra = ["--model", f"{code}:five_classes", "--data", str(folder)]
+    assert runner.invoke(app, [*args, *extra]).exit_code == 0
+    result = runner.invoke(app, [*args, "--model", f"{code}:forgot_return"])
+    assert result.exit_code == 1, result.output
+    text = " ".join(result.output.split())
+    assert f"model function forgot_return ({code}:5) returned None" in text
+
+
+def test_analyze_a_model_without_convolutions_says_so_rather_than_nan(tmp_path: Path) -> None:
+    code = tmp_path / "mlp.py"
+    code.write_text(
+        "from torch import nn\n"
+        "def mlp():\n"
+        "    return nn.Sequential(nn.Flatten(), nn.Linear(3 * 32 * 32, 16), nn.ReLU(),\n"
+        "                         nn.Linear(16, 10))\n",
+        encoding="utf-8",
+    )
+    args = ["sparse", "analyze", "--image-size", "32", "--steps", "1", "--batch-size", "2", "-q"]
+    result = runner.invoke(app, [*args, "--model", f"{code}:mlp"])
+    assert result.exit_code == 0, result.output
+    assert "convolutions only: the model has no convolution" in result.output
+    assert "nan" not in result.output

@@ -14,6 +14,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -116,6 +117,74 @@ def test_a_sweep_runs_on_two_nodes_and_reports_its_failed_cells(
     assert saved["cells"] == 36 and saved["failed"] == 9 and len(saved["summary"]) == 12
 
 
+IMPORTS_ITS_OWN = """
+import dataclasses
+
+from ordering import fewest_gpus_first
+from unstall.sched import Decision, FreeGpus, Start
+
+
+@dataclasses.dataclass
+class Mine:
+    name: str = "mine"
+    needs_oracle: bool = False
+
+    def reset(self):
+        pass
+
+    def decide(self, snapshot, rng):
+        free, starts = FreeGpus(snapshot), []
+        for job in fewest_gpus_first(snapshot.queued):
+            placement = free.best(job.num_gpus)
+            if placement is not None:
+                free.take(placement)
+                starts.append(Start(job.job_id, placement))
+        return Decision(starts=tuple(starts))
+"""
+
+
+def test_a_policy_that_imports_its_own_module_runs_with_its_working_dir(
+    two_nodes: str, tmp_path: Path
+) -> None:
+    """Without --working-dir the cells cannot import the policy file's sibling module on the
+    cluster's workers, and the failure says what to pass; with it, they run."""
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "ordering.py").write_text(
+        "def fewest_gpus_first(jobs):\n    return sorted(jobs, key=lambda j: j.num_gpus)\n"
+    )
+    (code / "mine.py").write_text(IMPORTS_ITS_OWN)
+    args = ["sim", "sweep", "--policies", f"{code / 'mine.py'}:Mine", "--congestion", "none"]
+    args += ["--seeds", "0", "--max-jobs", "10", "--out", str(tmp_path / "s"), "-q"]
+    args += ["--address", two_nodes]
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(Path(unstall.__file__).resolve().parents[1]),
+        "RAY_gcs_rpc_server_reconnect_timeout_s": "10",
+    }
+
+    def sweep(*more: str) -> tuple[int, str]:
+        done = subprocess.run(
+            [sys.executable, "-m", "unstall", *args, *more],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=env,
+            cwd=tmp_path,
+        )
+        return done.returncode, done.stdout + done.stderr
+
+    code_rc, output = sweep()
+    assert code_rc == 1, output
+    assert "No module named 'ordering'" in output, output
+    assert "--working-dir FOLDER" in output, output
+    code_rc, output = sweep("--working-dir", str(code))
+    assert code_rc == 0, output
+    assert "1 of 1 runs done" in output
+    run = json.loads(next((tmp_path / "s" / "runs").glob("*[0-9].json")).read_text())
+    assert run["jobs_finished"] == 10
+
+
 def test_a_sweep_over_degenerate_traces_gives_well_formed_results_and_warns(
     ray_session: object, tmp_path: Path
 ) -> None:
@@ -155,3 +224,84 @@ def test_a_sweep_over_degenerate_traces_gives_well_formed_results_and_warns(
     summary = pd.read_csv(out / "summary.csv")
     assert len(summary) == 6 and (summary["seeds"] == 2).all()
     assert "12 of 12 runs done" in res.output
+
+
+def test_a_seed_range_written_backwards_is_named_before_ray_starts(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from unstall.cli.app import app
+
+    args = ["sim", "sweep", "--policies", "fifo", "--out", str(tmp_path / "s"), "-q"]
+    res = CliRunner().invoke(app, [*args, "--seeds", "3-1"])
+    assert res.exit_code == 1, res.output
+    assert "--seeds.3-1: the range's end 1 is below its start 3: write 1-3" in res.output
+    assert "non-empty tuple" not in res.output
+
+
+def test_the_working_dir_reaches_the_ray_the_sweep_connects_to(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from typer.testing import CliRunner
+
+    import unstall.ray_connect as ray_connect
+    from unstall.cli.app import app
+    from unstall.errors import UnstallError
+
+    calls: list[tuple[object, object]] = []
+
+    def connect(address: object, **options: object) -> bool:  # stands in for Ray: nothing starts
+        calls.append((address, options.get("runtime_env")))
+        raise UnstallError("connected: stop here")
+
+    monkeypatch.setattr(ray_connect, "connect_ray", connect)
+    folder = tmp_path / "code"
+    folder.mkdir()
+    args = ["sim", "sweep", "--policies", "fifo", "--congestion", "none", "--seeds", "0"]
+    args += ["--out", str(tmp_path / "s"), "--address", "127.0.0.1:6379", "-q"]
+    res = CliRunner().invoke(app, [*args, "--working-dir", str(folder)])
+    assert res.exit_code == 1 and "connected: stop here" in res.output, res.output
+    assert calls == [("127.0.0.1:6379", {"working_dir": str(folder.resolve())})]
+    calls.clear()  # without the option, no runtime environment
+    res = CliRunner().invoke(app, args)
+    assert calls == [("127.0.0.1:6379", None)], res.output
+
+
+def test_a_working_dir_that_is_no_folder_is_refused_before_ray(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from typer.testing import CliRunner
+
+    import unstall.ray_connect as ray_connect
+    from unstall.cli.app import app
+
+    def connect(*args: object, **kwargs: object) -> bool:
+        raise AssertionError("Ray was used before the folder was checked")
+
+    monkeypatch.setattr(ray_connect, "connect_ray", connect)
+    args = ["sim", "sweep", "--policies", "fifo", "--out", str(tmp_path / "s"), "-q"]
+    res = CliRunner().invoke(app, [*args, "--working-dir", str(tmp_path / "nowhere")])
+    assert res.exit_code == 1, res.output
+    lines = res.output.strip().splitlines()
+    assert lines == [
+        f"error: sweep.working_dir: {tmp_path / 'nowhere'} is not a folder (nothing is there) "
+        "(option --working-dir)"
+    ], res.output
+    assert not (tmp_path / "s").exists()
+
+
+def test_a_sweep_records_the_cluster_it_joined_from_ray_address(
+    ray_session: Any, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from typer.testing import CliRunner
+
+    from unstall.cli.app import app
+
+    gcs = ray_session.get_runtime_context().gcs_address  # the session's Ray stands for one
+    monkeypatch.setenv("RAY_ADDRESS", gcs)
+    out = tmp_path / "sweep.json"
+    args = ["sim", "sweep", "--policies", "fifo", "--congestion", "none", "--seeds", "0"]
+    args += ["--max-jobs", "20", "--out", str(tmp_path / "s"), "--json", str(out), "-q"]
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    config = json.loads(out.with_name("sweep.config.json").read_text())
+    assert config["config"]["address"] == gcs  # not null: the run did not start its own Ray

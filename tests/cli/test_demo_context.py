@@ -2,16 +2,30 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
+from typing import TYPE_CHECKING, cast
 
 from unstall.cli.common import console
-from unstall.cli.demo import _dally_in_context, _dally_over_like_traces, _simulate_like_traces
+from unstall.cli.demo import _dally_over_like_traces, _simulate_like_traces
+from unstall.cli.sim_run import dally_in_context
 from unstall.traces import default_trace
 
+if TYPE_CHECKING:
+    from unstall.sim import SimResult
 
-def result(policy: str, jct: float, makespan: float, comm: float) -> SimpleNamespace:
-    return SimpleNamespace(
-        policy=policy, avg_jct_s=jct, makespan_s=makespan, comm_overhead_frac=comm, total_gpus=32
+
+def result(policy: str, jct: float, makespan: float, comm: float) -> SimResult:
+    """A stand-in with the fields the context reads."""
+    return cast(
+        "SimResult",
+        SimpleNamespace(
+            policy=policy,
+            avg_jct_s=jct,
+            makespan_s=makespan,
+            comm_overhead_frac=comm,
+            total_gpus=32,
+        ),
     )
 
 
@@ -22,7 +36,7 @@ def test_the_demo_names_the_best_other_policy_and_dallys_change_per_metric() -> 
         result("dally", 90.0, 990.0, 0.25),
     ]
     with console.capture() as captured:
-        _dally_in_context(results, default_trace())
+        dally_in_context(results, default_trace())
     text = " ".join(captured.get().split())
     assert "average JCT -10.0% vs consolidate" in text
     assert "makespan +10.0% vs tiresias" in text
@@ -30,9 +44,34 @@ def test_the_demo_names_the_best_other_policy_and_dallys_change_per_metric() -> 
     assert "400 jobs" in text and "multi-GPU jobs on 32 GPUs" in text
 
 
+def test_a_comm_overhead_of_nothing_is_level_not_a_ratio() -> None:
+    results = [result("consolidate", 100.0, 1000.0, 0.0), result("dally", 90.0, 990.0, 0.0)]
+    with console.capture() as captured:
+        dally_in_context(results, default_trace())
+    assert "comm overhead level at 0 vs consolidate" in " ".join(captured.get().split())
+
+
+def test_sim_compare_on_the_embedded_trace_says_what_kind_of_trace_it_is(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from unstall.cli.app import app
+
+    args = ["sim", "compare", "--policies", "consolidate,dally", "--out", str(tmp_path), "-q"]
+    res = CliRunner().invoke(app, args, env={"COLUMNS": "300"})
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.output.split())
+    assert "dally against the best other policy on each metric: average JCT" in text
+    assert "`unstall demo` sets it against traces generated like this one" in text
+    trace = tmp_path / "t.csv"  # a user's own trace: their comparison, no commentary
+    trace.write_text("job_id,submit_s,num_gpus,duration_s\na,0,1,60\nb,0,2,60\n")
+    res = CliRunner().invoke(app, [*args, "--trace", str(trace)], env={"COLUMNS": "300"})
+    assert res.exit_code == 0, res.output
+    assert "dally against the best other policy" not in res.output
+
+
 def test_nothing_is_said_without_dally() -> None:
     with console.capture() as captured:
-        _dally_in_context([result("fifo", 1.0, 1.0, 0.1)], default_trace())
+        dally_in_context([result("fifo", 1.0, 1.0, 0.1)], default_trace())
     assert captured.get() == ""
 
 
@@ -91,8 +130,8 @@ def test_over_like_traces_says_why_when_tiresias_has_the_lower_average_jct() -> 
         _dally_over_like_traces(per_trace)
     text = " ".join(captured.get().split())
     assert "best other: tiresias 1)" in text
-    assert "it preempts running jobs to start new ones" in text
+    assert "Tiresias preempts running jobs to start every new one" in text
     per_trace = [[result("consolidate", 80.0, 1000.0, 0.3), result("dally", 90.0, 990.0, 0.3)]]
     with console.capture() as captured:
         _dally_over_like_traces(per_trace)
-    assert "preempts running jobs" not in captured.get()
+    assert "Tiresias preempts" not in captured.get()

@@ -10,6 +10,8 @@ import pytest
 from unstall.cost import (
     Catalog,
     JobModel,
+    RecommendConfig,
+    TrainingConfig,
     default_catalog,
     job_from_profile,
     parse_catalog,
@@ -73,3 +75,41 @@ def test_a_catalog_of_ones_own_and_bad_questions_name_the_field() -> None:
         recommend(PROFILE, catalog=catalog, budget_hours=-1.0, **IMAGENET)
     with pytest.raises(ConfigError, match=r"TrainingConfig\.network_efficiency"):
         recommend(PROFILE, catalog=catalog, budget_hours=1.0, network_efficiency=2.0, **IMAGENET)
+
+
+def test_a_model_name_for_the_job_says_how_to_build_the_job() -> None:
+    catalog = default_catalog()
+    with pytest.raises(ConfigError) as info:
+        recommend("resnet50", catalog=catalog, samples=10, epochs=1, budget_hours=2)  # type: ignore[arg-type]
+    assert str(info.value) == (
+        "recommend.job: must be a JobProfile or a JobModel, got the str 'resnet50': for the zoo"
+        " model, build one with job_from_model('resnet50', catalog.devices)"
+    )
+    with pytest.raises(ConfigError, match=r"recommend\.job: .*JobProfile\.load\('p\.json'\)"):
+        recommend("p.json", catalog=catalog, samples=10, epochs=1, budget_hours=2)  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"recommend\.job: .*got a dict$"):
+        recommend({}, catalog=catalog, samples=10, epochs=1, budget_hours=2)  # type: ignore[arg-type]
+
+
+def test_a_catalog_name_instead_of_a_catalog_is_refused_by_name() -> None:
+    with pytest.raises(ConfigError) as info:
+        recommend(PROFILE, catalog="aws", budget_hours=2.0, **IMAGENET)  # type: ignore[arg-type]
+    assert str(info.value) == (
+        "recommend.catalog: must be a Catalog (default_catalog() or load_catalog(path)),"
+        " got the str 'aws'"
+    )
+
+
+def test_one_family_alone_is_one_family_not_its_letters() -> None:
+    catalog = default_catalog()
+    one = recommend(PROFILE, catalog=catalog, budget_hours=24.0, families="p3", **IMAGENET)
+    listed = recommend(PROFILE, catalog=catalog, budget_hours=24.0, families=["p3"], **IMAGENET)
+    assert one == listed
+    assert {c.instance.split(".")[0] for c in one.candidates} == {"p3"}
+    assert recommend_config(budget_hours=1.0, families="p3", **IMAGENET).families == ("p3",)
+    with pytest.raises(ConfigError, match=r"RecommendConfig\.families: .*got the str 'p3'"):
+        RecommendConfig(
+            training=TrainingConfig(samples=10, epochs=1.0),
+            budget_hours=1.0,
+            families="p3",  # type: ignore[arg-type]
+        )

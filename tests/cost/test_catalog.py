@@ -84,11 +84,11 @@ def test_user_catalog_with_comments_blank_lines_and_optional_columns(tmp_path: P
     path.write_text(
         "# my prices\n\n"
         + HEADER
-        + ",network_latency_us,note\n"
+        + ",network_latency_us,note,min_billed_s\n"
         + ROW_BIG
-        + ",5,fast\n"
+        + ",5,fast,3600\n"
         + ROW_ONE
-        + ",,\n",
+        + ",,,\n",
         encoding="utf-8",
     )
     catalog = load_catalog(path)
@@ -97,6 +97,8 @@ def test_user_catalog_with_comments_blank_lines_and_optional_columns(tmp_path: P
     assert catalog.get("big.8x").network_latency_us == 5.0
     assert catalog.get("one.1x").network_latency_us == 25.0  # empty optional cell: the default
     assert catalog.get("big.8x").note == "fast"
+    assert catalog.get("big.8x").min_billed_s == 3600.0  # billed by the hour
+    assert catalog.get("one.1x").min_billed_s == 60.0
     assert catalog.dates == ("2026-11",)
 
 
@@ -112,6 +114,7 @@ def test_user_catalog_with_comments_blank_lines_and_optional_columns(tmp_path: P
         (f"{HEADER}\nbig.8x,8,v100,16,nvlink2,25,-1,2026-11,x", 2, "usd_per_hour", "> 0"),
         (f"{HEADER}\nbig.8x,8,v100,16,nvlink2,25,nan,2026-11,x", 2, "usd_per_hour", "finite"),
         (f"{HEADER}\nbig.8x,8,v100,16,nvlink2,25,24.48,Nov 2026,x", 2, "date", "YYYY"),
+        (f"{HEADER},min_billed_s\n{ROW_BIG},-60", 2, "min_billed_s", ">= 0"),
         (f"{HEADER}\nbig.8x,8,v100,16,nvlink2,25,24.48,2026-11,", 2, "source", "where"),
         (f"{HEADER}\n{ROW_BIG}\n\n# dup\n{ROW_BIG}", 5, "instance", "already on line 2"),
         (f"# c\n{HEADER},price\n{ROW_BIG},1", 2, "price", "unknown column"),

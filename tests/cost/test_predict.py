@@ -62,12 +62,24 @@ def test_one_gpu_is_compute_only_and_the_arithmetic_is_exact() -> None:
 
 def test_iterations_round_up_per_epoch_and_cost_counts_every_instance() -> None:
     training = TrainingConfig(samples=1000, epochs=3)
-    p = predict(JobModel(spec=SPEC), EIGHT_V100, 2, training)
+    unbilled = dataclasses.replace(EIGHT_V100, min_billed_s=0.0)  # the arithmetic, no minimum
+    p = predict(JobModel(spec=SPEC), unbilled, 2, training)
     assert p is not None
     assert p.global_batch == 32 * 16
     assert p.iterations == 3 * math.ceil(1000 / 512)
     assert p.usd_per_hour == 2 * 24.0
     assert p.predicted_cost_usd == pytest.approx(p.predicted_hours * 48.0)
+
+
+def test_every_instance_is_billed_its_minimum_however_short_the_run() -> None:
+    tiny = TrainingConfig(samples=1000, epochs=1)  # seconds of training
+    p = predict(JobModel(spec=SPEC), EIGHT_V100, 2, tiny)
+    assert p is not None and p.predicted_hours * 3600 < 60
+    assert EIGHT_V100.min_billed_s == 60.0  # the clouds' one-minute minimum, by default
+    assert p.predicted_cost_usd == pytest.approx(48.0 / 60)  # two instances, a minute each
+    long = predict(JobModel(spec=SPEC), EIGHT_V100, 2, TrainingConfig(samples=3_200_000, epochs=1))
+    assert long is not None and long.predicted_hours * 3600 > 60
+    assert long.predicted_cost_usd == pytest.approx(long.predicted_hours * 48.0)  # no effect
 
 
 def test_an_instance_is_one_node_of_its_gpus_with_its_network() -> None:
@@ -185,6 +197,33 @@ def test_a_zoo_model_is_estimated_on_each_gpu_type_and_fp16_is_faster() -> None:
         job_from_model("resnet18", ["v100"], precision="int8")
 
 
+def test_one_device_name_alone_is_one_device_not_its_letters() -> None:
+    job = job_from_model("resnet18", "v100")
+    assert set(job.per_device) == {"v100"}
+    assert job_from_model("resnet18", ["V100", "v100"]).per_device.keys() == {"v100"}
+
+
+@pytest.mark.parametrize(
+    ("devices", "message"),
+    [
+        (["x100"], r"job_from_model\.devices: unknown device 'x100'; known: \['a100'"),
+        ([], r"job_from_model\.devices: must name at least one device"),
+        (None, r"job_from_model\.devices: must be GPU preset names .*got NoneType"),
+    ],
+)
+def test_bad_devices_name_job_from_models_parameter(devices: object, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        job_from_model("resnet18", devices)  # type: ignore[arg-type]
+
+
+def test_an_unknown_model_names_job_from_models_parameter_not_a_trace() -> None:
+    with pytest.raises(ConfigError) as info:
+        job_from_model("resnet5", ["v100", "t4"])
+    assert (info.value.owner, info.value.field) == ("job_from_model", "name")
+    assert "unknown model 'resnet5' (did you mean 'resnet50'?); known: [" in str(info.value)
+    assert "trace" not in str(info.value) and "sim run" not in str(info.value)
+
+
 @pytest.mark.parametrize(
     ("fields", "field"),
     [
@@ -192,6 +231,7 @@ def test_a_zoo_model_is_estimated_on_each_gpu_type_and_fp16_is_faster() -> None:
         ({"epochs": 0.0}, "epochs"),
         ({"epochs": math.inf}, "epochs"),
         ({"global_batch": 0}, "global_batch"),
+        ({"global_batch": 11}, "global_batch"),
         ({"network_efficiency": 1.5}, "network_efficiency"),
     ],
 )
@@ -238,6 +278,13 @@ def test_a_cpu_profile_without_gpus_or_in_fp16_or_without_its_rate_is_refused() 
     bare = dataclasses.replace(CPU_PROFILE, device_tflops=None)
     with pytest.raises(ConfigError, match="no measured FLOP rate"):
         job_from_profile(bare, devices=["v100"])
+
+
+def test_a_cpu_profile_takes_one_gpu_name_alone_too() -> None:
+    job = job_from_profile(CPU_PROFILE, devices="v100")
+    assert set(job.per_device) == {"v100"} and job.spec.device == "v100"
+    with pytest.raises(ConfigError, match=r"job_from_profile\.devices: unknown device 'x100'"):
+        job_from_profile(CPU_PROFILE, devices=["x100"])
 
 
 def test_measured_figures_win_over_the_family_speeds_and_are_scaled_by_them() -> None:

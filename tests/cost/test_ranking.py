@@ -15,6 +15,7 @@ from unstall.cost.predict import JobModel, Prediction, TrainingConfig, predict_a
 from unstall.cost.ranking import (
     Candidate,
     RecommendConfig,
+    cost_to_compare,
     dominates,
     pareto_front,
     rank,
@@ -71,7 +72,7 @@ def test_the_recommendation_is_the_cheapest_configuration_within_the_budget() ->
     assert rec.candidates[0] == rec.recommended
     # ranked: the feasible ones by cost, then the rest by time
     n = len(within)
-    costs = [round(c.predicted_cost_usd, 2) for c in rec.candidates[:n]]
+    costs = [cost_to_compare(c.predicted_cost_usd) for c in rec.candidates[:n]]
     assert costs == sorted(costs)
     hours = [c.predicted_hours for c in rec.candidates[n:]]
     assert hours == sorted(hours) and all(h > 24.0 for h in hours)
@@ -89,10 +90,35 @@ def test_for_any_budget_nothing_feasible_is_cheaper_than_the_recommendation(budg
     best = ranked[0]
     assert best.within_budget
     for c in feasible:
-        assert round(c.predicted_cost_usd, 2) >= round(best.predicted_cost_usd, 2)
+        assert cost_to_compare(c.predicted_cost_usd) >= cost_to_compare(best.predicted_cost_usd)
 
 
 _PREDICTIONS = predict_all(JobModel(spec=make_spec(300e6)), list(default_catalog()), IMAGENET)
+
+
+def test_costs_compare_to_the_cent_and_small_ones_to_three_figures() -> None:
+    assert cost_to_compare(1234.567) == 1234.57  # a cent is not worth waiting for
+    assert cost_to_compare(12.344) == cost_to_compare(12.336) == 12.34
+    assert cost_to_compare(5.678) == 5.68
+    assert cost_to_compare(0.015) == 0.015 and cost_to_compare(0.0088) == 0.0088
+    assert cost_to_compare(0.01504) == cost_to_compare(0.01496)
+
+
+def test_a_job_of_seconds_goes_to_the_cheaper_of_two_sub_cent_configurations() -> None:
+    # Both cost under a cent and a half: to the cent they tie and the faster (70% dearer) one
+    # used to win; compared to three figures the cheaper one does, as for a large job.
+    catalog = Catalog(
+        instances=(
+            make_instance("fast.1", 1, "v100", 0.9, min_billed_s=60.0),
+            make_instance("slow.1", 1, "t4", 0.53, min_billed_s=60.0),
+        ),
+        source="test",
+    )
+    job = JobModel(spec=make_spec(0.0, compute_s=0.01))
+    rec = rank_configurations(job, catalog, config(1.0, max_instances=1, samples=320, epochs=1))
+    costs = {c.instance: c.predicted_cost_usd for c in rec.candidates}
+    assert costs["fast.1"] == pytest.approx(0.015) and costs["slow.1"] == pytest.approx(0.53 / 60)
+    assert rec.recommended is not None and rec.recommended.instance == "slow.1"
 
 
 def test_a_slower_but_cheaper_configuration_wins_when_the_budget_allows() -> None:
@@ -250,12 +276,14 @@ def test_families_select_instance_types() -> None:
         "g4dn.metal",
         "p3dn.24xlarge",
     }
-    with pytest.raises(ConfigError, match="no instance type"):
+    with pytest.raises(ConfigError, match="no instance type") as info:
         rank_configurations(
             job,
             default_catalog(),
             RecommendConfig(training=IMAGENET, budget_hours=1.0, families=("z9",)),
         )
+    # The families there are, so that a typo ("P3", "p4") can be put right.
+    assert "its families: ['p2', 'p3', 'p3dn', 'g4dn', 'g5', 'p4d', 'p5']" in str(info.value)
 
 
 def test_a_global_batch_smaller_than_every_configuration_is_an_error() -> None:

@@ -30,6 +30,10 @@ def test_registries_hold_the_named_devices() -> None:
 def test_datasheet_figures() -> None:
     assert device("V100").fp32_tflops == 15.7 and device("v100").fp16_tflops == 125.0
     assert device("a100").memory_gb == 80.0
+    # the H200 is the H100's compute with more, faster memory
+    h100, h200 = device("h100"), device("h200")
+    assert (h200.fp32_tflops, h200.fp16_tflops) == (h100.fp32_tflops, h100.fp16_tflops)
+    assert (h200.memory_gb, h200.memory_gbs) == (141.0, 4800.0)
     # newer GPUs are faster at both precisions
     order = ["k80", "t4", "v100", "a100", "h100"]
     fp16 = [device(d).fp16_tflops for d in order]
@@ -79,7 +83,7 @@ def test_cuda_names_map_to_presets() -> None:
         "Tesla T4": "t4",
         "NVIDIA A10G": "a10g",
         "Tesla K80": "k80",
-        "NVIDIA H200": None,
+        "NVIDIA H200": "h200",
         "NVIDIA GeForce RTX 4090": None,
     }
     assert {name: preset_for_gpu(name) for name in names} == names

@@ -13,6 +13,7 @@ from unstall.net.link import Link
 from unstall.net.topology import (
     CALIBRATED_NETWORK_EFFICIENCY,
     TOPOLOGY_PRESETS,
+    NodeGroup,
     TopologyConfig,
     intra_link,
     nic_link,
@@ -21,7 +22,7 @@ from unstall.net.topology import (
     topology_preset,
     uplink_link,
 )
-from unstall.net.topology_files import load_topology
+from unstall.net.topology_files import load_topology, topology_from_mapping
 
 
 def test_presets_sizes() -> None:
@@ -81,6 +82,11 @@ def test_explicit_uplink_and_intra_override() -> None:
         ({"intra_link_kind": "infinityfabric"}, "intra_link_kind"),
         ({"oversubscription": 0.5}, "oversubscription"),
         ({"uplink": Link(bandwidth_gbps=1.0), "oversubscription": 2.0}, "oversubscription"),
+        # A Link may be unlimited (a parameter server's); a cluster's links may not.
+        ({"nic": Link.unlimited()}, "nic.bandwidth_gbps"),
+        ({"uplink": Link.unlimited()}, "uplink.bandwidth_gbps"),
+        ({"intra_link": Link.unlimited()}, "intra_link.bandwidth_gbps"),
+        ({"oversubscription": float("inf")}, "oversubscription"),
     ],
 )
 def test_validation_names_the_field(kwargs: dict, field: str) -> None:  # type: ignore[type-arg]
@@ -100,6 +106,39 @@ def test_linkspec_validation() -> None:
 def test_unknown_preset() -> None:
     with pytest.raises(ConfigError, match="known"):
         topology_preset("huge")
+    # a cluster already built is named as such, not put in the message whole as a "preset"
+    with pytest.raises(
+        ConfigError, match=r"^topology_preset\.name: takes a preset's name, got the cluster 'small'"
+    ):
+        topology_preset(topology_preset("small"))  # type: ignore[arg-type]
+
+
+def test_a_number_for_a_congestion_level_points_to_a_schedule_of_one_step() -> None:
+    from unstall.sim import CongestionSchedule, congestion_level
+
+    with pytest.raises(ConfigError) as info:
+        congestion_level(0.5)  # type: ignore[arg-type]
+    assert "got the number 0.5" in str(info.value)
+    assert "CongestionSchedule(times_s=(0.0,), fractions=(0.5,))" in str(info.value)
+    assert CongestionSchedule(times_s=(0.0,), fractions=(0.5,)).fractions == (0.5,)
+
+
+def test_load_topology_names_a_preset_or_a_mapping_given_for_the_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A dict failed in pathlib, a preset's name as "small: no such file"."""
+    with pytest.raises(ConfigError) as info:
+        load_topology({"preset": "small"})  # type: ignore[arg-type]
+    assert str(info.value) == (
+        "load_topology.path: must be a file path, got dict: topology_from_mapping(mapping) "
+        "builds one"
+    )
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError) as info:
+        load_topology("small")
+    assert str(info.value) == (
+        "load_topology.path: 'small' is a preset, no file: topology_preset('small')"
+    )
 
 
 def test_load_toml_from_preset_with_overrides(tmp_path: Path) -> None:
@@ -146,6 +185,56 @@ def test_load_errors_name_file_and_field(tmp_path: Path, body: str, field: str) 
     assert info.value.field == field and str(path) in str(info.value)
 
 
+@pytest.mark.parametrize(
+    ("name", "body", "field"),
+    [
+        ("inf.toml", "nic = {bandwidth_gbps = inf}", "nic.bandwidth_gbps"),
+        ("nan.toml", "nic = {bandwidth_gbps = nan}", "nic.bandwidth_gbps"),
+        ("lat.toml", "nic = {bandwidth_gbps = 10, latency_us = inf}", "nic.latency_us"),
+        ("up.toml", "[uplink]\nbandwidth_gbps = -inf", "uplink.bandwidth_gbps"),
+        ("intra.toml", "intra_link = {bandwidth_gbps = inf}", "intra_link.bandwidth_gbps"),
+        ("over.toml", "oversubscription = inf", "oversubscription"),
+        ("inf.json", '"nic": {"bandwidth_gbps": Infinity}', "nic.bandwidth_gbps"),
+    ],
+)
+def test_non_finite_numbers_in_a_cluster_file_name_the_field(
+    tmp_path: Path, name: str, body: str, field: str
+) -> None:
+    path = tmp_path / name
+    if name.endswith(".json"):
+        path.write_text(f'{{"nodes_per_rack": 2, "gpus_per_node": 4, {body}}}')
+    else:
+        path.write_text(f"nodes_per_rack = 2\ngpus_per_node = 4\n{body}\n")
+    with pytest.raises(DataFileError) as info:
+        load_topology(path)
+    assert info.value.field == field, info.value
+    assert "finite" in str(info.value) and str(path) in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("data", "field", "why"),
+    [
+        # Not given is not "got 0" (TopologyConfig's default stands for "not given").
+        ({}, "nodes_per_rack", "required in the regular form (or give `nodes`"),
+        ({}, "nodes_per_rack", "missing as well: gpus_per_node"),
+        ({"nodes_per_rack": 2}, "gpus_per_node", "required in the regular form"),
+        ({"gpus_per_node": 4, "racks": 2}, "nodes_per_rack", "required in the regular form"),
+        # Given as 0, it is the value that is wrong.
+        ({"nodes_per_rack": 0, "gpus_per_node": 4}, "nodes_per_rack", "got 0"),
+        # A wrong value is named before the shape that is missing as well.
+        ({"device": "v1000"}, "device", "unknown device 'v1000'"),
+        ({"intra_link_kind": "fabric"}, "intra_link_kind", "unknown interconnect 'fabric'"),
+    ],
+)
+def test_a_missing_shape_is_named_as_missing_and_a_bad_device_first(
+    data: dict[str, object], field: str, why: str
+) -> None:
+    with pytest.raises(DataFileError) as info:
+        topology_from_mapping(data)
+    assert info.value.field == field and why in info.value.why, info.value
+    assert "got 0" not in str(info.value) or data.get("nodes_per_rack") == 0
+
+
 def test_load_missing_file_and_bad_syntax(tmp_path: Path) -> None:
     with pytest.raises(DataFileError, match="no such file"):
         load_topology(tmp_path / "nope.toml")
@@ -167,3 +256,19 @@ def test_files_default_to_the_calibrated_efficiency_and_their_own_name(tmp_path:
     assert "network at 100% of line rate" in line_rate.describe()
     # The Python config keeps line rate as its default: only files and presets are calibrated.
     assert TopologyConfig(nodes_per_rack=2, gpus_per_node=4).network_efficiency == 1.0
+
+
+@pytest.mark.parametrize(
+    ("nodes", "got"),
+    [
+        ([NodeGroup(count=1, gpus_per_node=2)], "got a list: write nodes=(NodeGroup(...), ...)"),
+        (NodeGroup(count=1, gpus_per_node=2), "got one NodeGroup: write nodes=(NodeGroup(...),)"),
+        (({"count": 1, "gpus_per_node": 2},), "got a dict among them"),
+        (5, "got int"),
+    ],
+)
+def test_node_groups_of_the_wrong_kind_say_what_was_given(nodes: object, got: str) -> None:
+    """Every one was "must be a tuple of NodeGroup", and an int a TypeError."""
+    with pytest.raises(ConfigError) as info:
+        TopologyConfig(nodes=nodes)  # type: ignore[arg-type]
+    assert str(info.value) == f"TopologyConfig.nodes: must be a tuple of NodeGroup, {got}"

@@ -79,3 +79,17 @@ def test_the_data_runs_come_from_the_source_and_the_network_run_from_the_link() 
         "network",
     ]
     assert run_names(ProfileConfig(workers=4, nodes=2)) == ["compute", "local", "network"]
+
+
+def test_one_worker_times_no_ddp_run_and_takes_no_emulated_link() -> None:
+    # One worker has no peer on its host: a DDP run would put DDP's own work down as an
+    # interconnect stall; and no link joins it to anything.
+    from unstall.net.link import Link
+
+    assert run_names(ProfileConfig(workers=1), ("warm", "cached")) == ["compute", "warm", "cached"]
+    assert run_names(ProfileConfig(workers=1, measure_overhead=True)) == [
+        "compute",
+        "compute_untimed",
+    ]
+    with pytest.raises(ConfigError, match=r"ProfileConfig\.network: .*give workers >= 2"):
+        ProfileConfig(workers=1, network=Link(bandwidth_gbps=1.0))

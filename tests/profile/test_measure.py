@@ -3,9 +3,12 @@ from a file the spawned workers cannot import), and its errors are one line nami
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 from unstall.errors import ConfigError, UnstallError
 from unstall.net.link import Link
@@ -43,6 +46,19 @@ def loss(outputs, targets):
 
 def bad_loss(outputs, targets):
     return outputs.sum() / undefined_name
+
+
+def detached_loss(outputs, targets):
+    return nn.functional.cross_entropy(outputs, targets).detach()
+
+
+def nan_loss(outputs, targets):
+    return outputs.sum() * float("nan")
+
+
+def short_rows(rank, world_size):
+    for _ in range(6):
+        yield torch.randn(5, 12 if rank == 0 else 7), torch.randint(0, 4, (5,))
 
 
 def not_a_model():
@@ -113,6 +129,76 @@ def test_a_failing_loss_in_a_worker_is_one_line_naming_it(user_file: Path) -> No
     assert "my_training.py" in message and "NameError" in message
 
 
+def test_a_nan_loss_is_refused_in_one_line_naming_it(user_file: Path) -> None:
+    with pytest.raises(UnstallError) as info:
+        measure_stalls(
+            _load(user_file, "model"),  # type: ignore[arg-type]
+            _load(user_file, "data"),  # type: ignore[arg-type]
+            loss=_load(user_file, "nan_loss"),  # type: ignore[arg-type]
+            workers=1,
+            iterations=1,
+            warmup=0,
+            repeats=1,
+        )
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith("profiling workers failed: loss function nan_loss (")
+    assert (
+        "returned nan on the first batch (outputs float32 (5, 4) and targets int64 (5,))" in message
+    )
+
+
+def test_a_loss_backward_cannot_start_from_is_refused_naming_it(user_file: Path) -> None:
+    with pytest.raises(UnstallError) as info:
+        measure_stalls(
+            _load(user_file, "model"),  # type: ignore[arg-type]
+            _load(user_file, "data"),  # type: ignore[arg-type]
+            loss=_load(user_file, "detached_loss"),  # type: ignore[arg-type]
+            workers=1,
+            iterations=1,
+            warmup=0,
+            repeats=1,
+        )
+    message = str(info.value)
+    assert message.startswith("profiling workers failed: loss function detached_loss (")
+    assert "my_training.py" in message and "does not require grad" in message, message
+    assert "\n" not in message
+
+
+def test_a_loss_class_for_the_loss_is_refused_before_any_worker_starts(user_file: Path) -> None:
+    with pytest.raises(
+        ConfigError,
+        match=r"measure_stalls\.loss: .*, got the class MSELoss: build one, torch\.nn\.MSELoss\(\)",
+    ):
+        measure_stalls(
+            _load(user_file, "model"),  # type: ignore[arg-type]
+            _load(user_file, "data"),  # type: ignore[arg-type]
+            loss=torch.nn.MSELoss,  # type: ignore[arg-type]
+        )
+
+
+def test_a_batch_the_model_cannot_take_on_one_worker_names_the_model_and_the_batch(
+    user_file: Path,
+) -> None:
+    # Worker 1 alone gets 7 features where the model takes 12: torch's error is raised in
+    # torch's code, inside the timed DDP loop; the message says whose model and which batch.
+    with pytest.raises(UnstallError) as info:
+        measure_stalls(
+            _load(user_file, "model"),  # type: ignore[arg-type]
+            _load(user_file, "short_rows"),  # type: ignore[arg-type]
+            workers=2,
+            iterations=1,
+            warmup=0,
+            repeats=1,
+        )
+    message = str(info.value)
+    assert "\n" not in message
+    assert message.startswith("profiling workers failed: the model of model function model (")
+    assert f"{user_file}:" in message and "Net.forward" in message, message
+    assert "on a batch of inputs float32 (5, 7), targets int64 (5,)" in message, message
+    assert "mat1 and mat2 shapes cannot be multiplied" in message
+
+
 def test_bad_arguments_fail_before_any_worker_starts(user_file: Path) -> None:
     data = _load(user_file, "data")
     with pytest.raises(
@@ -125,3 +211,77 @@ def test_bad_arguments_fail_before_any_worker_starts(user_file: Path) -> None:
         measure_stalls(_load(user_file, "model"), [1, 2])  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match=r"ProfileConfig\.network"):
         measure_stalls(_load(user_file, "model"), data, network="1,0.5")  # type: ignore[arg-type]
+
+
+def test_a_module_instance_for_the_model_is_refused_before_any_worker_starts(
+    user_file: Path,
+) -> None:
+    """An nn.Module is callable (its forward): it used to reach the workers and fail there as
+    "model function Sequential (...torch...) failed: TypeError: forward() missing ..."."""
+    data = _load(user_file, "data")
+    with pytest.raises(ConfigError) as info:
+        measure_stalls(torch.nn.Linear(4, 2), data)  # type: ignore[arg-type]
+    assert str(info.value) == (
+        "measure_stalls.model: must be a function (or class) returning an nn.Module, got a"
+        " Linear instance: pass what builds one, e.g. functools.partial(torch.nn.Linear, ...)"
+        " with its arguments"
+    )
+    with pytest.raises(ConfigError, match=r"measure_stalls\.model: .*got int$"):
+        measure_stalls(3, data)  # type: ignore[arg-type]
+
+
+UNGUARDED = """
+import torch
+from torch import nn
+from unstall.profile import measure_stalls
+
+def model():
+    return nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2))
+
+def data(rank, world_size):
+    for _ in range(4):
+        yield torch.randn(4, 8), torch.randint(0, 2, (4,))
+
+measure_stalls(model, data, workers=2, iterations=1, warmup=0, repeats=1)
+"""
+
+GUARD_ADVICE = (
+    "again in each worker: the script must guard its top-level code with"
+    ' `if __name__ == "__main__":` (or call the profiler from an importable file)'
+)
+
+
+def _last_line(result: subprocess.CompletedProcess[str]) -> str:
+    assert result.returncode != 0, result.stdout + result.stderr
+    return result.stderr.strip().splitlines()[-1]
+
+
+def test_a_script_without_a_main_guard_is_told_to_add_one(tmp_path: Path) -> None:
+    """Spawn runs the script again in each worker, which called measure_stalls again there;
+    the error was "profiling workers failed: process 1 terminated with exit code 1" (or the
+    last line of multiprocessing's own many-line message)."""
+    script = tmp_path / "train.py"
+    script.write_text(UNGUARDED, encoding="utf-8")
+    run = subprocess.run(
+        [sys.executable, str(script)], cwd=tmp_path, capture_output=True, text=True, timeout=300
+    )
+    assert _last_line(run) == (
+        "unstall.errors.UnstallError: the profiling workers are started with spawn, which runs"
+        f" the calling script ({script}) {GUARD_ADVICE}"
+    )
+
+
+def test_a_script_read_from_stdin_is_told_to_run_from_a_file(tmp_path: Path) -> None:
+    run = subprocess.run(
+        [sys.executable, "-"],
+        input=UNGUARDED,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert _last_line(run) == (
+        "unstall.errors.UnstallError: the profiling workers are started with spawn, which runs"
+        " the calling script again in each worker, and '<stdin>' is not a file (a script read"
+        ' from stdin?): run it from a file, its top-level code under `if __name__ == "__main__":`'
+    )

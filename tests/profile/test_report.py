@@ -102,8 +102,12 @@ def test_a_cpu_run_is_labelled_cpu_with_its_name_and_rate() -> None:
 def test_a_gpu_run_is_labelled_with_its_preset_or_the_one_given() -> None:
     raw = RawTimings(runs={"compute": [0.1]}, batch=8, device_name="NVIDIA H100 80GB HBM3")
     assert _report(ProfileConfig(device="cuda", workers=1), raw).job_profile.device == "h100"
-    unknown = RawTimings(runs={"compute": [0.1]}, batch=8, device_name="NVIDIA H200")
-    with pytest.raises(ConfigError, match=r"'NVIDIA H200' is none of the device presets"):
+    h200 = RawTimings(runs={"compute": [0.1]}, batch=8, device_name="NVIDIA H200")
+    assert _report(ProfileConfig(device="cuda", workers=1), h200).job_profile.device == "h200"
+    unknown = RawTimings(runs={"compute": [0.1]}, batch=8, device_name="NVIDIA GeForce RTX 4090")
+    with pytest.raises(
+        ConfigError, match=r"'NVIDIA GeForce RTX 4090' is none of the device presets"
+    ):
         _report(ProfileConfig(device="cuda", workers=1), unknown)
     named = ProfileConfig(device="cuda", workers=1, profile_device="h100")
     assert _report(named, unknown).job_profile.device == "h100"

@@ -43,6 +43,10 @@ def not_pairs(rank, world_size):
 
 def nothing(rank, world_size):
     return iter(())
+
+
+def dict_inputs(rank, world_size):
+    yield {"x": torch.zeros(2, 6)}, torch.zeros(2, dtype=torch.long)
 """
 
 
@@ -87,6 +91,9 @@ def test_user_data_errors_name_the_function(user_file: Path) -> None:
         source("not_pairs").memory_feed(0, 1, seed=0)
     with pytest.raises(UserCodeError, match=r"nothing.*yielded no batch"):
         source("nothing").memory_feed(0, 1, seed=0)
+    # A pair whose inputs are no tensor: the message says what the pair held.
+    with pytest.raises(UserCodeError, match=r"pairs of tensors; got a tuple \(dict, Tensor\)$"):
+        source("dict_inputs").memory_feed(0, 1, seed=0)
 
 
 def test_image_files_feed_their_own_decoded_images_without_a_memory_source(
@@ -118,9 +125,14 @@ def test_a_job_from_a_users_file_reaches_a_process_that_cannot_import_it(
     )
     blob = pack(job)
     assert isinstance(unpack(blob), ProfiledJob)
+    # The blob names the user's folder (for what the file imports from beside it); the job
+    # itself needs none of it: unpickled without that folder on sys.path.
+    folders, _ = pickle.loads(blob)
+    assert folders == (str(user_file.parent.resolve()),)
     script = (
         "import pickle, sys\n"
-        "job = pickle.loads(sys.stdin.buffer.read())\n"
+        "folders, packed = pickle.loads(sys.stdin.buffer.read())\n"
+        "job = pickle.loads(packed)\n"
         "inputs, _ = job.data.memory_feed(1, 2, 0)(0)\n"
         "print(type(job.model()).__name__, float(inputs[0, 0]))\n"
     )

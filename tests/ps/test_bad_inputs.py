@@ -70,3 +70,16 @@ def test_nobody_listening_fails_in_seconds() -> None:
     with pytest.raises(UnstallError, match=f"cannot reach the Ray cluster at 127.0.0.1:{port}"):
         check_reachable(f"127.0.0.1:{port}")
     assert time.monotonic() - started < 6
+
+
+def test_a_malformed_ray_address_variable_is_named_as_the_variable(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The user never typed --address: the error names where the address came from."""
+    from unstall import ray_connect
+
+    monkeypatch.setenv("RAY_ADDRESS", "foo")
+    with pytest.raises(UnstallError, match=r"^RAY_ADDRESS 'foo': want HOST:PORT"):
+        ray_connect._connect(None, None, None, None)
+    with pytest.raises(UnstallError, match=r"^--address 'bar': want HOST:PORT"):
+        ray_connect._connect("bar", None, None, None)

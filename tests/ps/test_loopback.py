@@ -49,7 +49,7 @@ def test_multi_node_mode_only_for_an_address_off_this_machine(
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
     monkeypatch.setattr(ray, "init", lambda **kwargs: calls.append(kwargs))
     # No connection attempt (10.1.2.3 is off this machine): only the mode is under test.
-    monkeypatch.setattr(ray_connect, "check_reachable", lambda address: None)
+    monkeypatch.setattr(ray_connect, "check_reachable", lambda address, **kw: None)
     assert ensure_ray(address) is True
     assert calls[0]["address"] == address
     assert ray_constants.ENABLE_RAY_CLUSTER is cluster_mode

@@ -148,10 +148,38 @@ def test_a_checkpoint_refuses_what_it_cannot_resume(tmp_path: Path) -> None:
     ckpt.check_fits([6, 2], workers=3, seed=5)
     bad = tmp_path / "notes.pt"
     bad.write_text("not a checkpoint")
-    with pytest.raises(DataFileError, match=r"notes.pt.*not a checkpoint"):
+    with pytest.raises(DataFileError, match=r"notes.pt: not a readable checkpoint of `unstall ps`"):
         PSCheckpoint.load(bad)
     torch.save({"weights": 1}, bad)
     with pytest.raises(DataFileError, match=r"notes.pt.*want unstall.ps.checkpoint"):
         PSCheckpoint.load(bad)
     with pytest.raises(DataFileError, match="no such file"):
         PSCheckpoint.load(tmp_path / "missing.pt")
+
+
+class _Foreign:
+    """A class a weights-only load refuses (not on torch's allowed list)."""
+
+
+def test_a_corrupt_checkpoint_is_one_line_without_torchs_unsafe_advice(tmp_path: Path) -> None:
+    # torch's refusal of a weights-only load advises weights_only=False (it would run code from
+    # the file) over several lines and asks to file an issue: none of that may reach the user.
+    good = tmp_path / "good.pt"
+    _checkpoint().save(good)
+    files = {
+        "garbage.pt": b"garbage\n",
+        "empty.pt": b"",
+        "cut.pt": good.read_bytes()[: good.stat().st_size // 2],
+    }
+    for name, content in files.items():
+        (tmp_path / name).write_bytes(content)
+    torch.save({"format": _Foreign()}, tmp_path / "foreign.pt")
+    for name in [*files, "foreign.pt"]:
+        with pytest.raises(DataFileError) as info:
+            PSCheckpoint.load(tmp_path / name)
+        message = str(info.value)
+        assert message.startswith(f"{tmp_path / name}: not a readable checkpoint of `unstall ps`")
+        assert "\n" not in message and "weights_only" not in message, message
+        assert "file an issue" not in message and "Please" not in message, message
+    with pytest.raises(DataFileError, match=r"Unsupported operand \d+$"):
+        PSCheckpoint.load(tmp_path / "garbage.pt")

@@ -121,8 +121,18 @@ def test_a_boundary_probe_unloads_a_new_straggler_before_its_first_iteration(
     only iteration 3 would)."""
     moving = scenario_from_mapping(MOVING, "moving.json")
     strategy = PSLDStrategy(config=ControllerConfig(probe_every=1, probe_in_step=False))
-    r = tiny_run(moving, strategy=strategy, iterations=4, check_reference=True, pool=ps_pool)
+    steps: list[str] = []
+    r = tiny_run(
+        moving,
+        strategy=strategy,
+        iterations=4,
+        check_reference=True,
+        pool=ps_pool,
+        progress=lambda n: steps.append("trained"),
+        check_progress=lambda n: steps.append("replayed"),
+    )
     assert r.params_match_reference is True
+    assert steps == ["trained"] * 4 + ["replayed"] * 4  # the check's replay reports too
     owned = [{s.server: s.owned_bytes for s in t.servers} for t in r.telemetry]
     assert owned[0][2] < min(owned[0][0], owned[0][1])
     assert owned[2][0] < min(owned[2][1], owned[2][2])

@@ -521,3 +521,121 @@ def test_a_group_ages_by_its_oldest_job_still_waiting() -> None:
     q2 = job("q2", 1, sens=INSENSITIVE, submit=now + 5.0, changed=now + 5.0)
     d = policy.decide(snap((2, 0, 0), [q3, q2], running, now + 10.0), RNG)
     assert [s.job_id for s in d.starts] == ["q2"]
+
+
+# --- priority preemption ------------------------------------------------------------------------
+
+
+def taught_priority(**overrides: object) -> Dally:
+    """Gittins order with priority preemption; finished jobs taught it that most 4-GPU jobs end
+    within 100 s but one ran 20,000 s, and that 8-GPU jobs run about a minute."""
+    settings: dict[str, object] = {"order": "gittins", "delay": False, "restore_s": 60.0}
+    settings.update(overrides)
+    policy = quiet_dally(**settings)
+    for runtime in (100.0, 100.0, 100.0, 20_000.0):
+        policy.tuner.observe_finish(runtime, gpus=4)
+    for runtime in (50.0, 60.0, 70.0):
+        policy.tuner.observe_finish(runtime, gpus=8)
+    return policy
+
+
+# Every GPU busy: two veterans that ran past the short 4-GPU jobs (expected ~19,000 s more
+# each) and a fresh one (expected ~5,000 s more); an 8-GPU job (larger than a node) waits.
+FULL = [
+    job("r1", 4, sens=INSENSITIVE, placement=((0, 4),), attained=4 * 1000.0),
+    job("r2", 4, sens=INSENSITIVE, placement=((1, 4),), attained=4 * 10.0),
+    job("r3", 4, sens=INSENSITIVE, placement=((2, 4),), attained=4 * 1000.0),
+]
+LARGE = job("q1", 8, sens=INSENSITIVE, submit=5.0)
+
+
+def test_a_short_job_larger_than_a_node_preempts_the_longest_holding_jobs() -> None:
+    d = taught_priority().decide(snap((0, 0, 0), [LARGE], FULL, 10.0), RNG)
+    # Expected GPU-time: q1 8 x 60 s; r1 and r3 4 x 19,000 s, far above twice q1's. Gain:
+    # 8 GPUs x its wait until two nodes are expected to free (19,000 s); cost: per victim
+    # 4 x (60 s restore + q1's 60 s) at the margin of 2.
+    assert sorted(p.job_id for p in d.preemptions) == ["r1", "r3"]
+    assert [(s.job_id, s.placement) for s in d.starts] == [("q1", ((0, 4), (2, 4)))]
+
+
+def test_priority_preemption_needs_victims_expected_to_hold_their_gpus_much_longer() -> None:
+    policy = taught_priority()
+    for runtime in (40_000.0, 40_000.0, 40_000.0):  # 8-GPU jobs now look long
+        policy.tuner.observe_finish(runtime, gpus=8)
+    d = policy.decide(snap((0, 0, 0), [LARGE], FULL, 10.0), RNG)
+    assert d.preemptions == () and d.starts == ()
+
+
+def test_priority_preemption_is_made_only_when_the_wait_it_saves_pays() -> None:
+    d = taught_priority(restore_s=1e6).decide(snap((0, 0, 0), [LARGE], FULL, 10.0), RNG)
+    assert d.preemptions == () and d.starts == ()
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [{"priority_preemption": False}, {"preemption": False}, {"order": "las"}],
+    ids=["off", "preemption-off", "las-order"],
+)
+def test_priority_preemption_only_with_the_gittins_order_and_preemption_on(
+    overrides: dict[str, object],
+) -> None:
+    d = taught_priority(**overrides).decide(snap((0, 0, 0), [LARGE], FULL, 10.0), RNG)
+    assert d.preemptions == () and d.starts == ()
+
+
+def test_a_job_moved_max_moves_per_job_times_is_not_preempted_for_priority() -> None:
+    policy = taught_priority()
+    policy._moved["r1"] = 3  # max_moves_per_job
+    d = policy.decide(snap((0, 0, 0), [LARGE], FULL, 10.0), RNG)
+    assert sorted(p.job_id for p in d.preemptions) == ["r2", "r3"]
+    assert policy._moved == {"r1": 3, "r2": 1, "r3": 1}
+
+
+def test_a_failed_priority_preemption_is_asked_once_a_group_and_retried_later() -> None:
+    policy = taught_priority(restore_s=1e6, retry_fraction=0.5, retry_min_s=300.0)
+    twins = [LARGE, job("q2", 8, sens=INSENSITIVE, submit=6.0)]
+    asked = []
+    real = policy._preempt_for_priority
+
+    def counting(*args, **kwargs):  # type: ignore[no-untyped-def]
+        asked.append((args[0].job_id, args[1].now))
+        return real(*args, **kwargs)
+
+    policy._preempt_for_priority = counting  # type: ignore[method-assign]
+    policy.decide(snap((0, 0, 0), [], FULL, 1.0), RNG)
+    for now in (10.0, 100.0, 400.0):
+        policy.decide(snap((0, 0, 0), twins, FULL, now), RNG)
+    # At 10 s both twins are new to an unchanged cluster: q2 is in q1's group (same size and
+    # service), whose answer it would share. q1 tries again only after max(300 s, half its
+    # wait): at 400 s, not at 100 s.
+    assert asked == [("q1", 10.0), ("q1", 400.0)]
+
+
+def test_a_job_that_fits_a_node_does_not_preempt_for_priority() -> None:
+    node_sized = job("q1", 4, sens=INSENSITIVE, submit=5.0)
+    d = taught_priority().decide(snap((0, 0, 0), [node_sized], FULL, 10.0), RNG)
+    assert d.preemptions == () and d.starts == ()
+
+
+def test_priority_preemption_does_not_start_a_sensitive_job_spread() -> None:
+    # Preempting the longest-holding jobs (r1, r3, then r2) frees 8 GPUs over three nodes, not
+    # two whole ones: an insensitive job takes them; a sensitive one is not started spread past
+    # its delay timer, so nothing is preempted for it.
+    running = [
+        job("r1", 2, sens=INSENSITIVE, placement=((0, 2),), attained=2 * 1000.0),
+        job("r4", 2, sens=INSENSITIVE, placement=((0, 2),), attained=2 * 10.0),
+        job("r2", 4, sens=INSENSITIVE, placement=((1, 4),), attained=4 * 10.0),
+        job("r3", 2, sens=INSENSITIVE, placement=((2, 2),), attained=2 * 1000.0),
+        job("r5", 2, sens=INSENSITIVE, placement=((2, 2),), attained=2 * 10.0),
+    ]
+    started = {}
+    for sens in (INSENSITIVE, SENSITIVE):
+        d = taught_priority().decide(snap((0, 0, 0), [job("q1", 8, sens=sens)], running, 10.0), RNG)
+        started[sens is SENSITIVE] = (
+            sorted(p.job_id for p in d.preemptions),
+            [(s.job_id, s.placement) for s in d.starts],
+        )
+    assert started == {
+        False: (["r1", "r2", "r3"], [("q1", ((0, 2), (1, 4), (2, 2)))]),
+        True: ([], []),
+    }

@@ -3,19 +3,7 @@ of them per seed and metric."""
 
 from __future__ import annotations
 
-import importlib.util
-from types import ModuleType
-
-from conftest import REPO_ROOT
-
-
-def _bench() -> ModuleType:
-    path = REPO_ROOT / "benchmarks/dally_long.py"
-    spec = importlib.util.spec_from_file_location("dally_long", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from conftest import load_benchmark
 
 
 def _run(seed: int, policy: str, makespan: float, jct: float) -> dict[str, object]:
@@ -41,7 +29,11 @@ def test_the_best_of_the_baselines_is_the_one_that_did_best_on_each_seed_and_met
         _run(1, "consolidate", 100.0, 50.0),
         _run(1, "tiresias", 120.0, 100.0),
     ]
-    lines = _bench().summarise(runs, ["consolidate", "tiresias"], "high").splitlines()
+    lines = (
+        load_benchmark("dally_long")
+        .summarise(runs, ["consolidate", "tiresias"], "high")
+        .splitlines()
+    )
     rows = {line.split(" | ")[0]: line for line in lines if line.startswith("| ")}
     # makespan: consolidate best on both seeds (1.1, 0.9); JCT: tiresias on seed 0 (1.25),
     # consolidate on seed 1 (1.2); no overhead anywhere reads 1.

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 
 import pytest
 
@@ -250,7 +251,110 @@ def test_registered_policies_are_built_by_name_and_names_are_not_taken_twice(
         register_policy("knobs", _Idle, description="bad options", options=dict)
 
 
+@dataclass
+class _Labelled:
+    """A user policy whose options include its own ``name``, as docs/policy.md's example has."""
+
+    patience_s: float = 60.0
+    name: str = "labelled"
+    needs_oracle: bool = False
+    max_wait_s: float | None = None
+
+    def decide(self, snapshot: ClusterSnapshot, rng: random.Random) -> Decision:
+        return Decision()
+
+    def reset(self) -> None:
+        pass
+
+
+def test_an_option_called_name_reaches_the_policy(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(registry, "POLICIES", dict(registry.POLICIES))
+    register_policy("labelled", _Labelled, description="starts nothing", options=_Labelled)
+    policy = make_policy("labelled", name="labelled-2", patience_s=5)
+    assert isinstance(policy, _Labelled) and policy.name == "labelled-2"
+    assert policy.patience_s == 5
+    unlimited = make_policy("labelled", max_wait_s=None)
+    assert isinstance(unlimited, _Labelled) and unlimited.max_wait_s is None
+    with pytest.raises(ConfigError, match=r"_Labelled\.name: must be a string, got 3"):
+        make_policy("labelled", name=3)
+    with pytest.raises(ConfigError, match=r"_Labelled\.max_wait_s: must be a number or None"):
+        make_policy("labelled", max_wait_s="soon")
+
+
+@pytest.mark.parametrize(
+    ("arguments", "named"),
+    [
+        # Each was taken, and failed (or built no policy) only when make_policy called it.
+        (
+            {"factory": _Idle()},
+            "register_policy.factory: must be callable (a class or function), got a built "
+            "policy; pass its class (_Idle) or a function that builds a fresh one",
+        ),
+        ({"factory": "_Idle"}, "register_policy.factory: must be callable (a class or function)"),
+        ({"description": 5}, "register_policy.description: must be a string (one line), got 5"),
+        (
+            {"options": _Labelled()},
+            "register_policy.options: must be the dataclass itself, got an instance: pass "
+            "_Labelled",
+        ),
+        ({"name": 5}, "register_policy.name: 5: want a plain name"),
+    ],
+)
+def test_register_policy_names_an_argument_of_the_wrong_kind(
+    monkeypatch: pytest.MonkeyPatch, arguments: dict[str, object], named: str
+) -> None:
+    monkeypatch.setattr(registry, "POLICIES", dict(registry.POLICIES))
+    given: dict[str, object] = {"name": "idle", "factory": _Idle, "description": "starts nothing"}
+    with pytest.raises(ConfigError) as err:
+        register_policy(**{**given, **arguments})  # type: ignore[arg-type]
+    assert str(err.value).startswith(named)
+    assert "idle" not in registry.POLICIES
+
+
+def test_make_policy_names_a_factory_that_builds_no_policy(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(registry, "POLICIES", dict(registry.POLICIES))
+    register_policy("dict", dict, description="not a policy")
+    with pytest.raises(ConfigError, match=r"^make_policy.name: the factory registered as 'dict' "):
+        make_policy("dict")
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"age_weight": "high"}, "DallyConfig.age_weight: must be a number, got 'high'"),
+        ({"preemption": "no"}, "DallyConfig.preemption: must be True or False, got 'no'"),
+        ({"age_weight": True}, "DallyConfig.age_weight: must be a number, got True"),
+        ({"tune_every": 2.5}, "DallyConfig.tune_every: must be a whole number, got 2.5"),
+        ({"order": 1}, "DallyConfig.order: must be a string, got 1"),
+        ({"max_wait_s": "1h"}, "DallyConfig.max_wait_s: must be a number or None, got '1h'"),
+    ],
+)
+def test_an_option_of_the_wrong_type_names_the_options_class_and_field(
+    options: dict[str, object], named: str
+) -> None:
+    with pytest.raises(ConfigError) as err:
+        make_policy("dally", **options)
+    assert str(err.value) == named
+
+
+def test_options_of_the_right_type_pass_as_given() -> None:
+    dally = make_policy("dally", age_weight=0, max_wait_s=60, tune_every=5, preemption=False)
+    assert isinstance(dally, Dally)
+    assert (dally.config.age_weight, dally.config.max_wait_s) == (0, 60)
+    assert (dally.config.tune_every, dally.config.preemption) == (5, False)
+
+
 def test_every_policy_is_described_and_satisfies_the_protocol() -> None:
     assert list(describe_policies()) == list(POLICIES)
     for name in POLICIES:
         assert isinstance(make_policy(name), Policy)
+
+
+def test_dally_is_described_as_its_defaults_run_it() -> None:
+    """The timer tuner is off unless asked for: the listing says so, and how to turn it on."""
+    from unstall.sched import DallyConfig
+
+    assert DallyConfig().autotune is False
+    described = describe_policies()["dally"]
+    assert "auto-tuned" not in described
+    assert "fixed factor" in described and "autotune=on" in described

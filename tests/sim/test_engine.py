@@ -1,11 +1,15 @@
 from __future__ import annotations
 
+import inspect
+import math
+import pickle
 import random
 from dataclasses import dataclass, field, replace
 
 import pytest
 
 from sim_fakes import FakeSpeed
+from unstall.net import small
 from unstall.sched.base import (
     ClusterLayout,
     ClusterSnapshot,
@@ -20,7 +24,10 @@ from unstall.sched.fifo import Fifo
 from unstall.sim.congestion import CongestionSchedule
 from unstall.sim.decision_checks import PolicyError
 from unstall.sim.engine import Engine, EngineSettings
+from unstall.sim.failures import PolicyCrashError
+from unstall.sim.run import simulate
 from unstall.sim.state import JobState, SimInvariantError, build_jobs
+from unstall.traces import default_trace
 
 NO_CONGESTION = CongestionSchedule(times_s=(0.0,), fractions=(0.0,))
 
@@ -140,6 +147,49 @@ def test_migration_onto_one_node_speeds_a_job_up() -> None:
     assert times["a"][1] == pytest.approx(12.0)
 
 
+def test_a_placement_written_with_lists_is_kept_as_tuples() -> None:
+    """A user's ``Start(job, [(0, 1), (1, 1)])`` or ``[[1, 2]]`` is the placement it spells:
+    it runs as the tuple form would, and every later view shows (hashable) tuples."""
+    script = {
+        0: Decision(starts=(Start("a", [(0, 1), (1, 1)]),)),  # type: ignore[arg-type]
+        1: Decision(
+            migrations=(Migrate("a", [[1, 2]]),),  # type: ignore[arg-type]
+            starts=(Start("z", [[2, 1]]),),  # type: ignore[arg-type]
+        ),
+    }
+    layout = ClusterLayout.regular(racks=1, nodes_per_rack=3, gpus_per_node=2)
+    policy = Scripted(script)
+    times = run(layout, [("a", 0.0, 2, 10.0), ("z", 4.0, 1, 10.0)], policy)
+    assert times["a"][1] == pytest.approx(12.0)  # as test_migration_onto_one_node_speeds_a_job_up
+    views = [v for snap in policy.seen for v in (*snap.running, *snap.finished)]
+    seen = {(v.job_id, v.placement) for v in views}
+    assert seen == {("a", ((0, 1), (1, 1))), ("a", ((1, 2),)), ("z", ((2, 1),))}
+    assert all(type(share) is tuple for _, placement in seen for share in placement)
+
+
+def test_a_placement_of_lists_runs_on_the_perf_model_too() -> None:
+    """The perf model keys its caches by placement: a list there was a bare
+    ``TypeError: unhashable type: 'list'`` from perf_speed.py."""
+
+    class ListFifo(Fifo):
+        def decide(self, snapshot: ClusterSnapshot, rng: random.Random) -> Decision:
+            starts = super().decide(snapshot, rng).starts
+            as_lists = [Start(s.job_id, [list(share) for share in s.placement]) for s in starts]
+            return Decision(starts=tuple(as_lists))  # type: ignore[arg-type]
+
+    trace = default_trace()
+    lists = simulate(trace, small(), ListFifo(), max_jobs=30).result
+    tuples = simulate(trace, small(), Fifo(), max_jobs=30).result
+    assert lists.jobs_finished == 30 and lists.avg_jct_s == tuples.avg_jct_s
+
+
+@pytest.mark.parametrize("placement", [[(0,)], [(0, 1, 2)], "ab", [5], None])
+def test_a_placement_that_is_no_pairs_is_named(placement: object) -> None:
+    policy = Scripted({0: Decision(starts=(Start("a", placement),))})  # type: ignore[arg-type]
+    with pytest.raises(PolicyError, match=r"job 'a': a placement is \(node, GPUs\) pairs, got"):
+        run(TWO_NODES, [("a", 0.0, 1, 1.0)], policy)
+
+
 def test_policy_errors_are_caught() -> None:
     bad_start = Scripted({0: Decision(starts=(Start("a", ((0, 2),)),))})
     with pytest.raises(PolicyError, match="job 'a': asks 2 GPUs of node 0, which has only 1"):
@@ -207,6 +257,32 @@ def test_a_snapshot_kept_past_its_round_refuses_to_be_read() -> None:
         len(first.running)
 
 
+def test_a_policy_indexes_and_slices_the_snapshots_jobs_as_a_tuple_during_its_round() -> None:
+    @dataclass
+    class OldestFirst(Fifo):
+        kept: list[ClusterSnapshot] = field(default_factory=list)
+
+        def decide(self, snapshot: ClusterSnapshot, rng: random.Random) -> Decision:
+            self.kept.append(snapshot)
+            if not snapshot.queued:
+                return Decision()
+            oldest = snapshot.queued[0]
+            assert snapshot.queued[-1] is tuple(snapshot.queued)[-1]
+            assert snapshot.queued[:2] == tuple(snapshot.queued)[:2]
+            assert snapshot.running[:] == tuple(snapshot.running)
+            free = snapshot.free_by_node.index(max(snapshot.free_by_node))
+            if snapshot.free_by_node[free] < oldest.num_gpus:
+                return Decision()
+            return Decision(starts=(Start(oldest.job_id, ((free, oldest.num_gpus),)),))
+
+    policy = OldestFirst()
+    jobs = [("a", 0.0, 2, 5.0), ("b", 0.0, 2, 5.0), ("c", 0.0, 1, 5.0)]
+    finished = run(TWO_NODES, jobs, policy)
+    assert finished == {"a": (0.0, 5.0), "b": (5.0, 10.0), "c": (10.0, 15.0)}
+    with pytest.raises(SimInvariantError, match=r"snapshot\.queued was read after its round"):
+        policy.kept[0].queued[0]
+
+
 @pytest.mark.parametrize(
     ("decision", "rule"),
     [
@@ -225,6 +301,20 @@ def test_a_snapshot_kept_past_its_round_refuses_to_be_read() -> None:
         ),
         (Decision(migrations=(Migrate("a", ((1, 2),)),)), "cannot migrate it: the job is queued"),
         (Decision(timers=(SetTimer(-1.0, "t"),)), r"timer 't' set for -1.0 s, before now"),
+        # NaN compares false with now: pushed on the event heap, it looped the run for ever.
+        (Decision(timers=(SetTimer(math.nan, "t"),)), "timer 't' set for nan; at_s must be a"),
+        (
+            Decision(starts=Start("a", ((0, 2),))),  # type: ignore[arg-type]
+            r"Decision.starts must be a tuple of Start, got one Start: write starts=\(Start",
+        ),
+        (
+            Decision(preemptions=("a",)),  # type: ignore[arg-type]
+            "Decision.preemptions must be a tuple of Preempt, got a str among them",
+        ),
+        (
+            Decision(telemetry=("x", 1.0)),  # type: ignore[arg-type]
+            r"telemetry holds \(name, value\) pairs, got 'x' among them",
+        ),
     ],
 )
 def test_an_impossible_decision_names_the_policy_the_job_and_the_rule(
@@ -235,6 +325,37 @@ def test_an_impossible_decision_names_the_policy_the_job_and_the_rule(
         run(TWO_NODES, jobs, Scripted({0: decision}))
 
 
+class TimerNow(Fifo):
+    """FIFO that asks, every round, to be called again now."""
+
+    def decide(self, snapshot: ClusterSnapshot, rng: random.Random) -> Decision:
+        decision = super().decide(snapshot, rng)
+        return replace(decision, timers=(SetTimer(snapshot.now, "again"),))
+
+
+def test_a_policy_that_keeps_setting_timers_for_now_is_stopped_naming_them() -> None:
+    # Time would never move on: without the stop the run loops at t=0 for ever.
+    with pytest.raises(
+        PolicyError,
+        match=r"policy 'fifo' broke a rule: decide\(\) was called 1000 times at 0.0 s without "
+        r"time moving on: a timer set for now \(SetTimer at_s == snapshot.now, here 'again'\)",
+    ):
+        run(TWO_NODES, [("a", 0.0, 1, 1.0)], TimerNow())
+
+
+def test_one_timer_for_now_and_jobs_that_finish_as_they_start_are_no_loop() -> None:
+    once = Scripted(
+        {0: Decision(timers=(SetTimer(0.0, "now"),)), 1: Decision(starts=(Start("a", ((0, 1),)),))}
+    )
+    assert run(ONE_GPU, [("a", 0.0, 1, 1.0)], once) == {"a": (0.0, 1.0)}
+    assert once.seen[1].fired_timers == ("now",) and once.seen[1].now == 0.0
+    # 1,500 jobs too short to move the clock at t=1e9 (1e9 + 1e-9 == 1e9), one GPU: each round
+    # starts one, which finishes at the same instant and calls the next round there.
+    jobs = [(f"j{i}", 1e9, 1, 1e-9) for i in range(1500)]
+    finished = run(ONE_GPU, jobs, Fifo())
+    assert {finish for _, finish in finished.values()} == {1e9}
+
+
 def test_a_decide_that_returns_no_decision_is_named() -> None:
     class Lazy(Scripted):
         def decide(self, snapshot: ClusterSnapshot, rng: random.Random) -> Decision:
@@ -242,3 +363,51 @@ def test_a_decide_that_returns_no_decision_is_named() -> None:
 
     with pytest.raises(PolicyError, match="decide\\(\\) must return a Decision, got NoneType"):
         run(TWO_NODES, [("a", 0.0, 1, 1.0)], Lazy({}))
+
+
+class Crashing(Scripted):
+    """decide() raises on its first round; its line is named in the error."""
+
+    def decide(self, snapshot: ClusterSnapshot, rng: random.Random) -> Decision:
+        return self.script[int(1 / 0)]
+
+
+class CrashingInALibrary(Scripted):
+    def decide(self, snapshot: ClusterSnapshot, rng: random.Random) -> Decision:
+        import json
+
+        return json.loads("not json")  # type: ignore[no-any-return]
+
+
+class CrashingReset(Scripted):
+    def reset(self) -> None:
+        raise KeyError("state")
+
+
+def _line_of(cls: type, text: str) -> int:
+    lines, first = inspect.getsourcelines(cls)
+    return first + next(i for i, line in enumerate(lines) if text in line)
+
+
+def test_a_policy_that_raises_is_named_with_the_exception_and_the_line_that_raised() -> None:
+    line = _line_of(Crashing, "1 / 0")
+    with pytest.raises(PolicyCrashError) as caught:
+        run(TWO_NODES, [("a", 0.0, 1, 1.0)], Crashing({}))
+    assert str(caught.value) == (
+        "policy 'scripted' failed: ZeroDivisionError: division by zero "
+        f"(test_engine.py:{line}, in decide)"
+    )
+    assert isinstance(caught.value.__cause__, ZeroDivisionError)  # the traceback, for a debugger
+    back = pickle.loads(pickle.dumps(caught.value))  # a sweep's cells run in other processes
+    assert type(back) is PolicyCrashError and vars(back) == vars(caught.value)
+    with pytest.raises(
+        PolicyCrashError, match=r"KeyError: 'state' \(test_engine.py:\d+, in reset\)"
+    ):
+        run(TWO_NODES, [("a", 0.0, 1, 1.0)], CrashingReset({}))
+
+
+def test_an_error_raised_in_a_library_the_policy_called_names_the_policy_line_too() -> None:
+    line = _line_of(CrashingInALibrary, "json.loads")
+    with pytest.raises(PolicyCrashError) as caught:
+        run(TWO_NODES, [("a", 0.0, 1, 1.0)], CrashingInALibrary({}))
+    assert f"in raw_decode; from test_engine.py:{line}, in decide)" in str(caught.value)

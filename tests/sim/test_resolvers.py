@@ -76,6 +76,11 @@ class Plain:
 
 class NotAPolicy:
     pass
+
+
+class NoMethods:
+    name = "no-methods"
+    needs_oracle = False
 '''
 
 
@@ -123,6 +128,13 @@ def test_user_policy_classes_load_from_a_file_with_typed_options(tmp_path: Path)
         resolve_policy(f"{path}:Greedy", (("nope", "1"),))
     with pytest.raises(ConfigError, match="lacks the Policy protocol"):
         resolve_policy(f"{path}:NotAPolicy")
+    # Only what is missing: the class defines name and needs_oracle.
+    with pytest.raises(ConfigError) as half:
+        resolve_policy(f"{path}:NoMethods")
+    assert str(half.value) == (
+        f"SimRequest.policy: {path}:NoMethods built a NoMethods, which lacks the Policy "
+        "protocol's decide(snapshot, rng) and reset()"
+    )
     with pytest.raises(UserCodeError, match="Missing"):
         resolve_policy(f"{path}:Missing")
 
@@ -153,6 +165,26 @@ def test_congestion_is_a_level_or_a_schedule_file_labelled_as_given(tmp_path: Pa
     path.write_text("time_s,fraction\n0,0.3\n10,lots\n")
     with pytest.raises(DataFileError, match=r"busy\.csv, line 3, field 'fraction'"):
         resolve_congestion(str(path))
+
+
+def test_a_congestion_schedule_from_a_spreadsheet_reads_and_its_mistakes_are_named(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "cong.csv"
+    # "CSV UTF-8" from a spreadsheet: a byte-order mark before the header, CRLF, a blank line.
+    path.write_bytes(b"\xef\xbb\xbftime_s,fraction\r\n0,0.1\r\n\r\n600,0.5\r\n")
+    schedule = resolve_congestion(str(path))
+    assert (schedule.times_s, schedule.fractions) == ((0.0, 600.0), (0.1, 0.5))
+    for text, message in [
+        ("", "the file is empty; want the header time_s,fraction"),
+        ("time,frac\n0,0.1\n", "line 1: header must be exactly: time_s,fraction, got 'time,frac'"),
+        ("time_s,fraction\n0,0.1\n\n600,0.5,7\n", "line 4: 3 fields where the header has 2"),
+        ("time_s,fraction\n0,1.5\n", "line 2, field 'fraction': must be in [0, 0.95], got 1.5"),
+    ]:
+        path.write_text(text)
+        with pytest.raises(DataFileError) as err:
+            resolve_congestion(str(path))
+        assert str(err.value) == f"{path}, {message}" if "line" in message else f"{path}: {message}"
 
 
 def test_text_pairs_and_model_mix() -> None:

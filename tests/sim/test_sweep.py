@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
+import random
 
 import pytest
 
 from unstall.errors import ConfigError
 from unstall.net import small
-from unstall.sched import make_policy
-from unstall.sim import simulate
+from unstall.sched import ClusterSnapshot, Decision, make_policy
+from unstall.sim import NO_CONGESTION, PolicyCrashError, simulate
 from unstall.sim.sweep import CellOutcome, SweepGrid, SweepResult, summarise_sweep, sweep_rows
 from unstall.traces import default_trace
 
@@ -67,3 +69,32 @@ def test_the_summary_averages_seeds_that_ran_and_counts_the_failed() -> None:
     saved = SweepResult.of(grid, outcomes).to_dict()
     assert saved["cells"] == 6 and saved["failed"] == 4
     assert saved["runs"][2]["error"] == "RuntimeError: seed 2"
+
+
+@dataclasses.dataclass
+class _Crash:
+    name: str = "crash"
+    needs_oracle: bool = False
+
+    def reset(self) -> None:
+        pass
+
+    def decide(self, snapshot: ClusterSnapshot, rng: random.Random) -> Decision:
+        return [Decision()][int(1 / 0)]
+
+
+def test_a_failed_cell_says_what_the_policy_raised_and_where_as_sim_run_does() -> None:
+    """The cell's error is :class:`PolicyCrashError`'s text without the policy (the sweep's line
+    names the cell): one text, built in one place, for sim run, compare and sweep."""
+    pytest.importorskip("ray")
+    from unstall.sim.sweep_ray import SweepCellError, _simulate_cell
+
+    lines, first = inspect.getsourcelines(_Crash.decide)
+    line = first + next(i for i, text in enumerate(lines) if "1 / 0" in text)
+    with pytest.raises(PolicyCrashError) as direct:
+        simulate(default_trace(), small(), _Crash(), max_jobs=3)
+    with pytest.raises(SweepCellError) as cell:
+        _simulate_cell(default_trace(), small(), _Crash(), NO_CONGESTION, 0, {"max_jobs": 3})
+    raised = f"ZeroDivisionError: division by zero (test_sweep.py:{line}, in decide)"
+    assert str(cell.value) == raised
+    assert str(direct.value) == f"policy 'crash' failed: {cell.value}"

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -7,9 +9,11 @@ import pytest
 from unstall.errors import ConfigError
 from unstall.traces.default import (
     DEFAULT_TRACE_PATH,
+    LOOKALIKE_FIRST_SEED,
     default_trace,
     default_trace_config,
     default_trace_text,
+    lookalike_trace_config,
 )
 from unstall.traces.models import ZOO_MODELS, assign_models
 from unstall.traces.schema import Trace
@@ -77,3 +81,13 @@ def test_default_trace_fits_a_small_cluster() -> None:
     assert 0.2 < s.multi_gpu_share < 0.4
     assert s.duration_s["max"] <= 7200.0
     assert set(s.models) <= set(ZOO_MODELS)
+
+
+def test_lookalike_traces_have_the_default_config_but_their_own_seeds() -> None:
+    configs = [lookalike_trace_config(i) for i in range(3)]
+    assert [c.seed for c in configs] == [LOOKALIKE_FIRST_SEED + i for i in range(3)]
+    assert default_trace_config().seed not in {c.seed for c in configs}
+    for config in configs:
+        assert dataclasses.replace(config, seed=default_trace_config().seed) == (
+            default_trace_config()
+        )

@@ -128,3 +128,21 @@ def test_invalid_json_names_the_line(tmp_path: Path) -> None:
     with pytest.raises(TraceError, match="not valid JSON") as info:
         read_trace(path, "philly-json")
     assert info.value.line == 2
+
+
+def test_a_pretty_printed_json_object_is_not_a_trace(tmp_path: Path) -> None:
+    # Read as JSON Lines (it does not start with '['), its first line '{' is not valid JSON;
+    # the error says what the file is instead, a JSON document that is not a trace.
+    path = tmp_path / "throughputs.json"
+    throughputs = {"k80": {"resnet": 1.0}, "p100": {}, "v100": {}, "a100": {}}
+    path.write_text(json.dumps(throughputs, indent=4))
+    with pytest.raises(TraceError) as info:
+        read_trace(path)
+    message = str(info.value)
+    assert message.startswith(f"{path}: not a trace: the whole file is one JSON object")
+    assert "(keys 'k80', 'p100', 'v100', ...)" in message
+    assert "list of jobs" in message and "one job object per line" in message
+    assert "not valid JSON" not in message
+    path.write_text(json.dumps(JOBS[0], indent=2))  # one job, pretty-printed: not JSON Lines
+    with pytest.raises(TraceError, match=r"one JSON object \(keys 'status', 'vc'"):
+        read_trace(path, "philly-json")

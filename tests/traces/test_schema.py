@@ -4,6 +4,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from unstall.errors import ConfigError
 from unstall.traces.schema import COLUMNS, Trace, TraceError
 
 
@@ -62,7 +63,7 @@ def test_arrays_are_numpy_in_trace_order() -> None:
         ("num_gpus", [1, 0, 4], "num_gpus must be >= 1"),
         ("duration_s", [10.0, -1.0, 3.0], "duration_s must be > 0"),
         ("duration_s", [10.0, np.nan, 3.0], "duration_s must be > 0"),
-        ("job_id", ["a", "a", "c"], "duplicate job id"),
+        ("job_id", ["a", "a", "c"], r"job_id 'a' appears twice \(rows 1 and 2\)"),
         ("status", ["completed", "weird", None], "status must be one of"),
     ],
 )
@@ -71,6 +72,77 @@ def test_validate_names_the_field_and_job(column: str, values: list, message: st
         Trace.from_frame(frame(**{column: values}), source="mem.csv")
     assert info.value.field == column
     assert info.value.path == "mem.csv"
+
+
+def test_errors_show_plain_values_and_the_row_as_the_callers_frame_has_it() -> None:
+    """Sorted by submit_s, the frame's row 3 (job 'c') comes first: it is still row 3."""
+    with pytest.raises(TraceError) as info:
+        Trace.from_frame(frame(num_gpus=[1, 2, 0]), source="mem")
+    assert str(info.value) == "mem, field 'num_gpus': row 3 (job 'c'): num_gpus must be >= 1, got 0"
+    four = pd.DataFrame(
+        {
+            "job_id": ["a", "b", "c", "d"],
+            "submit_s": [9.0, np.nan, 5.0, 1.0],
+            "num_gpus": [1, 1, 1, 1],
+            "duration_s": [1.0, 1.0, 1.0, 1.0],
+        }
+    )
+    with pytest.raises(TraceError, match=r"row 2 \(job 'b'\): submit_s must be a finite number"):
+        Trace.from_frame(four)
+    labelled = four.set_index(pd.Index(["w", "x", "y", "z"]))
+    with pytest.raises(TraceError, match=r"row 2 \(index 'x', job 'b'\): submit_s .*got nan$"):
+        Trace.from_frame(labelled)
+
+
+@pytest.mark.parametrize(
+    ("column", "values", "message"),
+    [
+        # The cast alone truncated 1.5 GPUs to 1 and read True as 1 GPU without a word, and
+        # named no row for text in a number column.
+        ("num_gpus", [1, 1.5, 4], r"row 2 \(job 'a'\): num_gpus must be a whole number, got 1.5$"),
+        (
+            "num_gpus",
+            [True, True, False],
+            r"row 1 \(job 'b'\): num_gpus must be a number, got True",
+        ),
+        (
+            "num_gpus",
+            [1, np.nan, 4],
+            r"row 2 \(job 'a'\): num_gpus must be a finite number, got nan",
+        ),
+        ("submit_s", ["0", "x", "1"], r"row 2 \(job 'a'\): submit_s must be a number, got 'x'$"),
+        ("iterations", [10, 2.5, None], r"row 2 \(job 'a'\): iterations must be a whole number"),
+    ],
+)
+def test_number_columns_take_numbers_only(column: str, values: list, message: str) -> None:
+    with pytest.raises(TraceError, match=message) as info:
+        Trace.from_frame(frame(**{column: values}))
+    assert info.value.field == column
+
+
+def test_from_frame_names_a_frame_of_the_wrong_kind() -> None:
+    with pytest.raises(ConfigError, match=r"^Trace.from_frame.frame: must be a pandas DataFrame, "):
+        Trace.from_frame({"job_id": ["a"]})  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"got str: read_trace\(path\) reads a file$"):
+        Trace.from_frame("jobs.csv")  # type: ignore[arg-type]
+
+
+def test_a_duplicate_id_names_every_row_that_holds_it() -> None:
+    with pytest.raises(TraceError) as info:
+        Trace.from_frame(frame(job_id=["a", "c", "a"]), source="mem")
+    assert str(info.value) == "mem, field 'job_id': job_id 'a' appears twice (rows 1 and 3)"
+    labelled = frame(job_id=["a", "a", "a"]).set_index(pd.Index([10, 11, 12]))
+    with pytest.raises(TraceError, match=r"'a' appears 3 times \(rows 1, 2 and 3; index 10, 11"):
+        Trace.from_frame(labelled)
+    with pytest.raises(TraceError, match=r"^<memory>, field 'job_id': row 2: job_id is missing$"):
+        Trace.from_frame(frame(job_id=["a", None, "c"]))
+
+
+def test_a_trace_built_directly_names_its_own_rows() -> None:
+    jobs = Trace.from_frame(frame()).jobs.copy()
+    jobs.loc[1, "num_gpus"] = 0
+    with pytest.raises(TraceError, match=r"row 2 \(job 'a'\): num_gpus must be >= 1, got 0$"):
+        Trace(jobs=jobs)
 
 
 def test_unknown_and_missing_columns_are_rejected() -> None:

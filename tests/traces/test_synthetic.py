@@ -140,12 +140,19 @@ def test_ids_sort_in_arrival_order() -> None:
         ({"diurnal_amplitude": 1.0}, "diurnal_amplitude"),
         ({"load": 0.5}, "load"),
         ({"load": -1.0, "cluster_gpus": 8}, "load"),
+        ({"load": 0.5, "cluster_gpus": 8, "arrivals_per_hour": 3.0}, "arrivals_per_hour"),
         ({"gpu_mix": {0: 1.0}}, "gpu_mix"),
         ({"gpu_mix": {1: 1.0}, "multi_gpu_share": 0.3}, "multi_gpu_share"),
         ({"max_gpus": 0}, "max_gpus"),
         ({"model_mix": {"resnet18": -1.0}}, "model_mix"),
         ({"max_duration_s": 0.5}, "max_duration_s"),
         ({"duration_scale": 0.0}, "duration_scale"),
+        # Values of the wrong kind: bare TypeErrors, or (2.5 jobs) a failure deep in numpy.
+        ({"jobs": "10"}, "jobs"),
+        ({"jobs": 2.5}, "jobs"),
+        ({"seed": 1.5}, "seed"),
+        ({"arrivals_per_hour": "3"}, "arrivals_per_hour"),
+        ({"max_gpus": 4.0}, "max_gpus"),
     ],
 )
 def test_config_rejects_bad_values(kwargs: dict, field: str) -> None:
@@ -153,3 +160,12 @@ def test_config_rejects_bad_values(kwargs: dict, field: str) -> None:
         SyntheticTraceConfig(**kwargs)
     assert info.value.field == field
     assert info.value.owner == "SyntheticTraceConfig"
+
+
+def test_generate_names_a_config_of_the_wrong_kind() -> None:
+    with pytest.raises(ConfigError) as info:
+        generate(50)  # type: ignore[arg-type]
+    assert str(info.value) == (
+        "generate.config: must be a SyntheticTraceConfig, got 50: "
+        "generate(SyntheticTraceConfig(jobs=50, seed=1))"
+    )

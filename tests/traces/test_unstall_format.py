@@ -79,6 +79,33 @@ def test_bad_status_and_unknown_column(tmp_path: Path) -> None:
     assert (info.value.line, info.value.field) == (1, "priority")
 
 
+def test_a_spreadsheets_csv_with_a_byte_order_mark_is_detected_and_read(tmp_path: Path) -> None:
+    # Spreadsheets save "CSV UTF-8" with a byte-order mark before the header.
+    path = tmp_path / "t.csv"
+    path.write_bytes(b"\xef\xbb\xbfjob_id,submit_s,num_gpus,duration_s\na,0,1,5\nb,2,4,9\n")
+    assert detect_format(path) == "unstall"
+    assert read_trace(path).jobs["job_id"].tolist() == ["a", "b"]
+
+
+@pytest.mark.parametrize(
+    "rows", ["a,0,1,5,\nb,1,1,5,\n", "a,0,1,5,resnet50\n", "a,0,1,5,x,y\nb,1,1,5,x,y\n"]
+)
+def test_rows_with_more_fields_than_the_header_are_named_not_shifted(
+    tmp_path: Path, rows: str
+) -> None:
+    """Every row a field too many (a comma at each line's end): pandas would take the first
+    column for an index and read each value as the next column's."""
+    path = tmp_path / "t.csv"
+    path.write_text("job_id,submit_s,num_gpus,duration_s\n" + rows)
+    fields = rows.splitlines()[0].count(",") + 1
+    with pytest.raises(TraceError) as info:
+        read_trace(path)
+    assert str(info.value) == (
+        f"{path}, line 2: {fields} fields where the header has 4 (a comma too many, at the end "
+        "of the line?)"
+    )
+
+
 def test_parquet_errors_name_the_row(tmp_path: Path) -> None:
     path = tmp_path / "t.parquet"
     pd.DataFrame(

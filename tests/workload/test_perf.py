@@ -368,3 +368,34 @@ def test_a_spec_knows_its_model_family_and_scales_by_it() -> None:
     assert spec.on_device("k80").compute_s == pytest.approx(0.1 / relative_speed("k80", "lm"))
     with pytest.raises(ConfigError, match="family"):
         JobPerfSpec(compute_s=0.1, gradient_bytes=1.0, family="cnn")
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (
+            {"placement": "22"},
+            'iteration_time.placement: must be a Placement, got str: Placement.parse("22")',
+        ),
+        (
+            {"spec": "resnet50"},
+            'iteration_time.spec: must be a JobPerfSpec, got str: spec_for("resnet50", ',
+        ),
+        (
+            {"topology": "small"},
+            "iteration_time.topology: must be a TopologyConfig, got str: topology_preset(",
+        ),
+    ],
+)
+def test_iteration_time_names_a_name_where_an_object_belongs(
+    arguments: dict[str, object], message: str
+) -> None:
+    """Each failed as an AttributeError deep inside the communication plan."""
+    given: dict[str, object] = {
+        "spec": JobPerfSpec(compute_s=0.1, gradient_bytes=100e6),
+        "placement": Placement.parse("22"),
+        "topology": topology.small(),
+    }
+    with pytest.raises(ConfigError) as info:
+        iteration_time(**{**given, **arguments})  # type: ignore[arg-type]
+    assert str(info.value).startswith(message)

@@ -35,6 +35,18 @@ def test_round_trip_through_text_and_file(tmp_path: Path) -> None:
     assert json.loads(path.read_text())["measured"]["22"] == 0.45
 
 
+def test_load_reads_back_what_save_wrote(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    profile = JobProfile(**GOOD)  # type: ignore[arg-type]
+    path = profile.save(tmp_path / "p.json")
+    assert JobProfile.load(path) == profile
+    assert JobProfile.load(str(path)) == profile
+    with pytest.raises(DataFileError, match=r"gone\.json"):
+        JobProfile.load(tmp_path / "gone.json")
+    monkeypatch.chdir(tmp_path)
+    profile.save("{odd}.json")  # a name that looks like JSON text is still a file's name
+    assert JobProfile.load("{odd}.json") == profile
+
+
 profiles = st.builds(
     JobProfile,
     model=st.sampled_from(["resnet50", "bert", "ncf"]),
@@ -85,6 +97,15 @@ def test_errors_name_field_and_file(tmp_path: Path, change: dict, field: str) ->
     with pytest.raises(DataFileError) as info:
         JobProfile.from_json(path)
     assert info.value.field == field and info.value.path == str(path)
+
+
+def test_a_measured_time_keyed_by_a_number_is_named() -> None:
+    """From Python, ``{4: 0.3}`` was taken and then never found by the placement string "4"."""
+    with pytest.raises(ConfigError) as info:
+        JobProfile(**{**GOOD, "measured": {4: 0.3}})
+    assert str(info.value) == (
+        "JobProfile.measured.4: keys are placement strings like '4' or '22', got 4"
+    )
 
 
 def test_missing_field_bad_json_and_missing_file(tmp_path: Path) -> None:

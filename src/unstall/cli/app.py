@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import signal
 from typing import Annotated
 
@@ -40,6 +41,25 @@ app.command("recommend", short_help="Cheapest cloud GPU configuration that meets
     recommend.recommend
 )
 app.command("demo", help="Show each built part at work on the embedded default data.")(demo.demo)
+
+
+def _one_line_summaries(root_app: typer.Typer) -> None:
+    """A command's line in its group's list is the first paragraph of its docstring, and
+    typer's rich help keeps that paragraph's line breaks, so a docstring wrapped at the source's
+    width broke mid-sentence there (``unstall profile --help``). Each command without a short
+    help of its own gets that paragraph on one line; its own ``--help`` is unchanged."""
+    for group in root_app.registered_groups:
+        sub_app = group.typer_instance
+        if sub_app is None:
+            continue
+        for info in sub_app.registered_commands:
+            doc = info.callback.__doc__ if info.callback is not None else None
+            if info.short_help is None and info.help is None and doc:
+                first_paragraph = inspect.cleandoc(doc).split("\n\n")[0]
+                info.short_help = " ".join(first_paragraph.split())
+
+
+_one_line_summaries(app)
 
 
 def _version(value: bool) -> None:

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import functools
+import inspect
 import sys
+import typing
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -12,10 +14,11 @@ from typing import Annotated, Any, ParamSpec, TypeVar
 import typer
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from unstall.errors import UnstallError
+from unstall.errors import ConfigError, UnstallError
 from unstall.results import write_result
 
 # Output that is not a terminal (a log, a pipe, a test) has no width to respect: keep rows whole.
@@ -50,7 +53,9 @@ class Interrupted(KeyboardInterrupt):
 
 
 def handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
-    """Print unstall's own errors as one red line and exit 1, without a traceback; Ctrl-C says
+    """Print unstall's own errors, and the system's refusals to read or write a file (a folder
+    that cannot be made, a full disk, no permission), as one red line and exit 1, without a
+    traceback; Ctrl-C says
     so in one line (with the progress the command reported, when it raised
     :class:`Interrupted`) and exits 130, as a shell expects of an interrupted command (what was
     written stays whole: outputs are replaced atomically)."""
@@ -60,17 +65,64 @@ def handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
         try:
             return fn(*args, **kwargs)
         except UnstallError as exc:
-            err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
+            # The message may quote a user's text ("[/x]" in an exception, a file named
+            # "[red]t.csv"): escaped, rich prints it as is instead of reading it as markup.
+            message = str(exc) + _option_given_for(exc, fn, kwargs)
+            # soft_wrap: one line, also where stderr is a log file of fixed width.
+            err_console.print(
+                f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True
+            )
+            raise typer.Exit(EXIT_FAILED) from exc
+        except OSError as exc:
+            # The machine, not unstall, said no: name the file and the reason, as a shell would.
+            where = f"{exc.filename}: " if exc.filename is not None else ""
+            why = exc.strerror or str(exc)
+            err_console.print(
+                f"[bold red]error:[/] {escape(where + why)}", highlight=False, soft_wrap=True
+            )
             raise typer.Exit(EXIT_FAILED) from exc
         except KeyboardInterrupt as exc:
             # Outputs are replaced atomically: none is ever left half-written.
             what = "stopped, no partial output written"
             if isinstance(exc, Interrupted):
                 what = str(exc)
-            err_console.print(f"interrupted: {what}", highlight=False, soft_wrap=True)
+            err_console.print(f"interrupted: {escape(what)}", highlight=False, soft_wrap=True)
             raise typer.Exit(EXIT_INTERRUPTED) from exc
 
     return wrapper
+
+
+def _option_given_for(exc: UnstallError, command: Callable[..., Any], given: dict[str, Any]) -> str:
+    """ " (option --jobs)" when the config field an error names took the value of one of the
+    command's options that the user set: the message names the field (SyntheticTraceConfig.jobs),
+    the user typed the option."""
+    field = getattr(exc, "field", None)
+    if not isinstance(exc, ConfigError) or not field:
+        return ""
+    name = field.split(".")[-1]
+    param = inspect.signature(command).parameters.get(name)
+    if param is None or name not in given or given[name] == param.default:
+        return ""
+    return f" (option {_flag_of(command, name)})"
+
+
+def _flag_of(command: Callable[..., Any], name: str) -> str:
+    """The long flag a command declares for its parameter ``name`` (``--max-jobs``)."""
+    try:
+        hints = typing.get_type_hints(command, include_extras=True)
+    except (NameError, TypeError):  # an annotation that does not resolve: fall back on the name
+        hints = {}
+    for meta in getattr(hints.get(name), "__metadata__", ()):
+        # In Annotated[..., typer.Option("--max-jobs", "-m")] typer keeps the first declaration
+        # as the option's ``default`` and only the rest as ``param_decls``.
+        first = getattr(meta, "default", None)
+        decls = ([first] if isinstance(first, str) else []) + list(
+            getattr(meta, "param_decls", None) or ()
+        )
+        for decl in decls:
+            if decl.startswith("--"):
+                return str(decl).split("/")[0]
+    return "--" + name.replace("_", "-")
 
 
 def save_json(path: Path | None, result: Any, config: Any) -> None:
@@ -101,12 +153,25 @@ def check_folder_writable(path: Path) -> None:
 
 
 def _check_folders_on_the_way(path: Path, folder: Path) -> None:
-    """The nearest existing folder on the way to ``folder`` must be a folder."""
+    """The nearest existing folder on the way to ``folder`` must be a folder, and the missing
+    ones must be ones that can be made there: they are made and removed again now, so that a
+    long run does not end refused, and a run that writes nothing leaves nothing behind."""
+    missing: list[Path] = []
     for ancestor in (folder, *folder.parents):
         if ancestor.exists():
             if not ancestor.is_dir():
                 raise UnstallError(f"cannot write {path}: {ancestor} is a file, not a folder")
-            return
+            break
+        missing.append(ancestor)
+    try:
+        for made in reversed(missing):
+            made.mkdir()
+    except OSError as exc:
+        raise UnstallError(f"cannot write {path}: {exc.strerror or exc} ({folder})") from exc
+    finally:
+        for made in missing:  # deepest first
+            if made.is_dir():
+                made.rmdir()
 
 
 def comma_list(text: str) -> list[str]:

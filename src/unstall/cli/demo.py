@@ -65,58 +65,23 @@ def _trace(out: Path, quiet: bool) -> None:
 def _sim(out: Path, quiet: bool) -> None:
     from unstall.cli.resolvers.sim import SimRequest
     from unstall.cli.resolvers.traces import resolve_trace
-    from unstall.cli.sim_run import simulate_all, write_comparison
+    from unstall.cli.sim_run import dally_in_context, simulate_all, write_comparison
     from unstall.sched import POLICIES, make_policy
 
     requests = [SimRequest(policy=name, cluster="small", congestion="medium") for name in POLICIES]
     trace = resolve_trace(None)
     runs = simulate_all(requests, trace, quiet)
     write_comparison(runs, requests, "embedded", out / "sim")
-    _dally_in_context([r.result for r in runs], trace)
+    dally_in_context([r.result for r in runs], trace)
     oracles = {name for name in POLICIES if make_policy(name).needs_oracle}
     _dally_over_like_traces(_simulate_like_traces(list(POLICIES), "medium", quiet), oracles)
     console.print("on a real trace: `unstall sim compare --trace philly_jobs.csv --cluster philly`")
 
 
-def _dally_in_context(results: list[Any], trace: Any) -> None:
-    """Where our scheduler stands on this trace against the best of the others, metric by
-    metric, and what kind of trace this is: its gains are elsewhere, and the user should know."""
-    by_name = {r.policy: r for r in results}
-    dally = by_name.get("dally")
-    others = [r for r in results if r.policy != "dally"]
-    if dally is None or not others:
-        return
-    parts = []
-    for metric, label in (
-        ("avg_jct_s", "average JCT"),
-        ("makespan_s", "makespan"),
-        ("comm_overhead_frac", "comm overhead"),
-    ):
-        best = min(others, key=lambda r: getattr(r, metric))
-        ours, theirs = getattr(dally, metric), getattr(best, metric)
-        change = f"{ours / theirs - 1:+.1%}" if theirs > 0 else "n/a"
-        parts.append(f"{label} {change} vs {best.policy}")
-    summary = trace.summary(top=0)
-    console.print(
-        f"dally against the best other policy on each metric: {'; '.join(parts)}. This trace is "
-        f"{summary.jobs} jobs with a median run time of {summary.duration_s['p50']:.0f} s "
-        f"and {summary.multi_gpu_share:.0%} multi-GPU jobs on {dally.total_gpus} GPUs; dally's "
-        "gains are in long queues of multi-GPU jobs (the regime map: benchmarks/BENCHMARKS.md, "
-        "`benchmarks/dally_regimes.py`).",
-        highlight=False,
-    )
-
-
-# Traces generated like the embedded one (its config, other generator seeds), to tell what of
-# dally's standing on that one trace is its draw; `benchmarks/dally_long.py --shape default` runs
-# the same with 20 seeds at every congestion level (same seeds, same per-trace simulation seed).
+# Traces generated like the embedded one (``lookalike_trace_config``), to tell what of dally's
+# standing on that one trace is its draw; `benchmarks/dally_long.py --shape default` runs the
+# same with 20 traces at every congestion level (same traces, same per-trace simulation seed).
 LIKE_TRACES = 8
-LIKE_FIRST_SEED = 1000
-_CONTEXT_METRICS = (
-    ("avg_jct_s", "average JCT"),
-    ("makespan_s", "makespan"),
-    ("comm_overhead_frac", "comm overhead"),
-)
 
 
 def _simulate_like_traces(
@@ -124,17 +89,14 @@ def _simulate_like_traces(
 ) -> list[list[Any]]:
     """Every policy on each of ``traces`` traces generated like the embedded one: a list of
     results per trace."""
-    import dataclasses
-
     from unstall.cli.common import progress_bar
     from unstall.cli.resolvers.sim import SimRequest, simulate_request
-    from unstall.traces import default_trace_config, generate
+    from unstall.traces import generate, lookalike_trace_config
 
     per_trace: list[list[Any]] = []
     with progress_bar("traces like the embedded one", traces * len(policies), quiet) as advance:
         for i in range(traces):
-            config = dataclasses.replace(default_trace_config(), seed=LIKE_FIRST_SEED + i)
-            trace = generate(config)
+            trace = generate(lookalike_trace_config(i))
             results = []
             for name in policies:
                 request = SimRequest(policy=name, cluster="small", congestion=congestion, seed=i)
@@ -153,20 +115,22 @@ def _dally_over_like_traces(per_trace: list[list[Any]], oracles: Collection[str]
 
     if not per_trace:
         return
-    ratios: dict[str, list[float]] = {metric: [] for metric, _ in _CONTEXT_METRICS}
-    best_by: dict[str, Counter[str]] = {metric: Counter() for metric, _ in _CONTEXT_METRICS}
+    from unstall.cli.sim_run import CONTEXT_METRICS
+
+    ratios: dict[str, list[float]] = {metric: [] for metric, _ in CONTEXT_METRICS}
+    best_by: dict[str, Counter[str]] = {metric: Counter() for metric, _ in CONTEXT_METRICS}
     for results in per_trace:
         dally = next((r for r in results if r.policy == "dally"), None)
         others = [r for r in results if r.policy != "dally"]
         if dally is None or not others:
             return
-        for metric, _ in _CONTEXT_METRICS:
+        for metric, _ in CONTEXT_METRICS:
             best = min(others, key=lambda r: getattr(r, metric))
             ours, theirs = getattr(dally, metric), getattr(best, metric)
             ratios[metric].append(1.0 if ours == theirs else ours / theirs if theirs else 1.0)
             best_by[metric][best.policy] += 1
     parts = []
-    for metric, label in _CONTEXT_METRICS:
+    for metric, label in CONTEXT_METRICS:
         values = ratios[metric]
         spread = statistics.stdev(values) if len(values) > 1 else 0.0
         winners = ", ".join(
@@ -177,17 +141,19 @@ def _dally_over_like_traces(per_trace: list[list[Any]], oracles: Collection[str]
             f"{label} {statistics.fmean(values):.3f} ± {spread:.3f} "
             f"(range {min(values):.3f}-{max(values):.3f}; best other: {winners})"
         )
+    from unstall.traces import LOOKALIKE_FIRST_SEED
+
     n = len(per_trace)
     why = ""
     if best_by["avg_jct_s"].get("tiresias"):
         why = (
-            " Where tiresias has the lower average JCT, it preempts running jobs to start new ones;"
-            " dally preempts only to consolidate a job that fits one node."
+            " Tiresias preempts running jobs to start every new one; dally preempts only to"
+            " consolidate a sensitive job or to start a job larger than a node."
         )
     console.print(
-        f"on {n} traces generated like it (generator seeds {LIKE_FIRST_SEED}-"
-        f"{LIKE_FIRST_SEED + n - 1}, same congestion), dally over the best other policy of each "
-        f"trace, mean ± sd: {'; '.join(parts)}. Below 1: dally better.{why} More seeds and "
+        f"on {n} traces generated like it (generator seeds {LOOKALIKE_FIRST_SEED}-"
+        f"{LOOKALIKE_FIRST_SEED + n - 1}, same congestion), dally over the best other policy of "
+        f"each trace, mean ± sd: {'; '.join(parts)}. Below 1: dally better.{why} More seeds and "
         "levels: `benchmarks/dally_long.py --shape default`.",
         highlight=False,
     )

@@ -23,7 +23,7 @@ from unstall.cli.common import (
 
 if TYPE_CHECKING:
     from unstall.cli.resolvers.profile import ResolvedModel
-    from unstall.profile import CommStallFit, DataSource, ProfileConfig, StallReport, SweepPoint
+    from unstall.profile import DataSource, ProfileConfig, StallReport, SweepPoint
 
 app = typer.Typer(
     help="Stall profiler: compute, data, interconnect and network stalls of DDP training.",
@@ -49,7 +49,16 @@ NetworkOpt = Annotated[
         help="Emulated link GBPS,LATENCY_MS (per-bucket delay latency + ring bytes/bandwidth).",
     ),
 ]
-BatchOpt = Annotated[int, typer.Option("--batch", min=1, help="Batch per worker.")]
+DEFAULT_BATCH = 8
+BatchOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--batch",
+        min=1,
+        help=f"Batch per worker of synthetic and image-folder data (default {DEFAULT_BATCH});"
+        " your data function (FILE.py:FUNC) yields batches of its own size.",
+    ),
+]
 ImageOpt = Annotated[int, typer.Option("--image-size", min=32, help="Image side (image models).")]
 ItersOpt = Annotated[int, typer.Option("--iterations", min=1, help="Timed iterations per run.")]
 WarmupOpt = Annotated[int, typer.Option("--warmup", min=0, help="Untimed iterations first.")]
@@ -103,7 +112,7 @@ def run(
             " unstall sim runs the jobs of that model name at the profile's figures.",
         ),
     ] = None,
-    batch: BatchOpt = 8,
+    batch: BatchOpt = None,
     image_size: ImageOpt = 32,
     iterations: ItersOpt = 10,
     warmup: WarmupOpt = 3,
@@ -167,7 +176,10 @@ def run(
     )
     from unstall.config import check
     from unstall.profile import ProfileConfig, measure_stalls, torchrun_launch
+    from unstall.usercode import is_reference
 
+    user_data = data is not None and is_reference(data)
+    batch = batch_size(batch, data)
     launch = torchrun_launch(os.environ)
     nodes = launch.nodes if launch else 1
     workers = launch.world_size if launch else workers
@@ -207,11 +219,29 @@ def run(
         raise Interrupted(interrupted_runs(config, source, finished)) from None
     if not lead:
         return
+    if user_data:  # the batch the data function yields, as the report has it
+        batch = report.batch
     saved = saved_config(target, config, batch=batch, image_size=image_size, data=data, loss=loss)
     saved |= {"model": model, "name": target.name, "data_workers": data_workers}
     show_report(
         report, trace=trace, plot=plot, profile_out=profile_out, json_path=json_path, config=saved
     )
+
+
+def batch_size(batch: int | None, data: str | None) -> int:
+    """``--batch`` (default :data:`DEFAULT_BATCH`); refused with a data function of the user's,
+    which yields batches of the size it makes them (the option would be ignored)."""
+    from unstall.config import check
+    from unstall.usercode import is_reference
+
+    check(
+        batch is None or data is None or not is_reference(data),
+        "profile",
+        "batch",
+        "your data function yields its batches, of the size it makes them: --batch sets the"
+        " batch of synthetic and image-folder data",
+    )
+    return DEFAULT_BATCH if batch is None else batch
 
 
 def print_header(name: str, config: ProfileConfig, source: DataSource) -> None:
@@ -221,7 +251,8 @@ def print_header(name: str, config: ProfileConfig, source: DataSource) -> None:
 
     runs = ", ".join(run_names(config, source.data_runs))
     console.print(
-        f"profiling {name}: {config.workers} workers on {config.nodes} host(s), {config.device}"
+        f"profiling {name}: {config.workers} worker{'s' if config.workers != 1 else ''} on"
+        f" {config.nodes} host(s), {config.device}"
         f" ({config.backend}); runs {runs}",
         highlight=False,
     )
@@ -425,7 +456,7 @@ def fit(
         str | None,
         typer.Option("--loss", help="cross_entropy (the default), mse, or FILE.py:FUNC."),
     ] = None,
-    batch: BatchOpt = 8,
+    batch: BatchOpt = None,
     image_size: ImageOpt = 32,
     iterations: ItersOpt = 4,
     warmup: WarmupOpt = 2,
@@ -443,6 +474,7 @@ def fit(
 
     check(stall in STALL_KINDS, "profile fit", "--stall", f"must be one of {sorted(STALL_KINDS)}")
     check(cv in CV_GROUPS, "profile fit", "--cv", f"must be one of {sorted(CV_GROUPS)}")
+    batch = batch_size(batch, data)
     sweep = tuple(variants) if variants else DEFAULT_SWEEP
     link = resolve_network(network)
     base = ProfileConfig(
@@ -460,6 +492,8 @@ def fit(
         workers=workers,
         cv_groups=cv,
     )
+    from unstall.cli.profile_tables import print_fit
+
     print_fit(result)
     # The base every variant is profiled with (each variant replaces the model).
     saved_base = saved_config(
@@ -499,67 +533,6 @@ def _measure_points(
         return measure_points(variants, measure, known=known, on_point=saved)
 
 
-def print_fit(result: CommStallFit) -> None:
-    """The points with every candidate's fit, the candidates' scores, and the pick."""
-    points = [*result.points, *([result.held_out] if result.held_out else [])]
-    rows = [
-        (
-            p.variant + (" (held out)" if p is result.held_out else ""),
-            p.layers,
-            p.gradient_tensors,
-            p.gradient_bytes / 1e6,
-            len(p.bucket_bytes),
-            p.backward_s * MS,
-            p.stall(result.stall) * MS,
-            *(c.model.predict_point(p) * MS for c in result.candidates),
-        )
-        for p in points
-    ]
-    columns = ["variant", "layers", "tensors", "grad MB", "buckets", "backward ms", "measured ms"]
-    columns += [f"{c.name} ms" for c in result.candidates]
-    console.print(table(f"{result.stall} stall per iteration", columns, rows))
-    _print_candidates(result)
-
-
-def _print_candidates(result: CommStallFit) -> None:
-    """Each candidate's scores and coefficients, the link's own, the pick and its prediction."""
-    held = result.held_out.variant if result.held_out else None
-    groups = result.candidates[0].cross_validation.groups
-    scores = [
-        (
-            c.name + (" *" if c.name == result.selected else ""),
-            c.parameters,
-            c.quality.r2,
-            f"{c.quality.mean_abs_rel_error:.1%}",
-            f"{c.cross_validation.mean_abs_rel_error:.1%}",
-            f"{c.cross_validation.max_abs_rel_error:.1%}",
-            "-" if c.quality.held_out_rel_error is None else f"{c.quality.held_out_rel_error:+.1%}",
-        )
-        for c in result.candidates
-    ]
-    columns = ["model (* picked)", "params", "R^2", "mean |err|", f"leave-one-{groups}-out"]
-    columns += ["max", f"{held} err" if held else "held out"]
-    console.print(table("candidates: in-sample fit and cross-validated error", columns, scores))
-    for c in result.candidates:
-        console.print(f"{c.name}: {c.formula}; {c.model.describe()}", highlight=False)
-    if result.link_per_byte_s is not None and result.link_per_bucket_s is not None:
-        console.print(
-            f"the emulated link itself: {result.link_per_bucket_s * MS:.4g} ms per bucket,"
-            f" {result.link_per_byte_s * 1e9:.4g} s/GB (ring bytes over bandwidth)",
-            highlight=False,
-        )
-    console.print(f"picked {result.selected}: {result.reason}", highlight=False)
-    if result.held_out is not None:
-        chosen = result.chosen.quality
-        assert chosen.held_out_predicted_s is not None and chosen.held_out_rel_error is not None
-        console.print(
-            f"{held}: predicted {chosen.held_out_predicted_s * MS:.4g} ms by {result.selected},"
-            f" measured {result.held_out.stall(result.stall) * MS:.4g} ms"
-            f" ({chosen.held_out_rel_error:+.1%})",
-            highlight=False,
-        )
-
-
 @app.command("convert")
 @handle_errors
 def convert(
@@ -594,8 +567,15 @@ def data(
     directory: Annotated[Path, typer.Argument(help="Where to write the PNG files.")],
     count: Annotated[int, typer.Option("--count", min=1, help="Number of images.")] = 512,
     image_size: ImageOpt = 32,
-    num_classes: Annotated[int, typer.Option("--num-classes", min=2)] = 10,
-    seed: Annotated[int, typer.Option("--seed")] = 0,
+    num_classes: Annotated[
+        int,
+        typer.Option(
+            "--num-classes", min=2, help="Classes: each image's label, 0..N-1, is drawn at random."
+        ),
+    ] = 10,
+    seed: Annotated[
+        int, typer.Option("--seed", help="Seed of the pixels and labels (same seed, same files).")
+    ] = 0,
 ) -> None:
     """Write a small random image dataset (PNG, NNNNNN_LABEL.png) for `profile run --data`."""
     from unstall.profile import write_image_dataset

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from unstall import ps
 from unstall.cli.common import (
+    Interrupted,
     JsonOpt,
     QuietOpt,
     check_writable,
@@ -19,25 +21,21 @@ from unstall.cli.common import (
     save_json,
     table,
 )
-from unstall.cli.resolvers.ps import (
-    DATA_SOURCES,
-    PSRequest,
-    model_options,
-    resolve_bench,
-    resolve_run,
+from unstall.cli.ps_names import (
+    ADAM_LR,
+    DATA_SOURCE_NAMES,
+    LOSS_NAMES,
+    OPTIMIZER_NAMES,
+    SCENARIO_NAMES,
+    SGD_LR,
+    SGD_MOMENTUM,
+    STRATEGY_NAMES,
 )
-from unstall.ps import (
-    LOSSES,
-    OPTIMIZERS,
-    SCENARIOS,
-    STRATEGIES,
-    AdamConfig,
-    PSBenchResult,
-    PSCheckpoint,
-    PSRunResult,
-    SGDConfig,
-)
+from unstall.errors import ConfigError, UnstallError
 from unstall.results import replaced_atomically
+
+if TYPE_CHECKING:  # unstall.ps imports torch and Ray: the commands import it when they run
+    from unstall.ps import PSBenchResult, PSCheckpoint, PSRunResult
 
 app = typer.Typer(
     help="Parameter server on Ray: synchronous training, assignment strategies, stragglers.",
@@ -63,7 +61,7 @@ DataOpt = Annotated[
     str,
     typer.Option(
         "--data",
-        help=f"Data: {', '.join(DATA_SOURCES)} (digits: a loss that falls), or FILE.py:FUNC "
+        help=f"Data: {', '.join(DATA_SOURCE_NAMES)} (digits: a loss that falls), or FILE.py:FUNC "
         "(a function (rank, world_size) -> iterable of (inputs, targets)).",
     ),
 ]
@@ -71,17 +69,23 @@ LossOpt = Annotated[
     str,
     typer.Option(
         "--loss",
-        help=f"Loss: {', '.join(LOSSES)}, or FILE.py:FUNC (outputs, targets) -> scalar tensor.",
+        help=f"Loss: {', '.join(LOSS_NAMES)}, or FILE.py:FUNC (outputs, targets) -> scalar tensor.",
     ),
 ]
 BatchOpt = Annotated[
-    int, typer.Option("--batch-size", help="Samples per worker per iteration.", min=1)
+    int | None,
+    typer.Option(
+        "--batch-size",
+        help="Samples per worker per iteration of the built-in data (default: 32); a data "
+        "function's batches are the size it makes them.",
+        min=1,
+    ),
 ]
 OptimizerOpt = Annotated[
     str | None,
     typer.Option(
         "--optimizer",
-        help=f"The servers' optimizer: {', '.join(OPTIMIZERS)}; its state moves with the "
+        help=f"The servers' optimizer: {', '.join(OPTIMIZER_NAMES)}; its state moves with the "
         "parameters (default: sgd, or the checkpoint's with --resume).",
     ),
 ]
@@ -89,17 +93,17 @@ LrOpt = Annotated[
     float | None,
     typer.Option(
         "--lr",
-        help=f"Learning rate (default: sgd {SGDConfig.lr}, adam {AdamConfig.lr}).",
+        help=f"Learning rate (default: sgd {SGD_LR}, adam {ADAM_LR}).",
     ),
 ]
 MomentumOpt = Annotated[
-    float | None, typer.Option("--momentum", help=f"SGD momentum [default: {SGDConfig.momentum}].")
+    float | None, typer.Option("--momentum", help=f"SGD momentum (default: {SGD_MOMENTUM}).")
 ]
 WeightDecayOpt = Annotated[
     float | None,
     typer.Option(
         "--weight-decay",
-        help="L2 weight decay, sgd and adam [default: 0, or the checkpoint's with --resume].",
+        help="L2 weight decay, sgd and adam (default: 0, or the checkpoint's with --resume).",
         min=0.0,
     ),
 ]
@@ -109,8 +113,18 @@ AddressOpt = Annotated[
     str | None,
     typer.Option(
         "--address",
-        help="Ray cluster to run on (as `ray start` printed it; default: RAY_ADDRESS, else a "
-        "local Ray on 127.0.0.1).",
+        help="Ray cluster to run on: HOST:PORT of its head node (the GCS port, 6379 unless "
+        "`ray start --head --port` set another) or ray://HOST:PORT; default: RAY_ADDRESS, else "
+        "a local Ray on 127.0.0.1.",
+    ),
+]
+WorkingDirOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--working-dir",
+        help="Folder Ray ships to every node and runs the actors in (Ray's runtime "
+        "environment): for user code that imports its own modules. Code named FILE.py:FUNC "
+        "travels by itself.",
     ),
 ]
 SparesOpt = Annotated[
@@ -122,7 +136,12 @@ SparesOpt = Annotated[
     ),
 ]
 TimeoutOpt = Annotated[
-    float, typer.Option("--timeout", help="Seconds an iteration may take before the run stops.")
+    float,
+    typer.Option(
+        "--timeout",
+        help="Seconds an iteration (or the set-up: starting the actors, the first pull) may "
+        "take before the run stops.",
+    ),
 ]
 
 
@@ -138,16 +157,18 @@ def train(
     ] = None,
     spares: SparesOpt = None,
     strategy: Annotated[
-        str, typer.Option("--strategy", help=f"Assignment: {', '.join(STRATEGIES)}.")
+        str, typer.Option("--strategy", help=f"Assignment: {', '.join(STRATEGY_NAMES)}.")
     ] = "tf-greedy",
     scenario: Annotated[
         str,
-        typer.Option("--scenario", help=f"Preset ({', '.join(SCENARIOS)}) or a .toml/.json file."),
+        typer.Option(
+            "--scenario", help=f"Preset ({', '.join(SCENARIO_NAMES)}) or a .toml/.json file."
+        ),
     ] = "none",
     iterations: Annotated[int, typer.Option("--iterations", "-n", help="Iterations.", min=1)] = 20,
     data: DataOpt = "synthetic",
     loss: LossOpt = "cross_entropy",
-    batch_size: BatchOpt = 32,
+    batch_size: BatchOpt = None,
     optimizer: OptimizerOpt = None,
     lr: LrOpt = None,
     momentum: MomentumOpt = None,
@@ -162,15 +183,7 @@ def train(
         ),
     ] = False,
     address: AddressOpt = None,
-    working_dir: Annotated[
-        Path | None,
-        typer.Option(
-            "--working-dir",
-            help="Folder Ray ships to every node and runs the actors in (Ray's runtime "
-            "environment): for user code that imports its own modules. Code named FILE.py:FUNC "
-            "travels by itself.",
-        ),
-    ] = None,
+    working_dir: WorkingDirOpt = None,
     save: Annotated[
         Path | None,
         typer.Option(
@@ -225,6 +238,10 @@ def train(
     """Train a model (a zoo model or your own) with synchronous SGD on Ray servers and workers;
     print throughput, per-server load and loss. Exit 1 when --check-reference finds a
     mismatch."""
+    from unstall import ps
+    from unstall.cli.resolvers.ps import PSRequest, model_options, resolve_run
+    from unstall.ray_connect import cluster_address
+
     request = PSRequest(
         model=model,
         model_options=model_options(model_option),
@@ -257,35 +274,77 @@ def train(
     run = resolve_run(request)  # a bad name, file or function fails here, before Ray starts
     check_writable(save, json_out, checkpoint, plot)  # and an unwritable output here, too
     first = run.resume.iteration if run.resume is not None else 0
-    with progress_bar(f"{strategy} on {scenario}", iterations - first, quiet) as advance:
-        result = ps.fit(
-            run.model,
-            run.data,
-            on_checkpoint=None if checkpoint is None else _saver(checkpoint),
-            progress=advance,
-            **run.fit_options(),
-        )
+    saver = _Saver(checkpoint, first)
+    # With --check-reference the bar goes on over the single-process replay (every worker's
+    # step, one after another: it can take as long as the training), not stuck at its end.
+    total = (iterations - first) * (2 if check_reference else 1)
+    try:
+        with progress_bar(f"{strategy} on {scenario}", total, quiet) as advance:
+            result = ps.fit(
+                run.model,
+                run.data,
+                on_checkpoint=None if checkpoint is None else saver,
+                progress=saver.counting(advance),
+                check_progress=advance,
+                **run.fit_options(),
+            )
+    except KeyboardInterrupt:
+        raise Interrupted(f"stopped {saver.where(iterations)}") from None
+    except UnstallError as exc:
+        if saver.saved is None or isinstance(exc, ConfigError):
+            raise
+        # The run failed after writing a checkpoint: say that it is there, and how to go on.
+        raise UnstallError(f"{exc}; {saver.kept()}") from exc
     print_run(result)
     if checkpoint is not None and result.checkpoints:
         console.print(f"checkpoint: {checkpoint} (iteration {iterations})", highlight=False)
     if save is not None:
         console.print(f"wrote {save_state_dict(result.state_dict, save)}", highlight=False)
+    # The JSON first: a plot that fails (a full disk, a font) then loses nothing else.
+    ran_on = dataclasses.replace(request, address=cluster_address(request.address))
+    save_json(json_out, result, {"run": ran_on, "scenario": ps.scenario_table(run.scenario)})
     if plot is not None:
         from unstall.report.ps_plot import plot_run
 
         console.print(f"wrote {plot_run(result, plot)}", highlight=False)
-    save_json(json_out, result, {"run": request, "scenario": ps.scenario_table(run.scenario)})
     if result.params_match_reference is False:
         raise typer.Exit(1)
 
 
-def _saver(path: Path) -> Any:
-    """The checkpoint callback: each checkpoint replaces the last at ``path``, atomically."""
+class _Saver:
+    """The checkpoint callback (each checkpoint replaces the last at ``path``, atomically),
+    and how far a run got: the iterations done and the last checkpoint written, for the line
+    that a run stopped or failed says."""
 
-    def save(checkpoint: PSCheckpoint) -> None:
-        checkpoint.save(path)
+    def __init__(self, path: Path | None, first: int) -> None:
+        self.path = path
+        self.done = first  # iterations done, a resumed run's earlier ones included
+        self.saved: int | None = None  # the iteration of the last checkpoint written
 
-    return save
+    def __call__(self, checkpoint: PSCheckpoint) -> None:
+        assert self.path is not None
+        checkpoint.save(self.path)
+        self.saved = checkpoint.iteration
+
+    def counting(self, advance: Callable[[int], None]) -> Callable[[int], None]:
+        """``advance``, counting the iterations done too."""
+
+        def count(n: int = 1) -> None:
+            self.done += n
+            advance(n)
+
+        return count
+
+    def kept(self) -> str:
+        return (
+            f"the checkpoint {self.path} holds iteration {self.saved}: the same command with "
+            f"--resume {self.path} goes on from it"
+        )
+
+    def where(self, iterations: int) -> str:
+        """``after 7 of 20 iterations; ...``: how far the run got and what it left."""
+        kept = self.kept() if self.saved is not None else "nothing written"
+        return f"after {self.done} of {iterations} iterations; {kept}"
 
 
 def save_state_dict(state: Any, path: Path) -> Path:
@@ -352,10 +411,10 @@ def _elastic_rows(r: PSRunResult) -> list[list[Any]]:
 def bench(
     strategies: Annotated[
         str, typer.Option("--strategies", help="Comma-separated strategies (oracle is added).")
-    ] = ",".join(STRATEGIES),
+    ] = ",".join(STRATEGY_NAMES),
     scenarios: Annotated[
         str, typer.Option("--scenarios", help="Comma-separated presets or scenario files.")
-    ] = ",".join(SCENARIOS),
+    ] = ",".join(SCENARIO_NAMES),
     model: ModelOpt = None,
     model_option: ModelOptionOpt = None,
     workers: WorkersOpt = 2,
@@ -365,9 +424,10 @@ def bench(
     ] = 10,
     data: DataOpt = "synthetic",
     loss: LossOpt = "cross_entropy",
-    batch_size: BatchOpt = 32,
+    batch_size: BatchOpt = None,
     seed: SeedOpt = 0,
     address: AddressOpt = None,
+    working_dir: WorkingDirOpt = None,
     plot: Annotated[
         Path | None, typer.Option("--plot", help="Bar chart of throughput (PNG).")
     ] = None,
@@ -375,6 +435,15 @@ def bench(
     quiet: QuietOpt = False,
 ) -> None:
     """Run every strategy in every scenario; print throughput and the ratio to oracle."""
+    from unstall import ps
+    from unstall.cli.resolvers.ps import (
+        PSRequest,
+        model_options,
+        resolve_bench,
+        resolve_working_dir,
+    )
+    from unstall.ray_connect import cluster_address
+
     check_writable(plot, json_out)
     names, cases = comma_list(strategies), comma_list(scenarios)
     base = PSRequest(
@@ -388,8 +457,10 @@ def bench(
         iterations=iterations,
         seed=seed,
         address=address,
+        working_dir=None if working_dir is None else str(working_dir),
     )
     grid, chosen = resolve_bench(base, names, cases)  # every name and file checked first
+    runtime_env = resolve_working_dir(base.working_dir)  # and the folder, before Ray starts
     total = len(ps.with_oracle(chosen)) * len(grid)
     with progress_bar("ps bench", total, quiet) as advance:
         result = ps.compare_strategies(
@@ -400,14 +471,16 @@ def bench(
             iterations=iterations,
             seed=seed,
             address=address,
+            runtime_env=runtime_env,
             progress=advance,
         )
     print_bench(result)
+    ran_on = dataclasses.replace(base, address=cluster_address(base.address))
+    save_json(json_out, result, {"base": ran_on, "strategies": names, "scenarios": cases})
     if plot is not None:
         from unstall.report.ps_plot import plot_bench
 
         console.print(f"wrote {plot_bench(result, plot)}", highlight=False)
-    save_json(json_out, result, {"base": base, "strategies": names, "scenarios": cases})
 
 
 def print_bench(result: PSBenchResult) -> None:
@@ -437,6 +510,8 @@ def print_bench(result: PSBenchResult) -> None:
 @app.command("scenarios")
 def scenarios_cmd() -> None:
     """List the straggler scenario presets."""
+    from unstall.ps import SCENARIOS
+
     rows = []
     for name, preset in SCENARIOS.items():
         s = preset()

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from unstall.cli.common import (
     EXIT_FAILED,
@@ -37,6 +38,23 @@ COLUMNS = [
 ]
 
 
+def _hours(hours: float) -> str:
+    """Hours to the hundredth, below a tenth to the ten-thousandth (a small job's configurations
+    would all read 0.00), and "<0.0001" below that."""
+    if hours >= 0.1:
+        return f"{hours:,.2f}"
+    return f"{hours:.4f}" if hours >= 0.0001 else "<0.0001"
+
+
+def _usd(cost: float) -> str:
+    """Dollars, with the cents below $100 and three significant figures below $1: the ranking
+    compares costs to the cent (to three figures below $10), and a small job's costs would all
+    read $0 or $0.01."""
+    if cost >= 100:
+        return f"{cost:,.0f}"
+    return f"{cost:,.2f}" if cost >= 1 or cost <= 0 else f"{cost:#.3g}"
+
+
 def _row(rank: int, c: Candidate) -> list[object]:
     stall = f"{c.comm_stall_share:.0%} {c.slowest_link}" if c.exposed_comm_s > 0 else "-"
     return [
@@ -44,8 +62,8 @@ def _row(rank: int, c: Candidate) -> list[object]:
         c.label,
         str(c.gpus),
         f"{c.usd_per_hour:,.2f}",
-        f"{c.predicted_hours:,.2f}",
-        f"{c.predicted_cost_usd:,.0f}",
+        _hours(c.predicted_hours),
+        _usd(c.predicted_cost_usd),
         stall,
         c.source,
         "ok" if c.within_budget else "over",
@@ -73,9 +91,16 @@ def show_recommendation(
 def print_recommendation(rec: Recommendation, top: int) -> None:
     """The first ``top`` configurations, the catalog's dates, the recommendation."""
     shown = rec.candidates[:top]
+    # The job's own batch per GPU (in its origin) is what its compute time was measured or
+    # estimated at; a fixed global batch changes what each GPU computes.
+    batch = (
+        ""
+        if rec.global_batch is None
+        else f" at a global batch of {rec.global_batch:,} (split over each configuration's GPUs)"
+    )
     console.print(
-        f"[bold]{rec.job}[/]: {rec.job_origin}; {rec.samples:,} samples x {rec.epochs:g} "
-        f"epochs; budget {rec.budget_hours:g} h",
+        f"[bold]{escape(rec.job)}[/]: {escape(rec.job_origin)}; {rec.samples:,} samples x "
+        f"{rec.epochs:g} epochs{batch}; budget {rec.budget_hours:g} h",
         highlight=False,
     )
     title = (
@@ -102,17 +127,17 @@ def _print_verdict(rec: Recommendation) -> None:
         best = rec.recommended
         console.print(
             f"[bold green]recommended:[/] {best.label} ({best.gpus} {best.gpu.upper()}): "
-            f"{best.predicted_hours:,.2f} h, ${best.predicted_cost_usd:,.0f} "
+            f"{_hours(best.predicted_hours)} h, ${_usd(best.predicted_cost_usd)} "
             f"({best.source}); fastest: {rec.fastest.label}, "
-            f"{rec.fastest.predicted_hours:,.2f} h for ${rec.fastest.predicted_cost_usd:,.0f}",
+            f"{_hours(rec.fastest.predicted_hours)} h for ${_usd(rec.fastest.predicted_cost_usd)}",
             highlight=False,
         )
         return
     fastest = rec.fastest
     err_console.print(
         f"[bold red]no configuration meets the {rec.budget_hours:g} h budget:[/] the fastest, "
-        f"{fastest.label}, needs {fastest.predicted_hours:,.2f} h "
-        f"({rec.fastest_over_budget:.2f} x the budget) for ${fastest.predicted_cost_usd:,.0f}",
+        f"{fastest.label}, needs {_hours(fastest.predicted_hours)} h "
+        f"({rec.fastest_over_budget:.2f} x the budget) for ${_usd(fastest.predicted_cost_usd)}",
         highlight=False,
     )
 
@@ -120,7 +145,11 @@ def _print_verdict(rec: Recommendation) -> None:
 @handle_errors
 def recommend(
     samples: Annotated[int, typer.Option("--samples", min=1, help="Training samples per epoch.")],
-    epochs: Annotated[float, typer.Option("--epochs", min=0.0, help="Epochs to train.")],
+    # No min= here: typer's bound is inclusive and its help would show 0 as allowed
+    # ([x>=0.0]); TrainingConfig refuses 0 and below, naming --epochs.
+    epochs: Annotated[
+        float, typer.Option("--epochs", help="Epochs to train, > 0 (a fraction is fine).")
+    ],
     budget_hours: Annotated[
         float, typer.Option("--budget-hours", help="Time budget for the whole training, hours.")
     ],
@@ -142,7 +171,7 @@ def recommend(
             "--catalog", help="Instance catalog CSV (default: the AWS one shipped).", dir_okay=False
         ),
     ] = None,
-    family: Annotated[
+    families: Annotated[
         list[str] | None,
         typer.Option("--family", help="Only these instance families (repeat: --family p3 ...)."),
     ] = None,
@@ -197,7 +226,7 @@ def recommend(
             CALIBRATED_NETWORK_EFFICIENCY if network_efficiency is None else network_efficiency
         ),
         "max_instances": max_instances,
-        "families": tuple(family or ()),
+        "families": tuple(families or ()),
     }
     config = recommend_config(**question)
     catalog = resolve_catalog(catalog_path)

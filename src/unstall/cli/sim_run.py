@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+from rich.markup import escape
 
 from unstall.cli.common import (
     Interrupted,
@@ -32,11 +35,12 @@ from unstall.cli.resolvers.sim import (
     split_policy_options,
 )
 from unstall.cli.resolvers.traces import resolve_trace
+from unstall.errors import UnstallError
 from unstall.results import replaced_atomically, to_jsonable, write_result
 from unstall.sim import SimInterrupted
 
 if TYPE_CHECKING:
-    from unstall.sim import SimRun
+    from unstall.sim import SimResult, SimRun
     from unstall.traces import Trace
 
 HOUR = 3600.0
@@ -181,6 +185,7 @@ def run(
         duration_gpu=duration_gpu,
     )
     check_writable(jobs_out, json_path)  # before the simulation, not after it
+    check_jobs_out(jobs_out)
     loaded = resolve_trace(trace, trace_format)
     print_header(request)
     total = min(len(loaded), max_jobs or len(loaded))
@@ -190,8 +195,10 @@ def run(
     except SimInterrupted as exc:
         raise Interrupted(f"stopped at {exc.progress()}; nothing written") from None
     report_rejected(outcome)
+    report_unfinished(outcome, policy)
+    report_unused_models(outcome, request, loaded)
     r = outcome.result
-    console.print(results_table(f"{r.trace} on {r.cluster} ({r.total_gpus} GPUs)", [r]))
+    console.print(results_table(run_title(r), [r]))
     console.print(
         f"{r.events:,} events in {r.sim_wall_s:.2f} s ({r.events_per_s:,.0f} events/s)",
         highlight=False,
@@ -199,6 +206,28 @@ def run(
     if jobs_out is not None:
         _write_table(outcome.jobs, jobs_out)
     save_json(json_path, r, {"sim": request, "trace": str(trace or "embedded default")})
+
+
+def run_title(result: SimResult) -> str:
+    """The table's title: what every run of the table shares (the same in run and compare)."""
+    return (
+        f"{result.trace} on {result.cluster} ({result.total_gpus} GPUs), "
+        f"congestion {result.congestion}"
+    )
+
+
+JOBS_OUT_SUFFIXES = (".csv", ".parquet", ".pq")
+
+
+def check_jobs_out(path: Path | None) -> None:
+    """``--jobs-out`` must say by its suffix how to write it: refused before the run, as any
+    other name would get CSV under a name that promises another format (``jobs.xlsx``)."""
+    if path is not None and path.suffix.lower() not in JOBS_OUT_SUFFIXES:
+        suffix = f"its suffix {path.suffix!r}" if path.suffix else "a name without a suffix"
+        raise UnstallError(
+            f"--jobs-out {path}: cannot tell the file type from {suffix}: "
+            f"use one of {list(JOBS_OUT_SUFFIXES)}"
+        )
 
 
 def print_header(request: SimRequest) -> None:
@@ -233,8 +262,10 @@ def report_rejected(outcome: SimRun) -> None:
     )
     more = f" and {len(rejected) - REJECTED_NAMED} more" if len(rejected) > REJECTED_NAMED else ""
     err_console.print(
-        f"[bold yellow]warning:[/] {len(rejected)} jobs need more than the cluster's "
-        f"{outcome.result.total_gpus} GPUs and were rejected (outcome 'rejected' in the per-job "
+        f"[bold yellow]warning:[/] {len(rejected)} "
+        f"{'job needs' if len(rejected) == 1 else 'jobs need'} more than the cluster's "
+        f"{outcome.result.total_gpus} GPUs and {'was' if len(rejected) == 1 else 'were'} "
+        "rejected (outcome 'rejected' in the per-job "
         f"output): {named}{more}",
         highlight=False,
         soft_wrap=True,
@@ -248,12 +279,58 @@ def report_rejected(outcome: SimRun) -> None:
         )
 
 
+def report_unfinished(outcome: SimRun, label: str) -> None:
+    """Say on stderr how many jobs the run left unfinished: the policy never started them (or
+    never restarted them) before nothing else was left to happen. The figures cover finished
+    jobs only, so a policy that starts nothing would otherwise read as a perfect 0."""
+    r = outcome.result
+    simulated = r.jobs - r.jobs_rejected
+    unfinished = simulated - r.jobs_finished
+    if unfinished <= 0:
+        return
+    err_console.print(
+        f"[bold yellow]warning:[/] {escape(label)} left {unfinished} of {simulated} jobs "
+        "unfinished: they were still waiting when nothing else was left to happen (outcome "
+        "'unfinished' in the per-job output); the figures below count finished jobs only",
+        highlight=False,
+        soft_wrap=True,
+    )
+
+
+def report_unused_models(outcome: SimRun, request: SimRequest, trace: Trace) -> None:
+    """Say on stderr when --model-mix or a --job-profile had no job to act on: the mix only
+    draws models for jobs whose trace names none, and a profile only changes the jobs of its
+    model. Both went unused without a word on a trace that names every job's model."""
+    from unstall.cli.resolvers.sim import resolve_job_profiles
+
+    simulated = trace.jobs["model"].iloc[: request.max_jobs]
+    if request.model_mix is not None and simulated.notna().all():
+        err_console.print(
+            "[bold yellow]warning:[/] --model-mix is unused: every job of this trace names its "
+            "model (the mix draws models only for jobs that name none)",
+            highlight=False,
+            soft_wrap=True,
+        )
+    ran = set(outcome.jobs["model"].dropna())
+    for path, profile in zip(
+        request.job_profiles, resolve_job_profiles(request.job_profiles), strict=True
+    ):
+        if profile.model not in ran:
+            err_console.print(
+                f"[bold yellow]warning:[/] --job-profile {escape(str(path))} is unused: no "
+                f"simulated job runs its model {escape(profile.model)!r} (give it a share in "
+                "--model-mix, for a trace whose jobs name no model)",
+                highlight=False,
+                soft_wrap=True,
+            )
+
+
 def _write_table(frame: object, path: Path) -> None:
     import pandas as pd
 
     assert isinstance(frame, pd.DataFrame)
     with replaced_atomically(path) as tmp:
-        if path.suffix == ".parquet":
+        if path.suffix.lower() in (".parquet", ".pq"):
             frame.to_parquet(tmp, index=False)
         else:
             frame.to_csv(tmp, index=False)
@@ -297,6 +374,9 @@ def compare(
     from unstall.sched import POLICIES
 
     names = comma_list(policies) or list(POLICIES)
+    twice = next((name for i, name in enumerate(names) if name in names[:i]), None)
+    if twice is not None:
+        raise UnstallError(f"--policies {policies}: {twice!r} is named twice")
     pairs = parse_pairs(policy_option or [], "--policy-option", "POLICY.KEY=VALUE")
     options = split_policy_options(pairs, names)
     requests = [
@@ -318,12 +398,58 @@ def compare(
     check_writable(json_path)
     loaded = resolve_trace(trace, trace_format)
     print_header(requests[0])
-    runs = simulate_all(requests, loaded, quiet)
+    runs = distinct_names(simulate_all(requests, loaded, quiet), requests)
     report_rejected(runs[0])  # the same jobs in every run: the cluster decides
+    for request, outcome in zip(requests, runs, strict=True):
+        report_unfinished(outcome, request.policy)
+    report_unused_models(runs[0], requests[0], loaded)
     label = str(trace or "embedded")
     write_comparison(runs, requests, label, out)
+    if trace is None and max_jobs is None:
+        # One draw of its generator, on which dally can lose: said, not hidden (issue 22).
+        dally_in_context([r.result for r in runs], loaded, demo_hint=True)
     results = _ResultList([r.result for r in runs])
     save_json(json_path, results, {"runs": list(requests), "trace": label})
+
+
+# What Dally is set against the other policies on, where the embedded trace is compared.
+CONTEXT_METRICS = (
+    ("avg_jct_s", "average JCT"),
+    ("makespan_s", "makespan"),
+    ("comm_overhead_frac", "comm overhead"),
+)
+
+
+def dally_in_context(
+    results: Sequence[SimResult], trace: Trace, *, demo_hint: bool = False
+) -> None:
+    """Where our scheduler stands on this trace against the best of the others, metric by
+    metric, and what kind of trace this is: its gains are elsewhere, and the user should know
+    (``demo_hint``: say that `unstall demo` sets it against traces generated like it)."""
+    by_name = {r.policy: r for r in results}
+    dally = by_name.get("dally")
+    others = [r for r in results if r.policy != "dally"]
+    if dally is None or not others:
+        return
+    parts = []
+    for metric, label in CONTEXT_METRICS:
+        best = min(others, key=lambda r: getattr(r, metric))
+        ours, theirs = getattr(dally, metric), getattr(best, metric)
+        if theirs > 0:
+            change = f"{ours / theirs - 1:+.1%}"
+        else:  # nothing to compare a share with: say whether dally's is nothing too
+            change = "level at 0" if ours == 0 else f"{ours:.2g} against 0"
+        parts.append(f"{label} {change} vs {best.policy}")
+    summary = trace.summary(top=0)
+    console.print(
+        f"dally against the best other policy on each metric: {'; '.join(parts)}. This trace is "
+        f"{summary.jobs} jobs with a median run time of {summary.duration_s['p50']:.0f} s "
+        f"and {summary.multi_gpu_share:.0%} multi-GPU jobs on {dally.total_gpus} GPUs; dally's "
+        "gains are in long queues of multi-GPU jobs (the regime map: benchmarks/BENCHMARKS.md, "
+        "`benchmarks/dally_regimes.py`)."
+        + (" `unstall demo` sets it against traces generated like this one." if demo_hint else ""),
+        highlight=False,
+    )
 
 
 def simulate_all(requests: Sequence[SimRequest], trace: Trace, quiet: bool) -> list[SimRun]:
@@ -340,15 +466,41 @@ def simulate_all(requests: Sequence[SimRequest], trace: Trace, quiet: bool) -> l
     return runs
 
 
+def distinct_names(runs: Sequence[SimRun], requests: Sequence[SimRequest]) -> list[SimRun]:
+    """The runs, each result named by its policy's own name unless another policy of the
+    comparison has that name too (two versions of one's policy, each ``name = "mine"``): those
+    are named as ``--policies`` wrote them, so that no run's table row, plot line or per-job
+    file stands for another's."""
+    import dataclasses
+
+    counts = Counter(run.result.policy for run in runs)
+    return [
+        run
+        if counts[run.result.policy] == 1
+        else dataclasses.replace(run, result=dataclasses.replace(run.result, policy=request.policy))
+        for run, request in zip(runs, requests, strict=True)
+    ]
+
+
+def jobs_file_names(policies: Sequence[str]) -> list[str]:
+    """A per-job file name for each policy: path characters replaced (a name may hold a ``/``
+    or be a ``FILE.py:Class``), made distinct by position where two names become the same."""
+    safe = [re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-.") or "policy" for name in policies]
+    counts = Counter(safe)
+    return [
+        f"jobs_{name}.parquet" if counts[name] == 1 else f"jobs_{i}_{name}.parquet"
+        for i, name in enumerate(safe)
+    ]
+
+
 def interrupted_comparison(
     runs: Sequence[SimRun], requests: Sequence[SimRequest], exc: KeyboardInterrupt
 ) -> Interrupted:
     """Print the results of the policies that finished before ``exc``; the line to end with."""
     if runs:
-        first = runs[0].result
         title = (
-            f"{first.trace} on {first.cluster} ({first.total_gpus} GPUs), congestion "
-            f"{first.congestion}: the {len(runs)} of {len(requests)} policies that finished"
+            f"{run_title(runs[0].result)}: the {len(runs)} of {len(requests)} policies that "
+            "finished"
         )
         console.print(results_table(title, [r.result for r in runs]))
     finished = f"{len(runs)} of {len(requests)} policies finished"
@@ -368,25 +520,20 @@ def write_comparison(
 
     results = [r.result for r in runs]
     out.mkdir(parents=True, exist_ok=True)
-    first = results[0]
-    console.print(
-        results_table(
-            f"{first.trace} on {first.cluster} ({first.total_gpus} GPUs), "
-            f"congestion {first.congestion}",
-            results,
-        )
-    )
+    console.print(results_table(run_title(results[0]), results))
     jobs = {r.result.policy: r.jobs for r in runs}
     timelines = {r.result.policy: r.timeline for r in runs}
-    for name, frame in jobs.items():
-        with replaced_atomically(out / f"jobs_{name}.parquet") as tmp:
+    files = jobs_file_names(list(jobs))
+    for frame, name in zip(jobs.values(), files, strict=True):
+        with replaced_atomically(out / name) as tmp:
             frame.to_parquet(tmp, index=False)
     summary = out / "summary.json"
     write_result(summary, _ResultList(results), {"runs": list(requests), "trace": trace_label})
     plots = write_plots(results, jobs, timelines, out)
     report = write_html(results, plots, out, "unstall sim compare")
     console.print(
-        f"wrote {summary}, per-job data, {len(plots)} plots and {report}", highlight=False
+        f"wrote {summary}, per-job data ({', '.join(files)}), {len(plots)} plots and {report}",
+        highlight=False,
     )
 
 

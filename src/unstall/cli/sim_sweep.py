@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from rich.markup import escape
 
 from unstall.cli.common import (
     EXIT_FAILED,
@@ -46,10 +47,16 @@ def _seeds(text: str) -> tuple[int, ...]:
     try:
         if "-" in text and "," not in text:
             first, _, last = text.partition("-")
-            return tuple(range(int(first), int(last) + 1))
-        return tuple(int(part) for part in comma_list(text))
+            start, end = int(first), int(last)
+        else:
+            return tuple(int(part) for part in comma_list(text))
     except ValueError:
         raise ConfigError("--seeds", text, "expected 0,1,2 or a range 0-4") from None
+    if end < start:
+        # An empty range, which the grid would report as "no seeds" without saying why.
+        why = f"the range's end {end} is below its start {start}: write {end}-{start}"
+        raise ConfigError("--seeds", text, why)
+    return tuple(range(start, end + 1))
 
 
 @handle_errors
@@ -86,6 +93,15 @@ def sweep(
             help="An existing Ray cluster (HOST:PORT; or RAY_ADDRESS); default: a local Ray.",
         ),
     ] = None,
+    working_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--working-dir",
+            help="Folder Ray ships to every node and runs the cells in (Ray's runtime "
+            "environment): for a policy file that imports its own modules. A policy class "
+            "named FILE.py:Class travels by itself.",
+        ),
+    ] = None,
     out: Annotated[
         Path, typer.Option("--out", help="Folder for runs/*.json, runs.csv, summary.csv, plot.")
     ] = Path("out/sim-sweep"),
@@ -95,8 +111,10 @@ def sweep(
     """Run policies x congestion levels x seeds x clusters x traces as Ray tasks; print the mean
     and spread over seeds; keep each run's JSON. Failed cells are reported (exit code 1) while
     the others finish."""
+    from unstall.cli.resolvers.sweep import resolve_sweep_working_dir
     from unstall.sim.sweep import SweepGrid
 
+    runtime_env = resolve_sweep_working_dir(working_dir)  # a bad folder costs no Ray start
     check_folder_writable(out)
     check_writable(json_path)
     grid = SweepGrid(
@@ -113,6 +131,8 @@ def sweep(
         "duration_gpu": duration_gpu,
         "model_mix": None if model_mix is None else dict(parse_model_mix(model_mix) or ()),
     }
+    from unstall.ray_connect import cluster_address  # imports Ray: only when a sweep runs
+
     outcomes = _run_grid(
         grid,
         split_policy_options(pairs, grid.policies),
@@ -120,10 +140,17 @@ def sweep(
         profiles=tuple(str(p) for p in job_profile or ()),
         trace_format=trace_format,
         address=address,
+        runtime_env=runtime_env,
         out=out,
         quiet=quiet,
     )
-    config = {"grid": grid, "settings": settings, "policy_options": pairs, "address": address}
+    config = {
+        "grid": grid,
+        "settings": settings,
+        "policy_options": pairs,
+        "address": cluster_address(address),  # the cluster joined, RAY_ADDRESS's too
+        "working_dir": None if runtime_env is None else runtime_env["working_dir"],
+    }
     failed = _report(grid, outcomes, out, json_path, config)
     if failed:
         raise typer.Exit(EXIT_FAILED)
@@ -137,6 +164,7 @@ def _run_grid(
     profiles: tuple[str, ...],
     trace_format: str,
     address: str | None,
+    runtime_env: dict[str, Any] | None,
     out: Path,
     quiet: bool,
 ) -> list[CellOutcome]:
@@ -157,7 +185,7 @@ def _run_grid(
     )
     runs = out / "runs"
     finished: list[CellOutcome] = []
-    started = connect_ray(address)
+    started = connect_ray(address, runtime_env=runtime_env)
     try:
         refs = {label: ray.put(trace) for label, trace in loaded.items()}  # once, not per cell
         tasks = [dataclasses.replace(t, trace=refs[t.cell.trace]) for t in tasks]
@@ -217,8 +245,11 @@ def _report(
     failed = rows[~rows["ok"]]
     for _, row in failed.iterrows():
         err_console.print(
-            f"[bold red]failed:[/] {row.policy} / {row.congestion} / seed {row.seed} / "
-            f"{row.cluster} / {row.trace}: {row.error}",
+            "[bold red]failed:[/] "
+            + escape(
+                f"{row.policy} / {row.congestion} / seed {row.seed} / {row.cluster} / "
+                f"{row.trace}: {row.error}{_missing_module_hint(str(row.error))}"
+            ),
             highlight=False,
             soft_wrap=True,  # one line a cell, whatever the terminal's width
         )
@@ -232,6 +263,19 @@ def _report(
     )
     save_json(json_path, SweepResult.of(grid, outcomes), config)
     return len(failed)
+
+
+def _missing_module_hint(error: str) -> str:
+    """What to do when a cell's worker could not import a module that the policy's file
+    imports: Ray's workers have the file's class, not the folder beside it."""
+    if "No module named" not in error:
+        return ""
+    if "No module named 'unstall" in error:
+        return " (every node of the Ray cluster needs unstall installed)"
+    return (
+        " (a module your policy's file imports: ship the folder that holds it with "
+        "--working-dir FOLDER)"
+    )
 
 
 def _warn_degenerate(outcomes: list[CellOutcome]) -> None:
@@ -255,7 +299,7 @@ def _warn_degenerate(outcomes: list[CellOutcome]) -> None:
                 f"{result.jobs_rejected} of {result.jobs} jobs need more than the cluster's "
                 f"{result.total_gpus} GPUs and were left out"
             )
-        warning = f"[bold yellow]warning:[/] {where}: {why}"
+        warning = f"[bold yellow]warning:[/] {escape(where)}: {why}"
         err_console.print(warning, highlight=False, soft_wrap=True)
 
 

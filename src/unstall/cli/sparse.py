@@ -41,6 +41,15 @@ ThreadsOpt = Annotated[
 DeviceOpt = Annotated[
     str, typer.Option("--device", help="Where to train: cpu, cuda or cuda:N (a GPU torch sees).")
 ]
+MaskSourceOpt = Annotated[
+    str,
+    typer.Option(
+        "--mask-source",
+        help="On a GPU, where standard and locked draw their masks: device (as nn.Dropout; "
+        "the fair baseline there) or cpu (the same masks as on any device, copied over: "
+        "slower). Structured modes draw on the CPU either way.",
+    ),
+]
 PipelineOpt = Annotated[
     bool | None,
     typer.Option(
@@ -83,6 +92,7 @@ def lstm_train(
     seed: Annotated[int, typer.Option("--seed", help="Seed of the run.")] = 0,
     threads: ThreadsOpt = None,
     device: DeviceOpt = "cpu",
+    mask_source: MaskSourceOpt = "device",
     pipeline: PipelineOpt = None,
     decoder_split: DecoderSplitOpt = None,
     input_mask_steps: Annotated[
@@ -125,6 +135,7 @@ def lstm_train(
         seed=seed,
         threads=threads,
         device=device,
+        mask_source=mask_source,
         input_mask_steps=input_mask_steps,
         decoder_mask_steps=decoder_mask_steps,
         pipeline=pipeline,
@@ -156,7 +167,7 @@ def lstm_bench(
     batch: Annotated[int, typer.Option("--batch", help="Batch size.")] = 64,
     p: DropOpt = 0.5,
     seq_len: Annotated[int, typer.Option("--seq-len", help="Steps per sequence.")] = 35,
-    layers: Annotated[int, typer.Option("--layers", help="LSTM layers.")] = 1,
+    num_layers: Annotated[int, typer.Option("--layers", help="LSTM layers.")] = 1,
     repeats: Annotated[int, typer.Option("--repeats", help="Timed rounds per mode.")] = 5,
     modes: Annotated[
         str, typer.Option("--modes", help="Comma-separated modes to time.")
@@ -165,6 +176,7 @@ def lstm_bench(
         bool, typer.Option("--nn-lstm/--no-nn-lstm", help="Also time the fused nn.LSTM.")
     ] = True,
     device: DeviceOpt = "cpu",
+    mask_source: MaskSourceOpt = "device",
     threads: ThreadsOpt = None,
     pipeline: PipelineOpt = None,
     json_path: JsonOpt = None,
@@ -179,11 +191,12 @@ def lstm_bench(
         batch=batch,
         p=p,
         seq_len=seq_len,
-        num_layers=layers,
+        num_layers=num_layers,
         repeats=repeats,
         modes=tuple(comma_list(modes)),
         with_nn_lstm=nn_lstm,
         device=device,
+        mask_source=mask_source,
         threads=threads,
         pipeline=pipeline,
     )

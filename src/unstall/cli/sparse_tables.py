@@ -27,6 +27,11 @@ def lstm_bench_table(result: LSTMBenchResult) -> Table:
         f"LSTM training step: hidden {result.hidden}, batch {result.batch}, {result.seq_len} "
         f"steps, p={result.p}, {result.device}, {result.threads} thread(s)"
         + (", structured pipelined" if result.pipelined else "")
+        + (
+            ", masks drawn on the CPU"
+            if result.device != "cpu" and result.mask_source == "cpu"
+            else ""
+        )
     )
     return table(title, ["mode", "step s (best)", "median s", "vs standard"], rows)
 
@@ -107,6 +112,12 @@ def headline(result: CNNSparsityResult) -> list[str]:
     end = "-" if t.warmup_loss_end is None else f"{t.warmup_loss_end:.3f}"
     evaluated = "-" if t.eval_accuracy is None else f"{t.eval_accuracy:.2f}"
     c = result.conv_summary
+    convs = (
+        f"convolutions only: back-propagation {c.backprop_speedup_vs_dense:.3f}x over dense, "
+        f"{c.speedup_vs_input_only:.3f}x over input-only"
+        if c.cycles["forward"]["dense"] > 0
+        else "convolutions only: the model has no convolution"  # 0/0 cycles: "nanx" otherwise
+    )
     return [
         f"back-propagation speed-up over dense: {s.backprop_speedup_vs_dense:.3f}x "
         f"(published, ImageNet: {lo}x-{hi}x)",
@@ -114,8 +125,7 @@ def headline(result: CNNSparsityResult) -> list[str]:
         f"(published over sparsity-agnostic: {lo2}x-{hi2}x)",
         f"ideal (element-level) skipping: {s.ideal_backprop_speedup_vs_dense:.3f}x over dense, "
         f"{s.ideal_speedup_vs_input_only:.3f}x over input-only",
-        f"convolutions only: back-propagation {c.backprop_speedup_vs_dense:.3f}x over dense, "
-        f"{c.speedup_vs_input_only:.3f}x over input-only",
+        convs,
         f"whole step: {s.step_speedup_vs_dense:.3f}x over dense; forward {s.forward_speedup:.3f}x",
         f"training: {t.warmup_steps} warm-up steps, loss {start} -> {end} "
         f"(chance {t.chance_loss:.3f}); accuracy {evaluated} (eval, fresh images), "

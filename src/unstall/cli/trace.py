@@ -9,6 +9,7 @@ import typer
 
 from unstall.cli.common import JsonOpt, console, handle_errors, save_json, table
 from unstall.cli.resolvers.traces import resolve_trace
+from unstall.config import check
 from unstall.traces import (
     READERS,
     ReadOptions,
@@ -53,11 +54,24 @@ def _read(
     path: Path | None, fmt_name: str, duration_from: str, seed: int, task_table: Path | None
 ) -> tuple[Trace, dict[str, object]]:
     """The trace at ``path`` (or the embedded default) and the settings it was read with."""
+    settings: dict[str, object] = {"path": "embedded default trace"}
     if path is None:
-        return resolve_trace(None), {"path": "embedded default trace"}
-    options = ReadOptions(pollux_duration=duration_from, seed=seed, pai_task_table=task_table)
-    settings = {"path": str(path), "format": fmt_name, "options": options}
-    return resolve_trace(path, fmt_name, options), settings
+        trace = resolve_trace(None)
+    else:
+        options = ReadOptions(pollux_duration=duration_from, seed=seed, pai_task_table=task_table)
+        settings = {"path": str(path), "format": fmt_name, "options": options}
+        trace = resolve_trace(path, fmt_name, options)
+    # An option of another format than the trace's would be dropped without a word.
+    for_format = {
+        "task_table": ("pai", task_table is not None),
+        "duration_from": ("pollux", duration_from != ReadOptions.pollux_duration),
+        "seed": ("pollux", seed != ReadOptions.seed),
+    }
+    for field, (fmt, given) in for_format.items():
+        where = "the embedded default trace" if path is None else str(path)
+        why = f"is for {fmt} traces only; {where} is in the {trace.format} format"
+        check(not given or trace.format == fmt, "trace", field, why)
+    return trace, settings
 
 
 @app.command("show")
@@ -115,7 +129,15 @@ def generate_cmd(
         int | None, typer.Option("--max-gpus", help="Largest job (drops bigger sizes).")
     ] = None,
     arrivals_per_hour: Annotated[
-        float, typer.Option("--arrivals-per-hour", help="Mean submission rate (Philly: 31.5).")
+        float,
+        typer.Option(
+            "--arrivals-per-hour",
+            # The default is Philly's fitted rate to 4 decimals (31.4698): stated once, rounded,
+            # in the help rather than both ways.
+            help="Mean submission rate, jobs per hour (default: Philly's, "
+            f"{SyntheticTraceConfig.arrivals_per_hour:.1f}).",
+            show_default=False,
+        ),
     ] = SyntheticTraceConfig.arrivals_per_hour,
     load: Annotated[
         float | None,

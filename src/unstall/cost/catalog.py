@@ -19,6 +19,9 @@ usd_per_hour              yes       on-demand price of one instance
 date                      yes       when the figures were read: YYYY, YYYY-MM or YYYY-MM-DD
 source                    yes       where the figures come from
 network_latency_us        no        one network hop (default 25 us, TCP order of magnitude)
+min_billed_s              no        seconds billed at least per instance (default 60: AWS,
+                                    Google Cloud and Azure bill on-demand VMs by the second
+                                    with a one-minute minimum)
 family, region, note      no        free text
 ========================  ========  ==========================================================
 """
@@ -46,6 +49,9 @@ from unstall.net.hardware import DEVICE_PRESETS, INTERCONNECT_PRESETS
 DEFAULT_CATALOG_FILE = "aws_gpu_instances.csv"
 NO_LINK = "none"
 DEFAULT_NETWORK_LATENCY_US = 25.0
+# On-demand VMs are billed by the second with a one-minute minimum (AWS EC2 Linux, Google
+# Compute Engine, Azure): a run of seconds still costs each instance a minute.
+DEFAULT_MIN_BILLED_S = 60.0
 _DATE = re.compile(r"^\d{4}(-\d{2}(-\d{2})?)?$")
 
 
@@ -63,6 +69,7 @@ class Instance:
     date: str
     source: str
     network_latency_us: float = DEFAULT_NETWORK_LATENCY_US
+    min_billed_s: float = DEFAULT_MIN_BILLED_S
     family: str = ""
     region: str = ""
     note: str = ""
@@ -81,7 +88,13 @@ class Instance:
             "gpu",
             f"unknown GPU {self.gpu!r}; known device presets: {sorted(DEVICE_PRESETS)}",
         )
-        for name in ("gpu_memory_gb", "network_gbps", "usd_per_hour", "network_latency_us"):
+        for name in (
+            "gpu_memory_gb",
+            "network_gbps",
+            "usd_per_hour",
+            "network_latency_us",
+            "min_billed_s",
+        ):
             value = getattr(self, name)
             check(math.isfinite(value), self, name, f"must be a finite number, got {value!r}")
         check_positive(
@@ -90,7 +103,9 @@ class Instance:
             network_gbps=self.network_gbps,
             usd_per_hour=self.usd_per_hour,
         )
-        check_non_negative(self, network_latency_us=self.network_latency_us)
+        check_non_negative(
+            self, network_latency_us=self.network_latency_us, min_billed_s=self.min_billed_s
+        )
         self._check_link()
         check(
             bool(_DATE.match(self.date)),
@@ -174,7 +189,13 @@ _REQUIRED = tuple(
     f.name for f in fields(Instance) if f.default is MISSING and f.default_factory is MISSING
 )
 _INT_COLUMNS = ("gpus",)
-_FLOAT_COLUMNS = ("gpu_memory_gb", "network_gbps", "usd_per_hour", "network_latency_us")
+_FLOAT_COLUMNS = (
+    "gpu_memory_gb",
+    "network_gbps",
+    "usd_per_hour",
+    "network_latency_us",
+    "min_billed_s",
+)
 
 
 def _data_lines(text: str) -> Iterator[tuple[int, str]]:

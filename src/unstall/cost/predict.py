@@ -22,18 +22,25 @@ is used as is on the GPU type it was measured on (``source = "measured"``), and 
 multiplied by the model's ratio between the two GPU types on the same links
 (``"measured-scaled"``); everything else is ``"modelled"``. A measured placement is assumed to have
 run on the same links as the candidate (profiles do not name their instance type).
+
+Cost: the configuration's price per hour times the training time, each instance billed for at
+least its catalog's ``min_billed_s`` (a minute by default): without it a job of seconds cost
+nothing to the cent anywhere, and the largest, fastest configuration won every tie.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from unstall.config import check
 from unstall.cost.catalog import Instance
+from unstall.errors import ConfigError
 from unstall.net.device_speeds import relative_speed, speed_table
+from unstall.net.hardware import DEVICE_PRESETS
 from unstall.net.link import Link
 from unstall.net.topology import (
     CALIBRATED_NETWORK_EFFICIENCY,
@@ -78,6 +85,14 @@ class TrainingConfig:
             self,
             "global_batch",
             f"must be an integer >= 1 or None, got {self.global_batch!r}",
+        )
+        # A batch larger than the epoch would be timed as samples that do not exist (a step of
+        # 100,000 samples for an epoch of 100).
+        check(
+            self.global_batch is None or self.global_batch <= self.samples,
+            self,
+            "global_batch",
+            f"{self.global_batch} is larger than the {self.samples:,} samples of an epoch",
         )
         check(
             0.0 < self.network_efficiency <= 1.0,
@@ -130,7 +145,7 @@ class JobModel:
 
 
 def job_from_profile(
-    profile: JobProfile, *, precision: str = "fp32", devices: Sequence[str] = ()
+    profile: JobProfile, *, precision: str = "fp32", devices: str | Sequence[str] = ()
 ) -> JobModel:
     """A measured job: the profile's compute, gradients and data time, and its measured times.
 
@@ -149,7 +164,7 @@ def job_from_profile(
 
 
 def _job_from_cpu_profile(
-    profile: JobProfile, *, precision: str, devices: Sequence[str]
+    profile: JobProfile, *, precision: str, devices: str | Sequence[str]
 ) -> JobModel:
     """A CPU profile converted to every GPU type of ``devices`` (see :func:`job_from_profile`)."""
     check(
@@ -164,37 +179,73 @@ def _job_from_cpu_profile(
         "devices",
         f"the CPU profile of {profile.model} needs the GPU types to convert it to",
     )
-    per_device = {d: profile.on_gpu(d).to_perf_spec(precision=precision) for d in devices}
-    factors = ", ".join(f"{d} x{profile.cpu_factor(d):.3g}" for d in devices)
+    names = _device_names(devices, "job_from_profile")
+    per_device = {d: profile.on_gpu(d).to_perf_spec(precision=precision) for d in names}
+    factors = ", ".join(f"{d} x{profile.cpu_factor(d):.3g}" for d in names)
     origin = (
         f"CPU profile ({profile.device_name or 'unnamed CPU'}, {profile.device_tflops:.3g}"
         f" TFLOP/s fp32 matmul) at {profile.local_batch} samples per worker, converted:"
         f" compute scaled by the CPU's / the GPU's fp32 FLOP rate ({factors}); its CPU"
         " placement times not used"
     )
-    return JobModel(spec=per_device[devices[0]], per_device=per_device, origin=origin)
+    return JobModel(spec=per_device[names[0]], per_device=per_device, origin=origin)
 
 
-def job_from_model(name: str, devices: Sequence[str], *, precision: str = "fp32") -> JobModel:
+def job_from_model(name: str, devices: str | Sequence[str], *, precision: str = "fp32") -> JobModel:
     """A zoo model (or Pollux application) estimated from its FLOPs on each of ``devices``.
 
-    The estimates come from :func:`unstall.workload.spec_for` (FLOPs at a V100's typical
-    achieved rate, scaled to each GPU by the measured speed of the model's family there, plus a
-    fixed framework overhead per iteration); ``precision`` "fp16" moves the FLOP part to the
-    family's mixed-precision speed (:mod:`unstall.net.device_speeds`).
+    ``devices`` are GPU presets (``catalog.devices`` for every GPU of a catalog), or one
+    preset's name. The estimates come from :func:`unstall.workload.spec_for` (FLOPs at a V100's
+    typical achieved rate, scaled to each GPU by the measured speed of the model's family there,
+    plus a fixed framework overhead per iteration); ``precision`` "fp16" moves the FLOP part to
+    the family's mixed-precision speed (:mod:`unstall.net.device_speeds`).
     """
-    from unstall.workload import spec_for
+    from unstall.workload.job_specs import known_models, spec_for
 
     check(precision in PRECISIONS, "job_from_model", "precision", f"must be one of {PRECISIONS}")
-    check(bool(devices), "job_from_model", "devices", "must name at least one device")
-    per_device = {d: _in_precision(spec_for(name, d), precision) for d in devices}
-    reference = per_device[devices[0]]
+    names = _device_names(devices, "job_from_model")
+    # spec_for is the simulator's too, and its error names a trace's model column: checked here
+    # first, so that the error names this function's argument.
+    known = known_models()
+    if not (isinstance(name, str) and name in known):
+        close = difflib.get_close_matches(name, known, n=1) if isinstance(name, str) else []
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ConfigError(
+            "job_from_model",
+            "name",
+            f"unknown model {name!r}{hint}; known: {known} (a measured job is a JobProfile:"
+            " pass it to recommend as is)",
+        )
+    per_device = {d: _in_precision(spec_for(name, d), precision) for d in names}
+    reference = per_device[names[0]]
     speeds = _speeds_origin(reference)
     origin = (
         f"zoo estimate from FLOPs ({precision}; {speeds}) at {reference.local_batch} samples"
         " per GPU"
     )
     return JobModel(spec=reference, per_device=per_device, origin=origin)
+
+
+def _device_names(devices: str | Sequence[str], owner: str) -> tuple[str, ...]:
+    """``devices`` as preset keys, each once, in order: one name alone is one device (a str is
+    a sequence too, and would otherwise be read letter by letter)."""
+    check(
+        isinstance(devices, str | Iterable),
+        owner,
+        "devices",
+        f"must be GPU preset names (e.g. catalog.devices), got {type(devices).__name__}",
+    )
+    names = (devices,) if isinstance(devices, str) else tuple(devices)
+    check(bool(names), owner, "devices", "must name at least one device")
+    for d in names:
+        check(
+            isinstance(d, str) and d.lower() in DEVICE_PRESETS,
+            owner,
+            "devices",
+            f"unknown device {d!r}; known: {sorted(DEVICE_PRESETS)}",
+        )
+    # Preset keys are lower case (Instance.device): "V100" is the same GPU as "v100".
+    return tuple(dict.fromkeys(d.lower() for d in names))
 
 
 def _speeds_origin(spec: JobPerfSpec) -> str:
@@ -333,6 +384,7 @@ def predict(
     iterations = training.epochs * math.ceil(training.samples / global_batch)
     hours = iterations * seconds / SECONDS_PER_HOUR
     price = instance.usd_per_hour * count
+    billed_hours = max(hours, instance.min_billed_s / SECONDS_PER_HOUR)
     return Prediction(
         instance=instance.instance,
         count=count,
@@ -350,7 +402,7 @@ def predict(
         slowest_link=_slowest_link(modelled),
         source=source,
         predicted_hours=hours,
-        predicted_cost_usd=hours * price,
+        predicted_cost_usd=billed_hours * price,
     )
 
 

@@ -1,9 +1,10 @@
 """The recommendation: every configuration ranked, the cheapest one within the budget, the front.
 
-Ranking: the configurations within the time budget by predicted cost (to the cent; equal costs
-go to the faster one), then those over the budget by predicted time (the nearest miss first). The
-recommended configuration is the first of the list when it is within the budget; when none is,
-there is no recommendation and :attr:`Recommendation.fastest` says how close the budget came.
+Ranking: the configurations within the time budget by predicted cost (to the cent, and to three
+significant figures for costs under ten dollars; equal costs go to the faster one), then those
+over the budget by predicted time (the nearest miss first). The recommended configuration is the
+first of the list when it is within the budget; when none is, there is no recommendation and
+:attr:`Recommendation.fastest` says how close the budget came.
 
 The time/cost Pareto front: the configurations that no other beats on both time and cost
 (another is at most as slow and at most as costly, and better on one of them).
@@ -53,6 +54,14 @@ class RecommendConfig:
             "max_instances",
             f"must be an integer in 1..{MAX_INSTANCES_LIMIT}, got {self.max_instances!r}",
         )
+        # A str is a sequence of its letters, each a "family" the check below would pass.
+        check(
+            not isinstance(self.families, str),
+            self,
+            "families",
+            f"must be a tuple of family names, got the str {self.families!r}"
+            f" (write ({self.families!r},))",
+        )
         check(
             all(isinstance(f, str) and f for f in self.families),
             self,
@@ -63,10 +72,13 @@ class RecommendConfig:
     def selects(self, instance: Instance) -> bool:
         """Whether ``instance`` is among the families asked for (its family, or its name's part
         before the first dot, e.g. "p3" for "p3.8xlarge")."""
-        if not self.families:
-            return True
-        family = instance.family or instance.instance.split(".", 1)[0]
-        return family in self.families
+        return not self.families or family_of(instance) in self.families
+
+
+def family_of(instance: Instance) -> str:
+    """The family :meth:`RecommendConfig.selects` matches: the catalog's, or the name's part
+    before the first dot."""
+    return instance.family or instance.instance.split(".", 1)[0]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -85,6 +97,7 @@ class Recommendation(JsonResult):
     job_origin: str
     samples: int
     epochs: float
+    global_batch: int | None  # fixed on every configuration; None: the job's batch per GPU
     budget_hours: float
     network_efficiency: float
     catalog: str
@@ -111,11 +124,23 @@ def dominates(a: Prediction, b: Prediction) -> bool:
     return no_worse and better
 
 
+def cost_to_compare(cost_usd: float) -> float:
+    """``cost_usd`` as the ranking compares it: to the cent, and to three significant figures
+    below ten dollars (the finer of the two), so that $0.015 and $0.0088 differ though both are
+    a cent."""
+    if cost_usd <= 0 or not math.isfinite(cost_usd):
+        return cost_usd
+    significant = 3 - 1 - math.floor(math.log10(cost_usd))
+    return round(cost_usd, max(2, significant))
+
+
 def _cost_key(p: Prediction) -> tuple[float, float, float, str, int]:
-    # Costs equal to the cent go to the faster configuration; the exact cost, then the name,
-    # break the remaining ties, so that the recommendation is always on the Pareto front.
+    # Costs equal to the cent (and to three significant figures, for small ones) go to the
+    # faster configuration; a cent is not worth waiting for, 40% of a small bill is. The exact
+    # cost, then the name, break the remaining ties, so that the recommendation is always on the
+    # Pareto front.
     return (
-        round(p.predicted_cost_usd, 2),
+        cost_to_compare(p.predicted_cost_usd),
         p.predicted_hours,
         p.predicted_cost_usd,
         p.instance,
@@ -172,7 +197,8 @@ def rank_configurations(
         raise ConfigError(
             "RecommendConfig",
             "families",
-            f"no instance type of {list(config.families)} in {catalog.source}",
+            f"no instance type of {list(config.families)} in {catalog.source}; its families: "
+            f"{list(dict.fromkeys(family_of(i) for i in catalog))}",
         )
     predictions = predict_all(
         job, instances, config.training, max_instances=config.max_instances, on_instance=on_instance
@@ -189,6 +215,7 @@ def rank_configurations(
         job_origin=job.origin,
         samples=config.training.samples,
         epochs=config.training.epochs,
+        global_batch=config.training.global_batch,
         budget_hours=config.budget_hours,
         network_efficiency=config.training.network_efficiency,
         catalog=catalog.source,

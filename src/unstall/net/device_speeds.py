@@ -9,11 +9,11 @@ Three sources, in this order:
    when its step is known (:class:`StepFeatures`: FLOPs, parameter bytes, layer calls, the share
    of 3x3 convolutions, parameter tensors; :meth:`JobPerfSpec.from_facts` knows it for every
    zoo model), else the median of the families' speeds.
-2. **Public figures, T4 / A10G / A100 / H100** (:data:`PUBLIC_FIGURES`): one ratio to a V100 per
-   mode, from the sources named there. "fp32" means PyTorch's defaults: convolutions run in TF32
-   on Ampere and Hopper (``torch.backends.cudnn.allow_tf32 = True``) while matmuls stay in full
-   fp32 (``torch.backends.cuda.matmul.allow_tf32 = False`` since PyTorch 1.12), so convolutional
-   families and the rest get different ratios; "fp16" is automatic mixed precision.
+2. **Public figures, T4 / A10G / A100 / H100 / H200** (:data:`PUBLIC_FIGURES`): one ratio to a
+   V100 per mode, from the sources named there. "fp32" means PyTorch's defaults: convolutions run
+   in TF32 on Ampere and Hopper (``torch.backends.cudnn.allow_tf32 = True``) while matmuls stay in
+   full fp32 (``torch.backends.cuda.matmul.allow_tf32 = False`` since PyTorch 1.12), so
+   convolutional families and the rest get different ratios; "fp16" is automatic mixed precision.
 3. **Anything else** (the P40): the flat datasheet model, peak x a flat efficiency
    (:meth:`DevicePreset.achieved_tflops`), as a ratio to the V100's in fp32; a FLOP estimate on
    such a GPU is exactly what it was before the measured speeds (:func:`has_figures`).
@@ -115,6 +115,12 @@ class PublicFigures:
 # the A10/A100 datasheet ratios (dense tensor peak 125/312 TFLOPS fp16, 62.5/156 TF32; memory
 # bandwidth 600/2039 GB/s).
 _V100 = 367.0
+# H200 SXM (67 TFLOPS fp32, 4800 GB/s): the H100's compute with 1.43x its memory bandwidth. Its
+# convolution and AMP figures are the H100's times the geometric mean of the H200/H100 datasheet
+# ratios (fp32 peak 1, bandwidth 4800/3350), 1.197, the rule used for the matmul families. On a
+# lent H200 (2026-11-27) benchmarks/profile_gpu.py timed ResNet-50 at batch 64 at 45.15 ms a step
+# against the H100's 53.76 ms (1.19x), which agrees.
+_H200_OVER_H100 = (67.0 / 67.0 * 4800.0 / 3350.0) ** 0.5
 PUBLIC_FIGURES: dict[str, PublicFigures] = {
     "t4": PublicFigures(
         conv_fp32=426.0 / 1229.0,
@@ -139,6 +145,12 @@ PUBLIC_FIGURES: dict[str, PublicFigures] = {
         matmul_fp32=(67.0 / 15.7 * 3350.0 / 900.0) ** 0.5,
         amp=1441.0 / _V100 * 2470.0 / 938.0,
         source="measured here (benchmarks/profile_gpu.py, H100 80GB HBM3) vs NVIDIA's V100",
+    ),
+    "h200": PublicFigures(
+        conv_fp32=1441.0 / _V100 * _H200_OVER_H100,
+        matmul_fp32=(67.0 / 15.7 * 4800.0 / 900.0) ** 0.5,
+        amp=1441.0 / _V100 * _H200_OVER_H100 * 2470.0 / 938.0,
+        source="the H100's figures x the geometric mean of the H200/H100 datasheet ratios",
     ),
 }
 

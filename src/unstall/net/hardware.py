@@ -178,13 +178,16 @@ DEVICE_PRESETS: dict[str, DevicePreset] = {
         intra_link="pcie3",
         source="NVIDIA Tesla K80 datasheet (per GK210)",
     ),
-    # Tesla P100 PCIe 12 GB: 9.3 TFLOPS fp32, 18.7 TFLOPS fp16, 549 GB/s (NVIDIA P100 datasheet).
+    # Tesla P100 PCIe 16 GB: 9.3 TFLOPS fp32, 18.7 TFLOPS fp16, 732 GB/s (NVIDIA P100 datasheet).
+    # The 16 GB part, not the 12 GB one (549 GB/s): it is the P100 that clouds rent (GCP, Azure
+    # NCv2), and the one Gavel's measured throughputs, which the device speeds are fitted on,
+    # most likely ran on (Gavel's price code maps its P100 worker to Azure's NC6s v2).
     "p100": DevicePreset(
         name="p100",
         fp32_tflops=9.3,
         fp16_tflops=18.7,
-        memory_gb=12.0,
-        memory_gbs=549.0,
+        memory_gb=16.0,
+        memory_gbs=732.0,
         fp32_efficiency=0.5,
         fp16_efficiency=0.4,
         intra_link="pcie3",
@@ -266,6 +269,19 @@ DEVICE_PRESETS: dict[str, DevicePreset] = {
         fp16_efficiency=0.4,
         intra_link="nvlink4",
         source="NVIDIA H100 datasheet (SXM5)",
+    ),
+    # H200 SXM: the H100's compute (67 TFLOPS fp32, 989 TFLOPS fp16 tensor dense) with 141 GB of
+    # HBM3e at 4800 GB/s, NVLink4 (NVIDIA H200 datasheet). CUDA names it "NVIDIA H200".
+    "h200": DevicePreset(
+        name="h200",
+        fp32_tflops=67.0,
+        fp16_tflops=989.0,
+        memory_gb=141.0,
+        memory_gbs=4800.0,
+        fp32_efficiency=0.45,
+        fp16_efficiency=0.4,
+        intra_link="nvlink4",
+        source="NVIDIA H200 datasheet (SXM)",
     ),
 }
 

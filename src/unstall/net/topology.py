@@ -20,12 +20,13 @@ Presets are functions (:func:`small`, :func:`medium`, :func:`philly`) registered
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 
 from unstall.config import check
-from unstall.errors import ConfigError
+from unstall.errors import ConfigError, a_or_an
 from unstall.net.device_speeds import relative_speed
 from unstall.net.hardware import DEVICE_PRESETS, INTERCONNECT_PRESETS, NIC_PRESETS, LinkPreset
 from unstall.net.link import Link
@@ -154,7 +155,9 @@ class TopologyConfig:
     network_efficiency: float = 1.0
 
     def __post_init__(self) -> None:
-        self._check_shape()
+        # The fields of a value each come first and the shape last: a file that names an unknown
+        # device and leaves the shape out (``device = "v1000"``) hears about the device, which
+        # a reader of the shape's error alone would never learn was wrong.
         for name in ("name", "device", "intra_link_kind"):
             value = getattr(self, name)
             check(isinstance(value, str), self, name, f"must be a string, got {value!r}")
@@ -186,11 +189,19 @@ class TopologyConfig:
                 name,
                 f"must be a Link, got {type(value).__name__}",
             )
+            # A Link may be unlimited (inf, the parameter server's "no emulated limit"); a
+            # cluster's links are real ones: an infinite one would make communication free.
+            check(
+                value is None or math.isfinite(value.bandwidth_gbps),
+                self,
+                f"{name}.bandwidth_gbps",
+                f"must be a finite number, got {getattr(value, 'bandwidth_gbps', None)!r}",
+            )
         check(
-            self.oversubscription >= 1.0,
+            math.isfinite(self.oversubscription) and self.oversubscription >= 1.0,
             self,
             "oversubscription",
-            f"must be >= 1 (1 = non-blocking), got {self.oversubscription!r}",
+            f"must be a finite number >= 1 (1 = non-blocking), got {self.oversubscription!r}",
         )
         check(
             isinstance(self.network_efficiency, int | float)
@@ -205,14 +216,23 @@ class TopologyConfig:
             "oversubscription",
             "give either uplink or oversubscription, not both",
         )
+        self._check_shape()
 
     def _check_shape(self) -> None:
-        check(
-            isinstance(self.nodes, tuple) and all(isinstance(g, NodeGroup) for g in self.nodes),
-            self,
-            "nodes",
-            "must be a tuple of NodeGroup",
-        )
+        nodes: object = self.nodes
+        if not (isinstance(nodes, tuple) and all(isinstance(g, NodeGroup) for g in nodes)):
+            if isinstance(nodes, NodeGroup):
+                got = "one NodeGroup: write nodes=(NodeGroup(...),)"
+            elif isinstance(nodes, tuple | list):
+                wrong = [g for g in nodes if not isinstance(g, NodeGroup)]
+                got = (
+                    f"{a_or_an(type(wrong[0]).__name__)} among them"
+                    if wrong
+                    else "a list: write nodes=(NodeGroup(...), ...)"
+                )
+            else:
+                got = type(nodes).__name__
+            check(False, self, "nodes", f"must be a tuple of NodeGroup, got {got}")
         if self.nodes:
             for name, unset in (("racks", 1), ("nodes_per_rack", 0), ("gpus_per_node", 0)):
                 check(
@@ -354,13 +374,18 @@ class TopologyConfig:
     def describe_shape(self) -> str:
         """``2 racks x 4 nodes x 4 v100``, or the node groups: ``2 racks, nodes 4 x 4 v100 +
         4 x 4 k80``."""
+
+        def racks(n: int) -> str:
+            return f"{n} rack{'' if n == 1 else 's'}"
+
         if not self.nodes:
             per_node = f"{self.gpus_per_node} {self.device}"
-            return f"{self.racks} racks x {self.nodes_per_rack} nodes x {per_node}"
+            nodes = f"{self.nodes_per_rack} node{'' if self.nodes_per_rack == 1 else 's'}"
+            return f"{racks(self.racks)} x {nodes} x {per_node}"
         groups = " + ".join(
             f"{g.count} x {g.gpus_per_node} {(g.device or self.device).lower()}" for g in self.nodes
         )
-        return f"{self.n_racks} racks, nodes {groups}"
+        return f"{racks(self.n_racks)}, nodes {groups}"
 
     # --- links ----------------------------------------------------------------------------------
 
@@ -537,7 +562,13 @@ TOPOLOGY_PRESETS: dict[str, Callable[[], TopologyConfig]] = {
 
 def topology_preset(name: str) -> TopologyConfig:
     """The preset called ``name``, with an error listing the known ones."""
-    if name not in TOPOLOGY_PRESETS:
+    if isinstance(name, TopologyConfig):
+        raise ConfigError(
+            "topology_preset",
+            "name",
+            f"takes a preset's name, got the cluster {name.name!r} itself: use it as it is",
+        )
+    if not isinstance(name, str) or name not in TOPOLOGY_PRESETS:
         raise ConfigError(
             "TopologyConfig",
             "preset",

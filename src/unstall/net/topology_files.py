@@ -7,7 +7,9 @@ the field (``nodes[1].device``).
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
+from os import PathLike
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +25,8 @@ from unstall.net.topology import (
 )
 
 _LINK_FIELDS = ("intra_link", "nic", "uplink")
+# The fields a regular cluster (racks x nodes x GPUs, no node groups) cannot do without.
+_REGULAR_REQUIRED = ("nodes_per_rack", "gpus_per_node")
 
 
 def _link_from(value: Any, field_name: str, source: str, presets: Mapping[str, LinkPreset]) -> Link:
@@ -49,6 +53,12 @@ def _link_from(value: Any, field_name: str, source: str, presets: Mapping[str, L
         )
     if "bandwidth_gbps" not in value:
         raise DataFileError(source, "missing", field=f"{field_name}.bandwidth_gbps")
+    for key, number in value.items():
+        # TOML's inf and nan, JSON's Infinity and NaN: no link of a real cluster has them.
+        if isinstance(number, float) and not math.isfinite(number):
+            raise DataFileError(
+                source, f"must be a finite number, got {number!r}", field=f"{field_name}.{key}"
+            )
     try:
         return Link(
             bandwidth_gbps=float(value["bandwidth_gbps"]),
@@ -128,18 +138,41 @@ def topology_from_mapping(data: Mapping[str, Any], *, source: str = "<mapping>")
         base["oversubscription"] = 1.0
     if "oversubscription" in data and "uplink" not in data:
         base["uplink"] = None
+    # TopologyConfig's defaults for these (0) stand for "not given": its error would read
+    # "got 0" for a field the file never wrote.
+    absent = [name for name in _REGULAR_REQUIRED if name not in data and name not in base]
     merged = {**base, **data}
     try:
         return TopologyConfig(**merged)
     except ConfigError as exc:
+        if exc.field in absent:
+            raise DataFileError(source, _required_why(exc.field, absent), field=exc.field) from exc
         raise DataFileError(source, exc.why, field=exc.field) from exc
     except TypeError as exc:  # a missing required field, or a value of the wrong type
         raise DataFileError(source, str(exc)) from exc
 
 
+def _required_why(field: str, absent: list[str]) -> str:
+    """Why a regular cluster's missing ``field`` is an error, with the others missing too."""
+    why = "required in the regular form (or give `nodes`, a list of node groups)"
+    others = [name for name in absent if name != field]
+    return why + (f"; missing as well: {', '.join(others)}" if others else "")
+
+
 def load_topology(path: str | Path) -> TopologyConfig:
     """Read a topology from a TOML or JSON file; errors name the file and field. Without a
     ``name`` the cluster is named after the file (``racks/big.toml`` -> ``big``)."""
+    if not isinstance(path, str | PathLike):
+        hint = "topology_from_mapping(mapping) builds one" if isinstance(path, Mapping) else ""
+        raise ConfigError(
+            "load_topology",
+            "path",
+            f"must be a file path, got {type(path).__name__}" + (f": {hint}" if hint else ""),
+        )
+    if path in TOPOLOGY_PRESETS and not Path(path).exists():
+        raise ConfigError(
+            "load_topology", "path", f"{path!r} is a preset, no file: topology_preset({path!r})"
+        )
     data = load_table_file(path)
     data.setdefault("name", Path(path).stem)
     return topology_from_mapping(data, source=str(path))

@@ -8,10 +8,12 @@ link (network stall). What the part offers:
 - :func:`measure_stalls` ``(model, data, *, loss=..., workers=, network=, ...)``: profile your
   model function, data (a :class:`DataSource` or a function ``(rank, world_size) -> batches``)
   and loss; returns a :class:`StallReport`, whose ``job_profile`` (a :class:`JobProfile`, saved
-  with ``.save(path)``) drives :func:`unstall.cost.recommend` and ``unstall sim``. It names the
-  device the run used: ``cpu`` (with the CPU's name and measured fp32 matmul rate; recommend
-  converts it to each GPU by FLOP rates, the simulator takes it converted with
-  ``JobProfile.on_gpu``), or the GPU's preset.
+  with ``.save(path)`` and read back with ``JobProfile.load(path)``) drives
+  :func:`unstall.cost.recommend` and ``unstall sim``. It names the device the run used: ``cpu``
+  (with the CPU's name and measured fp32 matmul rate; recommend converts it to each GPU by FLOP
+  rates, the simulator takes it converted with ``JobProfile.on_gpu``), or the GPU's preset. The
+  workers are started with spawn, which runs the calling script again in each: guard a
+  script's top-level code with ``if __name__ == "__main__":``.
 - Data sources: :class:`SyntheticData` (random batches), :class:`ImageFileData` (an image
   folder, class folders or the flat layout, read cold, warm and cached through a DataLoader;
   :func:`read_dataset` reads one, :func:`write_image_dataset` writes a flat one),

@@ -123,6 +123,12 @@ class ProfileConfig:
             "network",
             "across several hosts the network run is real: no emulated link",
         )
+        check(
+            self.network is None or self.workers > 1,
+            self,
+            "network",
+            "an emulated link joins workers, and one worker has none to join: give workers >= 2",
+        )
         check_positive(self, bucket_mb=self.bucket_mb, timeout_s=self.timeout_s)
         labels = (AUTO_LABEL, CPU_DEVICE) if self.device == "cpu" else (AUTO_LABEL,)
         check(
@@ -181,9 +187,10 @@ def run_names(config: ProfileConfig, data_runs: Sequence[str] = ()) -> list[str]
     if config.measure_overhead:
         names.append("compute_untimed")
     names += [run for run in DATA_RUNS if run in data_runs]
-    names.append("local")
-    if config.measure_overhead:
-        names.append("local_untimed")
+    if config.workers > 1:  # one worker alone has no interconnect: no DDP run to time
+        names.append("local")
+        if config.measure_overhead:
+            names.append("local_untimed")
     if config.network is not None or config.nodes > 1:
         names.append("network")
     return names

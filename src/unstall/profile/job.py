@@ -4,11 +4,18 @@ A :class:`ProfiledJob` bundles the model function, the data source and the loss.
 workers receive it as one cloudpickle blob: a function from a user's file (loaded through
 :mod:`unstall.usercode`, which registers the file for pickling by value) then reaches a process
 that could not import that file, while zoo functions travel by reference as usual.
+
+What the user's file imported from its own folder (``from layers import Block`` beside
+``my_model.py``) travels by reference, as any import: the blob names the folders of the user's
+files, and a worker puts them on its ``sys.path`` before it unpickles the job, as the loader did
+while the file ran.
 """
 
 from __future__ import annotations
 
+import os
 import pickle
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -18,7 +25,7 @@ from torch import nn
 
 from unstall.profile.sources import DataSource
 from unstall.results import JsonResult
-from unstall.usercode import UserCodeError, call_user, where_defined
+from unstall.usercode import UserCodeError, call_user, is_library_file, where_defined
 from unstall.workload.model_facts import count_layers, tensor_facts
 
 ModelFunction = Callable[[], nn.Module]
@@ -36,17 +43,40 @@ class ProfiledJob:
 
 
 def pack(job: ProfiledJob) -> bytes:
-    """The job as bytes for a spawned worker (user code by value, see the module docstring)."""
+    """The job as bytes for a spawned worker (user code by value, see the module docstring),
+    with the folders of the user's files."""
     import cloudpickle
 
-    return cloudpickle.dumps(job)
+    return cloudpickle.dumps((user_folders(job), cloudpickle.dumps(job)))
 
 
 def unpack(blob: bytes) -> ProfiledJob:
-    """The job :func:`pack` wrote."""
-    job = pickle.loads(blob)
+    """The job :func:`pack` wrote; the user's folders go first on ``sys.path`` (for what their
+    files import from beside them)."""
+    folders, packed = pickle.loads(blob)
+    for folder in reversed(folders):
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
+    job = pickle.loads(packed)
     assert isinstance(job, ProfiledJob)
     return job
+
+
+def user_folders(job: ProfiledJob) -> tuple[str, ...]:
+    """The folders of the files that define the job's model, loss and data functions, those of
+    Python, its installed packages and unstall left out."""
+    functions = [job.model, job.loss, getattr(job.data, "fn", None)]
+    functions.append(getattr(job.data, "make_batch", None))
+    folders: dict[str, None] = {}
+    for fn in filter(None, functions):
+        target = getattr(fn, "__func__", fn)
+        path = getattr(target, "__globals__", {}).get("__file__")
+        if path is None:  # a class, or a loss module: its module's file
+            module = sys.modules.get(getattr(target, "__module__", None) or "")
+            path = getattr(module, "__file__", None)
+        if isinstance(path, str) and not is_library_file(path):
+            folders[os.path.dirname(os.path.realpath(path))] = None
+    return tuple(folders)
 
 
 def build_model(model_fn: ModelFunction) -> nn.Module:

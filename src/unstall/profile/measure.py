@@ -10,6 +10,7 @@ from torch import nn
 from unstall.errors import ConfigError
 from unstall.net.link import Link
 from unstall.profile.config import AUTO_LABEL, InjectedDelays, ProfileConfig, profile_label
+from unstall.profile.failures import check_not_bootstrapping
 from unstall.profile.job import (
     LossFunction,
     ModelFunction,
@@ -21,6 +22,7 @@ from unstall.profile.report import StallReport, build_report
 from unstall.profile.runner import run_workers
 from unstall.profile.sources import DataFunction, DataSource, UserData
 from unstall.usercode import where_defined
+from unstall.workload.user_functions import refuse_built_model, refuse_loss_class
 
 
 def measure_stalls(
@@ -53,8 +55,9 @@ def measure_stalls(
     targets)``; ``loss(outputs, targets)`` returns a scalar tensor (default: cross-entropy).
     ``workers`` train with DDP (gloo on the CPU, NCCL with ``device="cuda"``), spawned on this
     host, or the processes torchrun launched (then ``workers`` and ``nodes`` must be its world
-    size and hosts). ``network`` is the emulated link of the network run (``None``: no network
-    run on one host). The other settings are those of :class:`ProfileConfig`; the
+    size and hosts); one worker alone times no DDP run (no interconnect to measure). ``network``
+    is the emulated link of the network run (``None``: no network run on one host; it needs two
+    workers or more). The other settings are those of :class:`ProfileConfig`; the
     :class:`JobProfile` is labelled with the device the run used (``cpu`` and the CPU's name,
     or the GPU's preset). ``name`` and
     ``model_options`` label the report and its :class:`JobProfile` (default: the function's
@@ -64,7 +67,15 @@ def measure_stalls(
     Functions from a user's file loaded with :mod:`unstall.usercode` reach the spawned workers by
     value; other functions must be importable by the workers (defined in a module, not in
     ``__main__`` or a notebook cell, unless cloudpickle can send them by value).
+
+    The workers are started with spawn, which runs the calling script again in each of them: a
+    script that calls ``measure_stalls`` must guard its top-level code with
+    ``if __name__ == "__main__":`` (or call it from an importable file), as with any
+    multiprocessing code; without the guard every worker would call it again.
     """
+    # In a worker spawn is starting (an unguarded script run again): one clear line, before
+    # the model is built or multiprocessing refuses to start processes in many lines.
+    check_not_bootstrapping()
     config = ProfileConfig(
         workers=workers,
         nodes=nodes,
@@ -91,8 +102,11 @@ def profiled_job(
 ) -> ProfiledJob:
     """The bundle the workers train: a data function becomes a :class:`UserData` source, no
     loss cross-entropy."""
+    # Each worker builds its own copy of the model from the function.
+    why = "must be a function (or class) returning an nn.Module"
+    refuse_built_model("measure_stalls", "model", model, why)
     if not callable(model):
-        raise ConfigError("measure_stalls", "model", "must be a function returning a nn.Module")
+        raise ConfigError("measure_stalls", "model", f"{why}, got {type(model).__name__}")
     if not isinstance(data, DataSource):
         if not callable(data):
             raise ConfigError(
@@ -103,6 +117,9 @@ def profiled_job(
         data = UserData(data, label=where_defined(data))
     if loss is not None and not callable(loss):
         raise ConfigError("measure_stalls", "loss", "must be a function (outputs, targets)")
+    refuse_loss_class(
+        "measure_stalls", "loss", loss, "must be a function (outputs, targets) -> scalar tensor"
+    )
     return ProfiledJob(model=model, data=data, loss=loss or nn.CrossEntropyLoss())
 
 

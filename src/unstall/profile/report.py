@@ -16,8 +16,9 @@ from unstall.net.link import Link
 from unstall.profile.comm_hook import link_json
 from unstall.profile.config import DATA_RUNS, ProfileConfig, profile_label
 from unstall.profile.job import ModelShape
-from unstall.profile.runner import PHASES, RawTimings
+from unstall.profile.runner import RawTimings
 from unstall.profile.stalls import STALL_FIELDS, RunSummary, stall_breakdown, summarize
+from unstall.profile.steps import PHASES
 from unstall.profile.trace import PhaseSpan, chrome_trace
 from unstall.results import JsonResult
 from unstall.workload.profiles import JobProfile

@@ -21,11 +21,13 @@ from __future__ import annotations
 
 import gc
 import json
+import multiprocessing
 import os
 import socket
+import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -38,12 +40,27 @@ from torch import nn
 from unstall.errors import UnstallError
 from unstall.profile.comm_hook import HookState, timed_allreduce_hook
 from unstall.profile.config import ProfileConfig, run_names
+from unstall.profile.failures import (
+    any_started,
+    check_script_runs_again,
+    error_path,
+    mark_started,
+    rerun_script,
+    spawn_guard_error,
+    worker_error,
+    write_error,
+)
 from unstall.profile.images import BatchFeed
-from unstall.profile.job import LossFunction, ProfiledJob, build_model, pack, unpack
+from unstall.profile.job import (
+    ProfiledJob,
+    build_model,
+    pack,
+    unpack,
+)
 from unstall.profile.launch import TorchrunLaunch, torchrun_launch
-from unstall.usercode import UserCodeError, call_user, where_defined
-
-PHASES = ("data", "forward", "backward", "allreduce", "optimizer")
+from unstall.profile.spawning import spawn_workers
+from unstall.profile.steps import Loop, Spans, check_step, time_run
+from unstall.usercode import where_defined
 
 
 @dataclass(kw_only=True)
@@ -63,104 +80,10 @@ class RawTimings:
     batch: int = 0
 
 
-@dataclass
-class _Loop:
-    """What one timed run steps: a model, its optimizer, a batch feed, the loss, the hook state."""
-
-    model: nn.Module
-    optimizer: torch.optim.Optimizer
-    feed: BatchFeed
-    loss: LossFunction
-    hook: HookState | None
-    device: torch.device
-
-
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def _step(loop: _Loop, index: int, compute_delay_s: float) -> list[tuple[str, float, float]]:
-    """One timed iteration; returns (phase, start, end) spans, the buckets' spans included."""
-    marks = [time.perf_counter()]
-    inputs, targets = loop.feed(index)
-    inputs, targets = inputs.to(loop.device), targets.to(loop.device)
-    _sync(loop.device)
-    marks.append(time.perf_counter())
-    if compute_delay_s > 0:
-        time.sleep(compute_delay_s)
-    loss = loop.loss(loop.model(inputs), targets)
-    _sync(loop.device)
-    marks.append(time.perf_counter())
-    if loop.hook is not None:
-        loop.hook.spans.clear()
-    loss.backward()
-    _sync(loop.device)
-    marks.append(time.perf_counter())
-    loop.optimizer.step()
-    loop.optimizer.zero_grad(set_to_none=True)
-    _sync(loop.device)
-    marks.append(time.perf_counter())
-    spans = [(p, marks[i], marks[i + 1]) for i, p in enumerate(("data", "forward", "backward"))]
-    spans.append(("optimizer", marks[3], marks[4]))
-    for start, end in loop.hook.spans if loop.hook is not None else []:
-        spans.append(("allreduce", start, end))
-    return spans
-
-
-def _untimed_step(loop: _Loop, index: int, compute_delay_s: float) -> None:
-    """The same iteration without the phase timers, for measuring the timers' overhead."""
-    inputs, targets = loop.feed(index)
-    if compute_delay_s > 0:
-        time.sleep(compute_delay_s)
-    loop.loss(loop.model(inputs.to(loop.device)), targets.to(loop.device)).backward()
-    loop.optimizer.step()
-    loop.optimizer.zero_grad(set_to_none=True)
-    _sync(loop.device)
-
-
-def phase_totals(spans: list[tuple[str, float, float]]) -> dict[str, float]:
-    totals = dict.fromkeys(PHASES, 0.0)
-    comm = [(s, e) for p, s, e in spans if p == "allreduce"]
-    for phase, start, end in spans:
-        if phase != "allreduce":
-            totals[phase] += end - start
-    if comm:  # buckets overlap backward: report the span from the first start to the last end
-        totals["allreduce"] = max(e for _, e in comm) - min(s for s, _ in comm)
-    return totals
-
-
-Spans = list[tuple[str, float, float]]
-
-
-def _time_run(
-    loop: _Loop, config: ProfileConfig, timed: bool = True
-) -> tuple[float, dict[str, float], list[Spans]]:
-    """Warm-up, then ``iterations`` timed iterations: seconds per iteration, phase means, and
-    every timed iteration's spans."""
-    delay = config.delays.compute_s
-    for index in range(config.warmup):
-        _untimed_step(loop, index, delay)
-    if loop.hook is not None:
-        loop.hook.delay_total_s = 0.0  # the emulated link's delay of the timed iterations only
-    totals = dict.fromkeys(PHASES, 0.0)
-    every: list[Spans] = []
-    started = time.perf_counter()
-    for index in range(config.warmup, config.warmup + config.iterations):
-        if timed:
-            every.append(_step(loop, index, delay))
-            for phase, seconds in phase_totals(every[-1]).items():
-                totals[phase] += seconds
-        else:
-            _untimed_step(loop, index, delay)
-    per_iteration = (time.perf_counter() - started) / config.iterations
-    return per_iteration, {p: t / config.iterations for p, t in totals.items()}, every
 
 
 @dataclass
@@ -189,21 +112,6 @@ def _solo_feeds(config: ProfileConfig, job: ProfiledJob) -> dict[str, BatchFeed]
     feeds = {"compute": memory, "compute_untimed": memory}
     feeds |= job.data.data_feeds(seed=config.seed, delays=config.delays)
     return feeds
-
-
-def _check_step(loop: _Loop) -> int:
-    """One forward and loss on the first batch, each user function named when it fails (the
-    timed loops call them bare); returns the batch's size, the local batch."""
-    inputs, targets = loop.feed(0)
-    with torch.no_grad():
-        outputs = call_user(loop.model, inputs.to(loop.device), what="model")
-        loss = call_user(loop.loss, outputs, targets.to(loop.device), what="loss function")
-    if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
-        raise UserCodeError(
-            f"loss function {where_defined(loop.loss)} must return a scalar tensor, got"
-            f" {type(loss).__name__}{tuple(loss.shape) if isinstance(loss, torch.Tensor) else ''}"
-        )
-    return int(inputs.shape[0]) if inputs.dim() > 0 else 1
 
 
 def cpu_name() -> str:
@@ -264,7 +172,7 @@ def _paired_order(names: list[str], round_index: int) -> list[str]:
 def _solo_round(
     config: ProfileConfig,
     raw: RawTimings,
-    solo: _Loop,
+    solo: Loop,
     job: ProfiledJob,
     feeds: dict[str, BatchFeed],
     round_index: int,
@@ -276,7 +184,7 @@ def _solo_round(
             continue
         job.data.before_run(name)
         solo.feed = feeds[name]
-        seconds, phases, spans = _time_run(solo, config, timed=not name.endswith("_untimed"))
+        seconds, phases, spans = time_run(solo, config, timed=not name.endswith("_untimed"))
         close = getattr(feeds[name], "close", None)
         if close is not None:  # a DataLoader's workers: stopped while other runs are timed
             close()
@@ -290,7 +198,7 @@ DDP_RUNS = ("local", "local_untimed", "network")
 def _ddp_round(
     config: ProfileConfig,
     raw: RawTimings | None,
-    loops: dict[str, _Loop],
+    loops: dict[str, Loop],
     round_index: int,
     log: _Log,
 ) -> None:
@@ -301,7 +209,7 @@ def _ddp_round(
         assert ddp.hook is not None
         ddp.hook.link = config.network if name == "network" else None
         ddp.hook.record_spans = not name.endswith("_untimed")
-        seconds, phases, spans = _time_run(ddp, config, timed=ddp.hook.record_spans)
+        seconds, phases, spans = time_run(ddp, config, timed=ddp.hook.record_spans)
         if raw is not None:
             _record(raw, name, seconds, phases)
             if name == "network" and config.network is not None:
@@ -358,15 +266,27 @@ def _join(
 
 def _worker(rank: int, config: ProfileConfig, blob: bytes, port: int, out_path: str) -> None:
     """A spawned worker on this host; rank 0 writes the raw timings to ``out_path``. A worker
-    that fails writes its error, one line, to ``out_path.error`` for the parent to report."""
+    that fails writes its error to ``out_path.error.RANK`` for the parent to report
+    (:mod:`unstall.profile.failures`)."""
     os.environ["GLOO_SOCKET_IFNAME"] = "lo"
+    # spawn leaves "spawn" the default start method here. A DataLoader with workers (the user's
+    # data function's, an image folder's) starts them as in the user's own training, with the
+    # platform's default (fork on Linux): spawn would pickle a Dataset class from the user's
+    # file, which no new process can import ("Can't pickle <class 'unstall_user_...'>").
+    multiprocessing.set_start_method(None, force=True)
     try:
+        mark_started(out_path, rank)
         job = unpack(blob)
         device = _join(config, rank, store=_loopback_store(config, rank, port))
         try:
             raw = _worker_rounds(rank, config, job, device, on_run=_progress_file(out_path))
             if rank == 0:
                 Path(out_path).write_text(json.dumps(raw.__dict__), encoding="utf-8")
+        except Exception as exc:
+            # Written before the group goes down: the peers fail next ("Connection closed by
+            # peer"), and the parent terminates this worker as soon as one of them has exited.
+            write_error(out_path, rank, exc)
+            raise
         finally:
             # DDP models sit in reference cycles (their hooks): freed by the cycle collector,
             # maybe only at exit, after the group is gone, where their reducer's threads end
@@ -374,15 +294,17 @@ def _worker(rank: int, config: ProfileConfig, blob: bytes, port: int, out_path: 
             gc.collect()
             dist.destroy_process_group()
     except Exception as exc:
-        Path(f"{out_path}.error").write_text(_one_line(exc), encoding="utf-8")
+        if not error_path(out_path, rank).exists():  # failed outside the group's runs
+            write_error(out_path, rank, exc)
         raise
-
-
-def _one_line(exc: BaseException) -> str:
-    if isinstance(exc, UnstallError):
-        return str(exc)
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+    # Done, and rank 0's timings are on disk: leave without the interpreter's teardown. Under
+    # load a worker still died with SIGABRT at exit now and then after the collection above
+    # (seen twice since, in full test runs), from native threads of torch.distributed or gloo
+    # that outlive the objects they serve when modules are torn down; nothing is left to run
+    # or write at that point.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _with_origins(message: str, job: ProfiledJob) -> str:
@@ -407,7 +329,7 @@ def _ddp_loop(
     device: torch.device,
     group: Any,
     workers: int,
-) -> _Loop:
+) -> Loop:
     """A DDP copy of the model on ``group`` (``None``: all workers), its comm hook attached."""
     from torch.nn.parallel import DistributedDataParallel
 
@@ -420,12 +342,12 @@ def _ddp_loop(
     hook = HookState(workers=workers, extra_delay_s=config.delays.allreduce_s)
     model.register_comm_hook(hook, timed_allreduce_hook)
     feed = job.data.memory_feed(rank, config.workers, config.seed)
-    return _Loop(model, _optimizer(model), feed, job.loss, hook, device)
+    return Loop(model, _optimizer(model), feed, job.loss, hook, device, job.model)
 
 
 def _ddp_loops(
     config: ProfileConfig, job: ProfiledJob, rank: int, device: torch.device
-) -> dict[str, _Loop]:
+) -> dict[str, Loop]:
     """The loop of each DDP run: one model on one host (the hook switches the link on and
     off); on several hosts one model per host for the local runs and one across all."""
     if config.nodes == 1:
@@ -442,7 +364,7 @@ def _ddp_loops(
 
 def _progress_file(out_path: str) -> Callable[[str], None]:
     """The progress call of a spawned rank 0: a line per run appended to ``out_path.progress``,
-    which the parent counts (:func:`_spawn`)."""
+    which the parent counts (:func:`~unstall.profile.spawning.spawn_workers`)."""
 
     def append(run: str) -> None:
         with open(f"{out_path}.progress", "a", encoding="utf-8") as handle:
@@ -471,14 +393,16 @@ def _worker_rounds(
     on_gpu = device.type == "cuda"
     raw = RawTimings(device_name=torch.cuda.get_device_name(device) if on_gpu else cpu_name())
     feeds: dict[str, BatchFeed] = {}
-    solo: _Loop | None = None
+    solo: Loop | None = None
     if rank == 0:
         solo_model = build_model(job.model).to(device)
         feeds = _solo_feeds(config, job)
-        solo = _Loop(solo_model, _optimizer(solo_model), feeds["compute"], job.loss, None, device)
-        raw.batch = _check_step(solo)
+        optimizer = _optimizer(solo_model)
+        solo = Loop(solo_model, optimizer, feeds["compute"], job.loss, None, device, job.model)
+        raw.batch = check_step(solo)
         raw.device_tflops = None if on_gpu else matmul_tflops()
-    loops = _ddp_loops(config, job, rank, device)
+    ddp = any(name in DDP_RUNS for name in run_names(config))
+    loops = _ddp_loops(config, job, rank, device) if ddp else {}
     log = _Log(rank=rank, on_run=on_run if rank == 0 else None)
     for round_index in range(config.repeats):
         if solo is not None:
@@ -507,55 +431,6 @@ def _run_under_torchrun(
         dist.destroy_process_group()
 
 
-# How often the parent looks at the workers and at rank 0's progress file.
-POLL_S = 0.2
-
-
-def _spawn(
-    config: ProfileConfig, blob: bytes, out_path: str, on_run: Callable[[str], None] | None
-) -> None:
-    """Start the workers and wait for them, passing each run rank 0 reports to ``on_run``."""
-    import torch.multiprocessing as mp
-
-    context = mp.spawn(
-        _worker, args=(config, blob, _free_port(), out_path), nprocs=config.workers, join=False
-    )
-    assert context is not None  # join=False returns the processes' context
-    seen = 0
-    progress = Path(f"{out_path}.progress")
-    try:
-        while True:
-            done = context.join(timeout=POLL_S)
-            runs = progress.read_text(encoding="utf-8").split() if progress.exists() else []
-            for run in runs[seen:]:
-                if on_run is not None:
-                    on_run(run)
-            seen = len(runs)
-            if done:
-                return
-    except BaseException:
-        # A Ctrl-C that reached this process alone (a SIGTERM, `kill -INT`), or a failed
-        # progress call: the workers would run on, orphans holding their gloo ports.
-        _stop_workers(context.processes)
-        raise
-
-
-# How long stopped workers get to end before they are killed.
-STOP_WAIT_S = 5.0
-
-
-def _stop_workers(processes: Sequence[Any]) -> None:
-    """Terminate the spawned workers still alive, wait for them, kill those that linger."""
-    for process in processes:
-        if process.is_alive():
-            process.terminate()
-    for process in processes:
-        process.join(STOP_WAIT_S)
-        if process.is_alive():
-            process.kill()
-            process.join()
-
-
 def run_workers(
     config: ProfileConfig, job: ProfiledJob, on_run: Callable[[str], None] | None = None
 ) -> RawTimings:
@@ -578,17 +453,29 @@ def run_workers(
         raise UnstallError(
             f"--workers {config.workers} needs as many GPUs; found {torch.cuda.device_count()}"
         )
+    check_script_runs_again()  # (a worker still starting was refused by measure_stalls)
     blob = pack(job)
     with tempfile.TemporaryDirectory(prefix="unstall-profile-") as tmp:
         out_path = str(Path(tmp) / "raw.json")
         try:
-            _spawn(config, blob, out_path, on_run)
+            args = (config, blob, _free_port(), out_path)
+            spawn_workers(_worker, args, config.workers, Path(f"{out_path}.progress"), on_run)
         except Exception as exc:  # a worker's failure arrives as ProcessRaisedException
-            error = Path(f"{out_path}.error")
-            why = (
-                error.read_text(encoding="utf-8")
-                if error.exists()
-                else str(exc).strip().splitlines()[-1]
-            )
+            why = worker_error(out_path)
+            if why is None and _died_starting(exc, out_path):
+                raise spawn_guard_error(rerun_script()) from exc
+            why = why or str(exc).strip().splitlines()[-1]
             raise UnstallError(f"profiling workers failed: {_with_origins(why, job)}") from exc
         return RawTimings(**json.loads(Path(out_path).read_text(encoding="utf-8")))
+
+
+def _died_starting(exc: BaseException, out_path: str) -> bool:
+    """Whether the workers exited while spawn was starting them, before any ran unstall's code:
+    spawn ran the calling script again in each (see :mod:`unstall.profile.failures`)."""
+    from torch.multiprocessing.spawn import ProcessExitedException
+
+    return (
+        isinstance(exc, ProcessExitedException)
+        and rerun_script() is not None
+        and not any_started(out_path)
+    )

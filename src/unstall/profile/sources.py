@@ -12,7 +12,8 @@ differences are the input stalls (see :mod:`unstall.profile.stalls`):
 - :class:`UserData`: the user's ``data(rank, world_size) -> iterable of (inputs, targets)``. The
   profiler builds the variants itself from the first batches each worker's iterable yields: held
   in memory they are the in-memory batches and the cached run; the iterable read as it runs is
-  the warm run (the whole pipeline, its files wherever the operating system holds them). Fetch
+  the warm run (the whole pipeline, its files wherever the operating system holds them), the
+  function called again for a new iterable when one ends (a new epoch). Fetch
   and prep are not told apart: the whole input stall is ``prep_stall_s`` (warm - cached).
 """
 
@@ -196,9 +197,13 @@ class UserData(DataSource):
             and all(isinstance(t, torch.Tensor) for t in item)
         ):
             return item[0], item[1]
+        got = type(item).__name__
+        if isinstance(item, tuple | list):  # what is in it: (dict, Tensor), (Tensor, Tensor, int)
+            parts = [type(part).__name__ for part in item[:4]] + ["..."] * (len(item) > 4)
+            got += f" ({', '.join(parts)})"
         raise UserCodeError(
             f"data function {where_defined(self.fn)} must yield (inputs, targets) pairs of"
-            f" tensors; got a {type(item).__name__}"
+            f" tensors; got a {got}"
         )
 
     def _first(self, rank: int, world_size: int) -> list[Batch]:
@@ -221,8 +226,9 @@ class UserData(DataSource):
         return (
             f"your data function {self.label or where_defined(self.fn)}: the compute and DDP runs"
             f" cycle the first {POOL} batches each worker's iterable yields, held in memory; the"
-            f" cached run worker 0's first {POOL}; the warm run reads the iterable as it runs"
-            " (fetch and prep not told apart: the whole input stall is prep)"
+            f" cached run worker 0's first {POOL}; the warm run reads the iterable as it runs,"
+            " called again when it ends (a new epoch; fetch and prep not told apart: the whole"
+            " input stall is prep)"
         )
 
     def data_feeds(self, *, seed: int, delays: InjectedDelays) -> dict[str, BatchFeed]:

@@ -19,8 +19,9 @@ What it offers:
   :class:`~unstall.net.link.Link` and compute, :class:`Phase` s of :class:`ServerOverride` s),
   the presets :data:`SCENARIOS`, :func:`load_scenario` (TOML/JSON), :func:`scaled_links`,
   :func:`scenario_table`.
-- Data and losses: :class:`ArrayData`, :class:`SyntheticData`, :func:`load_digits`,
-  :data:`LOSSES`; :class:`Named` gives a callable the label results show.
+- Data and losses: :class:`ArrayData` (numpy arrays or torch tensors, which it copies to
+  numpy arrays on the CPU), :class:`SyntheticData`, :func:`load_digits`, :data:`LOSSES`;
+  :class:`Named` gives a callable the label results show.
 - Optimizers the servers step with (their state moves with the parameters): :class:`SGDConfig`
   (momentum, weight decay, Nesterov), :class:`AdamConfig`, by name in :data:`OPTIMIZERS`; the
   protocol :class:`ServerOptimizer`.
@@ -30,6 +31,11 @@ What it offers:
 - Failures: ``fit(max_recoveries=N)`` survives N dead workers or servers (a result's
   ``recoveries``), going on from a snapshot taken every ``snapshot_every`` iterations (default
   1); without it :class:`PSActorDiedError` names the dead actor.
+- Arguments are objects, not names: one of the wrong kind (``strategy="psld"`` for
+  ``STRATEGIES["psld"]``, ``SCENARIOS["bandwidth"]`` uncalled, ``workers="2"``, a built
+  ``nn.Module`` for the function that builds it) to :func:`fit`, :func:`predict_iter_s`,
+  :func:`compare_strategies` or :class:`BenchCase` raises a one-line
+  :class:`~unstall.errors.ConfigError` naming the parameter, before anything runs.
 - Ray: :func:`ensure_ray`, :class:`ActorPool` (a result's ``nodes`` says where each actor ran);
   errors :class:`PSActorDiedError`, :class:`PSTimeoutError` (and
   :class:`~unstall.usercode.UserCodeError` for errors in the user's functions).

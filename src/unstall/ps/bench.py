@@ -6,13 +6,17 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch.nn.functional as F
 
 from unstall.config import check
+from unstall.errors import ConfigError
 from unstall.net.link import MB
+from unstall.ps import arguments as args
+from unstall.ps import checks
 from unstall.ps.assign import oracle
 from unstall.ps.data import DataFn, LossFn
 from unstall.ps.links import ServerSpec, server_cost
@@ -29,12 +33,23 @@ ORACLE = StaticStrategy(oracle.NAME, oracle.assign)
 
 @dataclass(frozen=True, kw_only=True)
 class BenchCase:
-    """One scenario of a grid and what to train in it (a scenario's own model, typically)."""
+    """One scenario of a grid and what to train in it (a scenario's own model, typically):
+    ``model()`` builds an ``nn.Module``, ``data(rank, world_size)`` gives each worker an
+    iterable of ``(inputs, targets)``, ``loss(outputs, targets)`` a scalar tensor. Each is
+    checked for its kind when the case is built, as :func:`~unstall.ps.train.fit` checks its
+    arguments (a one-line :class:`~unstall.errors.ConfigError` naming the field)."""
 
     scenario: Scenario
     model: ModelFn
     data: DataFn
     loss: LossFn = F.cross_entropy
+
+    def __post_init__(self) -> None:
+        owner = "BenchCase"
+        args.scenario(owner, self.scenario, optional=False)
+        args.model_function(owner, self.model)
+        args.data_function(owner, self.data)
+        args.loss_function(owner, self.loss)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -90,8 +105,8 @@ def with_oracle(strategies: Sequence[Strategy]) -> list[Strategy]:
 
 
 def compare_strategies(
-    cases: Sequence[BenchCase],
-    strategies: Sequence[Strategy],
+    cases: Iterable[BenchCase],
+    strategies: Iterable[Strategy],
     *,
     workers: int = 2,
     spares: int | None = None,
@@ -99,15 +114,31 @@ def compare_strategies(
     seed: int = 0,
     optimizer: ServerOptimizer | None = None,
     address: str | None = None,
+    runtime_env: Mapping[str, Any] | None = None,
     pool: ActorPool | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> PSBenchResult:
     """Run every strategy (and the oracle) in every case, once each, on one Ray connection;
-    ``spares`` replaces the scenarios' spare servers; ``progress(1)`` after every run."""
-    check(bool(cases), "bench", "scenarios", "must name at least one scenario")
-    runs = with_oracle(strategies)
+    ``spares`` replaces the scenarios' spare servers; ``optimizer`` is what the servers step
+    with (default: ``SGDConfig()``); ``address`` (or ``RAY_ADDRESS``) a Ray cluster to run on,
+    with ``runtime_env`` (e.g. ``{"working_dir": "."}``) as in :func:`~unstall.ps.train.fit`;
+    ``progress(1)`` after every run. An argument of the wrong kind (a strategy's name instead
+    of the strategy, a scenario instead of a :class:`BenchCase`, ``"2"`` workers) raises a
+    one-line :class:`~unstall.errors.ConfigError` naming it, before Ray is used."""
+    owner = "compare_strategies"
+    cases = _cases(owner, cases)
+    runs = with_oracle(args.strategies(owner, strategies))
+    workers = checks.whole(owner, "workers", workers, minimum=1)
+    spares = checks.optional_whole(owner, "spares", spares, minimum=0)
+    iterations = checks.whole(owner, "iterations", iterations, minimum=1)
+    seed = checks.seed_of(owner, seed)
+    optimizer = args.optimizer(owner, optimizer)
+    address = args.optional_text(owner, "address", address)
+    runtime_env = args.optional_mapping(owner, "runtime_env", runtime_env)
+    pool = args.actor_pool(owner, pool)
+    progress = args.optional_callable(owner, "progress", progress, "progress(runs_done)")
     rows: list[BenchRow] = []
-    with ray_for_run(address, max(workers + 1, 2), pool) as actors:
+    with ray_for_run(address, max(workers + 1, 2), pool, runtime_env=runtime_env) as actors:
         for case in cases:
             scenario = case.scenario if spares is None else case.scenario.with_spares(spares)
             job = TrainingJob(
@@ -127,6 +158,28 @@ def compare_strategies(
                     progress(1)
             rows += _rows(results)
     return PSBenchResult(iterations=iterations, workers=workers, results=tuple(rows))
+
+
+def _cases(owner: str, value: Any) -> tuple[BenchCase, ...]:
+    """A non-empty list of :class:`BenchCase` (a scenario alone, or one case outside a list,
+    is refused with what to write instead)."""
+    case_text = "ps.BenchCase(scenario=..., model=..., data=...)"
+    why = f"must be a list of {case_text}"
+    if isinstance(value, BenchCase):
+        raise ConfigError(owner, "cases", f"{why}, got a BenchCase instance: put it in a list")
+    if isinstance(value, str | bytes | Mapping | Scenario) or not isinstance(value, Iterable):
+        hint = f": wrap it, {case_text}" if isinstance(value, Scenario) else ""
+        raise ConfigError(owner, "cases", f"{why}, got {checks.describe(value)}{hint}")
+    cases = tuple(value)
+    if not cases:
+        raise ConfigError(owner, "cases", f"{why}, got an empty one: give at least one case")
+    for i, case in enumerate(cases):
+        if not isinstance(case, BenchCase):
+            hint = f": wrap it, {case_text}" if isinstance(case, Scenario) else ""
+            raise ConfigError(
+                owner, f"cases[{i}]", f"must be a {case_text}, got {checks.describe(case)}{hint}"
+            )
+    return cases
 
 
 def _rows(runs: dict[str, PSRunResult]) -> list[BenchRow]:

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from unstall.config import check
-from unstall.errors import DataFileError
+from unstall.errors import DataFileError, unreadable_checkpoint_reason
 from unstall.ps.optim import OPTIMIZERS, ServerOptimizer
 from unstall.results import replaced_atomically
 
@@ -119,7 +119,8 @@ class PSCheckpoint:
         except IsADirectoryError as exc:
             raise DataFileError(str(path), "is a folder, not a checkpoint file") from exc
         except Exception as exc:  # torch raises many kinds for a file that is not its own
-            raise DataFileError(str(path), f"not a checkpoint of `unstall ps` ({exc})") from exc
+            why = f"not a readable checkpoint of `unstall ps`: {unreadable_checkpoint_reason(exc)}"
+            raise DataFileError(str(path), why) from exc
         if not isinstance(payload, dict) or payload.get("format") != FORMAT:
             raise DataFileError(str(path), f"not a checkpoint of `unstall ps` (want {FORMAT})")
         try:

@@ -52,6 +52,12 @@ DEFAULT_PIECE_BYTES = 256_000_000
 # How long a failed run waits for its actors' answers (pings, aborts) before it reports: a
 # live actor answers in milliseconds, and a run that timed out has made its user wait already.
 FAILURE_WAIT_S = 2.0
+# What a timed-out run says to do where the user's work (a slow data function, a large model on
+# a slow machine) or the set-up (starting actors on a loaded machine) needs longer.
+# Starting a worker or server starts a process that imports torch: seconds, up to a minute on
+# a loaded machine. A run's set-up waits at least this long, whatever its iterations' limit.
+SETUP_TIMEOUT_S = 120.0
+TIMEOUT_HINT = "if it needs longer, give it more: --timeout SECONDS, fit(timeout_s=...)"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -393,17 +399,20 @@ class PSCluster:
         """Every ref's value by label; raises naming a dead actor or what is still pending."""
         pending = {ref: label for label, ref in refs.items()}
         out: dict[str, Any] = {}
-        deadline = time.monotonic() + self.timeout_s
+        # The set-up starts actor processes (each imports torch): it gets at least
+        # SETUP_TIMEOUT_S, however short the limit given for an iteration.
+        limit = self.timeout_s if self.iteration >= 0 else max(self.timeout_s, SETUP_TIMEOUT_S)
+        deadline = time.monotonic() + limit
         while pending:
             left = deadline - time.monotonic()
             ready, _ = ray.wait(list(pending), num_returns=1, timeout=max(0.0, left))
             if not ready:
                 self._abandoned += list(pending)
-                silent = self._raise_dead(f"timed out after {self.timeout_s:g} s")
+                silent = self._raise_dead(f"timed out after {limit:g} s")
                 waiting = ", ".join(sorted(pending.values()))
                 hung = f"; not answering a ping: {', '.join(silent)}" if silent else ""
                 raise PSTimeoutError(
-                    f"{self._when()}: no reply in {self.timeout_s:g} s from {waiting}{hung}"
+                    f"{self._when()}: no reply in {limit:g} s from {waiting}{hung} ({TIMEOUT_HINT})"
                 )
             for ref in ready:
                 label = pending.pop(ref)

@@ -22,6 +22,7 @@ built-in ones by name.
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -33,7 +34,8 @@ import torch
 import torch.nn.functional as F
 
 from unstall.config import check
-from unstall.errors import UnstallError
+from unstall.errors import ConfigError, UnstallError
+from unstall.ps import checks
 from unstall.ps.named import unwrap
 from unstall.usercode import UserCodeError, call_user, user_code_error, where_defined
 
@@ -80,23 +82,43 @@ def global_indices(n_samples: int, seed: int, iteration: int, global_batch: int)
     return out
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(frozen=True, eq=False, init=False)
 class ArrayData:
     """In-memory ``features`` (n, ...) and ``labels`` (n,): iteration ``i``'s global batch is
     positions ``[i*B*W, (i+1)*B*W)`` of a stream of per-epoch permutations of the samples
     (epoch ``e`` shuffled by ``(seed, e)``); worker ``r``'s batch is its ``r``-th ``B``
-    (``batch_size``) of them."""
+    (``batch_size``) of them.
+
+    ``features`` and ``labels`` are numpy arrays or torch tensors; tensors are copied to numpy
+    arrays on the CPU here, once (detached from any autograd graph), so that every worker
+    slices the same arrays and gets torch tensors of the same dtypes back. Anything else (a
+    list, a DataFrame), an array whose dtype torch has no tensor of (objects, strings) and a
+    bfloat16 tensor (numpy has no such dtype) are refused here with a
+    :class:`~unstall.errors.ConfigError` naming the field."""
 
     features: np.ndarray
     labels: np.ndarray
-    batch_size: int = 32
-    seed: int = 0
+    batch_size: int
+    seed: int
 
-    def __post_init__(self) -> None:
+    def __init__(
+        self,
+        features: np.ndarray | torch.Tensor,
+        labels: np.ndarray | torch.Tensor,
+        batch_size: int = 32,
+        seed: int = 0,
+    ) -> None:
+        # A written __init__ (frozen: through object.__setattr__) so that the fields are the
+        # numpy arrays the workers slice while the arguments may be tensors.
+        owner = type(self).__name__
+        set_field = functools.partial(object.__setattr__, self)
+        set_field("features", _as_array(owner, "features", features))
+        set_field("labels", _as_array(owner, "labels", labels))
+        set_field("batch_size", checks.whole(owner, "batch_size", batch_size, minimum=1))
+        set_field("seed", checks.seed_of(owner, seed))
         n = len(self.labels)
         check(len(self.features) == n, self, "features", f"must have {n} rows, as the labels")
         check(n >= 1, self, "labels", "must hold at least one sample")
-        check(self.batch_size >= 1, self, "batch_size", f"must be >= 1, got {self.batch_size}")
 
     def __call__(self, rank: int, world_size: int) -> Iterator[Batch]:
         """Worker ``rank``'s batches, one an iteration, without end."""
@@ -106,6 +128,39 @@ class ArrayData:
             )
             mine = idx[rank * self.batch_size : (rank + 1) * self.batch_size]
             yield torch.from_numpy(self.features[mine]), torch.from_numpy(self.labels[mine])
+
+
+def _as_array(owner: str, field: str, value: object) -> np.ndarray:
+    """``value`` (a numpy array or a torch tensor) as a numpy array of at least one dimension
+    whose dtype torch can take back (``torch.from_numpy`` in the workers)."""
+    if isinstance(value, torch.Tensor):
+        if value.dtype == torch.bfloat16:  # numpy has no bfloat16
+            raise ConfigError(
+                owner, field, "is a bfloat16 tensor, which numpy cannot hold: convert it, .float()"
+            )
+        try:
+            tensor = value.detach().cpu()
+            # A CPU tensor's array shares its memory: copied, so that the batches do not change
+            # when the caller's tensor does (.cpu() copied one on another device already).
+            array = tensor.numpy().copy() if value.device.type == "cpu" else tensor.numpy()
+        except (RuntimeError, TypeError) as exc:  # a sparse tensor, say
+            why = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ConfigError(owner, field, f"cannot become a numpy array: {why}") from None
+    elif isinstance(value, np.ndarray):
+        array = value
+    else:
+        raise ConfigError(
+            owner, field, f"must be a numpy array or a torch tensor, got {checks.describe(value)}"
+        )
+    if array.ndim == 0:
+        raise ConfigError(owner, field, "must have a dimension of samples, got a scalar")
+    try:  # an empty array of the dtype: the array's own strides are no matter here
+        torch.from_numpy(np.empty(0, dtype=array.dtype))
+    except TypeError:
+        raise ConfigError(
+            owner, field, f"has dtype {array.dtype}, which no torch tensor can hold"
+        ) from None
+    return array
 
 
 @dataclass(frozen=True)
@@ -120,7 +175,18 @@ class SyntheticData:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        check(self.batch_size >= 1, self, "batch_size", f"must be >= 1, got {self.batch_size}")
+        owner = type(self).__name__
+        if not callable(self.make_batch):
+            raise ConfigError(
+                owner,
+                "make_batch",
+                "must be a function make_batch(batch_size, generator=g) that returns one "
+                f"(inputs, targets) batch, got {checks.describe(self.make_batch)}",
+            )
+        # Frozen: the checked values (plain ints) are set through object.__setattr__.
+        batch_size = checks.whole(owner, "batch_size", self.batch_size, minimum=1)
+        object.__setattr__(self, "batch_size", batch_size)
+        object.__setattr__(self, "seed", checks.seed_of(owner, self.seed))
 
     def __call__(self, rank: int, world_size: int) -> Iterator[Batch]:
         """Worker ``rank``'s batches, one an iteration, without end."""

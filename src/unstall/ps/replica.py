@@ -9,6 +9,8 @@ seed, so parameters that are not trained and buffers start equal everywhere too.
 
 from __future__ import annotations
 
+import math
+import numbers
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -21,7 +23,13 @@ from unstall.errors import UnstallError
 from unstall.ps.chunks import Chunk, TensorInfo, tensor_infos
 from unstall.ps.data import Batch, DataFn, LossFn, derive_seed, seeded
 from unstall.ps.named import unwrap
-from unstall.usercode import UserCodeError, call_user, user_code_error, where_defined
+from unstall.usercode import (
+    UserCodeError,
+    call_user,
+    describe_exception,
+    innermost_user_frame,
+    where_defined,
+)
 
 ModelFn = Callable[[], nn.Module]
 
@@ -58,7 +66,14 @@ def build_model(model_fn: ModelFn, seed: int) -> nn.Module:
         )
     params = trainable(model)
     if not params:
-        raise UserCodeError(f"model function {where_defined(fn)}: the model has no parameters")
+        frozen = sum(1 for _ in model.parameters())
+        why = (
+            f"none of the model's {frozen} parameter tensors requires a gradient (all frozen: "
+            "the servers train those that do)"
+            if frozen
+            else "the model has no parameters"
+        )
+        raise UserCodeError(f"model function {where_defined(fn)}: {why}")
     for name, p in model.named_parameters():
         if p.requires_grad and (p.dtype != torch.float32 or p.device.type != "cpu"):
             raise UserCodeError(
@@ -66,6 +81,48 @@ def build_model(model_fn: ModelFn, seed: int) -> nn.Module:
                 f"{p.device}; the parameter server trains float32 parameters on the CPU"
             )
     return model
+
+
+def describe_value(value: object) -> str:
+    """What a batch's inputs or a loss is, for a message: ``a float32 tensor of shape (8, 5)``,
+    ``a numpy float64 array of shape (8, 6)``, ``a list of 2``, ``a float``."""
+    if isinstance(value, torch.Tensor):
+        dtype = str(value.dtype).removeprefix("torch.")
+        return f"a {dtype} tensor of shape {tuple(value.shape)}"
+    if isinstance(value, np.ndarray):
+        return f"a numpy {value.dtype} array of shape {value.shape}"
+    if isinstance(value, list | tuple | dict):
+        return f"a {type(value).__name__} of {len(value)}"
+    return "None" if value is None else f"a {type(value).__name__}"
+
+
+def _loss_hint(loss: object) -> str:
+    """What to do about a loss that is not a scalar tensor depending on the model."""
+    if isinstance(loss, torch.Tensor) and loss.numel() != 1:
+        return " (reduce it to one value, e.g. .mean())"
+    if isinstance(loss, torch.Tensor | numbers.Number):
+        return " (compute it from the outputs with torch, without .item(), float() or .detach())"
+    return ""
+
+
+def forward_error(
+    model_fn: ModelFn, model: nn.Module, exc: BaseException, inputs: object
+) -> UserCodeError:
+    """The one-line error of a model's forward that raised: the model function that built it,
+    the innermost line of code outside torch (the user's, where there is one), and the inputs
+    it was given (a wrong shape or dtype of the data function's batches is the common cause)."""
+    built = f"{type(model).__name__} built by model function {where_defined(unwrap(model_fn))}"
+    frame = innermost_user_frame(exc)
+    at = f" at {frame.path}, line {frame.line}" if frame is not None else ""
+    hint = (
+        " (the data function yields numpy arrays: yield torch tensors, torch.from_numpy(array))"
+        if isinstance(inputs, np.ndarray)
+        else ""
+    )
+    return UserCodeError(
+        f"model's forward ({built}) failed{at} on inputs {describe_value(inputs)}: "
+        f"{describe_exception(exc)}{hint}"
+    )
 
 
 def initial_params(model: nn.Module) -> tuple[list[TensorInfo], list[np.ndarray]]:
@@ -126,12 +183,22 @@ class ModelReplica:
         # so that the reference draws the same masks.
         with seeded(derive_seed(self.job.seed, iteration, rank, 1)):
             loss = self._loss(inputs, targets)
+            value = float(loss.item())
+            if not math.isfinite(value):
+                # Its gradients would make every parameter nan or inf at the step, and every
+                # later iteration (and checkpoint) would carry them: stop before the push.
+                raise UserCodeError(
+                    f"loss function {where_defined(self.loss_fn)} returned {value} on worker "
+                    f"{rank}'s batch of iteration {iteration} (inputs: {describe_value(inputs)}): "
+                    "training cannot go on from it (lower the learning rate, or check the "
+                    "batches and the model's outputs)"
+                )
             loss.backward()
         grads = [
             p.grad.detach().reshape(-1).numpy() if p.grad is not None else np.zeros_like(flat)
             for p, flat in zip(self.params, self.flat, strict=True)
         ]
-        return float(loss.item()), grads
+        return value, grads
 
     def _loss(self, inputs: object, targets: object) -> torch.Tensor:
         try:
@@ -139,12 +206,12 @@ class ModelReplica:
         except UnstallError:
             raise
         except Exception as exc:
-            raise user_code_error(self.model.forward, exc, what="model's forward") from exc
+            raise forward_error(self.job.model, self.model, exc, inputs) from exc
         loss = call_user(self.loss_fn, outputs, targets, what="loss function")
         if not isinstance(loss, torch.Tensor) or loss.numel() != 1 or not loss.requires_grad:
             raise UserCodeError(
-                f"loss function {where_defined(self.loss_fn)} returned "
-                f"{type(loss).__name__}, not a scalar tensor that depends on the model"
+                f"loss function {where_defined(self.loss_fn)} returned {describe_value(loss)}, "
+                f"not a scalar tensor that depends on the model{_loss_hint(loss)}"
             )
         return loss
 

@@ -22,6 +22,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from unstall.config import check
+from unstall.ps import arguments as args
+from unstall.ps import checks
 from unstall.ps.assign.base import CostPhase
 from unstall.ps.checkpoint import PSCheckpoint
 from unstall.ps.chunks import Assignment
@@ -287,6 +289,7 @@ def fit(
     step_threads: int = 1,
     pool: ActorPool | None = None,
     progress: Callable[[int], None] | None = None,
+    check_progress: Callable[[int], None] | None = None,
 ) -> PSRunResult:
     """Train ``model()`` with synchronous data-parallel training on parameter servers,
     ``workers`` Ray actors each taking its batches from ``data(rank, workers)`` and its loss
@@ -315,9 +318,46 @@ def fit(
     started on loopback and stopped at the end, unless this process is connected to one
     already. ``piece_mb`` and ``step_threads`` tune the exchange (pipelined
     pieces, threads a server steps a large segment with); ``pool`` reuses actors across runs;
-    ``progress(n)`` is called after every iteration. Errors in the user's functions raise a
-    one-line :class:`~unstall.usercode.UserCodeError` naming the function, file and line.
+    ``progress(n)`` is called after every iteration, ``check_progress(n)`` after every
+    iteration the reference check replays (after the last one). Errors in the user's functions
+    raise a one-line :class:`~unstall.usercode.UserCodeError` naming the function, file and line;
+    an argument of the wrong kind (a strategy's name instead of the strategy, a scenario's
+    factory instead of the scenario, ``"2"`` workers, a model already built instead of the
+    function that builds it) a :class:`~unstall.errors.ConfigError` naming the parameter,
+    before the model is built or Ray is used.
     """
+    # Every argument's kind first: a wrong one would otherwise fail in the planner as an
+    # AttributeError, or in a server or worker after Ray has started actors.
+    owner = "fit"
+    model = args.model_function(owner, model)
+    data = args.data_function(owner, data)
+    loss = args.loss_function(owner, loss)
+    optimizer = args.optimizer(owner, optimizer)
+    workers = checks.whole(owner, "workers", workers)
+    servers = checks.optional_whole(owner, "servers", servers, minimum=1)
+    spares = checks.optional_whole(owner, "spares", spares, minimum=0)
+    strategy = args.strategy(owner, strategy)
+    scenario = args.scenario(owner, scenario)
+    iterations = checks.whole(owner, "iterations", iterations)
+    seed = checks.seed_of(owner, seed)
+    check_reference = checks.flag(owner, "check_reference", check_reference)
+    resume = args.checkpoint(owner, resume)
+    checkpoint_every = checks.optional_whole(owner, "checkpoint_every", checkpoint_every)
+    on_checkpoint = args.optional_callable(
+        owner, "on_checkpoint", on_checkpoint, "on_checkpoint(checkpoint)"
+    )
+    max_recoveries = checks.whole(owner, "max_recoveries", max_recoveries)
+    snapshot_every = checks.whole(owner, "snapshot_every", snapshot_every)
+    address = args.optional_text(owner, "address", address)
+    runtime_env = args.optional_mapping(owner, "runtime_env", runtime_env)
+    timeout_s = checks.real(owner, "timeout_s", timeout_s)
+    piece_mb = checks.positive_finite(owner, "piece_mb", piece_mb)
+    step_threads = checks.whole(owner, "step_threads", step_threads)
+    pool = args.actor_pool(owner, pool)
+    progress = args.optional_callable(owner, "progress", progress, "progress(iterations_done)")
+    check_progress = args.optional_callable(
+        owner, "check_progress", check_progress, "check_progress(iterations_replayed)"
+    )
     job = TrainingJob(
         model=model,
         data=data,
@@ -344,7 +384,7 @@ def fit(
         snapshot_every=snapshot_every,
     )
     with ray_for_run(address, max(workers + 1, 2), pool, runtime_env=runtime_env) as actors:
-        return run_plan(plan, actors, progress, on_checkpoint)
+        return run_plan(plan, actors, progress, on_checkpoint, check_progress)
 
 
 def on_servers(scenario: Scenario | None, servers: int | None, spares: int | None) -> Scenario:
@@ -369,8 +409,19 @@ def predict_iter_s(
 ) -> float:
     """The cost model's transfer-and-step time of an iteration under ``strategy``'s first
     assignment of ``model()``'s parameters (as :func:`fit` would make it), without running
-    anything: the part of an iteration the placement decides."""
-    scenario = on_servers(scenario, servers, None)
+    anything: the part of an iteration the placement decides. An argument of the wrong kind
+    or range raises a :class:`~unstall.errors.ConfigError` naming it."""
+    owner = "predict_iter_s"
+    model = args.model_function(owner, model)
+    strategy = args.strategy(owner, strategy)
+    scenario = on_servers(
+        args.scenario(owner, scenario),
+        checks.optional_whole(owner, "servers", servers, minimum=1),
+        None,
+    )
+    workers = checks.whole(owner, "workers", workers, minimum=1)
+    iterations = checks.whole(owner, "iterations", iterations, minimum=1)
+    seed = checks.seed_of(owner, seed)
     infos, _ = initial_params(build_model(model, seed))
     costs = run_costs(scenario, workers, iterations)
     return predicted_iter_s(strategy.assign(infos, scenario.servers, costs), costs)
@@ -381,6 +432,7 @@ def run_plan(
     pool: ActorPool,
     progress: Callable[[int], None] | None = None,
     on_checkpoint: Callable[[PSCheckpoint], None] | None = None,
+    check_progress: Callable[[int], None] | None = None,
 ) -> PSRunResult:
     """Run ``plan`` on a connected Ray with actors from ``pool``."""
     controller = plan.strategy.controller(plan.scenario, plan.iterations)
@@ -419,6 +471,7 @@ def run_plan(
             plan.optimizer,
             plan.initial,
             done.batches,
+            check_progress,
             initial_state=resume.state if resume is not None else None,
             start_iteration=plan.start_iteration,
         )

@@ -9,7 +9,7 @@ another, so nothing here knows about simulated time beyond ``snapshot.now``.
 from __future__ import annotations
 
 import random
-from collections.abc import Collection
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
@@ -228,21 +228,22 @@ class ClusterSnapshot:
     ``queued``, ``running`` and ``spread_running`` may be live read-only views of the backend's
     own collections (the simulator passes dict views: copying thousands of views every round
     would be a large share of a run's time). They hold still while ``decide`` runs and change once
-    its decision is carried out, so a policy must not keep them past the round.
+    its decision is carried out, so a policy must not keep them past the round. They index and
+    slice as tuples do.
     """
 
     now: float
     layout: ClusterLayout
     free_by_node: tuple[int, ...]
     free_by_rack: tuple[int, ...]
-    queued: Collection[JobView]  # in arrival order (policies reorder as they see fit)
-    running: Collection[JobView]
+    queued: Sequence[JobView]  # in arrival order (policies reorder as they see fit)
+    running: Sequence[JobView]
     # Fraction of bandwidth that background traffic takes on node NICs and rack uplinks now.
     congestion: float = 0.0
     # How many running jobs spread over several nodes use each node (and so its NIC), and those
     # jobs themselves (a subset of ``running``).
     spread_jobs_by_node: tuple[int, ...] = ()
-    spread_running: Collection[JobView] = ()
+    spread_running: Sequence[JobView] = ()
     # Jobs that finished since the previous round, as they were last seen running: what a
     # policy may learn from (run times), without scanning every running job each round.
     finished: tuple[JobView, ...] = ()

@@ -8,10 +8,12 @@ reads from the command line (:func:`unstall.config.parse_text_options`).
 from __future__ import annotations
 
 import dataclasses
+import types
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Union, get_args, get_origin, get_type_hints
 
+from unstall.config import is_real_number, is_whole_number
 from unstall.errors import ConfigError
 from unstall.sched.base import Policy
 from unstall.sched.dally import Dally, DallyConfig
@@ -64,8 +66,10 @@ POLICIES: dict[str, PolicyEntry] = {
     ),
     "dally": PolicyEntry(
         factory=_dally,
-        description="network-sensitive: delay timers per locality level, preemption, auto-tuned "
-        "timers",
+        # The timer tuner is off by default (DallyConfig.autotune says why): a listing that
+        # promised it would describe runs the defaults never make.
+        description="network-sensitive: delay timers per locality level, a fixed factor of "
+        "expected run time (autotune=on tunes it), preemption",
         options=DallyConfig,
     ),
 }
@@ -84,7 +88,7 @@ def register_policy(
     is the dataclass whose fields are its keyword options, if it has any. A name already taken
     is an error (replacing a built-in silently would change every run that names it).
     """
-    if not name or ":" in name or name != name.strip():
+    if not isinstance(name, str) or not name or ":" in name or name != name.strip():
         raise ConfigError(
             "register_policy", "name", f"{name!r}: want a plain name (a colon names user code)"
         )
@@ -92,9 +96,36 @@ def register_policy(
         raise ConfigError(
             "register_policy", "name", f"{name!r} is already registered; known: {sorted(POLICIES)}"
         )
-    if options is not None and not dataclasses.is_dataclass(options):
-        raise ConfigError("register_policy", "options", f"{options!r} is not a dataclass")
+    _check_factory(factory)
+    if not isinstance(description, str):
+        raise ConfigError(
+            "register_policy", "description", f"must be a string (one line), got {description!r}"
+        )
+    if options is not None and not (
+        isinstance(options, type) and dataclasses.is_dataclass(options)
+    ):
+        why = f"{options!r} is not a dataclass"
+        if dataclasses.is_dataclass(options):
+            why = f"must be the dataclass itself, got an instance: pass {type(options).__name__}"
+        raise ConfigError("register_policy", "options", why)
     POLICIES[name] = PolicyEntry(factory=factory, description=description, options=options)
+
+
+def _check_factory(factory: object) -> None:
+    """A class or function that builds a fresh policy: a built policy or a name there failed
+    only when ``make_policy`` called it, as "'Mine' object is not callable"."""
+    if callable(factory):
+        return
+    if isinstance(factory, Policy):
+        cls = type(factory).__name__
+        hint = f"a built policy; pass its class ({cls}) or a function that builds a fresh one"
+    elif isinstance(factory, str):
+        hint = "a name; pass the class itself (unstall.usercode.load_object loads 'FILE.py:NAME')"
+    else:
+        hint = type(factory).__name__
+    raise ConfigError(
+        "register_policy", "factory", f"must be callable (a class or function), got {hint}"
+    )
 
 
 def policy_entry(name: str) -> PolicyEntry:
@@ -105,9 +136,14 @@ def policy_entry(name: str) -> PolicyEntry:
     return entry
 
 
-def make_policy(name: str, **options: Any) -> Policy:
+def make_policy(name: str, /, **options: Any) -> Policy:
     """A fresh policy object of the registered policy ``name`` with keyword ``options``
-    (typed Python values: ``make_policy("dally", order="las", preemption=False)``)."""
+    (typed Python values: ``make_policy("dally", order="las", preemption=False)``).
+
+    ``name`` is positional-only, so that a policy may have an option called ``name`` (a user
+    policy's own label: ``make_policy("mine", name="mine-2")``). An option of the wrong type
+    (``age_weight="high"``) is a :class:`ConfigError` naming the options class and field.
+    """
     entry = policy_entry(name)
     if options:
         if entry.options is None:
@@ -115,13 +151,72 @@ def make_policy(name: str, **options: Any) -> Policy:
             raise ConfigError(
                 "policy", "options", f"{name!r} has no options; these do: {with_options}"
             )
-        known = {f.name for f in dataclasses.fields(entry.options)}
-        for key in options:
-            if key not in known:
-                raise ConfigError(
-                    entry.options.__name__, key, f"unknown option; known: {sorted(known)}"
-                )
-    return entry.factory(**options)
+        _check_options(entry.options, options)
+    policy = entry.factory(**options)
+    if not isinstance(policy, Policy):
+        raise ConfigError(
+            "make_policy",
+            "name",
+            f"the factory registered as {name!r} returned {type(policy).__name__}, not a policy "
+            "(name, needs_oracle, decide(snapshot, rng), reset())",
+        )
+    return policy
+
+
+def _check_options(cls: type[Any], options: dict[str, Any]) -> None:
+    """Every option is a field of the dataclass ``cls`` that its constructor takes, of the
+    field's type where that is a plain one (bool, int, float, str, or one of them or None).
+
+    Checked here, once for every registered policy, because a config's own checks compare
+    values (``age_weight >= 0``) and a string there fails as a bare TypeError."""
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    try:
+        hints = get_type_hints(cls)
+    except Exception:  # a user's annotation that does not resolve: type by the defaults only
+        hints = {}
+    for key, value in options.items():
+        field = fields.get(key)
+        if field is None:
+            raise ConfigError(cls.__name__, key, f"unknown option; known: {sorted(fields)}")
+        kinds = _plain_kinds(hints.get(key), field.default)
+        if kinds is None or any(_is_kind(value, kind) for kind in kinds):
+            continue
+        wanted = " or ".join(_KIND_WORDS[kind] for kind in kinds)
+        raise ConfigError(cls.__name__, key, f"must be {wanted}, got {value!r}")
+
+
+# The plain option types that are checked, as an error names them; None stands for NoneType.
+_KIND_WORDS: dict[type | None, str] = {
+    bool: "True or False",
+    int: "a whole number",
+    float: "a number",
+    str: "a string",
+    None: "None",
+}
+
+
+def _plain_kinds(hint: object, default: object) -> tuple[type | None, ...] | None:
+    """The plain types an option takes (from its annotation, else its default's type); None
+    when they are not all plain (a tuple, a nested config: left to the config to check)."""
+    if hint is None:
+        return (type(default),) if type(default) in _KIND_WORDS else None
+    union = get_origin(hint) in (Union, types.UnionType)
+    args = get_args(hint) if union else (hint,)
+    kinds = tuple(None if arg is type(None) else arg for arg in args)
+    return kinds if all(kind in _KIND_WORDS for kind in kinds) else None
+
+
+def _is_kind(value: object, kind: type | None) -> bool:
+    # bool is an int, and an int is a number, but a switch is no count: True is no 1 here.
+    if kind is None:
+        return value is None
+    if kind is bool:
+        return isinstance(value, bool)
+    if kind is int:
+        return is_whole_number(value)
+    if kind is float:
+        return is_real_number(value)
+    return isinstance(value, kind)
 
 
 def describe_policies() -> dict[str, str]:

@@ -22,6 +22,8 @@ What this part offers:
   :class:`CongestionSchedule` (``read_congestion_schedule(path)`` reads ``time_s,fraction``).
 - :class:`SimInvariantError`: a policy (or the engine) broke an invariant, e.g. gave a GPU twice;
   :class:`PolicyError`, one of them, names the policy, the job and the rule its decision broke.
+- :class:`PolicyCrashError`: a policy's ``decide`` or ``reset`` raised; one line naming the
+  policy, the exception and the file, line and function that raised it.
 - :class:`SimInterrupted`: a Ctrl-C stopped :func:`simulate`; a KeyboardInterrupt that says how
   far the run got (simulated time, jobs finished of those simulated).
 
@@ -61,6 +63,7 @@ from unstall.sim.congestion import (
 )
 from unstall.sim.decision_checks import PolicyError
 from unstall.sim.engine import SimInterrupted
+from unstall.sim.failures import PolicyCrashError
 from unstall.sim.metrics import SimResult
 from unstall.sim.run import SimRun, simulate
 from unstall.sim.state import SimInvariantError
@@ -81,6 +84,7 @@ __all__ = [
     "Congestion",
     "CongestionLevel",
     "CongestionSchedule",
+    "PolicyCrashError",
     "PolicyError",
     "SimInterrupted",
     "SimInvariantError",

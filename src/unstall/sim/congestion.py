@@ -113,7 +113,16 @@ NO_CONGESTION = CONGESTION_LEVELS["none"]
 
 def congestion_level(name: str) -> CongestionLevel:
     """The level called ``name``, with an error listing the known ones."""
-    level = CONGESTION_LEVELS.get(name)
+    if isinstance(name, int | float) and not isinstance(name, bool):
+        # A share of the bandwidth, not a level's name: that is a schedule of one step.
+        raise ConfigError(
+            "congestion_level",
+            "name",
+            f"takes a level's name ({', '.join(sorted(CONGESTION_LEVELS))}), got the number "
+            f"{name!r}: a fixed share of every link is CongestionSchedule(times_s=(0.0,), "
+            f"fractions=({name!r},))",
+        )
+    level = CONGESTION_LEVELS.get(name) if isinstance(name, str) else None
     if level is None:
         raise ConfigError(
             "congestion", "level", f"unknown level {name!r}; known: {sorted(CONGESTION_LEVELS)}"
@@ -125,14 +134,26 @@ def read_congestion_schedule(path: str | Path, *, name: str | None = None) -> Co
     """Read ``time_s,fraction`` rows; errors name the file, line and field. ``name`` labels the
     schedule in results (default: the path as given)."""
     path = Path(path)
+    # A byte-order mark, as spreadsheets write "CSV UTF-8", is no part of the header: the
+    # reader drops it.
     text = read_text_file(path)
+    if not text.strip():
+        raise DataFileError(str(path), "the file is empty; want the header time_s,fraction")
     times: list[float] = []
     fractions: list[float] = []
     with io.StringIO(text, newline="") as fh:
         reader = csv.DictReader(fh)
         if reader.fieldnames is None or set(reader.fieldnames) != {"time_s", "fraction"}:
-            raise DataFileError(str(path), "header must be exactly: time_s,fraction", line=1)
-        for lineno, row in enumerate(reader, start=2):
+            found = ",".join(reader.fieldnames or ())
+            raise DataFileError(
+                str(path), f"header must be exactly: time_s,fraction, got {found!r}", line=1
+            )
+        for row in reader:
+            lineno = reader.line_num
+            if None in row:  # DictReader's key for the fields beyond the header's
+                raise DataFileError(
+                    str(path), f"{2 + len(row[None])} fields where the header has 2", line=lineno
+                )
             for field in ("time_s", "fraction"):
                 try:
                     value = float(row[field])
@@ -150,7 +171,10 @@ def read_congestion_schedule(path: str | Path, *, name: str | None = None) -> Co
                 (times if field == "time_s" else fractions).append(value)
             if not 0.0 <= fractions[-1] <= MAX_FRACTION:
                 raise DataFileError(
-                    str(path), f"must be in [0, {MAX_FRACTION}]", line=lineno, field="fraction"
+                    str(path),
+                    f"must be in [0, {MAX_FRACTION}], got {row['fraction']}",
+                    line=lineno,
+                    field="fraction",
                 )
             if len(times) > 1 and times[-1] <= times[-2]:
                 raise DataFileError(str(path), "times must increase", line=lineno, field="time_s")

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from unstall.sched.base import Decision, Placement
+from unstall.config import is_real_number
+from unstall.sched.base import Decision, Migrate, Placement, Preempt, SetTimer, Start
 from unstall.sim.state import ClusterState, SimInvariantError, SimJob
 
 
@@ -23,6 +24,11 @@ class PolicyError(SimInvariantError):
         about = f" with job {job_id!r}" if job_id is not None else ""
         super().__init__(f"policy {policy!r} broke a rule{about}: {rule}")
 
+    def __reduce__(self) -> tuple[object, ...]:
+        # Picklable as it was built (see unstall.errors.ConfigError.__reduce__): a policy run in
+        # a worker process reports its broken rule, not a failure to unpickle.
+        return (type(self), (self.policy, self.job_id, self.rule), self.__dict__)
+
 
 def check_decision_shape(policy: str, decision: object) -> Decision:
     """``decision`` itself: a :class:`Decision` that names each job at most once per kind."""
@@ -30,6 +36,8 @@ def check_decision_shape(policy: str, decision: object) -> Decision:
         raise PolicyError(
             policy, None, f"decide() must return a Decision, got {type(decision).__name__}"
         )
+    for field, item in _FIELDS:
+        _check_items(policy, field, getattr(decision, field), item)
     for kind, ids in (
         ("starts", (s.job_id for s in decision.starts)),
         ("preempts", (p.job_id for p in decision.preemptions)),
@@ -38,19 +46,61 @@ def check_decision_shape(policy: str, decision: object) -> Decision:
         twice = _first_repeat(ids)
         if twice is not None:
             raise PolicyError(policy, twice, f"the decision {kind} it twice")
+    for timer in decision.timers:
+        if not is_real_number(timer.at_s) or timer.at_s != timer.at_s:
+            # NaN passes every comparison with now, and in the event heap it would keep the
+            # clock from ever moving on: the run would loop for ever.
+            raise PolicyError(
+                policy, None, f"timer {timer.key!r} set for {timer.at_s!r}; at_s must be a number"
+            )
+    for pair in decision.telemetry:
+        if not isinstance(pair, tuple | list) or len(pair) != 2:
+            raise PolicyError(
+                policy, None, f"telemetry holds (name, value) pairs, got {pair!r} among them"
+            )
     return decision
 
 
-def check_placement(policy: str, job: SimJob, placement: Placement, cluster: ClusterState) -> None:
+# Each field of a Decision that holds items, and the type of its items.
+_FIELDS: tuple[tuple[str, type], ...] = (
+    ("starts", Start),
+    ("preemptions", Preempt),
+    ("migrations", Migrate),
+    ("timers", SetTimer),
+)
+
+
+def _check_items(policy: str, field: str, items: object, item: type) -> None:
+    """``items`` is a tuple or list of ``item``: a lone ``Start`` where a tuple of them belongs
+    would otherwise fail as a bare TypeError inside the engine."""
+    if isinstance(items, tuple | list):
+        wrong = [i for i in items if not isinstance(i, item)]
+        if not wrong:
+            return
+        got = f"a {type(wrong[0]).__name__} among them"
+    elif isinstance(items, item):
+        got = f"one {item.__name__}: write {field}=({item.__name__}(...),)"
+    else:
+        got = type(items).__name__
+    raise PolicyError(
+        policy, None, f"Decision.{field} must be a tuple of {item.__name__}, got {got}"
+    )
+
+
+def check_placement(
+    policy: str, job: SimJob, placement: Placement, cluster: ClusterState
+) -> Placement:
     """``placement`` is possible for ``job`` now: existing nodes, each once, no more GPUs than a
-    node has or has free, and exactly the GPUs the job asks for."""
+    node has or has free, and exactly the GPUs the job asks for. Returns it as the engine keeps
+    it: a tuple of ``(node, gpus)`` tuples, also when the policy wrote lists."""
     node_gpus = cluster.layout.node_gpus
-    if not isinstance(placement, tuple | list) or not all(
-        isinstance(share, tuple | list) and len(share) == 2 for share in placement
+    # Placements key the speed model's caches and a job's view, so they must be hashable: a
+    # policy's lists (``[(0, 4)]``, ``[[0, 4]]``) are converted here, once per start or
+    # migration. Built-in policies give tuples, which the exact type test lets through as is.
+    if type(placement) is not tuple or not all(
+        type(share) is tuple and len(share) == 2 for share in placement
     ):
-        raise PolicyError(
-            policy, job.job_id, f"a placement is (node, GPUs) pairs, got {placement!r}"
-        )
+        placement = _as_pairs(policy, job, placement)
     seen: set[int] = set()
     total = 0
     for node, k in placement:
@@ -83,6 +133,18 @@ def check_placement(policy: str, job: SimJob, placement: Placement, cluster: Clu
             job.job_id,
             f"the job needs {job.num_gpus} GPUs, its placement {placement} gives {total}",
         )
+    return placement
+
+
+def _as_pairs(policy: str, job: SimJob, placement: object) -> Placement:
+    """A placement written with lists as the tuple of pairs it stands for."""
+    if not isinstance(placement, tuple | list) or not all(
+        isinstance(share, tuple | list) and len(share) == 2 for share in placement
+    ):
+        raise PolicyError(
+            policy, job.job_id, f"a placement is (node, GPUs) pairs, got {placement!r}"
+        )
+    return tuple((node, gpus) for node, gpus in placement)
 
 
 def _first_repeat(ids: Iterable[str]) -> str | None:

@@ -19,10 +19,13 @@ from __future__ import annotations
 import gc
 import math
 import random
+import sys
+import time
 from collections.abc import Callable, Generator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from unstall.errors import UnstallError
 from unstall.sched.base import (
     ClusterLayout,
     ClusterSnapshot,
@@ -34,6 +37,7 @@ from unstall.sched.base import (
 from unstall.sim.congestion import CongestionSchedule
 from unstall.sim.decision_checks import PolicyError, check_decision_shape, check_placement
 from unstall.sim.events import EventKind, EventQueue
+from unstall.sim.failures import PolicyCrashError, describe_failure
 from unstall.sim.network import NetworkState
 from unstall.sim.network_jobs import NetworkJobs
 from unstall.sim.round_views import RoundView, SpreadViews
@@ -52,6 +56,10 @@ _STATE_WORDS = {
 # Compact the event queue once this many superseded finish events wait in it (and they are half
 # of it): popping them one by one costs more than one pass that drops them all.
 COMPACT_FROM = 4096
+# Rounds at one instant before the policy is stopped as stuck: only timers set for the instant
+# itself call it again without time moving on, and a policy that keeps setting them would
+# loop there for ever (a handful is normal: a timer that falls due as it is set).
+MAX_ROUNDS_AT_ONE_INSTANT = 1000
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,18 +75,34 @@ class SimInterrupted(KeyboardInterrupt):
     """A Ctrl-C (or SIGTERM turned into one) stopped the simulation: how far it got. Being a
     KeyboardInterrupt, it stops whatever does not look for it as an interrupt does."""
 
-    def __init__(self, *, simulated_s: float, jobs_finished: int, jobs_total: int) -> None:
+    def __init__(
+        self,
+        *,
+        simulated_s: float,
+        jobs_finished: int,
+        jobs_total: int,
+        deciding: tuple[str, float] | None = None,
+    ) -> None:
         self.simulated_s = simulated_s
         self.jobs_finished = jobs_finished
         self.jobs_total = jobs_total
+        # The policy whose decide() was running, and for how many wall seconds, when the
+        # interrupt came (a second or more): a policy stuck in a loop of its own is only ever
+        # stopped this way.
+        self.deciding = deciding
         super().__init__(self.progress())
 
     def progress(self) -> str:
-        """``simulated time 3.2 h, 40 of 120 jobs finished``."""
-        return (
+        """``simulated time 3.2 h, 40 of 120 jobs finished`` (and, when the interrupt came
+        during a round, ``, in policy P's decide() for 12.3 s``)."""
+        text = (
             f"simulated time {self.simulated_s / 3600:.3g} h, {self.jobs_finished} of "
             f"{self.jobs_total} jobs finished"
         )
+        if self.deciding is not None:
+            name, wall_s = self.deciding
+            text += f", in policy {name}'s decide() for {wall_s:.1f} s"
+        return text
 
 
 @dataclass(slots=True)
@@ -141,8 +165,11 @@ class Engine:
         self.network_jobs = NetworkJobs()
         self._finish_queued = 0  # finish events in the queue, superseded ones included
         self.rounds = 0
+        self._round_at = -math.inf  # the instant of the latest round, and its rounds so far
+        self._rounds_at_instant = 0
         self.preemptions = 0
         self.migrations = 0
+        self._deciding_since: float | None = None  # monotonic start of a running decide()
 
     # --- the loop --------------------------------------------------------------------------------
 
@@ -158,10 +185,18 @@ class Engine:
     def _interrupted(self) -> SimInterrupted:
         """How far the loop got: the last instant it completed, the jobs finished by then."""
         times = self.timeline.time_s
+        deciding = None
+        if self._deciding_since is not None:
+            running_s = time.monotonic() - self._deciding_since
+            # Named when its round had taken a second or more: a slow policy is not a stuck one.
+            if running_s >= 1.0:
+                name = str(getattr(self.policy, "name", type(self.policy).__name__))
+                deciding = (name, running_s)
         return SimInterrupted(
             simulated_s=times[-1] if times else 0.0,
             jobs_finished=sum(1 for job in self.jobs if job.state == JobState.DONE),
             jobs_total=len(self.jobs),
+            deciding=deciding,
         )
 
     def _loop(self, on_finish: Callable[[int], None] | None) -> EngineOutcome:
@@ -172,7 +207,12 @@ class Engine:
         submit = [self.jobs[i].submit_s for i in arrivals]
         changes = self.congestion.times_s
         next_arrival = next_change = 0
-        self.policy.reset()
+        try:
+            self.policy.reset()
+        except UnstallError:
+            raise
+        except Exception as exc:
+            raise self._policy_failed(exc) from exc
         events = 0
         tick_pending = False
         inf = math.inf
@@ -264,6 +304,20 @@ class Engine:
 
     def _round(self, now: float, fired: tuple[str, ...]) -> None:
         self.rounds += 1
+        if now != self._round_at or self._finished_since_round:
+            # Time moved on, or jobs finished (very short ones may finish at the instant they
+            # start, round after round): only rounds that timers alone asked for count.
+            self._round_at, self._rounds_at_instant = now, 0
+        self._rounds_at_instant += 1
+        if self._rounds_at_instant > MAX_ROUNDS_AT_ONE_INSTANT:
+            raise PolicyError(
+                self.policy.name,
+                None,
+                f"decide() was called {MAX_ROUNDS_AT_ONE_INSTANT} times at {now} s without time "
+                f"moving on: a timer set for now (SetTimer at_s == snapshot.now, here "
+                f"{fired[0] if fired else ''!r}) calls it again at once; set timers for a later "
+                "time",
+            )
         # Views change only when their job does; the state changes keep them up to date.
         # Live views, not copies (see ClusterSnapshot), valid until ``decide`` returns.
         queued = RoundView(self.queued_views.values(), "queued")
@@ -283,12 +337,26 @@ class Engine:
             fired_timers=fired,
         )
         self._finished_since_round.clear()
+        self._deciding_since = time.monotonic()
         try:
             decision = self.policy.decide(snapshot, self.rng)
+            self._deciding_since = None
+        except UnstallError:
+            raise  # already one line naming what was wrong (a PolicyError, a config's field)
+        except Exception as exc:
+            raise self._policy_failed(exc) from exc
         finally:
             for view in (queued, running, spread):
                 view.expire()
         self._apply(decision, now)
+
+    def _policy_failed(self, exc: Exception) -> PolicyCrashError:
+        """What stops the run when the policy's own code raised: the policy, the exception and
+        where, in the policy's file when the innermost frame is elsewhere (a library it called)."""
+        module = sys.modules.get(type(self.policy).__module__)
+        home = getattr(module, "__file__", None)
+        name = getattr(self.policy, "name", type(self.policy).__name__)
+        return PolicyCrashError(str(name), describe_failure(exc, home))
 
     def _apply(self, decision: Decision, now: float) -> None:
         name = self.policy.name
@@ -339,7 +407,7 @@ class Engine:
     def _start(self, job: SimJob, placement: Placement, now: float) -> None:
         if now < job.submit_s:
             raise SimInvariantError(f"job {job.job_id} started before it arrived")
-        check_placement(self.policy.name, job, placement, self.cluster)
+        placement = check_placement(self.policy.name, job, placement, self.cluster)
         self.cluster.allocate(job, placement)
         del self.queued[job.index]
         self.running[job.index] = job
@@ -394,7 +462,7 @@ class Engine:
 
     def _migrate(self, job: SimJob, placement: Placement, now: float) -> None:
         self._stop(job, now)
-        check_placement(self.policy.name, job, placement, self.cluster)
+        placement = check_placement(self.policy.name, job, placement, self.cluster)
         self.cluster.allocate(job, placement)
         self.running[job.index] = job
         job.placement = placement

@@ -3,28 +3,44 @@ own collections, not copies, which refuse to be read once the round is over."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator
+from collections.abc import Collection, Iterator, Sequence
+from typing import overload
 
 from unstall.sched.base import JobView
 from unstall.sim.state import SimInvariantError
 
 
-class RoundView(Collection[JobView]):
-    """A live collection of views that a policy may read during one round only.
+class RoundView(Sequence[JobView]):
+    """A live sequence of views that a policy may read during one round only.
 
     Passing the engine's own collections instead of copies saves a copy of every running job
     per round; once ``decide`` returns they change, so reading one later raises instead of
-    silently showing another instant.
+    silently showing another instant. Indexing and slicing (``snapshot.queued[0]``) copy the
+    views once, on first use in the round, as a tuple does them.
     """
 
-    __slots__ = ("_live", "_name")
+    __slots__ = ("_items", "_live", "_name")
 
     def __init__(self, live: Collection[JobView], name: str) -> None:
         self._live: Collection[JobView] | None = live
         self._name = name
+        self._items: tuple[JobView, ...] | None = None
 
     def expire(self) -> None:
         self._live = None
+        self._items = None
+
+    @overload
+    def __getitem__(self, index: int) -> JobView: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> tuple[JobView, ...]: ...
+
+    def __getitem__(self, index: int | slice) -> JobView | tuple[JobView, ...]:
+        source = self._source()
+        if self._items is None:
+            self._items = tuple(source)
+        return self._items[index]
 
     def _source(self) -> Collection[JobView]:
         if self._live is None:

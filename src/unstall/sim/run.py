@@ -16,10 +16,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from unstall.config import check, check_non_negative
+from unstall.config import check, check_non_negative, check_number
 from unstall.net.hardware import DEVICE_PRESETS
 from unstall.net.topology import TopologyConfig
 from unstall.sched.base import ClusterLayout, Placement, Policy
+from unstall.sim.arguments import check_arguments
 from unstall.sim.congestion import NO_CONGESTION, Congestion
 from unstall.sim.engine import Engine, EngineSettings
 from unstall.sim.metrics import SimResult, job_table, summarise, timeline_table, with_rejected
@@ -27,7 +28,7 @@ from unstall.sim.perf_speed import PerfSpeedModel
 from unstall.sim.speed import SpeedModel
 from unstall.sim.state import build_jobs
 from unstall.traces.models import assign_models, normalised_mix
-from unstall.traces.schema import Trace
+from unstall.traces.schema import Trace, TraceError
 from unstall.workload.job_specs import JobPerfSpec, known_models
 from unstall.workload.profiles import JobProfile
 
@@ -69,7 +70,20 @@ def gpu_type_of(topology: TopologyConfig) -> Callable[[Placement], str]:
 def profiled_specs(profiles: Sequence[JobProfile]) -> dict[str, JobPerfSpec]:
     """The perf specs of measured job profiles by model name (one profile a model)."""
     specs: dict[str, JobPerfSpec] = {}
+    check(
+        isinstance(profiles, Sequence) and not isinstance(profiles, str),
+        OWNER,
+        "job_profiles",
+        f"must be a sequence of JobProfile (e.g. [JobProfile.load(path)]), got {profiles!r}",
+    )
     for profile in profiles:
+        check(
+            isinstance(profile, JobProfile),
+            OWNER,
+            "job_profiles",
+            f"must hold JobProfile objects, got {type(profile).__name__} {profile!r}: "
+            "JobProfile.load(path) reads a saved one",
+        )
         check(
             profile.model not in specs,
             OWNER,
@@ -100,10 +114,22 @@ def _check_settings(
     model_mix: Mapping[str, float] | None,
     max_jobs: int | None,
 ) -> None:
+    # Types first: a string there failed as a bare TypeError ("'>' not supported"), and a
+    # fractional seed or max_jobs ran (or failed deep in pandas) instead of being named.
+    check_number(OWNER, "seed", seed, whole=True)
+    check_number(OWNER, "max_jobs", max_jobs, whole=True, optional=True, wanted="a whole number")
+    check_number(OWNER, "restore_s", restore_s, wanted="a number of seconds")
+    check_number(OWNER, "tick_s", tick_s, optional=True, wanted="a number of seconds")
     check_non_negative(OWNER, restore_s=restore_s, seed=seed)
     check(tick_s is None or tick_s > 0, OWNER, "tick_s", "must be > 0")
     check(max_jobs is None or max_jobs > 0, OWNER, "max_jobs", "must be > 0")
     if model_mix is not None:
+        check(
+            isinstance(model_mix, Mapping),
+            OWNER,
+            "model_mix",
+            f"must map model names to shares (e.g. {{'resnet50': 1.0}}), got {model_mix!r}",
+        )
         normalised_mix(OWNER, "model_mix", model_mix)
 
 
@@ -119,6 +145,26 @@ def _check_mix_names(model_mix: Mapping[str, float] | None, profiled: Mapping[st
             f"unknown model {name!r}; known: {sorted(known)}, or a measured one given as a "
             "JobProfile (`sim run --job-profile`)",
         )
+
+
+def _check_trace_models(trace: Trace, max_jobs: int | None, profiled: Mapping[str, object]) -> None:
+    """Every model the simulated jobs name must be one the run knows: a typo in a trace is
+    named with the trace's file and its first job that has it."""
+    jobs = trace.jobs.iloc[:max_jobs]
+    known = {*known_models(), *profiled}
+    bad = (jobs["model"].notna() & ~jobs["model"].isin(known)).to_numpy(dtype=bool)
+    if not bad.any():
+        return
+    first = int(np.flatnonzero(bad)[0])
+    model = jobs["model"].iloc[first]
+    named = int((jobs["model"] == model).sum())
+    others = f" (as do {named - 1} more jobs)" if named > 1 else ""
+    raise TraceError(
+        trace.source,
+        f"job {jobs['job_id'].iloc[first]!r} names an unknown model {model!r}{others}; known: "
+        f"{sorted(known)}, or a measured one given as a JobProfile (`sim run --job-profile`)",
+        field="model",
+    )
 
 
 def simulate(
@@ -151,18 +197,29 @@ def simulate(
     jobs finish (progress bars).
     Jobs larger than the whole cluster can never start: they are not simulated, counted in
     ``result.jobs_rejected`` and listed in ``jobs`` with the outcome "rejected".
+    A name or a table where an object belongs (``"small"``, a DataFrame, ``"fifo"``, a policy
+    class, ``"medium"``) is a :class:`~unstall.errors.ConfigError` naming the call that builds it.
     """
+    check_arguments(trace, cluster, policy, congestion)
     _check_settings(
         seed=seed, restore_s=restore_s, tick_s=tick_s, model_mix=model_mix, max_jobs=max_jobs
     )
     check(
-        duration_gpu is None or duration_gpu.lower() in DEVICE_PRESETS,
+        on_finish is None or callable(on_finish),
+        OWNER,
+        "on_finish",
+        f"must be a function of the number of jobs finished, got {on_finish!r}",
+    )
+    check(
+        duration_gpu is None
+        or (isinstance(duration_gpu, str) and duration_gpu.lower() in DEVICE_PRESETS),
         OWNER,
         "duration_gpu",
         f"unknown GPU type {duration_gpu!r}; known: {sorted(DEVICE_PRESETS)}",
     )
     specs = profiled_specs(job_profiles)
     _check_mix_names(model_mix, specs)
+    _check_trace_models(trace, max_jobs, specs)
     speed = PerfSpeedModel(cluster, specs, duration_gpu=duration_gpu)
     return simulate_with_speed(
         trace,

@@ -9,10 +9,8 @@ value, so nodes need not have the file). A cell that raises, or whose worker die
 
 from __future__ import annotations
 
-import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import ray
@@ -23,6 +21,7 @@ from unstall.net.topology import TopologyConfig
 from unstall.ray_connect import first_line
 from unstall.sched.base import Policy
 from unstall.sim.congestion import Congestion
+from unstall.sim.failures import PolicyCrashError, describe_failure
 from unstall.sim.metrics import SimResult
 from unstall.sim.run import simulate
 from unstall.sim.sweep import CellOutcome, SweepCell
@@ -56,11 +55,12 @@ def _simulate_cell(
 ) -> SimResult:
     try:
         return simulate(trace, cluster, policy, congestion=congestion, seed=seed, **settings).result
+    except PolicyCrashError as exc:
+        # The cell's line names the policy already: what it raised, and where, is the rest.
+        raise SweepCellError(exc.error) from None
     except Exception as exc:
-        # The innermost frame: in a user's policy, that is where their code failed.
-        where = traceback.extract_tb(exc.__traceback__)[-1]
-        place = f"{Path(where.filename).name}:{where.lineno}, in {where.name}"
-        raise SweepCellError(f"{type(exc).__name__}: {exc} ({place})") from None
+        # Anything else (a rule the decision broke, a fault of the engine): the same words.
+        raise SweepCellError(describe_failure(exc)) from None
 
 
 def run_cells(

@@ -29,7 +29,12 @@ Example:
 400
 """
 
-from unstall.traces.default import default_trace, default_trace_config
+from unstall.traces.default import (
+    LOOKALIKE_FIRST_SEED,
+    default_trace,
+    default_trace_config,
+    lookalike_trace_config,
+)
 from unstall.traces.models import ZOO_MODELS, assign_models
 from unstall.traces.reading import Reader, ReadOptions
 from unstall.traces.registry import READERS, detect_format, read_trace
@@ -39,6 +44,7 @@ from unstall.traces.synthetic import SyntheticTraceConfig, generate
 from unstall.traces.unstall_format import write_trace
 
 __all__ = [
+    "LOOKALIKE_FIRST_SEED",
     "READERS",
     "ZOO_MODELS",
     "ReadOptions",
@@ -53,6 +59,7 @@ __all__ = [
     "default_trace_config",
     "detect_format",
     "generate",
+    "lookalike_trace_config",
     "read_trace",
     "write_trace",
 ]

@@ -8,6 +8,7 @@ generator or the config with ``python -m unstall.traces.default``.
 
 from __future__ import annotations
 
+import dataclasses
 from importlib import resources
 from pathlib import Path
 
@@ -40,6 +41,18 @@ def default_trace_config() -> SyntheticTraceConfig:
         min_duration_s=10.0,
         max_duration_s=2 * 3600.0,
     )
+
+
+# Traces generated like the default one, to tell what of a comparison on it is its draw (the
+# demo; benchmarks/dally_long.py --shape default): generator seeds from here on (the default
+# trace itself has 2017).
+LOOKALIKE_FIRST_SEED = 1000
+
+
+def lookalike_trace_config(index: int) -> SyntheticTraceConfig:
+    """The config of the ``index``-th trace generated like the default one: its config with
+    generator seed ``LOOKALIKE_FIRST_SEED + index``."""
+    return dataclasses.replace(default_trace_config(), seed=LOOKALIKE_FIRST_SEED + index)
 
 
 def default_trace_text() -> str:

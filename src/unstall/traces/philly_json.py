@@ -129,6 +129,8 @@ def _load(path: Path) -> tuple[list[Any], Rows]:
         else:
             data = json.loads(text)
     except json.JSONDecodeError as exc:
+        if json_lines:
+            _refuse_one_document(path, text)
         # For JSON Lines the decoder counts within one line; find that line in the file.
         line = exc.lineno if not json_lines else _bad_json_line(text)
         raise TraceError(str(path), f"not valid JSON: {exc.msg}", line=line) from exc
@@ -137,6 +139,25 @@ def _load(path: Path) -> tuple[list[Any], Rows]:
     if not isinstance(data, list):
         raise TraceError(str(path), "the top level must be a list of jobs", line=1)
     return data, Rows(path, JsonJobLines(text, json_lines))
+
+
+def _refuse_one_document(path: Path, text: str) -> None:
+    """Raise if ``text`` is one JSON document over several lines (a pretty-printed object):
+    read as JSON Lines it would fail on line 1 with a parser's message that hides the cause,
+    a file that is JSON but not a trace. Return if it is not valid JSON as a whole either."""
+    try:
+        whole = json.loads(text)
+    except (json.JSONDecodeError, RecursionError):
+        return
+    what = "one JSON object" if isinstance(whole, dict) else "one JSON value"
+    if isinstance(whole, dict) and whole:
+        keys = [repr(key) for key in list(whole)[:3]]
+        what += f" (keys {', '.join(keys)}{', ...' if len(whole) > 3 else ''})"
+    raise TraceError(
+        str(path),
+        f"not a trace: the whole file is {what}; a JSON trace (Philly's cluster_job_log) is a "
+        "list of jobs ([{...}, ...]) or JSON Lines, one job object per line",
+    )
 
 
 def _take_job(rows: Rows, i: int, job: Any, cols: _Columns) -> None:

@@ -25,12 +25,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from os import PathLike
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from unstall.errors import DataFileError
+from unstall.errors import ConfigError, DataFileError
 from unstall.traces.summary import TraceSummary, summarise
 
 
@@ -111,12 +112,27 @@ class Trace:
 
         ``frame`` must have the required columns; optional ones may be absent (they become NA).
         Times may be absolute: the first submission is subtracted and added to
-        ``submit_offset_s``.
+        ``submit_offset_s``. A bad value raises :class:`TraceError` naming the row as ``frame``
+        has it (counted from 1 in its order, with its index label unless the index is the
+        default 0, 1, 2, ...), its job and the field: text, True/False or a fraction in a
+        column of whole numbers are bad values too. Anything but a DataFrame is a
+        :class:`~unstall.errors.ConfigError`.
         """
+        if not isinstance(frame, pd.DataFrame):
+            hint = "read_trace(path) reads a file" if isinstance(frame, str | PathLike) else ""
+            raise ConfigError(
+                "Trace.from_frame",
+                "frame",
+                f"must be a pandas DataFrame, got {type(frame).__name__}"
+                + (f": {hint}" if hint else " (pd.DataFrame(data) builds one)"),
+            )
         unknown = [c for c in frame.columns if c not in DTYPES]
         if unknown:
             raise TraceError(source, f"unknown column {unknown[0]!r}", field=str(unknown[0]))
         jobs = _cast(frame, source)
+        # Checked before sorting, so that errors name the rows as the caller's frame has them
+        # (validate() checks the sorted trace again, and would name its rows).
+        _check_values(jobs, _RowNames(source, jobs, frame.index), absolute_times=True)
         # Shift before sorting: subtracting the first time can round two close times to the
         # same value, and such a tie must then be ordered by job id, as a re-read orders it.
         shift = float(jobs["submit_s"].min()) if len(jobs) else 0.0
@@ -144,37 +160,16 @@ class Trace:
                 raise TraceError(
                     self.source, f"dtype must be {dtype}, got {jobs[col].dtype}", field=col
                 )
-        self._check_rows("job_id", jobs["job_id"].isna().to_numpy(), "missing job id")
+        rows = _RowNames(self.source, jobs, jobs.index)
+        _check_values(jobs, rows)
         submit = jobs["submit_s"].to_numpy()
-        self._check_rows("submit_s", ~np.isfinite(submit) | (submit < 0), "must be finite and >= 0")
-        self._check_rows("num_gpus", jobs["num_gpus"].to_numpy() < 1, "must be >= 1")
-        duration = jobs["duration_s"].to_numpy()
-        self._check_rows("duration_s", ~(np.isfinite(duration) & (duration > 0)), "must be > 0")
-        iters = jobs["iterations"]
-        self._check_rows("iterations", (iters.notna() & (iters < 1)).to_numpy(bool), "must be >= 1")
-        self._check_rows(
-            "submit_s", np.r_[False, np.diff(submit) < 0], "rows must be sorted by submit_s"
+        rows.fail_first(
+            "submit_s",
+            np.r_[False, np.diff(submit) < 0],
+            "must not be less than the row before's (rows are sorted by submit_s)",
         )
         if len(jobs) and submit[0] != 0.0:
             raise TraceError(self.source, "the first submission must be at 0", field="submit_s")
-        if not jobs["job_id"].is_unique:
-            self._check_rows("job_id", jobs["job_id"].duplicated().to_numpy(), "duplicate job id")
-        status = jobs["status"]
-        self._check_rows(
-            "status",
-            (status.notna() & ~status.isin(STATUSES)).to_numpy(bool),
-            f"must be one of {list(STATUSES)}",
-        )
-
-    def _check_rows(self, col: str, bad: np.ndarray, why: str) -> None:
-        if bad.any():
-            row = int(np.argmax(bad))
-            job = self.jobs["job_id"].iloc[row]
-            raise TraceError(
-                self.source,
-                f"row {row + 1} (job {job!r}): {col} {why}, got {self.jobs[col].iloc[row]!r}",
-                field=col,
-            )
 
     def arrays(self) -> TraceArrays:
         """The simulator's view: numpy arrays of ids, submit times, GPUs, durations, models.
@@ -204,6 +199,101 @@ class Trace:
         return summarise(self, top=top)
 
 
+def is_data_frame(value: object) -> bool:
+    """Whether ``value`` is a pandas DataFrame: what a caller passes where a :class:`Trace`
+    or a trace file belongs, for an error that says how to turn one into the other."""
+    cls = type(value)
+    return cls.__name__ == "DataFrame" and cls.__module__.startswith("pandas")
+
+
+def _plain(value: object) -> str:
+    """``value`` for an error line: numpy scalars as the Python numbers they hold (``0``, not
+    ``np.int64(0)``)."""
+    return repr(value.item() if isinstance(value, np.generic) else value)
+
+
+@dataclass(frozen=True)
+class _RowNames:
+    """Names the rows of ``jobs`` in errors: "row N" counts from 1 in ``index``'s order, and
+    the index label is added when ``index`` is not the default 0, 1, 2, ... (the label is what
+    ``frame.loc`` finds the row by)."""
+
+    source: str
+    jobs: pd.DataFrame
+    index: pd.Index
+
+    @property
+    def labelled(self) -> bool:
+        index = self.index
+        return not (isinstance(index, pd.RangeIndex) and (index.start, index.step) == (0, 1))
+
+    def where(self, pos: int, *, with_job: bool = True) -> str:
+        """ "row 2", with the index label and the job id that exist: "row 2 (index 'x', job
+        'b')"."""
+        parts = [f"index {_plain(self.index[pos])}"] if self.labelled else []
+        job = self.jobs["job_id"].iloc[pos]
+        if with_job and not pd.isna(job):
+            parts.append(f"job {job!r}")
+        return f"row {pos + 1}" + (f" ({', '.join(parts)})" if parts else "")
+
+    def fail_first(self, col: str, bad: np.ndarray, why: str) -> None:
+        """Raise for the first row ``bad`` marks: its place, its job, the value found."""
+        if bad.any():
+            pos = int(np.argmax(bad))
+            value = _plain(self.jobs[col].iloc[pos])
+            raise TraceError(self.source, f"{self.where(pos)}: {col} {why}, got {value}", field=col)
+
+    def fail_duplicates(self) -> None:
+        """Raise for the first job id held by more than one row, naming every such row."""
+        ids = self.jobs["job_id"]
+        if ids.is_unique:
+            return
+        job = ids.iloc[int(np.argmax(ids.duplicated(keep=False).to_numpy(bool)))]
+        found = np.flatnonzero((ids == job).to_numpy(bool, na_value=False)).tolist()
+        times = "twice" if len(found) == 2 else f"{len(found)} times"
+        rows = "rows " + _listed([str(pos + 1) for pos in found])
+        if self.labelled:
+            rows += "; index " + _listed([_plain(self.index[pos]) for pos in found])
+        raise TraceError(self.source, f"job_id {job!r} appears {times} ({rows})", field="job_id")
+
+
+# How many items an error lists before "...".
+_LISTED = 5
+
+
+def _listed(items: list[str]) -> str:
+    """``["1", "3"]`` as "1 and 3"; long lists cut short with "..."."""
+    if len(items) > _LISTED:
+        return ", ".join(items[:_LISTED]) + ", ..."
+    return " and ".join([", ".join(items[:-1]), items[-1]]) if len(items) > 1 else items[0]
+
+
+def _check_values(jobs: pd.DataFrame, rows: _RowNames, *, absolute_times: bool = False) -> None:
+    """Every cell holds to the schema (order aside); ``absolute_times``: submissions are not
+    shifted to start at 0 yet, so they need only be finite."""
+    missing_id = jobs["job_id"].isna().to_numpy(bool)
+    if missing_id.any():
+        where = rows.where(int(np.argmax(missing_id)), with_job=False)
+        raise TraceError(rows.source, f"{where}: job_id is missing", field="job_id")
+    submit = jobs["submit_s"].to_numpy()
+    if absolute_times:
+        rows.fail_first("submit_s", ~np.isfinite(submit), "must be a finite number")
+    else:
+        rows.fail_first("submit_s", ~np.isfinite(submit) | (submit < 0), "must be finite and >= 0")
+    rows.fail_first("num_gpus", jobs["num_gpus"].to_numpy() < 1, "must be >= 1")
+    duration = jobs["duration_s"].to_numpy()
+    rows.fail_first("duration_s", ~(np.isfinite(duration) & (duration > 0)), "must be > 0")
+    iters = jobs["iterations"]
+    rows.fail_first("iterations", (iters.notna() & (iters < 1)).to_numpy(bool), "must be >= 1")
+    rows.fail_duplicates()
+    status = jobs["status"]
+    rows.fail_first(
+        "status",
+        (status.notna() & ~status.isin(STATUSES)).to_numpy(bool),
+        f"must be one of {list(STATUSES)}",
+    )
+
+
 def _cast(frame: pd.DataFrame, source: str) -> pd.DataFrame:
     """The columns of the schema, in order and cast; missing optional columns become NA."""
     missing = [c for c in REQUIRED_COLUMNS if c not in frame.columns]
@@ -211,9 +301,13 @@ def _cast(frame: pd.DataFrame, source: str) -> pd.DataFrame:
         raise TraceError(source, f"missing column {missing[0]!r}", field=missing[0])
     n = len(frame)
     out: dict[str, pd.Series] = {}
+    ids = frame["job_id"].reset_index(drop=True).astype("string")
+    rows = _RowNames(source, pd.DataFrame({"job_id": ids}), frame.index)
     for col, dtype in DTYPES.items():
         if col in frame.columns:
             values = frame[col].reset_index(drop=True)
+            if col in _WHOLE:
+                _check_numbers(values, col, rows, whole=_WHOLE[col])
         else:
             values = pd.Series(pd.NA, index=pd.RangeIndex(n), dtype=dtype)
         try:
@@ -221,6 +315,35 @@ def _cast(frame: pd.DataFrame, source: str) -> pd.DataFrame:
         except (TypeError, ValueError) as exc:
             raise TraceError(source, f"cannot be read as {dtype}: {exc}", field=col) from exc
     return pd.DataFrame(out)
+
+
+# The number columns, and whether each holds whole numbers.
+_WHOLE = {"submit_s": False, "num_gpus": True, "duration_s": False, "iterations": True}
+
+
+def _check_numbers(values: pd.Series, col: str, rows: _RowNames, *, whole: bool) -> None:
+    """A number column's cells before the cast: numbers (not True/False, not text) and whole
+    where the schema says. The cast alone would truncate 1.5 GPUs to 1 without a word, read
+    True as 1, and fail on text without naming the row."""
+    shown = values.to_numpy(dtype=object)
+    if pd.api.types.is_bool_dtype(values.dtype):
+        bad, why = values.notna().to_numpy(bool), "must be a number"
+    else:
+        try:
+            parsed = pd.to_numeric(values, errors="coerce").to_numpy(np.float64, na_value=np.nan)
+        except (OverflowError, TypeError, ValueError):
+            return  # left to the cast, whose error names the column
+        bad, why = values.notna().to_numpy(bool) & np.isnan(parsed), "must be a number"
+        if whole and not bad.any():
+            bad = np.isfinite(parsed) & (parsed != np.round(parsed))
+            why = "must be a whole number"
+        if whole and not bad.any() and col in REQUIRED_COLUMNS:
+            bad, why = ~np.isfinite(parsed), "must be a finite number"
+    if bad.any():
+        pos = int(np.argmax(bad))
+        raise TraceError(
+            rows.source, f"{rows.where(pos)}: {col} {why}, got {_plain(shown[pos])}", field=col
+        )
 
 
 def _read_only(values: np.ndarray) -> np.ndarray:

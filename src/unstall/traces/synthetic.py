@@ -21,7 +21,14 @@ import numpy as np
 import pandas as pd
 from scipy.special import ndtri
 
-from unstall.config import check, check_non_negative, check_positive
+from unstall.config import (
+    check,
+    check_non_negative,
+    check_number,
+    check_positive,
+    is_whole_number,
+)
+from unstall.errors import ConfigError
 from unstall.traces.models import DEFAULT_MODEL_MIX, draw_models, normalised_mix
 from unstall.traces.schema import Trace
 
@@ -68,6 +75,24 @@ DAY_S = 86400.0
 STREAMS = ("arrivals", "gpus", "durations", "models")
 
 
+# The number fields of SyntheticTraceConfig: (name, whole number, may be None).
+_NUMBER_FIELDS = (
+    ("jobs", True, False),
+    ("seed", True, False),
+    ("arrivals_per_hour", False, False),
+    ("load", False, True),
+    ("cluster_gpus", True, True),
+    ("diurnal_amplitude", False, False),
+    ("diurnal_period_s", False, False),
+    ("diurnal_peak_s", False, False),
+    ("multi_gpu_share", False, True),
+    ("max_gpus", True, True),
+    ("duration_scale", False, False),
+    ("min_duration_s", False, False),
+    ("max_duration_s", False, False),
+)
+
+
 @dataclass(frozen=True, kw_only=True)
 class SyntheticTraceConfig:
     """What to generate. Defaults: Philly's arrival rate, day-night cycle, GPU mix and durations.
@@ -104,6 +129,10 @@ class SyntheticTraceConfig:
     job_id_prefix: str = "job-"
 
     def __post_init__(self) -> None:
+        # Kinds first: a string failed as a bare TypeError in a comparison, and a fractional
+        # count of jobs deep inside numpy.
+        for name, whole, optional in _NUMBER_FIELDS:
+            check_number(self, name, getattr(self, name), whole=whole, optional=optional)
         check(self.jobs >= 1, self, "jobs", f"must be >= 1, got {self.jobs}")
         check_non_negative(self, seed=self.seed)
         check_positive(
@@ -133,6 +162,14 @@ class SyntheticTraceConfig:
         )
         if self.load is not None and self.cluster_gpus is not None:
             check_positive(self, load=self.load, cluster_gpus=self.cluster_gpus)
+            # The load sets the rate: a rate given as well would be dropped without a word.
+            check(
+                self.arrivals_per_hour == PHILLY_ARRIVALS_PER_HOUR,
+                self,
+                "arrivals_per_hour",
+                f"{self.arrivals_per_hour:g} cannot be kept: load and cluster_gpus set the "
+                "arrival rate; give one or the other",
+            )
         if self.duration_lognormal is not None:
             median, sigma = self.duration_lognormal
             check(
@@ -169,6 +206,13 @@ class SyntheticTraceConfig:
 
 def generate(config: SyntheticTraceConfig) -> Trace:
     """A trace of ``config.jobs`` jobs; the same config (seed included) gives the same trace."""
+    if not isinstance(config, SyntheticTraceConfig):
+        raise ConfigError(
+            "generate",
+            "config",
+            f"must be a SyntheticTraceConfig, got {config!r}: generate(SyntheticTraceConfig("
+            f"jobs={config if is_whole_number(config) else 100}, seed=1))",
+        )
     rng = dict(zip(STREAMS, (np.random.default_rng(s) for s in _seeds(config.seed)), strict=True))
     sizes = config.sizes()
     size_values = np.fromiter(sizes, dtype=np.int64)

@@ -8,6 +8,7 @@ that error path, so the happy path stays as fast as the parse itself.
 
 from __future__ import annotations
 
+import csv
 import math
 import re
 from collections.abc import Callable, Iterable, Sequence
@@ -82,9 +83,10 @@ class Rows:
 
 
 def header_of(path: Path) -> list[str]:
-    """The first non-blank line of a CSV, split into stripped field names."""
+    """The first non-blank line of a CSV, split into stripped field names (a byte-order mark
+    before it, as spreadsheets write "CSV UTF-8", is no part of the first name)."""
     try:
-        with path.open("r", encoding="utf-8", errors="replace") as fh:
+        with path.open("r", encoding="utf-8-sig", errors="replace") as fh:
             for text in fh:
                 if text.strip():
                     return [name.strip() for name in text.rstrip("\r\n").split(",")]
@@ -123,8 +125,27 @@ def read_csv(
         found = re.search(r"line (\d+)", str(exc))
         line = int(found.group(1)) if found else None
         raise TraceError(str(path), f"not a readable CSV: {exc}", line=line) from exc
+    if not isinstance(frame.index, pd.RangeIndex):
+        # Rows with one field more than the header: pandas takes the first column for an index
+        # and shifts every value one column left, which then fails (or passes) as the wrong field.
+        raise _too_many_fields(path, len(names) if names is not None else len(frame.columns))
     frame.columns = [str(c).strip() for c in frame.columns]
     return frame
+
+
+def _too_many_fields(path: Path, expected: int) -> TraceError:
+    """The error for a CSV whose first data row has more fields than its header (or ``names``)."""
+    with path.open("r", encoding="utf-8-sig", errors="replace", newline="") as fh:
+        reader = csv.reader(fh)
+        for row in reader:
+            if len(row) > expected and reader.line_num > 1:
+                return TraceError(
+                    str(path),
+                    f"{len(row)} fields where the header has {expected} (a comma too many, at "
+                    "the end of the line?)",
+                    line=reader.line_num,
+                )
+    return TraceError(str(path), f"rows with more fields than the header's {expected}")
 
 
 def _not_utf8(path: Path, names: Sequence[str] | None) -> TraceError:

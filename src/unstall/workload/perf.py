@@ -88,11 +88,31 @@ def iteration_time(
     or ``None``, get the full capacity this job can use); ``congestion``: the fraction of every
     network link's bandwidth taken by background traffic.
     """
+    _check_arguments("iteration_time", spec, placement, topology)
     return plan_time(cached_plan(spec, placement, topology), link_bandwidth, congestion)
+
+
+def _check_arguments(owner: str, spec: object, placement: object, topology: object) -> None:
+    """Objects, not names: ``"22"`` or ``"resnet50"`` failed as AttributeErrors deep inside."""
+    if not isinstance(spec, JobPerfSpec):
+        hint = f'spec_for("{spec}", device)' if isinstance(spec, str) else "JobPerfSpec(...)"
+        why = f"must be a JobPerfSpec, got {type(spec).__name__}: {hint} builds one"
+        raise ConfigError(owner, "spec", why)
+    if not isinstance(placement, Placement):
+        hint = (
+            f'Placement.parse("{placement}")' if isinstance(placement, str) else "Placement.parse"
+        )
+        why = f"must be a Placement, got {type(placement).__name__}: {hint} builds one"
+        raise ConfigError(owner, "placement", why)
+    if not isinstance(topology, TopologyConfig):
+        hint = f'topology_preset("{topology}")' if isinstance(topology, str) else "topology_preset"
+        why = f"must be a TopologyConfig, got {type(topology).__name__}: {hint} builds one"
+        raise ConfigError(owner, "topology", why)
 
 
 def slowdown(spec: JobPerfSpec, placement: Placement, topology: TopologyConfig) -> float:
     """``t_iter(placement) / t_iter(consolidated)`` for the same GPU count, alone on the links."""
+    _check_arguments("slowdown", spec, placement, topology)
     here = iteration_time(spec, placement, topology).total_s
     best = iteration_time(spec, consolidated_placement(placement.n_gpus, topology), topology)
     return here / best.total_s

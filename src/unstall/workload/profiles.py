@@ -13,7 +13,9 @@ own: :meth:`JobProfile.on_gpu` converts it to a GPU (compute scaled by the ratio
 the factor returned for the caller to show), and :meth:`JobProfile.to_perf_spec` refuses it with
 one line saying so. A CPU's timings are never taken for a GPU's silently.
 
-Every field is validated on the way in; errors name the field and the file (or ``<text>``).
+:meth:`JobProfile.save` writes a profile to a file and :meth:`JobProfile.load` reads it back
+(:meth:`JobProfile.from_json` also takes JSON text). Every field is validated on the way in;
+errors name the field and the file (or ``<text>``).
 """
 
 from __future__ import annotations
@@ -145,6 +147,14 @@ class JobProfile(JsonResult):
     def _check_measured(self) -> None:
         check(isinstance(self.measured, dict), self, "measured", "must be an object")
         for key, seconds in self.measured.items():
+            # A number for a key (4 for "4") never matches the placement strings it is looked up
+            # by: the measurement would go unused without a word.
+            check(
+                isinstance(key, str),
+                self,
+                f"measured.{key}",
+                f"keys are placement strings like '4' or '22', got {key!r}",
+            )
             try:
                 Placement.parse(key)
             except ConfigError as exc:
@@ -264,8 +274,14 @@ class JobProfile(JsonResult):
         return cls.from_dict(data, source=source)
 
     def save(self, path: str | Path) -> Path:
-        """Write ``to_json()`` to ``path``."""
+        """Write ``to_json()`` to ``path``; :meth:`load` reads it back."""
         return write_text_atomically(Path(path), self.to_json() + "\n")
+
+    @classmethod
+    def load(cls, path: str | Path) -> JobProfile:
+        """The profile :meth:`save` wrote to ``path`` (a file path, never JSON text: see
+        :meth:`from_json` for that); errors name the file and the field."""
+        return cls.from_json(Path(path))
 
 
 _REQUIRED = tuple(

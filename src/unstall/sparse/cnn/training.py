@@ -11,23 +11,28 @@ settings, the seed, and the labels the result and the weight cache give the mode
 from __future__ import annotations
 
 import dataclasses
+import functools
+import inspect
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 import numpy as np
 import torch
 from torch import nn
 
 from unstall.config import check
+from unstall.errors import ConfigError, UnstallError, a_or_an
 from unstall.results import JsonResult
 from unstall.sparse.cnn import train_cache
 from unstall.sparse.cnn.data import ImageSource, PatternConfig, PatternImages, source_label
 from unstall.sparse.cnn.densities import LayerSparsity, SparsityCounter
 from unstall.sparse.cnn.recording import LayerTensors, out_of_place, record_step
 from unstall.sparse.cnn.train_cache import TrainState
+from unstall.usercode import call_user, user_code_error, where_defined
 
 # A model, or a function that builds one (called under the run's seed, so the run is seeded).
 CNNModel: TypeAlias = nn.Module | Callable[[], nn.Module]
@@ -120,9 +125,54 @@ def checkpoint_prefix(config: AnalyzerConfig) -> str:
 
 
 def _build(model: CNNModel) -> nn.Module:
-    built = model if isinstance(model, nn.Module) else model()
-    check(isinstance(built, nn.Module), "profile_training", "model", "must build an nn.Module")
+    built = model if isinstance(model, nn.Module) else call_user(model, what="model function")
+    if not isinstance(built, nn.Module):
+        culprit, _ = _model_culprit(model)
+        returned = "None" if built is None else a_or_an(type(built).__name__)
+        where = where_defined(culprit)
+        why = f"must build an nn.Module; model function {where} returned {returned}"
+        raise ConfigError("profile_training", "model", why)
     return out_of_place(built)
+
+
+def _class_scores_loss(classes: int) -> LossFn:
+    """The default loss, cross-entropy over the data's ``classes``, that first checks that the
+    model gives a score for every class (torch's own "Target 7 is out of bounds" names neither
+    the model nor the number it should give). More scores than classes train as they are (a
+    model built for ImageNet's 1,000 classes on a folder of 5)."""
+
+    def loss(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        check(
+            outputs.ndim == 2 and outputs.shape[1] >= classes,
+            "profile_training",
+            "model",
+            f"gives outputs of shape {tuple(outputs.shape)}, not a score for each of the "
+            f"data's {classes} classes: its last layer must output {classes}",
+        )
+        return nn.functional.cross_entropy(outputs, targets)
+
+    return loss
+
+
+def _model_culprit(model: CNNModel) -> tuple[Callable[..., Any], str]:
+    """What a failure in the model's forward or backward names, and how: the function that
+    built the model (through ``functools.wraps`` wrappers and partials, the user's own), or a
+    given module's ``forward``. A model built by a function is usually an ``nn.Sequential``
+    whose forward is torch's, so the function is what leads the user to the faulty layers."""
+    if isinstance(model, nn.Module):
+        return model.forward, "model's forward"
+    fn = model.func if isinstance(model, functools.partial) else model
+    return inspect.unwrap(fn), "model from model function"
+
+
+def _named_loss(loss: LossFn) -> LossFn:
+    """The caller's loss, its failures named after it (the default cross-entropy's are the
+    model's: outputs of the wrong shape or number of classes)."""
+
+    def named(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        return call_user(loss, outputs, targets, what="loss function")
+
+    return named
 
 
 def profile_training(
@@ -157,7 +207,7 @@ def profile_training(
         pattern = PatternConfig(num_classes=config.num_classes, image_size=config.image_size)
         data = PatternImages(pattern, data_seed)
     data_gen = torch.Generator().manual_seed(data_seed)
-    loss_fn = loss if loss is not None else nn.CrossEntropyLoss()
+    loss_fn = _named_loss(loss) if loss is not None else _class_scores_loss(data.num_classes)
     with torch.random.fork_rng(devices=[]):  # model init and dropout, without touching the caller
         torch.manual_seed(init_seed)
         net = _build(model)
@@ -169,10 +219,11 @@ def profile_training(
             momentum=config.momentum,
             weight_decay=config.weight_decay,
         )
-        run = _Run(net, optimizer, loss_fn, data, data_gen, config, progress)
+        culprit = _model_culprit(model)
+        run = _Run(net, optimizer, loss_fn, data, data_gen, config, progress, *culprit)
         warmup = run.warm_up(cache_dir, checkpoint_every)
         eval_accuracy = (
-            _eval_accuracy(net, data, eval_seed, config.eval_images) if warmup.losses else None
+            _eval_accuracy(run, eval_seed, config.eval_images) if warmup.losses else None
         )
         counters, losses, correct = _recorded_steps(run, on_layer)
     layers = tuple(c.result(i) for i, c in enumerate(counters.values()))
@@ -199,6 +250,20 @@ class _Run:
     data_gen: torch.Generator
     config: AnalyzerConfig
     progress: Callable[[int], None] | None
+    # What a failure of the model names, and how (see _model_culprit).
+    culprit: Callable[..., Any]
+    culprit_what: str
+
+    @contextmanager
+    def blame_model(self) -> Iterator[None]:
+        """Whatever the model's forward or backward raises, as one line naming the model's
+        origin (a shape mismatch in a user's model: a traceback deep in torch otherwise)."""
+        try:
+            yield
+        except UnstallError:
+            raise
+        except Exception as exc:
+            raise user_code_error(self.culprit, exc, what=self.culprit_what) from exc
 
     @property
     def prefix(self) -> str:
@@ -241,9 +306,10 @@ class _Run:
         """One unrecorded SGD step; returns its loss and its correct predictions."""
         images, labels = self.source.batch(self.config.batch_size, self.data_gen)
         self.optimizer.zero_grad(set_to_none=True)
-        logits = self.model(images)
-        loss = self.loss_fn(logits, labels)
-        loss.backward()
+        with self.blame_model():
+            logits = self.model(images)
+            loss = self.loss_fn(logits, labels)
+            loss.backward()
         self.sgd_step()
         if self.progress is not None:
             self.progress(1)
@@ -255,16 +321,19 @@ class _Run:
         self.optimizer.step()
 
 
-def _eval_accuracy(model: nn.Module, source: ImageSource, seed: int, count: int) -> float:
+def _eval_accuracy(run: _Run, seed: int, count: int) -> float:
     """Accuracy in eval mode on ``count`` images drawn with their own generator (fresh samples
     for the synthetic classes; for a folder, images of the training set)."""
     gen = torch.Generator().manual_seed(seed)
+    model, source = run.model, run.source
     model.eval()
     correct = 0
     with torch.no_grad():
         for lo in range(0, count, 32):
             images, labels = source.batch(min(32, count - lo), gen)
-            correct += int((model(images).argmax(dim=1) == labels).sum().item())
+            with run.blame_model():
+                logits = model(images)
+            correct += int((logits.argmax(dim=1) == labels).sum().item())
     model.train()
     return correct / count
 
@@ -278,7 +347,8 @@ def _recorded_steps(
     for _ in range(run.config.steps):
         images, labels = run.source.batch(run.config.batch_size, run.data_gen)
         run.optimizer.zero_grad(set_to_none=True)
-        loss, logits, records = record_step(run.model, images, labels, run.loss_fn)
+        with run.blame_model():
+            loss, logits, records = record_step(run.model, images, labels, run.loss_fn)
         run.sgd_step()
         losses.append(float(loss.item()))
         correct += int((logits.argmax(dim=1) == labels).sum().item())

@@ -23,7 +23,12 @@ from torch import Tensor, nn
 from unstall.config import check, check_non_negative, check_positive
 from unstall.results import JsonResult
 from unstall.sparse.lstm.dropout_lstm import StructuredDropoutLSTM
-from unstall.sparse.lstm.masks import DROPOUT_MODES, check_device, check_dropout
+from unstall.sparse.lstm.masks import (
+    DROPOUT_MODES,
+    check_device,
+    check_dropout,
+    check_mask_source,
+)
 from unstall.sparse.lstm.streams import use_streams
 
 NN_LSTM = "nn.LSTM"
@@ -48,6 +53,9 @@ class LSTMBenchConfig:
     # None: where that measured faster (unstall.sparse.lstm.streams.use_streams).
     pipeline: bool | None = None
     device: str = "cpu"
+    # On a GPU, where standard and locked draw their masks (sparse.lstm.masks.MASK_SOURCES):
+    # "device", the fair baseline there (nn.Dropout's way); "cpu", the same masks as on a CPU.
+    mask_source: str = "device"
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -64,6 +72,7 @@ class LSTMBenchConfig:
         check(self.input_size is None or self.input_size > 0, self, "input_size", "must be > 0")
         check(self.threads is None or self.threads > 0, self, "threads", "must be > 0")
         check_device(self, "device", self.device)
+        check_mask_source(self, "mask_source", self.mask_source)
         check(len(self.modes) > 0, self, "modes", "name at least one mode")
         for mode in self.modes:
             check(mode in DROPOUT_MODES, self, "modes", f"unknown mode {mode!r}")
@@ -88,6 +97,7 @@ class LSTMBenchResult(JsonResult):
     seq_len: int
     num_layers: int
     device: str
+    mask_source: str = "cpu"
     threads: int
     pipelined: bool  # whether the structured layers ran as two single-threaded streams
     step_s: dict[str, float]
@@ -117,6 +127,7 @@ def _build(config: LSTMBenchConfig, device: torch.device) -> dict[str, nn.Module
             dropout=config.p,
             mode=mode,
             pipeline=config.pipeline,
+            mask_source=config.mask_source,
             generator=gen,
         ).to(device)
     if config.with_nn_lstm:
@@ -173,6 +184,7 @@ def bench_lstm_step(
         seq_len=config.seq_len,
         num_layers=config.num_layers,
         device=str(device),
+        mask_source=config.mask_source,
         threads=torch.get_num_threads(),
         pipelined=use_streams(config.pipeline, device, config.hidden),
         step_s=best,

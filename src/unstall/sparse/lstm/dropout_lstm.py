@@ -28,7 +28,15 @@ from torch import Tensor, nn
 
 from unstall.config import check, check_positive
 from unstall.sparse.lstm.kernels import LSTMLayerFn
-from unstall.sparse.lstm.masks import LayerMasks, check_dropout, check_mode, mask_to, sample_mask
+from unstall.sparse.lstm.masks import (
+    LayerMasks,
+    MaskGenerators,
+    check_dropout,
+    check_mask_source,
+    check_mode,
+    mask_to,
+    sample_mask,
+)
 from unstall.sparse.lstm.streams import use_streams
 
 __all__ = ["LSTMDropoutConfig", "StructuredDropoutLSTM"]
@@ -46,9 +54,13 @@ class LSTMDropoutConfig:
     # input connection, see unstall.sparse.lstm.pipelined); None: where that measured faster
     # (two torch threads, hidden >= 1024: unstall.sparse.lstm.streams.use_streams).
     pipeline: bool | None = None
+    # On a GPU, where the elementwise modes draw their masks: "device" (as nn.Dropout) or "cpu"
+    # (the same masks on any device); see unstall.sparse.lstm.masks.MASK_SOURCES.
+    mask_source: str = "device"
 
     def __post_init__(self) -> None:
         check_mode(self, "mode", self.mode)
+        check_mask_source(self, "mask_source", self.mask_source)
         check_dropout(self, "dropout", self.dropout)
         check_dropout(self, "recurrent_dropout", self.recurrent_dropout)
         check_positive(self, input_mask_steps=self.input_mask_steps)
@@ -61,7 +73,8 @@ class StructuredDropoutLSTM(nn.Module):
     batch_first, dropout``; parameters have nn.LSTM's names and shapes, so
     ``load_state_dict(lstm.state_dict())`` works both ways. Not supported: bidirectional, proj_size.
 
-    Masks come from ``generator`` (a private one seeded with 0 when not given). ``forward`` takes
+    Masks come from ``generator`` (a private one seeded with 0 when not given; on a GPU the
+    elementwise modes draw there, seeded from it, unless ``mask_source="cpu"``). ``forward`` takes
     ``masks=`` (one :class:`LayerMasks` per layer) to replay given masks; the masks of the last
     training forward pass are in ``last_masks``.
     """
@@ -79,6 +92,7 @@ class StructuredDropoutLSTM(nn.Module):
         recurrent_dropout: float | None = None,
         input_mask_steps: int = 1,
         pipeline: bool | None = None,
+        mask_source: str = "device",
         generator: torch.Generator | None = None,
     ) -> None:
         super().__init__()
@@ -90,7 +104,9 @@ class StructuredDropoutLSTM(nn.Module):
             recurrent_dropout=float(dropout if recurrent_dropout is None else recurrent_dropout),
             input_mask_steps=input_mask_steps,
             pipeline=pipeline,
+            mask_source=mask_source,
         )
+        self.mask_generators = MaskGenerators(mask_source)
         self.input_size = input_size
         self.hidden_size = hidden_size
         self.num_layers = num_layers
@@ -143,9 +159,13 @@ class StructuredDropoutLSTM(nn.Module):
             b = w_ih.new_zeros(4 * self.hidden_size)
         return w_ih, w_hh, b
 
-    def sample_masks(self, steps: int, batch: int) -> tuple[LayerMasks, ...]:
-        """Draw every layer's masks for a (steps, batch) sequence from ``self.generator``."""
-        cfg, gen = self.config, self.generator
+    def sample_masks(
+        self, steps: int, batch: int, device: torch.device | None = None
+    ) -> tuple[LayerMasks, ...]:
+        """Draw every layer's masks for a (steps, batch) sequence from ``self.generator`` (on
+        ``device`` where the mask source says so)."""
+        cfg = self.config
+        gen = self.mask_generators.for_draw(self.generator, cfg.mode, device)
         return tuple(
             LayerMasks(
                 input=sample_mask(
@@ -230,7 +250,7 @@ class StructuredDropoutLSTM(nn.Module):
         if not self.training:
             return tuple(LayerMasks(input=None, recurrent=None) for _ in range(self.num_layers))
         if masks is None:
-            masks = self.sample_masks(steps, batch)
+            masks = self.sample_masks(steps, batch, x.device)
         check(
             len(masks) == self.num_layers,
             self,
@@ -252,5 +272,5 @@ class StructuredDropoutLSTM(nn.Module):
             f"{self.input_size}, {self.hidden_size}, num_layers={self.num_layers}, "
             f"batch_first={self.batch_first}, mode={cfg.mode!r}, dropout={cfg.dropout}, "
             f"recurrent_dropout={cfg.recurrent_dropout}, input_mask_steps={cfg.input_mask_steps}, "
-            f"pipeline={cfg.pipeline}"
+            f"pipeline={cfg.pipeline}, mask_source={cfg.mask_source!r}"
         )

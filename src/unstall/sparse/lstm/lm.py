@@ -28,11 +28,19 @@ import torch
 from torch import Tensor, nn
 
 from unstall.config import check, check_positive
-from unstall.errors import DataFileError
+from unstall.errors import DataFileError, unreadable_checkpoint_reason
 from unstall.results import JsonResult, replaced_atomically
 from unstall.sparse.lstm.dropout_lstm import StructuredDropoutLSTM
 from unstall.sparse.lstm.kernels import OutputMemory, masked_linear
-from unstall.sparse.lstm.masks import check_device, check_dropout, check_mode, mask_to, sample_mask
+from unstall.sparse.lstm.masks import (
+    MaskGenerators,
+    check_device,
+    check_dropout,
+    check_mask_source,
+    check_mode,
+    mask_to,
+    sample_mask,
+)
 from unstall.sparse.lstm.ptb import Corpus, batchify, bptt_batches
 
 
@@ -65,9 +73,14 @@ class LMConfig:
     # Structured modes on a CPU: the decoder's column tiles shared out between two
     # single-threaded streams (masked_linear's split); None: where that has measured faster.
     decoder_split: bool | None = None
+    # On a GPU, where the elementwise modes (standard, locked) draw their masks: "device" (as
+    # nn.Dropout, and much faster there) or "cpu" (the same masks as on any device); see
+    # unstall.sparse.lstm.masks.MASK_SOURCES. The structured modes draw on the CPU either way.
+    mask_source: str = "device"
 
     def __post_init__(self) -> None:
         check_mode(self, "mode", self.mode)
+        check_mask_source(self, "mask_source", self.mask_source)
         check_dropout(self, "p", self.p)
         check_positive(
             self,
@@ -104,6 +117,7 @@ class WordLM(nn.Module):
         self.decoder_mask_steps = config.decoder_mask_steps
         self.decoder_split = config.decoder_split
         self.mask_gen = named_generator(config.seed, "output-dropout")
+        self.mask_generators = MaskGenerators(config.mask_source)
         self.embed = nn.Embedding(vocab, hid)
         self.lstm = StructuredDropoutLSTM(
             hid,
@@ -113,6 +127,7 @@ class WordLM(nn.Module):
             mode=config.mode,
             input_mask_steps=config.input_mask_steps,
             pipeline=config.pipeline,
+            mask_source=config.mask_source,
             generator=named_generator(config.seed, "lstm-dropout"),
         )
         self.decoder = nn.Linear(hid, vocab)
@@ -135,9 +150,8 @@ class WordLM(nn.Module):
         mask = None
         if self.training:
             steps, batch, hid = out.shape
-            mask = sample_mask(
-                self.mode, steps, batch, hid, self.p, self.mask_gen, self.decoder_mask_steps
-            )
+            gen = self.mask_generators.for_draw(self.mask_gen, self.mode, out.device)
+            mask = sample_mask(self.mode, steps, batch, hid, self.p, gen, self.decoder_mask_steps)
             mask = mask_to(mask, out.device, out.dtype)
         logits = masked_linear(
             out, self.decoder.weight, self.decoder.bias, mask, self.decoder_split, logits_memory
@@ -171,6 +185,7 @@ class LMTrainResult(JsonResult):
     train_tokens: int
     threads: int
     device: str = "cpu"
+    mask_source: str = "cpu"
     epochs: list[EpochRecord] = field(default_factory=list)
     test_ppl: float = math.nan
 
@@ -316,8 +331,9 @@ class LMTrainer:
             torch.set_num_threads(config.threads)
         self.config, self.corpus = config, corpus
         self.device = torch.device(config.device)
-        # The model is built (and its dropout masks drawn) on the CPU, from the run's CPU
-        # generators, so a run draws the same weights and masks on every device.
+        # The model is built on the CPU from the run's CPU generators, which also seed every
+        # dropout draw, so a run draws the same weights on every device (and the same masks too
+        # with mask_source "cpu").
         self.train = batchify(corpus.train, config.batch).to(self.device)
         self.valid = batchify(corpus.valid, config.eval_batch).to(self.device)
         self.test = batchify(corpus.test, config.eval_batch).to(self.device)
@@ -373,6 +389,7 @@ class LMTrainer:
             train_tokens=int(self.corpus.train.numel()),
             threads=torch.get_num_threads(),
             device=str(self.device),
+            mask_source=config.mask_source,
             epochs=list(self.records),
             test_ppl=test_ppl,
         )
@@ -398,7 +415,10 @@ class LMTrainer:
         try:
             state = torch.load(path, map_location=self.device, weights_only=True)
         except (OSError, RuntimeError, EOFError, pickle.UnpicklingError) as exc:
-            raise DataFileError(str(path), f"not a readable checkpoint: {exc}") from exc
+            why = f"not a readable checkpoint of an LSTM run: {unreadable_checkpoint_reason(exc)}"
+            raise DataFileError(str(path), why) from exc
+        if not isinstance(state, dict) or not isinstance(state.get("config"), dict):
+            raise DataFileError(str(path), "not a checkpoint of an LSTM run (no config in it)")
         mine = asdict(self.config)
         for name, value in state["config"].items():
             if name not in RESUMABLE_CHANGES and mine.get(name) != value:
@@ -406,6 +426,15 @@ class LMTrainer:
                     str(path), f"checkpoint has {name}={value!r}, run has {mine.get(name)!r}",
                     field=name,
                 )  # fmt: skip
+        done = len(state["records"])
+        if done > self.config.epochs:
+            # The run would end at once with the result of more epochs than it was asked for.
+            raise DataFileError(
+                str(path),
+                f"checkpoint has {done} epochs done, more than the run's {self.config.epochs}: "
+                f"ask for {done} or more epochs, or start another checkpoint",
+                field="epochs",
+            )
         model = self.model
         model.load_state_dict(state["model"])
         self.optimizer.load_state_dict(state["optimizer"])

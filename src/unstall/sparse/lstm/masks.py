@@ -87,9 +87,14 @@ class StructuredMask:
         return out.unsqueeze(1).expand(steps, batch, self.size)
 
     def to(self, device: torch.device) -> StructuredMask:
-        """The same mask with its index tensors on ``device``."""
+        """The same mask with its index tensors on ``device``, moved in one copy (each copy from
+        the CPU waits for the GPU's queue, so one per set would stall the host once per step)."""
+        if not self.keep or all(k.device == device for k in self.keep):
+            return self
+        sizes = [int(k.numel()) for k in self.keep]
+        moved = torch.cat(self.keep).to(device).split(sizes)
         return StructuredMask(
-            keep=tuple(k.to(device) for k in self.keep),
+            keep=tuple(moved),
             size=self.size,
             scale=self.scale,
             steps_per_set=self.steps_per_set,
@@ -202,6 +207,52 @@ MASK_SAMPLERS: dict[str, MaskSampler] = {
 }
 # The dropout modes, in the order the tables list them.
 DROPOUT_MODES: tuple[str, ...] = tuple(MASK_SAMPLERS)
+
+
+# Where the elementwise masks (standard, locked) are drawn when the model is on a GPU:
+# - "cpu": from the run's CPU generator, then copied over, so a run draws the same masks on any
+#   device (a GPU run matches a CPU one up to the kernels' rounding);
+# - "device" (the default): on the model's device, from a generator there that is seeded from
+#   the CPU generator once per draw, so the CPU generator stays the run's one source of
+#   randomness (its state is what a checkpoint keeps) and a run is still reproducible on one kind
+#   of device. This is what nn.Dropout does on a GPU, and the fair baseline there: a (steps,
+#   batch, units) mask drawn on the CPU takes longer than the GPU's whole training step
+#   (BENCHMARKS.md, structured dropout on a GPU).
+# On a CPU the two are the same draws. The structured modes always draw on the CPU: a kept set's
+# size is a shape the host must know, and the sets are small.
+MASK_SOURCES: tuple[str, ...] = ("cpu", "device")
+DENSE_MODES: tuple[str, ...] = ("standard", "locked")
+
+
+def check_mask_source(owner: object, field: str, source: str) -> None:
+    check(source in MASK_SOURCES, owner, field, f"must be one of {MASK_SOURCES}, got {source!r}")
+
+
+class MaskGenerators:
+    """The generator a module draws each sequence's masks from, by its mask source.
+
+    ``for_draw(cpu, mode, device)`` is ``cpu`` itself unless the source is ``device``, the mode
+    elementwise and ``device`` not the CPU; then it is a generator on ``device`` (one kept per
+    device), seeded from one draw of ``cpu``.
+    """
+
+    def __init__(self, source: str) -> None:
+        check_mask_source(type(self).__name__, "source", source)
+        self.source = source
+        self._on_device: dict[torch.device, torch.Generator] = {}
+
+    def for_draw(
+        self, cpu: torch.Generator, mode: str, device: torch.device | None
+    ) -> torch.Generator:
+        if self.source == "cpu" or device is None or device.type == "cpu":
+            return cpu
+        if mode not in DENSE_MODES:
+            return cpu
+        seed = int(torch.randint(1 << 62, (1,), generator=cpu, device=cpu.device))
+        gen = self._on_device.get(device)
+        if gen is None:
+            gen = self._on_device[device] = torch.Generator(device=device)
+        return gen.manual_seed(seed)
 
 
 def check_dropout(owner: object, field: str, p: float) -> None:
