@@ -289,7 +289,10 @@ def test_a_policy_indexes_and_slices_the_snapshots_jobs_as_a_tuple_during_its_ro
         (Decision(starts=(Start("a", ((0, 3),)),)), "asks 3 GPUs of node 0, which has only 2"),
         (Decision(starts=(Start("a", ((5, 1),)),)), r"node 5 does not exist \(nodes 0..1\)"),
         (Decision(starts=(Start("a", ((0, 1), (0, 1))),)), "node 0 appears twice"),
-        (Decision(starts=(Start("a", ((0, 0), (1, 1))),)), "asks 0 GPUs of node 0; must be >= 1"),
+        (
+            Decision(starts=(Start("a", ((0, 0), (1, 1))),)),
+            "asks 0 GPUs of node 0; must be an integer >= 1",
+        ),
         (Decision(starts=(Start("a", ((0, 1),)),)), r"needs 2 GPUs, its placement \(\(0, 1\),\)"),
         (
             Decision(starts=(Start("a", ((0, 2),)), Start("b", ((0, 2),)))),

@@ -7,6 +7,7 @@ quietly repaired would be measured as if the policy had made it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable
 
 from unstall.config import is_real_number
@@ -38,6 +39,15 @@ def check_decision_shape(policy: str, decision: object) -> Decision:
         )
     for field, item in _FIELDS:
         _check_items(policy, field, getattr(decision, field), item)
+    for field in ("starts", "preemptions", "migrations"):
+        for order in getattr(decision, field):
+            if type(order.job_id) is not str:  # also keeps a list out of the sets below
+                raise PolicyError(
+                    policy,
+                    None,
+                    f"{type(order).__name__}.job_id must be a job's id (a str), "
+                    f"got {order.job_id!r} in Decision.{field}",
+                )
     for kind, ids in (
         ("starts", (s.job_id for s in decision.starts)),
         ("preempts", (p.job_id for p in decision.preemptions)),
@@ -47,14 +57,25 @@ def check_decision_shape(policy: str, decision: object) -> Decision:
         if twice is not None:
             raise PolicyError(policy, twice, f"the decision {kind} it twice")
     for timer in decision.timers:
-        if not is_real_number(timer.at_s) or timer.at_s != timer.at_s:
+        if not is_real_number(timer.at_s) or not math.isfinite(timer.at_s):
             # NaN passes every comparison with now, and in the event heap it would keep the
-            # clock from ever moving on: the run would loop for ever.
+            # clock from ever moving on: the run would loop for ever; infinity would end the
+            # run at an infinite time.
             raise PolicyError(
-                policy, None, f"timer {timer.key!r} set for {timer.at_s!r}; at_s must be a number"
+                policy,
+                None,
+                f"timer {timer.key!r} set for {timer.at_s!r}; at_s must be a finite number",
             )
-    for pair in decision.telemetry:
-        if not isinstance(pair, tuple | list) or len(pair) != 2:
+    telemetry = decision.telemetry
+    if not isinstance(telemetry, tuple | list):
+        raise PolicyError(
+            policy,
+            None,
+            f"Decision.telemetry must be a tuple of (name, value) pairs, "
+            f"got {type(telemetry).__name__}",
+        )
+    for pair in telemetry:
+        if not isinstance(pair, tuple | list) or len(pair) != 2 or type(pair[0]) is not str:
             raise PolicyError(
                 policy, None, f"telemetry holds (name, value) pairs, got {pair!r} among them"
             )
@@ -104,15 +125,17 @@ def check_placement(
     seen: set[int] = set()
     total = 0
     for node, k in placement:
-        if not isinstance(node, int) or not 0 <= node < len(node_gpus):
+        if not isinstance(node, int) or isinstance(node, bool) or not 0 <= node < len(node_gpus):
             raise PolicyError(
                 policy, job.job_id, f"node {node!r} does not exist (nodes 0..{len(node_gpus) - 1})"
             )
         if node in seen:
             raise PolicyError(policy, job.job_id, f"node {node} appears twice in its placement")
         seen.add(node)
-        if not isinstance(k, int) or k < 1:
-            raise PolicyError(policy, job.job_id, f"asks {k!r} GPUs of node {node}; must be >= 1")
+        if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+            raise PolicyError(
+                policy, job.job_id, f"asks {k!r} GPUs of node {node}; must be an integer >= 1"
+            )
         if k > node_gpus[node]:
             raise PolicyError(
                 policy,
