@@ -1,5 +1,7 @@
-"""The pages under docs/ hold runnable examples: each ```python block runs as written from the
-repository's root (where their paths point), so the documentation cannot drift from the code."""
+"""The README and every page under docs/ hold runnable examples: each ```python block runs as
+written, in order, from the repository's root (where their paths point), so the documentation
+cannot drift from the front doors. The pages share the work: the README keeps one short example
+a part, the pages the longer ones, and no example repeats another's heavy work."""
 
 from __future__ import annotations
 
@@ -10,33 +12,46 @@ import pytest
 
 from unstall.sched import POLICIES
 
-DOCS = Path(__file__).resolve().parents[2] / "docs"
+ROOT = Path(__file__).resolve().parents[2]
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.MULTILINE | re.DOTALL)
+
+
+def pages() -> list[Path]:
+    """README.md and docs/*.md: every page a user reads."""
+    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 
 def python_blocks() -> list[tuple[str, int, str]]:
     found = []
-    for page in sorted(DOCS.glob("*.md")):
+    for page in pages():
+        name = page.relative_to(ROOT).as_posix()
         for i, code in enumerate(BLOCK.findall(page.read_text())):
-            found.append((page.name, i + 1, code))
+            found.append((name, i + 1, code))
     return found
 
 
-def test_the_policy_page_has_a_python_example() -> None:
-    assert any(page == "policy.md" for page, _, _ in python_blocks())
+@pytest.mark.parametrize("page", ["README.md", "docs/policy.md", "docs/sim.md", "docs/ps.md"])
+def test_the_main_pages_have_python_examples(page: str) -> None:
+    assert any(name == page for name, _, _ in python_blocks()), f"{page} has no ```python example"
 
 
 @pytest.mark.parametrize(
     ("page", "index", "code"), python_blocks(), ids=[f"{p}-{i}" for p, i, _ in python_blocks()]
 )
 def test_docs_example_runs(
-    page: str, index: int, code: str, monkeypatch: pytest.MonkeyPatch
+    page: str,
+    index: int,
+    code: str,
+    monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
 ) -> None:
-    monkeypatch.chdir(DOCS.parent)
+    if "ps.fit(" in code or "import ray" in code:
+        request.getfixturevalue("ray_session")  # one Ray for the session, not one per example
+    monkeypatch.chdir(ROOT)
     # An example may register a policy: the registry is global, so put it back afterwards.
     before = dict(POLICIES)
     try:
-        exec(compile(code, f"docs/{page} python block {index}", "exec"), {"__name__": "__docs__"})
+        exec(compile(code, f"{page} python block {index}", "exec"), {"__name__": "__docs__"})
     finally:
         POLICIES.clear()
         POLICIES.update(before)
