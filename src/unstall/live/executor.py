@@ -1,0 +1,138 @@
+"""The processes that run jobs: one long-lived executor per GPU, pinned to its node, and the
+store that keeps the jobs' checkpoints.
+
+An executor is started once and runs one job segment after another; each segment joins a
+fresh ``torch.distributed`` group, so starting a job costs a group's formation and the model's
+set-up, not a process's start (which is measured once, when the executors come up). An
+executor's methods run on threads of their own (a threaded Ray actor), so that the backend can
+ask a running segment to stop, or change its emulated iteration time, while it trains.
+
+The checkpoint store is an actor on the driver's node that the driver owns: a checkpoint kept
+there outlives the executor (and the node) that wrote it, which is what lets a job whose process
+died resume from its last checkpoint.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+import threading
+import time
+from typing import Any
+
+import ray
+
+from unstall.live.training import SegmentControl, SegmentOutcome, SegmentPlan, run_segment
+
+# Threads of an executor: the segment, and the backend's stop and speed calls beside it.
+EXECUTOR_THREADS = 4
+
+
+class CheckpointStore:
+    """The latest checkpoint of each job, as ``(iteration, blob)``."""
+
+    def __init__(self) -> None:
+        self._latest: dict[str, tuple[float, bytes]] = {}
+
+    def save(self, job_id: str, iteration: float, blob: bytes) -> None:
+        held = self._latest.get(job_id)
+        if held is None or iteration >= held[0]:
+            self._latest[job_id] = (iteration, blob)
+
+    def load(self, job_id: str) -> tuple[float, bytes] | None:
+        return self._latest.get(job_id)
+
+    def iteration(self, job_id: str) -> float:
+        held = self._latest.get(job_id)
+        return held[0] if held is not None else 0.0
+
+    def drop(self, job_id: str) -> None:
+        self._latest.pop(job_id, None)
+
+
+class Executor:
+    """One GPU's worth of a node: runs the segments the backend gives it, one at a time."""
+
+    def __init__(self, label: str, store: Any, loopback: bool) -> None:
+        import torch
+
+        # Many executors share a machine's cores (emulated GPUs on a laptop, CPU training):
+        # one thread each keeps them from fighting over them.
+        torch.set_num_threads(1)
+        if loopback:
+            # A cluster on this machine's loopback: the job groups must meet there too.
+            os.environ["GLOO_SOCKET_IFNAME"] = "lo"
+        self.label = label
+        self.store = store
+        self._lock = threading.Lock()
+        self._job: str | None = None
+        self._control = SegmentControl()
+        self.started = time.time()
+
+    def describe(self) -> dict[str, Any]:
+        """Where this executor runs: its node's address, its process and its device."""
+        import torch
+
+        ctx = ray.get_runtime_context()
+        return {
+            "label": self.label,
+            "node_id": ctx.get_node_id(),
+            "address": ray.util.get_node_ip_address(),
+            "pid": os.getpid(),
+            "device": "cuda" if torch.cuda.is_available() else "cpu",
+        }
+
+    def open_port(self) -> int:
+        """A free TCP port on this executor's host, for a job group whose rank 0 it runs."""
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("", 0))
+            return int(sock.getsockname()[1])
+
+    def run(self, plan: SegmentPlan, held: tuple[float, bytes] | None) -> SegmentOutcome:
+        """Run one segment from ``held`` (the job's checkpoint in the store, None for a fresh
+        start) to its end or its stop. Rank 0 leaves periodic checkpoints in the store as it
+        goes, and the last one before it returns; the outcome itself carries no checkpoint."""
+        if held is not None:
+            plan = dataclasses.replace(plan, start_iteration=held[0], checkpoint=held[1])
+        with self._lock:
+            if self._job is not None:
+                raise RuntimeError(f"executor {self.label} already runs job {self._job}")
+            self._job = plan.work.job_id
+            self._control = SegmentControl(iteration_wall_s=plan.iteration_wall_s)
+        job_id = plan.work.job_id
+
+        def keep(iteration: float, blob: bytes) -> None:
+            self.store.save.remote(job_id, iteration, blob)
+
+        try:
+            outcome = run_segment(plan, self._control, keep if plan.rank == 0 else None)
+        finally:
+            with self._lock:
+                self._job = None
+        if outcome.checkpoint is not None:
+            # Kept before the segment reports its end: the job's next segment reads it.
+            ray.get(self.store.save.remote(job_id, outcome.iteration, outcome.checkpoint))
+            outcome = dataclasses.replace(outcome, checkpoint=None)
+        return outcome
+
+    def stop(self, job_id: str) -> bool:
+        """Ask the running segment of ``job_id`` to stop after its current step."""
+        with self._lock:
+            if self._job != job_id:
+                return False
+            self._control.stop.set()
+            return True
+
+    def set_iteration_wall_s(self, job_id: str, seconds: float) -> None:
+        """The emulated iteration time of ``job_id`` from its next step on."""
+        with self._lock:
+            if self._job == job_id:
+                self._control.iteration_wall_s = seconds
+
+
+# Remote versions, built once: the classes above stay plain (tests run them in-process).
+RemoteStore = ray.remote(num_cpus=0)(CheckpointStore)
+RemoteExecutor = ray.remote(  # type: ignore[call-overload]
+    num_cpus=0, max_concurrency=EXECUTOR_THREADS, max_restarts=0
+)(Executor)

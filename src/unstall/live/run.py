@@ -1,0 +1,382 @@
+"""One live run, end to end: trace, cluster, policy and config -> the simulator's results, from
+real processes on a Ray cluster.
+
+Without an address a local Ray emulates the cluster's nodes on this machine (one Ray node per
+cluster node, on loopback); with one (or ``RAY_ADDRESS``) the run joins that cluster and maps
+its nodes onto the topology (see :mod:`unstall.live.cluster`).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from unstall.config import check
+from unstall.errors import ConfigError, UnstallError
+from unstall.live.backend import LiveBackend, LiveInterrupted, LiveOutcome
+from unstall.live.cluster import LiveCluster, LocalRayCluster, discover
+from unstall.live.config import LiveConfig
+from unstall.live.training import JobWork, UserWork
+from unstall.net import resolve_cluster
+from unstall.net.topology import TopologyConfig
+from unstall.results import JsonResult
+from unstall.sched import resolve_policy
+from unstall.sched.base import Policy
+from unstall.sim.metrics import SimResult, job_table, summarise, timeline_table, with_rejected
+from unstall.sim.perf_speed import PerfSpeedModel
+from unstall.sim.run import SimRun, gpu_type_of, prepare_trace, simulate
+from unstall.sim.state import build_jobs
+from unstall.traces import resolve_trace
+from unstall.traces.schema import Trace
+
+OWNER = "run_live"
+# The cluster a live run emulates when none is given: 4 nodes of 4 GPUs in 2 racks.
+DEFAULT_CLUSTER = "tiny"
+
+
+@dataclass(frozen=True, kw_only=True)
+class LiveFacts(JsonResult):
+    """What only a live run measures (times in trace seconds unless ``_wall_s``)."""
+
+    compute: str
+    speedup: float
+    address: str | None  # the cluster joined; None: a local Ray started for the run
+    nodes: list[str]  # topology node -> Ray node, one line each
+    executor_start_wall_s: float  # starting every executor, once
+    startup_s_median: float  # a job's first segment: joining its group, building its model
+    restore_s_median: float  # a later segment: joining, restoring the checkpoint
+    checkpoint_s_median: float  # a stopped segment's final checkpoint
+    decide_wall_s_median: float
+    decide_wall_s_max: float
+    apply_wall_s_median: float  # carrying a round's decision out (stops wait for checkpoints)
+    process_failures: int  # segments whose processes died or failed (jobs resumed)
+    nodes_lost: list[int]
+    run_wall_s: float
+    interrupted: bool
+
+    @property
+    def measured_restore_s(self) -> float | None:
+        """What resuming a stopped job cost here (its new segment's set-up and the stopped
+        one's final checkpoint), for the simulator's ``restore_s``: else a start-up's, which is
+        the same work less the checkpoint; None when nothing was measured."""
+        for value in (self.restore_s_median, self.startup_s_median):
+            if not np.isnan(value):
+                return float(value)
+        return None
+
+
+@dataclass(frozen=True)
+class LiveRun:
+    """A live run's summary (the simulator's :class:`SimResult`, times in trace seconds), one
+    row per job with the simulator's columns plus the live ones (``placements``, ``startup_s``,
+    ``restore_s``, ``failures``), the timeline, the policy's telemetry, one row per round
+    (decision and apply times), what only a live run measures, and, when asked, the simulator's
+    prediction of the same run."""
+
+    result: SimResult
+    facts: LiveFacts
+    jobs: pd.DataFrame
+    timeline: pd.DataFrame
+    telemetry: pd.DataFrame
+    rounds: pd.DataFrame
+    prediction: SimRun | None = None
+    final_checkpoints: dict[str, bytes] = field(default_factory=dict)
+
+    def to_json(self, indent: int | None = 2) -> str:
+        """The summary, the live facts and the prediction's summary, as one JSON document."""
+        import json
+
+        body: dict[str, Any] = {"result": self.result.to_dict(), "live": self.facts.to_dict()}
+        if self.prediction is not None:
+            body["simulated"] = self.prediction.result.to_dict()
+        return json.dumps(body, indent=indent)
+
+
+def run_live(
+    trace: Trace | str | Path | None,
+    policy: Policy | str,
+    *,
+    cluster: TopologyConfig | str | Path | None = None,
+    address: str | None = None,
+    config: LiveConfig | None = None,
+    max_jobs: int | None = None,
+    model_mix: Mapping[str, float] | None = None,
+    duration_gpu: str | None = None,
+    user_work: UserWork | None = None,
+    predict: bool = False,
+    keep_final_checkpoints: bool = False,
+    log: Callable[[str], None] | None = None,
+) -> LiveRun:
+    """Run ``trace`` under ``policy`` on a Ray cluster, for real.
+
+    ``cluster``: the topology (an object, a preset name or a TOML/JSON file) that policies and
+    the perf model see; without ``address`` a local Ray emulates its nodes (default: the
+    ``tiny`` preset, 4 nodes x 4 GPUs in 2 racks); with ``address`` (or ``RAY_ADDRESS``) its
+    nodes are mapped onto the cluster's Ray nodes in order (None: the topology is read from
+    Ray). ``config``: how the run is carried out (:class:`LiveConfig`: speedup, compute mode,
+    ...). ``max_jobs``, ``model_mix``, ``duration_gpu``: as in :func:`unstall.sim.simulate`.
+    ``user_work``: the user's model, data and loss for every job (real compute), instead of each
+    job's zoo model. ``predict``: also simulate the same run (``restore_s``: the config's, else
+    what this run measured) and return it as ``prediction``. ``keep_final_checkpoints``: return
+    each finished job's final checkpoint (real compute; to compare parameters).
+    ``log(text)`` hears what happens (nodes mapped, failures). A Ctrl-C stops every job's
+    processes and raises :class:`~unstall.live.backend.LiveInterrupted` with what finished.
+    """
+    from unstall.ray_connect import cluster_address, connect_ray
+
+    config = config if config is not None else LiveConfig()
+    check(isinstance(config, LiveConfig), OWNER, "config", f"must be a LiveConfig, got {config!r}")
+    policy = resolve_policy(policy, owner=OWNER)
+    trace = resolve_trace(trace, owner=OWNER)
+    topology = None if cluster is None else resolve_cluster(cluster, owner=OWNER)
+    joined = cluster_address(address)
+    say = log or (lambda _text: None)
+    if user_work is not None and config.emulated:
+        raise ConfigError(OWNER, "user_work", "needs real compute (config.compute='real')")
+    local: LocalRayCluster | None = None
+    started = time.monotonic()
+    if joined is None:
+        import ray
+
+        if ray.is_initialized():
+            raise ConfigError(
+                OWNER,
+                "address",
+                "Ray already runs in this process: give its address, or let run_live start "
+                "the local cluster",
+            )
+        topology = topology if topology is not None else resolve_cluster(DEFAULT_CLUSTER)
+        say(f"starting a local Ray cluster of {topology.n_nodes} nodes on 127.0.0.1")
+        local = LocalRayCluster(topology, config.slot_resource)
+    try:
+        connected = connect_ray(local.address if local is not None else joined)
+        try:
+            import ray
+
+            live = discover(
+                ray.nodes(),
+                topology=topology,
+                slot_resource=config.slot_resource,
+                loopback=local is not None or _is_loopback(joined),
+            )
+            for line in live.mapping():
+                say(line)
+            return _run_on(
+                live,
+                trace,
+                policy,
+                config=config,
+                address=joined,
+                max_jobs=max_jobs,
+                model_mix=model_mix,
+                duration_gpu=duration_gpu,
+                user_work=user_work,
+                predict=predict,
+                keep_final=keep_final_checkpoints,
+                log=say,
+                started=started,
+            )
+        finally:
+            if connected:
+                import ray
+
+                ray.shutdown()
+    finally:
+        if local is not None:
+            local.shutdown()
+
+
+def _is_loopback(address: str | None) -> bool:
+    from unstall.ray_connect import is_loopback
+
+    return address is not None and is_loopback(address)
+
+
+def _run_on(
+    live: LiveCluster,
+    trace: Trace,
+    policy: Policy,
+    *,
+    config: LiveConfig,
+    address: str | None,
+    max_jobs: int | None,
+    model_mix: Mapping[str, float] | None,
+    duration_gpu: str | None,
+    user_work: UserWork | None,
+    predict: bool,
+    keep_final: bool,
+    log: Callable[[str], None],
+    started: float,
+) -> LiveRun:
+    topology = live.topology
+    trace = prepare_trace(trace, max_jobs=max_jobs, model_mix=model_mix, seed=config.seed)
+    speed = PerfSpeedModel(topology, duration_gpu=duration_gpu)
+    arrays = trace.arrays()
+    fits = arrays.num_gpus <= topology.n_gpus
+    models = arrays.model if arrays.model is not None else np.empty(len(arrays), dtype=object)
+    jobs = build_jobs(
+        job_ids=arrays.job_id[fits].tolist(),
+        submit_s=arrays.submit_s[fits].tolist(),
+        num_gpus=arrays.num_gpus[fits].tolist(),
+        duration_s=arrays.duration_s[fits].tolist(),
+        models=models[fits].tolist(),
+        speed=speed,
+    )
+    works = {
+        job.job_id: _work(job.job_id, job.model, job.work_iters, config, user_work) for job in jobs
+    }
+    backend = LiveBackend(
+        cluster=live, speed=speed, policy=policy, jobs=jobs, works=works, config=config, log=log
+    )
+    try:
+        backend.start_executors()
+        log(f"{len(backend.executors)} executors up in {backend.executor_start_wall_s:.1f} s")
+        try:
+            outcome = backend.run()
+        except LiveInterrupted as stop:
+            run = _results(
+                stop.outcome, live, trace, policy, config, address, fits, models, started
+            )
+            stop.run = run  # type: ignore[attr-defined]
+            raise
+        finals: dict[str, bytes] = {}
+        if keep_final and not config.emulated:
+            for job in jobs:
+                blob = backend.final_checkpoint(job.job_id)
+                if blob is not None:
+                    finals[job.job_id] = blob
+    finally:
+        backend.shutdown()
+    run = _results(outcome, live, trace, policy, config, address, fits, models, started)
+    prediction = None
+    if predict:
+        restore = config.restore_s if config.restore_s is not None else run.facts.measured_restore_s
+        prediction = simulate(
+            trace,
+            topology,
+            policy,
+            seed=config.seed,
+            restore_s=restore if restore is not None else 60.0,
+            duration_gpu=duration_gpu,
+        )
+    return LiveRun(
+        result=run.result,
+        facts=run.facts,
+        jobs=run.jobs,
+        timeline=run.timeline,
+        telemetry=run.telemetry,
+        rounds=run.rounds,
+        prediction=prediction,
+        final_checkpoints=finals,
+    )
+
+
+def _work(
+    job_id: str, model: str, work_iters: float, config: LiveConfig, user: UserWork | None
+) -> JobWork:
+    """What a job's processes train: emulated, the perf model's iterations; real, the job's
+    work divided by the speedup, in whole iterations."""
+    iterations = (
+        work_iters if config.emulated else float(max(1, round(work_iters / config.speedup)))
+    )
+    return JobWork(
+        job_id=job_id,
+        model=model,
+        iterations=iterations,
+        emulated=config.emulated,
+        batch_size=config.batch_size,
+        image_size=config.image_size,
+        lr=config.lr,
+        seed=config.seed,
+        user=user,
+    )
+
+
+def _median(values: list[float]) -> float:
+    return float(statistics.median(values)) if values else float("nan")
+
+
+def _results(
+    outcome: LiveOutcome,
+    live: LiveCluster,
+    trace: Trace,
+    policy: Policy,
+    config: LiveConfig,
+    address: str | None,
+    fits: np.ndarray,
+    models: np.ndarray,
+    started: float,
+) -> LiveRun:
+    topology = live.topology
+    arrays = trace.arrays()
+    wall = time.monotonic() - started
+    result = summarise(
+        outcome.engine,
+        policy=policy.name,
+        cluster=topology.name,
+        trace=Path(trace.source).name,
+        congestion="none",
+        seed=config.seed,
+        total_gpus=topology.n_gpus,
+        jobs_rejected=int((~fits).sum()),
+        wall_s=wall,
+    )
+    table = job_table(outcome.engine.jobs, gpu_type_of(topology))
+    records = [outcome.records[job.job_id] for job in outcome.engine.jobs]
+    table["placements"] = [" ".join(r.placements) for r in records]
+    table["startup_s"] = [r.startup_s for r in records]
+    table["restore_s"] = [_median(r.restore_s) for r in records]
+    table["failures"] = np.array([r.failures for r in records], dtype=np.int64)
+    rejected = pd.DataFrame(
+        {
+            "job_id": arrays.job_id[~fits].astype(str),
+            "model": models[~fits],
+            "num_gpus": arrays.num_gpus[~fits].astype(np.int64),
+            "submit_s": arrays.submit_s[~fits].astype(np.float64),
+            "duration_s": arrays.duration_s[~fits].astype(np.float64),
+        }
+    )
+    positions = np.concatenate([np.flatnonzero(fits), np.flatnonzero(~fits)])
+    jobs = with_rejected(table, positions, rejected)
+    rounds = pd.DataFrame(
+        [r.__dict__ for r in outcome.rounds],
+        columns=["time_s", "decide_wall_s", "apply_wall_s", "starts", "preemptions", "migrations"],
+    )
+    decide = rounds["decide_wall_s"].to_numpy()
+    facts = LiveFacts(
+        compute=config.compute,
+        speedup=config.speedup,
+        address=address,
+        nodes=live.mapping(),
+        executor_start_wall_s=outcome.executor_start_wall_s,
+        startup_s_median=_median([r.startup_s for r in records if not np.isnan(r.startup_s)]),
+        restore_s_median=_median([s for r in records for s in r.restore_s]),
+        checkpoint_s_median=_median([s for r in records for s in r.checkpoint_s]),
+        decide_wall_s_median=float(np.median(decide)) if len(decide) else 0.0,
+        decide_wall_s_max=float(decide.max()) if len(decide) else 0.0,
+        apply_wall_s_median=float(rounds["apply_wall_s"].median()) if len(rounds) else 0.0,
+        process_failures=outcome.failures,
+        nodes_lost=outcome.nodes_lost,
+        run_wall_s=wall,
+        interrupted=outcome.interrupted,
+    )
+    return LiveRun(
+        result=result,
+        facts=facts,
+        jobs=jobs,
+        timeline=timeline_table(outcome.engine.timeline),
+        telemetry=pd.DataFrame(
+            outcome.engine.timeline.telemetry, columns=["time_s", "name", "value"]
+        ),
+        rounds=rounds,
+    )
+
+
+__all__ = ["LiveFacts", "LiveRun", "UnstallError", "run_live"]
