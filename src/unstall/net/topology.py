@@ -497,6 +497,21 @@ class TopologyConfig:
 # --- presets ------------------------------------------------------------------------------------
 
 
+def tiny() -> TopologyConfig:
+    """16 GPUs: 2 racks x 2 nodes x 4 V100 (NVLink2), 25 GbE NICs, uplinks 2:1 oversubscribed:
+    the cluster a live run emulates on one machine by default (one Ray node per node)."""
+    return TopologyConfig(
+        name="tiny",
+        racks=2,
+        nodes_per_rack=2,
+        gpus_per_node=4,
+        device="v100",
+        nic=_link_of(NIC_PRESETS["25g"]),
+        oversubscription=2.0,
+        network_efficiency=CALIBRATED_NETWORK_EFFICIENCY,
+    )
+
+
 def small() -> TopologyConfig:
     """32 GPUs: 2 racks x 4 nodes x 4 V100 (NVLink2), 25 GbE NICs, uplinks 2:1 oversubscribed.
 
@@ -554,6 +569,7 @@ def philly() -> TopologyConfig:
 
 
 TOPOLOGY_PRESETS: dict[str, Callable[[], TopologyConfig]] = {
+    "tiny": tiny,
     "small": small,
     "medium": medium,
     "philly": philly,
