@@ -316,6 +316,15 @@ class Policy(Protocol):
 
     A policy may keep state between calls built only from snapshots it was shown (never from the
     future), e.g. Dally's auto-tuner; ``reset`` returns it to its initial state.
+
+    Optional members, which a backend reads through :func:`policy_capabilities` (a policy
+    without them gets the defaults; :class:`PolicyBase` declares them for a class to inherit):
+
+    - ``tick_s: float | None``, default None: extra scheduling rounds this often (seconds)
+      while jobs wait; None: rounds only on events (arrivals, finishes, congestion changes,
+      the policy's own timers).
+
+    ``needs_oracle`` (required here) is read the same way, default False.
     """
 
     name: str
@@ -324,3 +333,37 @@ class Policy(Protocol):
     def decide(self, snapshot: ClusterSnapshot, rng: random.Random) -> Decision: ...
 
     def reset(self) -> None: ...
+
+
+class PolicyBase:
+    """The Policy protocol's defaults, for a policy class to inherit (the built-in policies
+    do): no oracle figures, rounds only on events, nothing to reset. A subclass sets ``name``
+    and defines ``decide``; it overrides any default it needs otherwise. A policy need not
+    inherit this: a backend reads the same defaults for it (:func:`policy_capabilities`)."""
+
+    # Whether the policy reads the oracle figures of job views (what is left of each job's
+    # work): a backend fills them only then. Only oracle baselines (SRTF) do.
+    needs_oracle: bool = False
+    # Extra scheduling rounds this often (seconds) while jobs wait; None: only on events.
+    tick_s: float | None = None
+
+    def reset(self) -> None:
+        """Return to the initial state: a policy that keeps state between rounds overrides it."""
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyCapabilities:
+    """What a backend needs to know of a policy beyond ``decide`` and ``reset`` (see
+    :class:`PolicyBase` for each member's meaning and default)."""
+
+    needs_oracle: bool
+    tick_s: float | None
+
+
+def policy_capabilities(policy: object) -> PolicyCapabilities:
+    """``policy``'s optional members, with :class:`PolicyBase`'s defaults for those it lacks
+    (a user's policy may implement only ``name``, ``needs_oracle``, ``decide`` and ``reset``)."""
+    return PolicyCapabilities(
+        needs_oracle=bool(getattr(policy, "needs_oracle", PolicyBase.needs_oracle)),
+        tick_s=getattr(policy, "tick_s", PolicyBase.tick_s),
+    )

@@ -5,21 +5,18 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from unstall.sched.base import ClusterSnapshot, Decision, Placement, Start
+from unstall.sched.base import ClusterSnapshot, Decision, Placement, PolicyBase, Start
 from unstall.sched.free import FreeGpus
 
 
 @dataclass
-class _ArrivalOrder:
+class _ArrivalOrder(PolicyBase):
     """Jobs in arrival order, each placed by :meth:`place`. With head-of-line blocking the first
     job that finds no room stops the round; without it later jobs may still start (backfill)."""
 
     name: str = ""
     needs_oracle: bool = False
     head_of_line_blocking: bool = True
-
-    def reset(self) -> None:
-        pass
 
     def place(self, free: FreeGpus, num_gpus: int) -> Placement | None:
         raise NotImplementedError

@@ -12,21 +12,26 @@ import random
 from dataclasses import dataclass
 
 from unstall.sched import placement as pl
-from unstall.sched.base import ClusterSnapshot, Decision, JobView, Migrate, Placement, Start
+from unstall.sched.base import (
+    ClusterSnapshot,
+    Decision,
+    JobView,
+    Migrate,
+    Placement,
+    PolicyBase,
+    Start,
+)
 from unstall.sched.free import FreeGpus
 
 
 @dataclass
-class Gandiva:
+class Gandiva(PolicyBase):
     """Consolidation first, migration of small jobs to defragment a node, re-consolidation of
     spread jobs when room appears (see the module docstring)."""
 
     name: str = "gandiva"
     needs_oracle: bool = False
     max_migrations_per_round: int = 4
-
-    def reset(self) -> None:
-        pass
 
     def decide(self, snapshot: ClusterSnapshot, rng: random.Random) -> Decision:
         free = FreeGpus(snapshot)

@@ -6,12 +6,12 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from unstall.sched.base import ClusterSnapshot, Decision, JobView, Preempt, Start
+from unstall.sched.base import ClusterSnapshot, Decision, JobView, PolicyBase, Preempt, Start
 from unstall.sched.free import FreeGpus
 
 
 @dataclass
-class Srtf:
+class Srtf(PolicyBase):
     """Preemptive shortest remaining time first; an oracle (``needs_oracle``): it reads each
     job's remaining work, so its figures are a bound."""
 
@@ -21,9 +21,6 @@ class Srtf:
     # margin two jobs of nearly equal remaining time would swap back and forth, each swap paying
     # the checkpoint/restore cost.
     preempt_ratio: float = 0.5
-
-    def reset(self) -> None:
-        pass
 
     def decide(self, snapshot: ClusterSnapshot, rng: random.Random) -> Decision:
         if not snapshot.queued:

@@ -13,7 +13,7 @@ import random
 from dataclasses import dataclass, field
 
 from unstall.config import check
-from unstall.sched.base import ClusterSnapshot, Decision, JobView, Preempt, Start
+from unstall.sched.base import ClusterSnapshot, Decision, JobView, PolicyBase, Preempt, Start
 from unstall.sched.free import FreeGpus
 
 # Models whose largest tensor holds most of the parameters; from the zoo's static facts
@@ -22,7 +22,7 @@ DEFAULT_SKEWED_MODELS = frozenset({"vgg11", "vgg13", "vgg16", "vgg19", "alexnet"
 
 
 @dataclass
-class Tiresias:
+class Tiresias(PolicyBase):
     """Discretised 2D least-attained-service with starvation promotion; skewed models start
     only on consolidated GPUs (see the module docstring)."""
 
@@ -41,9 +41,6 @@ class Tiresias:
             "must be ascending",
         )
         check(self.promote_factor > 0, self, "promote_factor", "must be > 0")
-
-    def reset(self) -> None:
-        pass
 
     def level(self, job: JobView, now: float) -> int:
         attained = job.attained_gpu_s(now)

@@ -21,7 +21,7 @@ import math
 import random
 import sys
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -33,6 +33,7 @@ from unstall.sched.base import (
     JobView,
     Placement,
     Policy,
+    policy_capabilities,
 )
 from unstall.sim.congestion import CongestionSchedule
 from unstall.sim.decision_checks import PolicyError, check_decision_shape, check_placement
@@ -41,7 +42,7 @@ from unstall.sim.failures import PolicyCrashError, describe_failure
 from unstall.sim.network import NetworkState
 from unstall.sim.network_jobs import NetworkJobs
 from unstall.sim.round_views import RoundView, SpreadViews
-from unstall.sim.speed import RateTiming, SpeedModel
+from unstall.sim.speed import RateTiming, SpeedModel, speed_capabilities
 from unstall.sim.state import ClusterState, JobState, SimInvariantError, SimJob
 from unstall.sim.timeline import Timeline
 
@@ -106,6 +107,23 @@ class SimInterrupted(KeyboardInterrupt):
 
 
 @dataclass(slots=True)
+class _KnownInAdvance:
+    """Arrivals and congestion changes are known up front: they stay in two sorted lists, read
+    in order, instead of the heap, which then holds only finish events, timers and ticks."""
+
+    order: list[int]  # job indices by submit time
+    submit_s: list[float]  # their submit times
+    changes_s: Sequence[float]  # congestion change times, ascending
+    next_arrival: int = 0
+    next_change: int = 0
+
+    @classmethod
+    def of(cls, jobs: list[SimJob], changes_s: Sequence[float]) -> _KnownInAdvance:
+        order = sorted(range(len(jobs)), key=lambda i: jobs[i].submit_s)
+        return cls(order=order, submit_s=[jobs[i].submit_s for i in order], changes_s=changes_s)
+
+
+@dataclass(slots=True)
 class EngineOutcome:
     """What a finished loop hands to the metrics: the jobs as they ended, the timeline, counts."""
 
@@ -150,12 +168,12 @@ class Engine:
         self.timers: list[str] = []
         self.timeline = Timeline()
         self.rng = random.Random(settings.seed)
-        self.oracle = bool(getattr(policy, "needs_oracle", False))
-        # Only a speed model of several GPU types measures overhead per placement.
-        hetero = getattr(speed, "heterogeneous", False)
-        self._base_iter_s: Callable[[str, int, Placement], float] | None = (
-            getattr(speed, "base_iter_s", None) if hetero else None
-        )
+        self.oracle = policy_capabilities(policy).needs_oracle
+        # Only a speed model of several GPU types measures overhead per placement; a speed model
+        # may time placements on shared links as a function of the rate alone (the fast path).
+        capabilities = speed_capabilities(speed)
+        self._base_iter_s = capabilities.base_iter_s
+        self._timing_by_rate = capabilities.rate_timing
         self._telemetry_last: dict[str, float] = {}
         self._finished_since_round: list[JobView] = []
         self.spread_running: set[int] = set()  # running jobs placed over several nodes
@@ -169,6 +187,8 @@ class Engine:
         self._rounds_at_instant = 0
         self.preemptions = 0
         self.migrations = 0
+        self._events = 0  # see the module docstring
+        self._tick_pending = False  # a tick is in the queue
         self._deciding_since: float | None = None  # monotonic start of a running decide()
 
     # --- the loop --------------------------------------------------------------------------------
@@ -200,98 +220,133 @@ class Engine:
         )
 
     def _loop(self, on_finish: Callable[[int], None] | None) -> EngineOutcome:
-        q = self.queue
-        # Arrivals and congestion changes are known up front: they stay in two sorted lists
-        # instead of the heap, which then holds only finish events, timers and ticks.
-        arrivals = sorted(range(len(self.jobs)), key=lambda i: self.jobs[i].submit_s)
-        submit = [self.jobs[i].submit_s for i in arrivals]
-        changes = self.congestion.times_s
-        next_arrival = next_change = 0
-        try:
-            self.policy.reset()
-        except UnstallError:
-            raise
-        except Exception as exc:
-            raise self._policy_failed(exc) from exc
-        events = 0
-        tick_pending = False
-        inf = math.inf
-        network_jobs = self.network_jobs
+        known = _KnownInAdvance.of(self.jobs, self.congestion.times_s)
+        self._reset_policy()
         while True:
-            now = q.peek_time() if q else inf
-            network_finish = network_jobs.next_finish_s()
-            if network_finish < now:
-                now = network_finish
-            if next_arrival < len(submit) and submit[next_arrival] < now:
-                now = submit[next_arrival]
-            if next_change < len(changes) and changes[next_change] < now:
-                now = changes[next_change]
-            if now == inf:
+            now, network_finish = self._next_instant(known)
+            if now == math.inf:
                 break
-            fired: list[str] = []
-            wake = changed = False
-            while next_change < len(changes) and changes[next_change] == now:
-                self.net.set_congestion(self.congestion.fractions[next_change])
-                next_change += 1
-                events += 1
-                changed = True
-            while next_arrival < len(submit) and submit[next_arrival] == now:
-                self._arrive(self.jobs[arrivals[next_arrival]])
-                next_arrival += 1
-                events += 1
-                wake = True
-            if network_finish == now:
-                for idx in network_jobs.finishing_at(now):
-                    events += 1
-                    self._finish(self.jobs[idx], now)
-                    wake = True
-                    if on_finish is not None:
-                        on_finish(1)
-            while q and q.peek_time() == now:
-                _, kind, _, idx, payload = q.pop()
-                if kind == EventKind.FINISH:
-                    self._finish_queued -= 1
-                    job = self.jobs[idx]
-                    if job.version == payload and job.state == JobState.RUNNING:
-                        events += 1
-                        self._finish(job, now)
-                        wake = True
-                        if on_finish is not None:
-                            on_finish(1)
-                    continue
-                events += 1
-                if kind == EventKind.TIMER:
-                    fired.append(self.timers[payload])
-                    wake = True
-                else:  # TICK
-                    tick_pending = False
-                    wake = True
+            changed = self._congestion_changes(now, known)
+            fired, wake = self._events_at(now, network_finish, known, on_finish)
             if not (wake or changed):
                 continue  # only superseded finish events: nothing changed at this instant
             # Shares are re-computed once per instant, after the round: the policy does not see
             # rates, and flows that leave and join at the same instant then cost one sharing step.
             if wake:
                 self._round(now, tuple(fired))
-            self._reshare(now)
-            self._sample(now)
-            # Every running job off shared links has exactly one live finish event once the
-            # instant is done.
-            live = len(self.running) - len(network_jobs)
-            superseded = self._finish_queued - live
-            if superseded > COMPACT_FROM and 2 * superseded > len(q):
-                q.compact(self._is_live)
-                self._finish_queued = live
-            if self.settings.tick_s and self.queued and not tick_pending:
-                q.push(now + self.settings.tick_s, EventKind.TICK)
-                tick_pending = True
+            self._close_instant(now)
         return EngineOutcome(
             jobs=self.jobs,
             timeline=self.timeline,
-            events=events,
+            events=self._events,
             rounds=self.rounds,
             preemptions=self.preemptions,
             migrations=self.migrations,
         )
+
+    def _reset_policy(self) -> None:
+        try:
+            self.policy.reset()
+        except UnstallError:
+            raise
+        except Exception as exc:
+            raise self._policy_failed(exc) from exc
+
+    def _next_instant(self, known: _KnownInAdvance) -> tuple[float, float]:
+        """When the next event happens (``inf``: none is left), and when the first job on
+        shared links finishes (those finishes are not in the queue)."""
+        q = self.queue
+        now = q.peek_time() if q else math.inf
+        network_finish = self.network_jobs.next_finish_s()
+        if network_finish < now:
+            now = network_finish
+        submit, arrival = known.submit_s, known.next_arrival
+        if arrival < len(submit) and submit[arrival] < now:
+            now = submit[arrival]
+        changes, change = known.changes_s, known.next_change
+        if change < len(changes) and changes[change] < now:
+            now = changes[change]
+        return now, network_finish
+
+    def _congestion_changes(self, now: float, known: _KnownInAdvance) -> bool:
+        """Set the congestion that changes at ``now``; whether it did."""
+        changed = False
+        changes = known.changes_s
+        while known.next_change < len(changes) and changes[known.next_change] == now:
+            self.net.set_congestion(self.congestion.fractions[known.next_change])
+            known.next_change += 1
+            self._events += 1
+            changed = True
+        return changed
+
+    def _events_at(
+        self,
+        now: float,
+        network_finish: float,
+        known: _KnownInAdvance,
+        on_finish: Callable[[int], None] | None,
+    ) -> tuple[list[str], bool]:
+        """Handle the arrivals, finishes, timers and ticks of ``now``: the keys of the timers
+        that fired, and whether anything calls for a scheduling round."""
+        wake = self._arrivals(now, known)
+        if network_finish == now:
+            for idx in self.network_jobs.finishing_at(now):
+                self._count_finish(self.jobs[idx], now, on_finish)
+                wake = True
+        fired: list[str] = []
+        q = self.queue
+        while q and q.peek_time() == now:
+            _, kind, _, idx, payload = q.pop()
+            if kind == EventKind.FINISH:
+                self._finish_queued -= 1
+                job = self.jobs[idx]
+                if job.version == payload and job.state == JobState.RUNNING:
+                    self._count_finish(job, now, on_finish)
+                    wake = True
+                continue
+            self._events += 1
+            if kind == EventKind.TIMER:
+                fired.append(self.timers[payload])
+            else:  # TICK
+                self._tick_pending = False
+            wake = True
+        return fired, wake
+
+    def _arrivals(self, now: float, known: _KnownInAdvance) -> bool:
+        """Queue the jobs submitted at ``now``; whether any was."""
+        arrived = False
+        submit, order = known.submit_s, known.order
+        while known.next_arrival < len(submit) and submit[known.next_arrival] == now:
+            self._arrive(self.jobs[order[known.next_arrival]])
+            known.next_arrival += 1
+            self._events += 1
+            arrived = True
+        return arrived
+
+    def _count_finish(
+        self, job: SimJob, now: float, on_finish: Callable[[int], None] | None
+    ) -> None:
+        self._events += 1
+        self._finish(job, now)
+        if on_finish is not None:
+            on_finish(1)
+
+    def _close_instant(self, now: float) -> None:
+        """After the round of ``now``: re-share the links, record the instant, drop superseded
+        finish events when they crowd the queue, and ask for the next tick while jobs wait."""
+        self._reshare(now)
+        self._sample(now)
+        # Every running job off shared links has exactly one live finish event once the
+        # instant is done.
+        q = self.queue
+        live = len(self.running) - len(self.network_jobs)
+        superseded = self._finish_queued - live
+        if superseded > COMPACT_FROM and 2 * superseded > len(q):
+            q.compact(self._is_live)
+            self._finish_queued = live
+        if self.settings.tick_s and self.queued and not self._tick_pending:
+            q.push(now + self.settings.tick_s, EventKind.TICK)
+            self._tick_pending = True
 
     def _is_live(self, event: tuple[float, int, int, int, int]) -> bool:
         """False for a finish event that re-planning or a stop has superseded."""
@@ -505,10 +560,9 @@ class Engine:
     def _rate_timing(
         self, model: str, num_gpus: int, placement: Placement
     ) -> RateTiming | Callable[[float], float]:
-        fast = getattr(self.speed, "rate_timing", None)
+        fast = self._timing_by_rate
         if fast is not None:
-            found: RateTiming = fast(model, num_gpus, placement)
-            return found
+            return fast(model, num_gpus, placement)
         speed = self.speed
         return lambda rate: speed.iter_s(model, num_gpus, placement, rate)
 

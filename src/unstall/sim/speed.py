@@ -7,7 +7,7 @@ and the real one (:class:`~unstall.sim.perf_speed.PerfSpeedModel`) wraps ``workl
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Mapping
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -63,6 +63,22 @@ class RateTiming:
 
 
 class SpeedModel(Protocol):
+    """How fast a job runs on a placement (see the module docstring).
+
+    Optional members, which the engine reads through :func:`speed_capabilities` (a model
+    without them gets the defaults):
+
+    - ``heterogeneous: bool``, default False: whether a job's compute time depends on the GPU
+      types of its placement. When True the engine asks ``base_iter_s`` at every start.
+    - ``base_iter_s(model, num_gpus, placement) -> float``, asked only when ``heterogeneous``:
+      the consolidated iteration time on the slowest GPU type of ``placement``, which the job's
+      communication overhead is measured against. Default (and on one GPU type): the
+      consolidated iteration time the job was built with (``consolidated_iter_s``).
+    - ``rate_timing(model, num_gpus, placement) -> RateTiming``: ``iter_s`` of a placement on
+      shared links as a function of the rate alone, which the engine evaluates for many jobs at
+      once over arrays. Default: none, and the engine calls ``iter_s`` job by job.
+    """
+
     def consolidated_iter_s(self, model: str, num_gpus: int) -> float:
         """Iteration time on the most consolidated placement, links idle."""
         ...
@@ -83,3 +99,23 @@ class SpeedModel(Protocol):
         """Iteration time on ``placement`` when the sharing step gave the job ``rate`` (None: the
         placement crosses no shared link)."""
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class SpeedCapabilities:
+    """A speed model's optional members as the engine uses them (see :class:`SpeedModel`):
+    ``base_iter_s`` is None unless the model is ``heterogeneous``, ``rate_timing`` None when the
+    model has none."""
+
+    base_iter_s: Callable[[str, int, Placement], float] | None
+    rate_timing: Callable[[str, int, Placement], RateTiming] | None
+
+
+def speed_capabilities(speed: object) -> SpeedCapabilities:
+    """``speed``'s optional members, with the defaults of :class:`SpeedModel` for those it
+    lacks (a hand-made model may implement only the protocol's five methods)."""
+    heterogeneous = bool(getattr(speed, "heterogeneous", False))
+    return SpeedCapabilities(
+        base_iter_s=getattr(speed, "base_iter_s", None) if heterogeneous else None,
+        rate_timing=getattr(speed, "rate_timing", None),
+    )

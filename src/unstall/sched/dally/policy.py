@@ -9,7 +9,7 @@ import bisect
 import functools
 import heapq
 import random
-from collections.abc import Collection, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from unstall.sched.base import (
@@ -18,6 +18,7 @@ from unstall.sched.base import (
     JobView,
     Migrate,
     Placement,
+    PolicyBase,
     Preempt,
     SetTimer,
     Start,
@@ -25,21 +26,12 @@ from unstall.sched.base import (
 from unstall.sched.dally.autotune import DelayTuner
 from unstall.sched.dally.config import DallyConfig
 from unstall.sched.dally.delay import accept_after_s
-from unstall.sched.dally.preemption import (
-    Tenants,
-    cheapest_node_room,
-    reconsolidation,
-    single_node_tenants,
-)
+from unstall.sched.dally.preemption import RoomPlan, cheapest_node_room, reconsolidation
+from unstall.sched.dally.queue_index import Group, QueueIndex, group_of
 from unstall.sched.dally.sensitivity import is_consolidated, is_sensitive, placement_slowdown
+from unstall.sched.dally.victim_figures import VictimFigures
 from unstall.sched.free import FreeGpus
 from unstall.sched.placement import Locality
-
-
-def _group_of(job: JobView) -> tuple[int, float]:
-    """A waiting job's group in the gittins order: its size and the service it has had (fixed
-    while it waits)."""
-    return (job.num_gpus, job.attained_gpu_s_at_change)
 
 
 @dataclass
@@ -51,15 +43,6 @@ class _Held:
 
 
 @dataclass
-class _PriorityVictims:
-    """Running jobs for priority preemption in one round: (expected remaining seconds, GPUs)
-    ascending, and (expected GPU-time, index, job) from the longest-holding down."""
-
-    by_remaining: list[tuple[float, int]]
-    by_gpu_s: list[tuple[float, int, JobView]]
-
-
-@dataclass
 class _Round:
     starts: list[Start] = field(default_factory=list)
     preempts: list[Preempt] = field(default_factory=list)
@@ -68,10 +51,10 @@ class _Round:
     taken: set[str] = field(default_factory=set)  # running jobs preempted or moved this round
     attempts: int = 0  # jobs for which a node was sought by preemption this round
     # Groups (size, service) for which priority preemption failed this round.
-    priority_failed: set[tuple[int, float]] = field(default_factory=set)
+    priority_failed: set[Group] = field(default_factory=set)
 
 
-class Dally:
+class Dally(PolicyBase):
     """Network-sensitive scheduling (delay timers per locality level, network-sensitive
     preemption and re-consolidation, an auto-tuner for the timers); knobs in :class:`DallyConfig`,
     ``name`` labels the results (ablation variants keep their own)."""
@@ -111,27 +94,13 @@ class Dally:
         self._tenancy: tuple[tuple[int, ...], int, float] = ((), -1, -1.0)
         self._waiting_version = -1
         self._acted = False
-        # The queue as this policy knows it (kept in step with the snapshot's, see
-        # ``_sync_queue``), and its jobs by group of one size and service (gittins), each in
-        # arrival order; a group's list keeps jobs that have started until it is compacted.
-        self._queue: dict[str, JobView] = {}
-        self._groups: dict[tuple[int, float], list[JobView]] = {}
-        self._started_in_group: dict[tuple[int, float], int] = {}
-        self._head_of_group: dict[tuple[int, float], int] = {}  # index of its oldest waiting job
+        # The queue as this policy knows it, kept in step with the snapshot's.
+        self._queue = QueueIndex()
         self._sensitive_at: dict[str, tuple[float, bool]] = {}  # by job: (congestion, answer)
         # Preemption retries: the earliest time each job tries again, and a heap of them.
         self._retry_at: dict[str, float] = {}
         self._retry_due: list[tuple[float, str]] = []
-        # Single-node running jobs by node, built at the first preemption attempt under a
-        # tenancy (kept while it lasts), and the victims' figures: slowdowns under that
-        # tenancy; expected GPU-time by job, and the running jobs as priority preemption sorts
-        # them, for the round (``_victims_round``: time and tenancy, see ``_new_victims_round``).
-        self._tenants: Tenants | None = None
-        self._tenants_version = -1
-        self._victim_sensitivity: dict[str, float] = {}
-        self._victim_gpu_s: dict[str, float] = {}
-        self._priority_victims_kept: _PriorityVictims | None = None
-        self._victims_round = (-1.0, -1)
+        self._victims = VictimFigures(self.tuner)  # running jobs as preemption candidates
         self.gave_up = 0  # sensitive jobs started below their best level so far
 
     # --- helpers -------------------------------------------------------------------------------
@@ -208,7 +177,7 @@ class Dally:
         free = FreeGpus(snapshot)
         plan = _Round()
         now = snapshot.now
-        fresh = self._sync_queue(snapshot.queued)
+        fresh = self._queue.sync(snapshot.queued)
         due = self._due_retries(now)
         if self._waiting_version != self._version:
             # The tenancy changed: any waiting job may start now, so the whole queue is gone
@@ -218,7 +187,7 @@ class Dally:
         else:
             todo = {j.job_id: j for j in fresh}
             for key in snapshot.fired_timers:
-                view = self._queue.get(key.removeprefix("dally:"))
+                view = self._queue.by_id.get(key.removeprefix("dally:"))
                 if view is not None:
                     todo.setdefault(view.job_id, view)
             for view in due:
@@ -247,9 +216,9 @@ class Dally:
         :meth:`_groups_in_order`)."""
         if self.config.order != "gittins":
             return sorted(jobs, key=lambda j: self._priority(j, now))
-        groups: dict[tuple[int, float], list[JobView]] = {}
+        groups: dict[Group, list[JobView]] = {}
         for j in sorted(jobs, key=lambda j: (j.submit_s, j.index)):
-            groups.setdefault(_group_of(j), []).append(j)
+            groups.setdefault(group_of(j), []).append(j)
         return [j for members, _ in self._groups_in_order(groups, now) for j in members]
 
     def _pass_all(self, snapshot: ClusterSnapshot, free: FreeGpus, plan: _Round) -> None:
@@ -257,7 +226,7 @@ class Dally:
         size whose next job cannot start is passed over whole (nothing its jobs could try frees
         GPUs), so the work follows the jobs that may start, not the length of the queue."""
         c = self.config
-        queue = self._queue
+        queue = self._queue.by_id
         node_size = free.layout.gpus_per_node
         for members, one_size in self._queue_in_order(snapshot.now):
             for job in members:
@@ -302,85 +271,16 @@ class Dally:
             self._sensitive_at[job.job_id] = known
         return known[1]
 
-    def _sync_queue(self, queued: Collection[JobView]) -> list[JobView]:
-        """Bring the kept queue in step with ``queued`` and return the jobs that joined it since
-        the last round, in arrival order. The snapshot's queue is in arrival order, so those are
-        found from its newest end; anything else (jobs gone or changed that this policy did not
-        start) makes it start over from the snapshot."""
-        known = self._queue
-        fresh: list[JobView] = []
-        newest_first: Iterator[JobView] | None
-        try:
-            newest_first = reversed(queued)  # type: ignore[call-overload]
-        except TypeError:
-            newest_first = None
-        if newest_first is not None:
-            for view in newest_first:
-                if known.get(view.job_id) is view:
-                    break
-                fresh.append(view)
-            fresh.reverse()
-            if len(known) + len(fresh) == len(queued) and not any(v.job_id in known for v in fresh):
-                for view in fresh:
-                    self._join(view)
-                return fresh
-        fresh = [v for v in queued if known.get(v.job_id) is not v]
-        self._queue, self._groups, self._started_in_group = {}, {}, {}
-        self._head_of_group = {}
-        for view in queued:
-            self._join(view)
-        return fresh
-
-    def _join(self, job: JobView) -> None:
-        self._queue[job.job_id] = job
-        key = _group_of(job)
-        members = self._groups.setdefault(key, [])
-        if members and (members[-1].submit_s, members[-1].index) > (job.submit_s, job.index):
-            bisect.insort(members, job, key=lambda j: (j.submit_s, j.index))
-            self._head_of_group.pop(key, None)  # it may now come first
-        else:
-            members.append(job)
-
-    def _leave(self, job: JobView) -> None:
-        """``job`` starts: out of the kept queue; its group's list is compacted once more than
-        half of it has started."""
-        if self._queue.pop(job.job_id, None) is None:
-            return
-        key = _group_of(job)
-        started = self._started_in_group.get(key, 0) + 1
-        members = self._groups.get(key, [])
-        if 2 * started > len(members):
-            # A new list: a pass may be going through the old one.
-            alive = [m for m in members if self._queue.get(m.job_id) is m]
-            if alive:
-                self._groups[key] = alive
-            else:
-                self._groups.pop(key, None)
-            self._started_in_group.pop(key, None)
-            self._head_of_group.pop(key, None)
-        else:
-            self._started_in_group[key] = started
-
     def _queue_in_order(self, now: float) -> list[tuple[list[JobView], bool]]:
         """The kept queue in :meth:`_priority` order as lists of jobs, each with whether its
         jobs are all of one size."""
         if self.config.order != "gittins":
-            jobs = sorted(self._queue.values(), key=lambda j: self._priority(j, now))
+            jobs = sorted(self._queue.by_id.values(), key=lambda j: self._priority(j, now))
             return [(jobs, False)]
-        return self._groups_in_order(self._groups, now, kept=True)
-
-    def _oldest_waiting(self, key: tuple[int, float], members: list[JobView]) -> JobView:
-        """The first job of a kept group's list that still waits (the list keeps started jobs
-        until it is compacted; an index a group, moved on as they start, keeps this cheap)."""
-        queue = self._queue
-        i = self._head_of_group.get(key, 0)
-        while queue.get(members[i].job_id) is not members[i]:
-            i += 1
-        self._head_of_group[key] = i
-        return members[i]
+        return self._groups_in_order(self._queue.groups, now, kept=True)
 
     def _groups_in_order(
-        self, groups: dict[tuple[int, float], list[JobView]], now: float, *, kept: bool = False
+        self, groups: dict[Group, list[JobView]], now: float, *, kept: bool = False
     ) -> list[tuple[list[JobView], bool]]:
         """Groups of waiting jobs (one size and service each, members in arrival order) in the
         gittins order, each with whether its jobs are all of one size. A group's jobs share
@@ -389,7 +289,7 @@ class Dally:
         ranks by its expected GPU-time over ``1 + age_weight x wait / expected run time`` of its
         oldest waiting job (``kept``: ``groups`` is the kept queue's, whose lists hold started
         jobs too)."""
-        by_rank: dict[float, list[tuple[int, float]]] = {}
+        by_rank: dict[float, list[Group]] = {}
         memo = self._expected_memo  # keyed like the groups: one look-up a group, mostly
         age_weight = self.config.age_weight
         for key, members in groups.items():
@@ -399,7 +299,7 @@ class Dally:
                 expected = self._expected_remaining(members[0], now)
             rank = key[0] * expected  # _expected_gpu_s
             if age_weight and expected > 0:
-                oldest = self._oldest_waiting(key, members) if kept else members[0]
+                oldest = self._queue.oldest_waiting(key, members) if kept else members[0]
                 rank /= 1.0 + age_weight * oldest.waiting_s(now) / expected
             by_rank.setdefault(rank, []).append(key)
         ordered: list[tuple[list[JobView], bool]] = []
@@ -419,7 +319,7 @@ class Dally:
         heap = self._retry_due
         while heap and heap[0][0] <= now:
             at, job_id = heapq.heappop(heap)
-            view = self._queue.get(job_id)
+            view = self._queue.by_id.get(job_id)
             if self._retry_at.get(job_id) == at and view is not None:
                 due.append(view)
         return due
@@ -438,7 +338,7 @@ class Dally:
         if (
             fallback is None
             and self._may_try_priority(job, free, now)
-            and _group_of(job) not in plan.priority_failed
+            and group_of(job) not in plan.priority_failed
         ):
             placement = self._preempt_for_priority(job, snapshot, free, plan)
             if placement is not None:
@@ -502,7 +402,7 @@ class Dally:
         self.tuner.observe_wait(job.waiting_s(now), requeued=job.preemptions > 0)
         held = self._held.pop(job.job_id, None)
         self._timers_set.pop(job.job_id, None)
-        self._leave(job)
+        self._queue.leave(job)
         self._sensitive_at.pop(job.job_id, None)
         self._retry_at.pop(job.job_id, None)
         if held is None and slowdown < self.config.insensitive_below:
@@ -541,38 +441,6 @@ class Dally:
             and job.num_gpus > free.layout.gpus_per_node
             and now >= self._retry_at.get(job.job_id, now)
         )
-
-    def _priority_victims(self, snapshot: ClusterSnapshot) -> _PriorityVictims:
-        """The running jobs as priority preemption sees them this round (built at its first
-        attempt of the round, kept for the round)."""
-        now = snapshot.now
-        self._new_victims_round(now)
-        kept = self._priority_victims_kept
-        if kept is not None:
-            return kept
-        tuner, gpu_s = self.tuner, self._victim_gpu_s
-        by_remaining: list[tuple[float, int]] = []
-        by_gpu_s: list[tuple[float, int, JobView]] = []
-        for v in snapshot.running:
-            g = v.num_gpus
-            remaining = tuner.expected_remaining_s(v.attained_gpu_s(now) / g, g)
-            by_remaining.append((remaining, g))
-            # The same figure the preemption for locality asks for (see ``_preempt_for``).
-            expected = gpu_s[v.job_id] = g * remaining
-            by_gpu_s.append((expected, v.index, v))
-        by_remaining.sort()
-        by_gpu_s.sort(key=lambda t: (-t[0], t[1]))  # the lowest in the order first
-        kept = self._priority_victims_kept = _PriorityVictims(by_remaining, by_gpu_s)
-        return kept
-
-    def _new_victims_round(self, now: float) -> None:
-        """Forget the running jobs' figures kept for the last round when this is a new one
-        (another time or tenancy): running jobs' service grows, and the tuner learns at
-        finishes."""
-        if self._victims_round != (now, self._version):
-            self._victims_round = (now, self._version)
-            self._victim_gpu_s.clear()
-            self._priority_victims_kept = None
 
     def _preemptions_spent(self, plan: _Round) -> bool:
         """Whether this round's preemption budget is spent (moves made, or jobs that sought
@@ -613,15 +481,47 @@ class Dally:
             # is asked again.
             return None
         plan.attempts += 1
-        victims = self._priority_victims(snapshot)
+        victims = self._victims.for_priority(snapshot.running, now, self._version)
         need = job.num_gpus
         expected_s = self._expected_remaining(job, now)
-        threshold = c.priority_ratio * need * expected_s  # _outranks' test, priority's ratio
+        chosen, cost = self._priority_victims_of(job, victims.by_gpu_s, expected_s, free, plan)
+        wait = _expected_wait(victims.by_remaining, free.total, need)
+        freed = sum(v.num_gpus for v in chosen)
+        placement = None
+        if free.total + freed >= need and need * wait > c.gain_margin * cost:
+            placement = self._placement_after(job, chosen, snapshot, free)
+        if placement is None:
+            # The jobs of its group (its size and service) would get the same answer this round.
+            plan.priority_failed.add(group_of(job))
+            self._retry_after_failure(job, now)
+            return None
+        moved = self._moved
+        for victim in chosen:
+            plan.taken.add(victim.job_id)
+            moved[victim.job_id] = moved.get(victim.job_id, 0) + 1
+            plan.preempts.append(Preempt(victim.job_id, f"priority for {job.job_id}"))
+        return placement
+
+    def _priority_victims_of(
+        self,
+        job: JobView,
+        by_gpu_s: list[tuple[float, int, JobView]],
+        expected_s: float,
+        free: FreeGpus,
+        plan: _Round,
+    ) -> tuple[list[JobView], float]:
+        """The running jobs ``job`` (expected to run ``expected_s`` more) would preempt for
+        priority, the longest-holding first until its GPUs are free, among those expected to
+        hold theirs ``priority_ratio`` times longer (``_outranks``' test with that ratio), not
+        taken this round nor moved ``max_moves_per_job`` times; and what that costs them."""
+        c = self.config
+        need = job.num_gpus
+        threshold = c.priority_ratio * need * expected_s
         moved, taken, cap = self._moved, plan.taken, c.max_moves_per_job
         chosen: list[JobView] = []
         cost = 0.0
         got = free.total
-        for gpu_s, _, victim in victims.by_gpu_s:
+        for gpu_s, _, victim in by_gpu_s:
             if got >= need or gpu_s <= threshold:
                 break
             times_moved = moved.get(victim.job_id, 0)
@@ -630,51 +530,40 @@ class Dally:
             chosen.append(victim)
             got += victim.num_gpus
             cost += victim.num_gpus * (c.restore_s * (1 + times_moved) + expected_s)
-        wait = 0.0
-        have = free.total
-        for remaining, gpus in victims.by_remaining:
-            if have >= need:
-                break
-            have += gpus
-            wait = remaining
-        placement = None
-        if got >= need and need * wait > c.gain_margin * cost:
-            for victim in chosen:
-                free.give(victim.placement)
-            # Its best level (victims free whole placements, mostly consolidated), else a worse
-            # one only if that costs it nothing to speak of: a sensitive job is not started
-            # spread here, past its delay timer.
-            placement = free.consolidated(need)
-            if placement is None:
-                placement = self._fallback(job, free)
-                if placement is not None and (
-                    placement_slowdown(
-                        job,
-                        placement,
-                        free.layout,
-                        snapshot.congestion,
-                        snapshot.spread_jobs_by_node,
-                    )
-                    >= c.insensitive_below
-                ):
-                    placement = None
-            if placement is None:
-                for victim in chosen:
-                    free.take(victim.placement)
-        if placement is None:
-            # The jobs of its group (its size and service) would get the same answer this round.
-            plan.priority_failed.add(_group_of(job))
-            self._retry_after_failure(job, now)
-            return None
+        return chosen, cost
+
+    def _placement_after(
+        self, job: JobView, chosen: list[JobView], snapshot: ClusterSnapshot, free: FreeGpus
+    ) -> tuple[tuple[int, int], ...] | None:
+        """Where ``job`` starts once ``chosen`` are preempted: its best level (victims free whole
+        placements, mostly consolidated), else a worse one only if that costs it nothing to
+        speak of (a sensitive job is not started spread here, past its delay timer). None, and
+        the victims' GPUs taken again, when neither is free."""
         for victim in chosen:
-            taken.add(victim.job_id)
-            moved[victim.job_id] = moved.get(victim.job_id, 0) + 1
-            plan.preempts.append(Preempt(victim.job_id, f"priority for {job.job_id}"))
+            free.give(victim.placement)
+        placement = free.consolidated(job.num_gpus)
+        if placement is None:
+            placement = self._fallback(job, free)
+            if placement is not None and (
+                placement_slowdown(
+                    job, placement, free.layout, snapshot.congestion, snapshot.spread_jobs_by_node
+                )
+                >= self.config.insensitive_below
+            ):
+                placement = None
+        if placement is None:
+            for victim in chosen:
+                free.take(victim.placement)
         return placement
 
     def _preempt_for(
         self, job: JobView, snapshot: ClusterSnapshot, free: FreeGpus, plan: _Round
     ) -> tuple[tuple[int, int], ...] | None:
+        """Preemption for locality: a sensitive ``job`` that fits one node but finds none free
+        takes the node cheapest to clear (see :func:`cheapest_node_room`), when the slowdown it
+        avoids over its expected run time beats the victims' cost by ``gain_margin``. Returns
+        the job's placement, with the victims' moves added to ``plan``; a failed attempt is
+        retried later (see :meth:`_retry_after_failure`)."""
         c = self.config
         now = snapshot.now
         if not self._sensitive(job, snapshot.congestion):
@@ -684,47 +573,15 @@ class Dally:
             return None
         plan.attempts += 1
         sensitivity = job.sensitivity.at(False, snapshot.congestion)
-        if self._tenants is None or self._tenants_version != self._version:
-            self._tenants = single_node_tenants(snapshot.running)
-            self._tenants_version = self._version
-            self._victim_sensitivity.clear()
-        self._new_victims_round(now)
-        taken = plan.taken
-        slowdowns, gpu_s = self._victim_sensitivity, self._victim_gpu_s
-        gittins = c.order == "gittins"
-        threshold = c.preempt_ratio * self._expected_gpu_s(job, now) if gittins else 0.0
-
-        # The victims' figures are asked for by every attempt of the round: kept for the round.
-        moved = self._moved
-        cap = c.max_moves_per_job
-
-        def may_move(victim: JobView) -> bool:
-            if not c.move_victims or victim.job_id in taken or moved.get(victim.job_id, 0) >= cap:
-                return False
-            slowdown = slowdowns.get(victim.job_id)
-            if slowdown is None:
-                slowdown = victim.sensitivity.at(False, snapshot.congestion)
-                slowdowns[victim.job_id] = slowdown
-            return slowdown < sensitivity
-
-        def may_preempt(victim: JobView) -> bool:
-            if victim.job_id in taken or moved.get(victim.job_id, 0) >= cap:
-                return False
-            if not gittins:
-                return self._outranks(job, victim, now)
-            expected = gpu_s.get(victim.job_id)
-            if expected is None:
-                # _expected_gpu_s without its memo: a running job's service is new each round.
-                g = victim.num_gpus
-                expected = g * self.tuner.expected_remaining_s(victim.attained_gpu_s(now) / g, g)
-                gpu_s[victim.job_id] = expected
-            return expected > threshold  # _outranks, from the round's figures
-
+        tenants = self._victims.tenants(snapshot.running, self._version)
+        self._victims.start_round(now, self._version)
+        may_move, may_preempt = self._victim_rules(job, sensitivity, snapshot, plan)
         gain = job.num_gpus * (sensitivity - 1.0) * self._expected_remaining(job, now)
+        moved = self._moved
         room = cheapest_node_room(
             job,
             free,
-            self._tenants,
+            tenants,
             may_move,
             may_preempt,
             move_cost_s=c.restore_s,
@@ -733,11 +590,47 @@ class Dally:
             max_cost_gpu_s=gain / c.gain_margin,
             # A job moved before pays more for each move: churn is not free to its owner.
             history=lambda victim: 1.0 + moved.get(victim.job_id, 0),
-            tenant_gpus=self._tenants.gpus,
+            tenant_gpus=tenants.gpus,
         )
         if room is None or gain <= c.gain_margin * room.cost_gpu_s:
             self._retry_after_failure(job, now)
             return None
+        self._clear_room(job, room, free, plan)
+        return ((room.node, job.num_gpus),)
+
+    def _victim_rules(
+        self, job: JobView, sensitivity: float, snapshot: ClusterSnapshot, plan: _Round
+    ) -> tuple[Callable[[JobView], bool], Callable[[JobView], bool]]:
+        """Which running jobs may be moved to clear a node for ``job`` (spread slowdown
+        ``sensitivity``), and which preempted: neither one already moved this round or moved
+        ``max_moves_per_job`` times; moved, one less sensitive than it (``move_victims``);
+        preempted, one it outranks (see :meth:`_outranks`). The victims' figures are asked for
+        by every attempt of the round: kept for the round (:class:`VictimFigures`)."""
+        c = self.config
+        now, congestion = snapshot.now, snapshot.congestion
+        taken, moved, cap = plan.taken, self._moved, c.max_moves_per_job
+        figures = self._victims
+        gittins = c.order == "gittins"
+        threshold = c.preempt_ratio * self._expected_gpu_s(job, now) if gittins else 0.0
+
+        def may_move(victim: JobView) -> bool:
+            if not c.move_victims or victim.job_id in taken or moved.get(victim.job_id, 0) >= cap:
+                return False
+            return figures.slowdown(victim, congestion) < sensitivity
+
+        def may_preempt(victim: JobView) -> bool:
+            if victim.job_id in taken or moved.get(victim.job_id, 0) >= cap:
+                return False
+            if not gittins:
+                return self._outranks(job, victim, now)
+            return figures.expected_gpu_s(victim, now) > threshold  # _outranks, kept figures
+
+        return may_move, may_preempt
+
+    def _clear_room(self, job: JobView, room: RoomPlan, free: FreeGpus, plan: _Round) -> None:
+        """Carry out ``room``: its tenants moved to their destinations or preempted, each
+        counted against its ``max_moves_per_job``."""
+        moved = self._moved
         for victim, dest in room.moves:
             free.give(victim.placement)
             free.take(dest)
@@ -749,7 +642,6 @@ class Dally:
             plan.taken.add(victim.job_id)
             moved[victim.job_id] = moved.get(victim.job_id, 0) + 1
             plan.preempts.append(Preempt(victim.job_id, f"consolidated node for {job.job_id}"))
-        return ((room.node, job.num_gpus),)
 
     def _retry_later(self, job_id: str, at_s: float) -> None:
         self._retry_at[job_id] = at_s
@@ -793,3 +685,16 @@ class Dally:
                 plan.taken.add(job.job_id)
                 self._moved[job.job_id] = times_moved + 1
                 plan.migrations.append(Migrate(job.job_id, target, "re-consolidate"))
+
+
+def _expected_wait(by_remaining: list[tuple[float, int]], free_gpus: int, need: int) -> float:
+    """How long a job of ``need`` GPUs is expected to wait with ``free_gpus`` free, until enough
+    running jobs (``by_remaining``: expected remaining seconds and GPUs, ascending) finish."""
+    wait = 0.0
+    have = free_gpus
+    for remaining, gpus in by_remaining:
+        if have >= need:
+            break
+        have += gpus
+        wait = remaining
+    return wait
