@@ -1,7 +1,7 @@
 """Every `unstall` command shown in the README and in docs/*.md is one the command line accepts
 (the command exists, every option is one of its own, every value parses), and every link of
 these pages and of benchmarks/BENCHMARKS.md, anchors included, leads somewhere. Nothing heavy
-runs here: the commands are parsed, not executed (tests/test_examples.py and the tests of each
+runs here: the commands are parsed, not executed (tests/cli/test_examples.py and the tests of each
 part run them)."""
 
 from __future__ import annotations
