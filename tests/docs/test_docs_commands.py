@@ -6,6 +6,7 @@ part run them)."""
 
 from __future__ import annotations
 
+import functools
 import re
 import shlex
 from pathlib import Path
@@ -61,9 +62,14 @@ def test_the_pages_show_commands() -> None:
         assert page in shown, f"{page} shows no unstall command"
 
 
+@functools.cache
+def _root() -> Any:
+    return typer.main.get_command(app)  # the click tree, built once
+
+
 def _leaf(argv: list[str]) -> tuple[Any, list[str], list[str]]:
     """The click command that `unstall argv` reaches, the words naming it, the rest."""
-    command: Any = typer.main.get_command(app)
+    command: Any = _root()
     path: list[str] = []
     rest = list(argv)
     while hasattr(command, "commands") and rest and not rest[0].startswith("-"):
