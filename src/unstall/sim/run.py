@@ -19,7 +19,7 @@ import pandas as pd
 from unstall.config import check, check_non_negative, check_number
 from unstall.net.hardware import DEVICE_PRESETS
 from unstall.net.topology import TopologyConfig
-from unstall.sched.base import ClusterLayout, Placement, Policy
+from unstall.sched.base import ClusterLayout, Placement, Policy, policy_capabilities
 from unstall.sim.arguments import check_arguments
 from unstall.sim.congestion import NO_CONGESTION, Congestion
 from unstall.sim.engine import Engine, EngineSettings
@@ -143,7 +143,7 @@ def _check_mix_names(model_mix: Mapping[str, float] | None, profiled: Mapping[st
             OWNER,
             "model_mix",
             f"unknown model {name!r}; known: {sorted(known)}, or a measured one given as a "
-            "JobProfile (`sim run --job-profile`)",
+            "job profile (a JobProfile in job_profiles)",
         )
 
 
@@ -162,7 +162,8 @@ def _check_trace_models(trace: Trace, max_jobs: int | None, profiled: Mapping[st
     raise TraceError(
         trace.source,
         f"job {jobs['job_id'].iloc[first]!r} names an unknown model {model!r}{others}; known: "
-        f"{sorted(known)}, or a measured one given as a JobProfile (`sim run --job-profile`)",
+        f"{sorted(known)}, or a measured one given as a job profile (a JobProfile in "
+        "job_profiles)",
         field="model",
     )
 
@@ -267,7 +268,7 @@ def simulate_with_speed(
         speed=speed,
     )
     horizon = float(arrays.submit_s.max() + arrays.duration_s.max()) if len(arrays) else 0.0
-    tick = tick_s if tick_s is not None else getattr(policy, "tick_s", None)
+    tick = tick_s if tick_s is not None else policy_capabilities(policy).tick_s
     engine = Engine(
         layout=layout_of(cluster),
         speed=speed,
