@@ -44,10 +44,9 @@ from unstall.usercode import UserCodeError
 # Large enough that one machine exchanges everything in one piece: there every piece costs
 # another Ray call (an object-store object each way) and a piece of a large tensor a copy into
 # the worker's model, which cost more than hiding the step behind the next piece's transfer gains
-# (benchmarks/ps_overhead.py --variants: at 64 MB on one server, 8 MB pieces reach 36% of raw
-# Ray's throughput where one piece reaches 70%; pieces cut at the tensors gain nothing either,
-# as each adds a call's fixed overhead, milliseconds here). Across a real network, whose
-# transfers outlast the step, smaller pieces (``fit(piece_mb=...)``) overlap the two.
+# (measured: benchmarks/BENCHMARKS.md, "Push/pull overhead against raw Ray"). Across a real
+# network, whose transfers outlast the step, smaller pieces (``fit(piece_mb=...)``) overlap the
+# two.
 DEFAULT_PIECE_BYTES = 256_000_000
 # How long a failed run waits for its actors' answers (pings, aborts) before it reports: a
 # live actor answers in milliseconds, and a run that timed out has made its user wait already.

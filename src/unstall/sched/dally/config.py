@@ -28,11 +28,11 @@ class DallyConfig:
     # slowed (by ``insensitive_below``: no sensitive job is started spread past its delay timer).
     # The preemption above is for locality, for network-sensitive jobs that fit one node.
     # Without this one, jobs larger than a node could only wait while smaller ones took the GPUs
-    # as they freed: on traces like the embedded default one (most jobs short, a few holding
-    # GPUs for hours) Dally's average JCT was 4-15% above Tiresias's (which preempts for every
-    # new job) over 20 traces; with it, 8-15% below (benchmarks/dally_long.py --shape
-    # default). 2 rather than ``preempt_ratio``'s 8: with run times capped at hours a running
-    # job is rarely expected to need 8 times a new one's GPU-time.
+    # as they freed, which on traces like the embedded default one (most jobs short, a few
+    # holding GPUs for hours) put Dally's average JCT above Tiresias's (benchmarks/BENCHMARKS.md,
+    # "Dally on long overloaded traces, over seeds"). 2 rather than ``preempt_ratio``'s 8: with
+    # run times capped at hours a running job is rarely expected to need 8 times a new one's
+    # GPU-time.
     priority_preemption: bool = True
     priority_ratio: float = 2.0
     # Preemption cost counts the wait that preempted jobs were seen to pay before running again
@@ -44,44 +44,40 @@ class DallyConfig:
     # a large job that smaller ones kept passing comes first once it has waited a few dozen
     # times what a job of its size is expected to run. Without aging, the order by expected
     # GPU-time starts large jobs only when the queue drains, and on long overloaded traces the
-    # one that happens to run long sets the makespan: on 20,000-job traces at 90% load up to
-    # 6.1% above consolidate's without; with 30, 0.999 +- 0.010 of it over eight such traces
-    # (benchmarks/dally_long.py) at about the same average JCT (0 turns aging off).
+    # one that happens to run long sets the makespan (BENCHMARKS.md, "Dally on long overloaded
+    # traces, over seeds"). 0 turns aging off.
     age_weight: float = 30.0
     # The three mechanisms (ablations switch one: delay or preemption off, the auto-tuner on).
     delay: bool = True
     preemption: bool = True
     # The auto-tuner is off by default: it weighs the wait a held job paid against the slowdown
     # it avoided, job by job, and with long queues every wait looks dear (the GPUs a held job
-    # passed up were not idle, they went to the jobs behind it), so it talks the factor down:
-    # on a 100,000-job trace at 90% load from 1000 to 0.15, with 1,041 sensitive jobs then
-    # started spread.
+    # passed up were not idle, they went to the jobs behind it), so on long queues it talks the
+    # factor down until sensitive jobs start spread by the thousand (BENCHMARKS.md, "Dally
+    # against the baselines").
     autotune: bool = False
     # Delay timers: a job holds out for a better locality level for up to
     # ``wait_factor x (slowdown at the level it would accept - 1) x expected run time`` seconds
     # (the time the worse level would cost it, scaled); the auto-tuner, when on, moves the
     # factor. 10 rather than 1-2 because a job's own account understates what its spread start
     # costs the others: while jobs queue, the GPUs a held job passes up go to jobs behind it,
-    # while a spread job holds its GPUs longer. Measured (heavy traces, 4 seeds of 2,000 and
-    # 3,000 jobs, 20,000 and 100,000 jobs): never worse in average JCT, and less communication
-    # overhead, than 2 with the tuner.
+    # while a spread job holds its GPUs longer (measured: BENCHMARKS.md, "Dally against the
+    # baselines", why these defaults).
     wait_factor: float = 10.0
     # A cap on that wait (None: none). A cap makes a job take a placement that costs it more
-    # than waiting would: on a 100,000-job trace at 90% load a 7-day cap let sensitive jobs
-    # start spread by the thousand once queues grew, and their slowdown under congestion took
-    # more capacity than it freed (average JCT 233 h against 199 h without the cap).
+    # than waiting would: once queues grow, sensitive jobs start spread by the thousand, and
+    # their slowdown under congestion takes more capacity than it frees (measured: as above).
     max_wait_s: float | None = None
     # Whether a job that fits one rack may be started over several racks when no rack has room.
     # Off: a ring over racks crosses rack uplinks that every such job shares, a cost the
     # sensitivity figures (each measured alone on idle uplinks) do not see, so jobs that looked
-    # insensitive started over racks by the hundred and crowded the uplinks. Measured (2,000-
-    # and 20,000-job traces at 90% load): communication overhead 1.03-1.14 of consolidate's on
-    # the 20,000-job traces with it on, 0.99-1.02 with it off.
+    # insensitive started over racks by the hundred and crowded the uplinks (measured: as
+    # above).
     span_racks: bool = False
     # A job whose spread slowdown is below this is insensitive: it never waits.
     insensitive_below: float = 1.05
     # What the policy assumes a preemption or migration costs (seconds of lost progress); the
-    # simulator's --restore-s should match.
+    # simulator's ``restore_s`` (simulate's) should match.
     restore_s: float = 60.0
     # Act only when the predicted gain is this many times the predicted cost (hysteresis).
     gain_margin: float = 2.0
@@ -106,9 +102,8 @@ class DallyConfig:
     # Extra scheduling rounds this often while jobs wait (None: rounds only on events: arrivals,
     # finishes, congestion changes and this policy's own timers). Dally's decisions change only
     # with those, except a failed preemption attempt that time alone could turn (running jobs
-    # age), and such a retry waits for the next event: in a measured 20,000-job run, retries in
-    # rounds where nothing else had changed succeeded 18 times in 16,181 attempts, while a round
-    # every 5 minutes made two thirds of all rounds.
+    # age), and such a retry waits for the next event: such retries almost never succeed, while
+    # periodic rounds would make most of all rounds (measured: as above).
     tick_s: float | None = None
     # A job whose preemption attempt failed tries again after this share of the time it has
     # waited (at least ``retry_min_s``): running jobs age, so time alone can make a preemption

@@ -60,12 +60,11 @@ class Dally(PolicyBase):
     ``name`` labels the results (ablation variants keep their own)."""
 
     name = "dally"
-    needs_oracle = False
 
     def __init__(self, config: DallyConfig | None = None, name: str = "dally") -> None:
         self.config = config or DallyConfig()
         self.name = name
-        self.tick_s = self.config.tick_s
+        self.tick_s = self.config.tick_s  # PolicyBase's, from the config
         self.reset()
 
     def reset(self) -> None:
@@ -431,8 +430,8 @@ class Dally(PolicyBase):
         attempt. Only jobs larger than a node: they need several nodes' GPUs free at once,
         which the smaller jobs behind them keep taking as they free, while a job that fits a
         node gets one as soon as any tenant of it finishes (or, if sensitive, by the
-        preemption for locality); on traces like the embedded one, letting every job preempt
-        for priority gained nothing more and cost time (Philly: 6,200 attempts, 1 preemption)."""
+        preemption for locality); letting every job preempt for priority gained nothing more
+        and cost time (benchmarks/BENCHMARKS.md, "Dally against the baselines")."""
         c = self.config
         return (
             c.priority_preemption

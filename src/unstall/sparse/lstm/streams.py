@@ -131,9 +131,9 @@ def in_two_streams(
         return result_a, future.result()
 
 
-# Smallest hidden size the pipelined layer is chosen at by default: at hidden 1024 (batch 64) a
-# step measured 1.12-1.26x faster than the serial layer's with two threads; at hidden 400 a PTB
-# batch 0.83x as fast, where a step's products are too small for two streams to pay.
+# Smallest hidden size the pipelined layer is chosen at by default: below it a step's products
+# are too small for two streams to pay (measured: benchmarks/BENCHMARKS.md, "Structured-dropout
+# LSTM: one training step").
 PIPELINE_MIN_HIDDEN = 1024
 
 
