@@ -14,8 +14,7 @@ import json
 import time
 from pathlib import Path
 
-from unstall.cli.resolvers.cost import resolve_catalog, resolve_job
-from unstall.cost import TrainingConfig, predict_all
+from unstall.cost import TrainingConfig, predict_all, resolve_catalog, resolve_job
 
 CONFIGURATIONS = [
     ("p3.16xlarge", 1),
@@ -28,13 +27,13 @@ CONFIGURATIONS = [
 
 
 def rows(models: list[str], samples: int, epochs: float) -> list[dict[str, object]]:
-    catalog = resolve_catalog(None)
+    catalog = resolve_catalog()
     training = TrainingConfig(samples=samples, epochs=epochs)
     instances = [catalog.get(name) for name in dict.fromkeys(n for n, _ in CONFIGURATIONS)]
     most = max(count for _, count in CONFIGURATIONS)
     out: list[dict[str, object]] = []
     for model in models:
-        job = resolve_job(profile=None, model=model, catalog=catalog)
+        job = resolve_job(model, catalog)
         # Every count up to the largest of each type; the configurations are picked from them.
         predicted = predict_all(job, instances, training, max_instances=most)
         by_configuration = {(p.instance, p.count): p for p in predicted}

@@ -23,9 +23,9 @@ from typing import Any
 
 import torch
 
-from unstall.cli.resolvers.profile import resolve_model, synthetic_data
 from unstall.net import preset_for_gpu
 from unstall.profile import measure_stalls
+from unstall.profile.names import resolve_model, synthetic_data
 
 DEFAULT_CASES = (
     "resnet18:224:32,resnet50:224:32,resnet50:224:64,resnet50:224:128,vgg16:224:32,"

@@ -38,17 +38,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from unstall.cli.resolvers.profile import (
-    DEFAULT_FIT_NETWORK,
-    DEFAULT_HELD_OUT,
-    DEFAULT_SWEEP,
-    resolve_data,
-    resolve_model,
-    resolve_network,
-    sweep_measure,
-)
+from unstall.net.link import Link
 from unstall.profile import (
     CV_GROUPS,
+    DEFAULT_HELD_OUT,
+    DEFAULT_SWEEP,
     STALL_FIELDS,
     ProfileConfig,
     StallReport,
@@ -58,31 +52,26 @@ from unstall.profile import (
     measure_points,
     measure_stalls,
     save_points,
+    sweep_measure,
     write_image_dataset,
 )
 
 # private on purpose: the phase timers' own cost is measured on the hook state and the phase
 # arithmetic themselves, which no public entry exposes.
 from unstall.profile.comm_hook import HookState
-from unstall.profile.runner import PHASES, phase_totals
+from unstall.profile.steps import PHASES, phase_totals
 
 MS = 1e3
 BATCH = 8
 COMMON: dict[str, Any] = dict(workers=2, warmup=2)
+FIT_LINK = Link(bandwidth_gbps=1.0, latency_us=1000.0)  # what `profile fit` sweeps over
 
 
 def _profile(model_text: str, data_text: str | None = None, **settings: Any) -> StallReport:
     """``model_text`` (a zoo name or variant) on ``data_text`` (default: its synthetic batches),
-    resolved as the command line resolves them, profiled with ``COMMON`` and ``settings``."""
-    model = resolve_model(model_text)
-    data = resolve_data(data_text, model, batch=BATCH)
-    return measure_stalls(
-        model.build,
-        data,
-        name=model.name,
-        model_options=model.options,
-        **{**COMMON, **settings},
-    )
+    by name, profiled with ``COMMON`` and ``settings``."""
+    config = ProfileConfig(**{**COMMON, **settings})
+    return measure_stalls(model_text, data_text, config, batch=BATCH)
 
 
 def _machine() -> str:
@@ -117,7 +106,7 @@ def breakdown(args: argparse.Namespace) -> dict[str, Any]:
             tmp,
             repeats=args.repeats,
             iterations=args.iterations,
-            network=resolve_network("1,0.5"),
+            network=Link(bandwidth_gbps=1.0, latency_us=500.0),
         )
     result = _row("1 Gbit/s, 0.5 ms", report)
     result["phases_ms"] = {
@@ -141,7 +130,7 @@ def link_check(args: argparse.Namespace) -> dict[str, Any]:
         rows = {}
         for gbps in (1.0, 0.25):
             report = _profile(
-                model, iterations=4, repeats=args.repeats, network=resolve_network(f"{gbps}")
+                model, iterations=4, repeats=args.repeats, network=Link(bandwidth_gbps=gbps)
             )
             rows[gbps] = _row(f"{gbps} Gbit/s", report)
         results[label] = {
@@ -206,7 +195,7 @@ def overhead(args: argparse.Namespace) -> dict[str, Any]:
 def _fit_base(args: argparse.Namespace) -> ProfileConfig:
     return ProfileConfig(
         workers=2,
-        network=resolve_network(DEFAULT_FIT_NETWORK),
+        network=FIT_LINK,
         iterations=4,
         warmup=2,
         repeats=args.repeats,
@@ -251,7 +240,7 @@ def fit(args: argparse.Namespace) -> dict[str, Any]:
             [points[v] for v in sweep_variants],
             stall=stall,
             held_out=held,
-            link=resolve_network(DEFAULT_FIT_NETWORK),
+            link=FIT_LINK,
             cv_groups=args.cv,
         )
         results[stall] = result.to_dict()

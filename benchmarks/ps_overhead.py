@@ -58,7 +58,6 @@ import ray
 import torch
 
 from unstall import ps
-from unstall.cli.resolvers.ps import PSRequest, resolve_case, resolve_strategy
 from unstall.net.link import Link
 
 # private on purpose: this benchmark times the server's own machinery (its wire format, its
@@ -233,16 +232,16 @@ def ps_push_pull(
 ) -> dict[str, float]:
     width = int(math.sqrt(mb * 1e6 / 4 / 2))  # two width x width layers
     options = {"in_features": width, "width": width, "depth": 3, "num_classes": 2}
-    request = PSRequest(model="mlp", model_options={k: str(v) for k, v in options.items()})
+    request = ps.PSRequest(model="mlp", model_options={k: str(v) for k, v in options.items()})
     scenario = unlimited(servers)
-    case = resolve_case(dataclasses.replace(request, batch_size=1), scenario)
+    case = ps.resolve_case(dataclasses.replace(request, batch_size=1), scenario)
     result = ps.fit(
         case.model,
         case.data,
         loss=case.loss,
         workers=workers,
         scenario=scenario,
-        strategy=resolve_strategy("oracle"),  # equal servers: an even split
+        strategy="oracle",  # equal servers: an even split
         iterations=iterations + 1,
         piece_mb=piece_mb,
         step_threads=step_threads,
@@ -463,7 +462,7 @@ def main() -> None:
     parser.add_argument("--servers", type=int, nargs="+", default=[1, 4])
     parser.add_argument("--iterations", type=int, default=10, help="per round")
     parser.add_argument("--rounds", type=int, default=5)
-    default = PSRequest()
+    default = ps.PSRequest()
     parser.add_argument(
         "--variants",
         nargs="+",

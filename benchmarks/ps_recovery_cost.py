@@ -31,27 +31,28 @@ from typing import Any
 import ray
 
 from unstall import ps
-from unstall.cli.resolvers.ps import PSRequest, resolve_run
 
 
 def iteration_seconds(
     width: int, recoveries: int, snapshot_every: int, iterations: int, pool: ps.ActorPool
 ) -> list[float]:
     """Seconds of each iteration (snapshot included) of one run of `ps train`'s default job."""
-    request = PSRequest(
+    request = ps.PSRequest(
         model_options={"width": str(width)},
         iterations=iterations,
         max_recoveries=recoveries,
         snapshot_every=snapshot_every,
     )
-    run = resolve_run(request)
+    run = ps.resolve_run(request)
     stamps = [time.perf_counter()]
     ps.fit(
         run.model,
         run.data,
+        run.config,
+        loss=run.loss,
+        resume=run.resume,
         pool=pool,
         progress=lambda n: stamps.append(time.perf_counter()),
-        **run.fit_options(),
     )
     return [b - a for a, b in itertools.pairwise(stamps[1:])]  # from iteration 1 on
 

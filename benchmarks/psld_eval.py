@@ -50,7 +50,6 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from unstall import ps
-from unstall.cli.resolvers.ps import PSRequest, resolve_case, resolve_scenario, resolve_strategy
 from unstall.net.link import Link
 
 # private on purpose: the cost model's per-server cost and PSLD's min-max split, for the bound
@@ -80,7 +79,7 @@ def case(model: str, scenario: ps.Scenario) -> ps.BenchCase:
     resolver, as `unstall ps train --model NAME -o KEY=VALUE` would."""
     name, options = MODELS[model]
     texts = {k: str(v) for k, v in options.items()}
-    return resolve_case(PSRequest(model=name, model_options=texts), scenario)
+    return ps.resolve_case(ps.PSRequest(model=name, model_options=texts), scenario)
 
 
 def run(
@@ -92,7 +91,7 @@ def run(
         c.data,
         loss=c.loss,
         scenario=scenario,
-        strategy=resolve_strategy(strategy),
+        strategy=strategy,
         iterations=iterations,
         spares=spares,
         pool=pool,
@@ -150,7 +149,7 @@ def calibrate(a: argparse.Namespace, pool: ps.ActorPool) -> dict[str, Any]:
     """Per model: the engine time (median iteration with unlimited links, after the first, over
     ``--repeats`` runs of ``--iterations``), the even split's time on the presets' links, and
     the link speed the rule gives (see the module docstring)."""
-    preset = resolve_scenario("none")
+    preset = ps.SCENARIOS["none"]()
     unlimited = ps.ServerSpec(link=Link.unlimited(), apply_mb_s=math.inf)
     free = dataclasses.replace(preset, base=unlimited, model=None, model_options={})
     out: dict[str, Any] = {"transfer_ratio": a.transfer_ratio, "models": {}}
@@ -191,7 +190,7 @@ def calibrate(a: argparse.Namespace, pool: ps.ActorPool) -> dict[str, Any]:
 def model_scenario(model: str, scenario: str, links: dict[str, float]) -> ps.Scenario:
     """The scenario to run ``model`` on: the preset, or with its links scaled to the model's."""
     link = links.get(model)
-    preset = resolve_scenario(scenario)
+    preset = ps.SCENARIOS[scenario]()
     if link is None or link == preset.base.link.mb_s:
         return preset
     return ps.scaled_links(preset, link / preset.base.link.mb_s)
@@ -230,9 +229,7 @@ def bounds(a: argparse.Namespace, engine: dict[str, float], links: dict[str, flo
         built = case(model, sc).model
         total = sum(p.numel() * p.element_size() for p in built().parameters() if p.requires_grad)
         pred = {
-            s: ps.predict_iter_s(
-                built, strategy=resolve_strategy(s), scenario=sc, iterations=a.iterations
-            )
+            s: ps.predict_iter_s(built, strategy=s, scenario=sc, iterations=a.iterations)
             for s in ("mxnet", "oracle")
         }
         e, best = engine[model], adaptive_best_s(sc, 2, a.iterations, total)

@@ -26,7 +26,6 @@ from pathlib import Path
 from typing import Any
 
 from unstall import ps
-from unstall.cli.resolvers.ps import PSRequest, resolve_bench
 from unstall.ps.scenarios import SCENARIOS
 
 VARIANTS = {
@@ -49,8 +48,8 @@ def run(seeds: Sequence[int], iterations: int) -> list[dict[str, Any]]:
     """One row per (seed, scenario, strategy): throughput and the run's psld figures."""
     rows: list[dict[str, Any]] = []
     for k, seed in enumerate(seeds):
-        request = PSRequest(iterations=iterations, seed=seed)
-        cases, _ = resolve_bench(request, ["mxnet"], list(SCENARIOS))
+        request = ps.PSRequest(iterations=iterations, seed=seed)
+        cases, _ = ps.resolve_bench(request, ["mxnet"], list(SCENARIOS))
         result = ps.compare_strategies(
             cases, strategies(reverse=k >= len(seeds) / 2), iterations=iterations, seed=seed
         )

@@ -31,7 +31,7 @@ def test_bad_input_is_one_clear_error(tmp_path: Path) -> None:
         (["--model", "mlp", "--profile-device", "k80"], "a CPU run is labelled cpu"),
         (["--model", "gpt5"], "known: alexnet, bert, cifar10"),
     ]
-    for args, message in cases:
+    for args, message, code in cases:
         result = runner.invoke(app, ["profile", "run", *args])
         assert result.exit_code == 1, (args, result.output)
         assert message in result.output, (args, result.output)

@@ -10,8 +10,8 @@ from unstall.cli import ps_names
 
 
 def test_the_help_names_are_the_registries() -> None:
-    from unstall.cli.resolvers.ps import DATA_SOURCES
     from unstall.ps import LOSSES, OPTIMIZERS, SCENARIOS, STRATEGIES, AdamConfig, SGDConfig
+    from unstall.ps.names import DATA_SOURCES
 
     assert tuple(STRATEGIES) == ps_names.STRATEGY_NAMES
     assert tuple(SCENARIOS) == ps_names.SCENARIO_NAMES

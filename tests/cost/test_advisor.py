@@ -3,6 +3,7 @@ object and the question as keywords, and answers as the ranking does."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,13 +14,14 @@ from unstall.cost import (
     RecommendConfig,
     TrainingConfig,
     default_catalog,
+    job_from_model,
     job_from_profile,
     parse_catalog,
     recommend,
     recommend_config,
 )
 from unstall.cost.ranking import rank_configurations
-from unstall.errors import ConfigError
+from unstall.errors import ConfigError, DataFileError
 from unstall.workload.profiles import JobProfile
 
 PROFILE = JobProfile(
@@ -77,26 +79,40 @@ def test_a_catalog_of_ones_own_and_bad_questions_name_the_field() -> None:
         recommend(PROFILE, catalog=catalog, budget_hours=1.0, network_efficiency=2.0, **IMAGENET)
 
 
-def test_a_model_name_for_the_job_says_how_to_build_the_job() -> None:
+def test_the_job_may_be_a_zoo_models_name_or_a_profiles_file(tmp_path: Path) -> None:
     catalog = default_catalog()
-    with pytest.raises(ConfigError) as info:
-        recommend("resnet50", catalog=catalog, samples=10, epochs=1, budget_hours=2)  # type: ignore[arg-type]
-    assert str(info.value) == (
-        "recommend.job: must be a JobProfile or a JobModel, got the str 'resnet50': for the zoo"
-        " model, build one with job_from_model('resnet50', catalog.devices)"
+    question: dict[str, Any] = {"samples": 10, "epochs": 1, "budget_hours": 2}
+    by_name = recommend("resnet50", catalog=catalog, **question)
+    built = recommend(job_from_model("resnet50", catalog.devices), catalog=catalog, **question)
+    assert by_name.candidates == built.candidates
+    path = PROFILE.save(tmp_path / "p.json")
+    assert recommend(path, catalog=catalog, **question) == recommend(
+        PROFILE, catalog=catalog, **question
     )
-    with pytest.raises(ConfigError, match=r"recommend\.job: .*JobProfile\.load\('p\.json'\)"):
-        recommend("p.json", catalog=catalog, samples=10, epochs=1, budget_hours=2)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match=r"recommend\.job: .*got a dict$"):
-        recommend({}, catalog=catalog, samples=10, epochs=1, budget_hours=2)  # type: ignore[arg-type]
+        recommend({}, catalog=catalog, **question)  # type: ignore[arg-type]
 
 
-def test_a_catalog_name_instead_of_a_catalog_is_refused_by_name() -> None:
+def test_the_question_is_one_config_built_once() -> None:
+    catalog = default_catalog()
+    config = recommend_config(budget_hours=24.0, **IMAGENET)
+    assert recommend(PROFILE, config, catalog=catalog) == recommend(
+        PROFILE, catalog=catalog, budget_hours=24.0, **IMAGENET
+    )
+    with pytest.raises(ConfigError, match=r"recommend\.config: given with budget_hours"):
+        recommend(PROFILE, config, catalog=catalog, budget_hours=2.0)
+    with pytest.raises(ConfigError, match=r"recommend\.config: must be a RecommendConfig"):
+        recommend(PROFILE, {"budget_hours": 2}, catalog=catalog)  # type: ignore[arg-type]
+
+
+def test_a_catalog_that_is_no_catalog_is_refused_by_name() -> None:
+    with pytest.raises(DataFileError, match="aws: no such file"):
+        recommend(PROFILE, catalog="aws", budget_hours=2.0, **IMAGENET)
     with pytest.raises(ConfigError) as info:
-        recommend(PROFILE, catalog="aws", budget_hours=2.0, **IMAGENET)  # type: ignore[arg-type]
+        recommend(PROFILE, catalog=3, budget_hours=2.0, **IMAGENET)  # type: ignore[arg-type]
     assert str(info.value) == (
-        "recommend.catalog: must be a Catalog (default_catalog() or load_catalog(path)),"
-        " got the str 'aws'"
+        "recommend.catalog: must be a Catalog (default_catalog() or load_catalog(path)), a CSV"
+        " file's path or None, got an int"
     )
 
 

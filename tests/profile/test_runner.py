@@ -27,7 +27,7 @@ MS = 1e-3
 def _profile(model: str, options: dict[str, Any], batch: int, **settings: Any) -> StallReport:
     """A zoo model on its synthetic batches, as the resolver builds them."""
     build = functools.partial(zoo.build, model, **options)
-    data = SyntheticData(functools.partial(zoo.example_batch, model, batch, **options))
+    data = SyntheticData(functools.partial(zoo.example_batch, model, **options), batch)
     return measure_stalls(build, data, name=model, model_options=options, **settings)
 
 
@@ -35,7 +35,7 @@ def _profile(model: str, options: dict[str, Any], batch: int, **settings: Any) -
 def test_injected_data_delays_land_in_fetch_and_prep(tmp_path: Path) -> None:
     write_image_dataset(tmp_path, count=16, image_size=32, num_classes=10, seed=1)
     options: dict[str, Any] = {"width_mult": 0.5, "image_size": 32}
-    memory = SyntheticData(functools.partial(zoo.example_batch, "mobilenet_v2", 2, **options))
+    memory = SyntheticData(functools.partial(zoo.example_batch, "mobilenet_v2", **options), 2)
     data = ImageFileData(read_dataset(tmp_path), 2, memory=memory, label=str(tmp_path))
     r = measure_stalls(
         functools.partial(zoo.build, "mobilenet_v2", **options),

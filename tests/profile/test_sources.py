@@ -12,7 +12,13 @@ from pathlib import Path
 import pytest
 import torch
 
-from unstall.profile import ImageFileData, InjectedDelays, SyntheticData, UserData
+from unstall.profile import (
+    ImageFileData,
+    InjectedDelays,
+    SyntheticBatches,
+    SyntheticData,
+    UserData,
+)
 from unstall.profile.images import read_dataset, write_image_dataset
 from unstall.profile.job import ProfiledJob, model_shape, pack, unpack
 from unstall.usercode import UserCodeError, load_callable
@@ -58,7 +64,8 @@ def user_file(tmp_path: Path) -> Path:
 
 
 def test_synthetic_batches_are_seeded_per_worker_and_cycled() -> None:
-    data = SyntheticData(functools.partial(zoo.example_batch, "mlp", 4, in_features=8))
+    synthetic = SyntheticData(functools.partial(zoo.example_batch, "mlp", in_features=8), 4)
+    data = SyntheticBatches(synthetic)
     feed = data.memory_feed(0, 2, seed=0)
     again = data.memory_feed(0, 2, seed=0)
     other = data.memory_feed(1, 2, seed=0)
@@ -66,6 +73,8 @@ def test_synthetic_batches_are_seeded_per_worker_and_cycled() -> None:
     assert torch.equal(feed(1)[0], again(1)[0]) and torch.equal(feed(5)[0], feed(1)[0])
     assert not torch.equal(feed(0)[0], other(0)[0])
     assert data.data_runs == () and data.data_feeds(seed=0, delays=InjectedDelays()) == {}
+    # the workload's one rule: worker r's batch of step i is SyntheticData.batch(r, i)
+    assert torch.equal(feed(2)[0], synthetic.batch(0, 2)[0])
 
 
 def test_user_data_gives_memory_batches_and_the_warm_and_cached_runs(user_file: Path) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from unstall.cli.resolvers.ps import PSRequest, resolve_run
+from unstall.ps import PSRequest, resolve_run
 from unstall.usercode import load_callable
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "ps_custom_model.py"

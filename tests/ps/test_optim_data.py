@@ -9,12 +9,13 @@ import pytest
 import torch
 
 from unstall.ps.chunks import WIRE_PART_BYTES, WIRE_WHOLE_BYTES, wire_parts
-from unstall.ps.data import ArrayData, BatchStream, SyntheticData, global_indices
+from unstall.ps.data import ArrayData, BatchStream, global_indices
 from unstall.ps.links import ServerSpec
 from unstall.ps.optim import STEP_BLOCK, SGDConfig, sgd_momentum_step
 from unstall.ps.server import PARALLEL_STEP_ELEMENTS, ServerCore
 from unstall.usercode import UserCodeError
 from unstall.workload import zoo
+from unstall.workload.zoo_jobs import SyntheticData
 
 rng = np.random.default_rng(0)
 

@@ -262,29 +262,21 @@ def _sparse_cnn(out: Path, quiet: bool) -> None:
 
 def _profile(out: Path, quiet: bool) -> None:
 
-    from unstall.cli.profile import print_header, saved_config, show_report
-    from unstall.cli.resolvers.profile import (
-        resolve_data,
-        resolve_device,
-        resolve_model,
-        resolve_network,
-    )
-    from unstall.profile import ProfileConfig, measure_stalls
+    from unstall.cli.profile import parse_network, print_header, saved_config, show_report
+    from unstall.profile import ProfileConfig, measure_stalls, resolve_data, resolve_model
+    from unstall.profile.names import resolve_device
 
     model = resolve_model("mlp")
     data = resolve_data("synthetic", model, batch=8)
-    settings: dict[str, Any] = {"workers": 2, "network": resolve_network("1,0.5")}
-    settings |= {"iterations": 4, "repeats": 3}
-    config = ProfileConfig(**settings, device=resolve_device("auto", workers_per_node=2))
-    print_header(model.name, config, data)
-    report = measure_stalls(
-        model.build,
-        data,
-        name=model.name,
-        model_options=model.options,
-        **settings,
-        device=config.device,
+    config = ProfileConfig(
+        workers=2,
+        network=parse_network("1,0.5"),
+        iterations=4,
+        repeats=3,
+        device=resolve_device("auto", workers_per_node=2),
     )
+    print_header(model.name, config, data)
+    report = measure_stalls(model.build, data, config, name=model.name, model_options=model.options)
     show_report(
         report,
         plot=out / "stalls_mlp.png",

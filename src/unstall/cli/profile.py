@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -22,8 +22,8 @@ from unstall.cli.common import (
 )
 
 if TYPE_CHECKING:
-    from unstall.cli.resolvers.profile import ResolvedModel
-    from unstall.profile import DataSource, ProfileConfig, StallReport, SweepPoint
+    from unstall.net.link import Link
+    from unstall.profile import DataSource, ProfileConfig, ResolvedModel, StallReport, SweepPoint
 
 app = typer.Typer(
     help="Stall profiler: compute, data, interconnect and network stalls of DDP training.",
@@ -167,15 +167,9 @@ def run(
 
     check_writable(trace, plot, profile_out, json_path)  # before the runs, not after them
 
-    from unstall.cli.resolvers.profile import (
-        resolve_data,
-        resolve_device,
-        resolve_loss,
-        resolve_model,
-        resolve_network,
-    )
     from unstall.config import check
     from unstall.profile import ProfileConfig, measure_stalls, torchrun_launch
+    from unstall.profile.names import resolve_data, resolve_device, resolve_model
     from unstall.usercode import is_reference
 
     user_data = data is not None and is_reference(data)
@@ -188,18 +182,17 @@ def run(
         check(bool(name.strip()), "profile", "name", "must not be empty")
         target = dataclasses.replace(target, name=name.strip())
     source = resolve_data(data, target, batch=batch, workers=data_workers, image_size=image_size)
-    settings: dict[str, Any] = {
-        "workers": workers,
-        "nodes": nodes,
-        "network": resolve_network(network),
-        "iterations": iterations,
-        "warmup": warmup,
-        "repeats": repeats,
-        "device": resolve_device(device, workers_per_node=workers // nodes),
-        "profile_device": profile_device,
-        "measure_overhead": overhead,
-    }
-    config = ProfileConfig(**settings)
+    config = ProfileConfig(
+        workers=workers,
+        nodes=nodes,
+        network=parse_network(network),
+        iterations=iterations,
+        warmup=warmup,
+        repeats=repeats,
+        device=resolve_device(device, workers_per_node=workers // nodes),
+        profile_device=profile_device,
+        measure_overhead=overhead,
+    )
     lead = launch is None or launch.rank == 0
     if lead and not quiet:
         print_header(target.name, config, source)
@@ -209,11 +202,11 @@ def run(
             report = measure_stalls(
                 target.build,
                 source,
-                loss=resolve_loss(loss),
+                config,
+                loss=loss,
                 name=target.name,
                 model_options=target.options,
                 on_run=on_run,
-                **settings,
             )
     except KeyboardInterrupt:
         raise Interrupted(interrupted_runs(config, source, finished)) from None
@@ -226,6 +219,33 @@ def run(
     show_report(
         report, trace=trace, plot=plot, profile_out=profile_out, json_path=json_path, config=saved
     )
+
+
+def parse_network(text: str | None) -> Link | None:
+    """``--network GBPS[,LATENCY_MS]`` (e.g. ``1,0.5``: 1 Gbit/s, 0.5 ms per bucket) to a
+    link."""
+    from unstall.config import check
+    from unstall.errors import ConfigError
+    from unstall.net.link import Link
+
+    if text is None:
+        return None
+    parts = [p.strip() for p in text.split(",")]
+    check(
+        len(parts) in (1, 2),
+        "profile",
+        "network",
+        f"want GBPS,LATENCY_MS (e.g. 1,0.5), got {text!r}",
+    )
+    try:
+        gbps, latency_ms = float(parts[0]), float(parts[1]) if len(parts) == 2 else 0.0
+    except ValueError:
+        raise ConfigError(
+            "profile", "network", f"GBPS,LATENCY_MS must be numbers, got {text!r}"
+        ) from None
+    check(gbps > 0, "profile", "network", f"bandwidth must be > 0 Gbit/s, got {text!r}")
+    check(latency_ms >= 0, "profile", "network", f"latency must be >= 0 ms, got {text!r}")
+    return Link(bandwidth_gbps=gbps, latency_us=latency_ms * 1e3)
 
 
 def batch_size(batch: int | None, data: str | None) -> int:
@@ -468,15 +488,21 @@ def fit(
     DDP buckets without overlap, the plain regression on layers, tensors and bytes), pick the
     one with the lowest cross-validated error, and predict a held-out model with it. Variants
     may be model functions of your own (--variant FILE.py:FUNC, with --data and --loss)."""
-    from unstall.cli.resolvers.profile import DEFAULT_SWEEP, resolve_model, resolve_network
     from unstall.config import check
-    from unstall.profile import CV_GROUPS, STALL_KINDS, ProfileConfig, fit_comm_stall
+    from unstall.profile import (
+        CV_GROUPS,
+        DEFAULT_SWEEP,
+        STALL_KINDS,
+        ProfileConfig,
+        fit_comm_stall,
+        resolve_model,
+    )
 
     check(stall in STALL_KINDS, "profile fit", "--stall", f"must be one of {sorted(STALL_KINDS)}")
     check(cv in CV_GROUPS, "profile fit", "--cv", f"must be one of {sorted(CV_GROUPS)}")
     batch = batch_size(batch, data)
     sweep = tuple(variants) if variants else DEFAULT_SWEEP
-    link = resolve_network(network)
+    link = parse_network(network)
     base = ProfileConfig(
         workers=workers, network=link, iterations=iterations, warmup=warmup, repeats=repeats
     )
@@ -516,8 +542,7 @@ def _measure_points(
 ) -> dict[str, SweepPoint]:
     """Each variant's point: read from ``points_path`` when there, else profiled (zoo variants
     on their synthetic batches) and the file rewritten at once."""
-    from unstall.cli.resolvers.profile import sweep_measure
-    from unstall.profile import load_points, measure_points, save_points
+    from unstall.profile import load_points, measure_points, save_points, sweep_measure
 
     known = load_points(points_path) if points_path is not None else {}
     missing = [v for v in dict.fromkeys(variants) if v not in known]

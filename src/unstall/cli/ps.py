@@ -239,7 +239,7 @@ def train(
     print throughput, per-server load and loss. Exit 1 when --check-reference finds a
     mismatch."""
     from unstall import ps
-    from unstall.cli.resolvers.ps import PSRequest, model_options, resolve_run
+    from unstall.ps.request import PSRequest, resolve_run
     from unstall.ray_connect import cluster_address
 
     request = PSRequest(
@@ -283,10 +283,12 @@ def train(
             result = ps.fit(
                 run.model,
                 run.data,
+                run.config,
+                loss=run.loss,
+                resume=run.resume,
                 on_checkpoint=None if checkpoint is None else saver,
                 progress=saver.counting(advance),
                 check_progress=advance,
-                **run.fit_options(),
             )
     except KeyboardInterrupt:
         raise Interrupted(f"stopped {saver.where(iterations)}") from None
@@ -309,6 +311,18 @@ def train(
         console.print(f"wrote {plot_run(result, plot)}", highlight=False)
     if result.params_match_reference is False:
         raise typer.Exit(1)
+
+
+def model_options(items: list[str] | None) -> dict[str, str]:
+    """``--model-option`` texts ``KEY=VALUE`` to a dict of texts (typed by the zoo model's
+    options when the model is resolved)."""
+    out: dict[str, str] = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError("ps", "model_option", f"expected KEY=VALUE, got {item!r}")
+        out[key.strip()] = value.strip()
+    return out
 
 
 class _Saver:
@@ -436,12 +450,8 @@ def bench(
 ) -> None:
     """Run every strategy in every scenario; print throughput and the ratio to oracle."""
     from unstall import ps
-    from unstall.cli.resolvers.ps import (
-        PSRequest,
-        model_options,
-        resolve_bench,
-        resolve_working_dir,
-    )
+    from unstall.ps.names import resolve_working_dir
+    from unstall.ps.request import PSRequest, resolve_bench
     from unstall.ray_connect import cluster_address
 
     check_writable(plot, json_out)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.markup import escape
@@ -210,30 +210,34 @@ def recommend(
 ) -> None:
     """Rank cloud GPU configurations (instance type x 1..N) by predicted time and cost; recommend
     the cheapest one within the budget. Exit 1 when none meets it."""
-    from unstall.cli.resolvers.cost import resolve_catalog, resolve_job
+    from unstall.config import check
     from unstall.cost import recommend as run_recommend
-
-    check_writable(plot, json_path)
-    from unstall.cost import recommend_config
+    from unstall.cost import recommend_config, resolve_catalog, resolve_job
     from unstall.net.topology import CALIBRATED_NETWORK_EFFICIENCY
 
-    question: dict[str, Any] = {
-        "samples": samples,
-        "epochs": epochs,
-        "budget_hours": budget_hours,
-        "global_batch": global_batch,
-        "network_efficiency": (
+    check_writable(plot, json_path)
+    config = recommend_config(
+        samples=samples,
+        epochs=epochs,
+        budget_hours=budget_hours,
+        global_batch=global_batch,
+        network_efficiency=(
             CALIBRATED_NETWORK_EFFICIENCY if network_efficiency is None else network_efficiency
         ),
-        "max_instances": max_instances,
-        "families": tuple(families or ()),
-    }
-    config = recommend_config(**question)
+        max_instances=max_instances,
+        families=tuple(families or ()),
+    )
     catalog = resolve_catalog(catalog_path)
-    job = resolve_job(profile=profile, model=model, catalog=catalog, precision=precision)
+    check(
+        (profile is None) != (model is None),
+        "recommend",
+        "--profile/--model",
+        "give exactly one of them",
+    )
+    job = resolve_job(profile if profile is not None else model, catalog, precision=precision)
     selected = [i for i in catalog if config.selects(i)]
     with progress_bar("predicting", len(selected), quiet) as advance:
-        rec = run_recommend(job, catalog=catalog, **question, on_instance=lambda _: advance(1))
+        rec = run_recommend(job, config, catalog=catalog, on_instance=lambda _: advance(1))
     inputs = {
         "profile": profile,
         "model": model,

@@ -2,9 +2,13 @@
 
 What the part offers:
 
-- :func:`recommend` ``(job, *, catalog=, samples=, epochs=, budget_hours=, ...)``: every
-  configuration (instance type x 1..N) ranked by predicted time and cost, the cheapest one within
-  the budget and the time/cost Pareto front, as a :class:`Recommendation`.
+- :func:`recommend` ``(job, config, *, catalog=, precision=)``: every configuration (instance
+  type x 1..N) ranked by predicted time and cost, the cheapest one within the budget and the
+  time/cost Pareto front, as a :class:`Recommendation`. The question is a
+  :class:`RecommendConfig` (:func:`recommend_config`), built once and handed whole, or its
+  keywords (``samples=, epochs=, budget_hours=, ...``); the job and the catalog may be names
+  (a zoo model, a JobProfile JSON file; a catalog CSV file): :func:`resolve_job`,
+  :func:`resolve_catalog`.
 - The job: a measured :class:`~unstall.workload.profiles.JobProfile` (from
   :func:`unstall.profile.measure_stalls`), or a :class:`JobModel` (:func:`job_from_profile`,
   :func:`job_from_model`: a zoo model estimated from its FLOPs on each GPU type).
@@ -27,7 +31,7 @@ For example, ResNet-50 on ImageNet for 90 epochs within a day:
 '16 x p5.48xlarge'
 """
 
-from unstall.cost.advisor import recommend, recommend_config
+from unstall.cost.advisor import recommend, recommend_config, resolve_catalog, resolve_job
 from unstall.cost.catalog import Catalog, Instance, default_catalog, load_catalog, parse_catalog
 from unstall.cost.predict import (
     JobModel,
@@ -57,4 +61,6 @@ __all__ = [
     "predict_all",
     "recommend",
     "recommend_config",
+    "resolve_catalog",
+    "resolve_job",
 ]

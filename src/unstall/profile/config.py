@@ -174,7 +174,7 @@ def profile_label(device: str, profile_device: str, device_name: str) -> str:
         "ProfileConfig",
         "profile_device",
         f"the GPU {device_name!r} is none of the device presets {sorted(DEVICE_PRESETS)}: name"
-        " the one to label its profile with (--profile-device)",
+        " the one to label its profile with (profile_device=NAME)",
     )
     assert preset is not None
     return preset

@@ -196,6 +196,11 @@ def describe_value(value: Any) -> str:
 def describe_loss(loss: Callable[..., Any]) -> str:
     """A user's loss function with where it is defined; a loss module (the default
     cross-entropy) by its class."""
+    from unstall.workload.losses import LOSSES  # (torch: imported where a loss is described)
+
+    built_in = next((name for name, fn in LOSSES.items() if fn is loss), None)
+    if built_in is not None:
+        return f"the loss {built_in}"
     if hasattr(getattr(loss, "__func__", loss), "__code__"):
         return f"loss function {where_defined(loss)}"
     return f"the loss {type(loss).__name__}"

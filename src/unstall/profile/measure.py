@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from torch import nn
-
+from unstall.checks import describe
 from unstall.errors import ConfigError
-from unstall.net.link import Link
-from unstall.profile.config import AUTO_LABEL, InjectedDelays, ProfileConfig, profile_label
+from unstall.profile.config import ProfileConfig, profile_label
 from unstall.profile.failures import check_not_bootstrapping
 from unstall.profile.job import (
     LossFunction,
@@ -18,51 +17,56 @@ from unstall.profile.job import (
     ProfiledJob,
     model_shape,
 )
+from unstall.profile.names import (
+    DEFAULT_BATCH,
+    ResolvedModel,
+    resolve_data,
+    resolve_loss,
+    resolve_model,
+)
 from unstall.profile.report import StallReport, build_report
 from unstall.profile.runner import run_workers
-from unstall.profile.sources import DataFunction, DataSource, UserData
+from unstall.profile.sources import DataFunction, DataSource, SyntheticBatches, UserData
 from unstall.usercode import where_defined
-from unstall.workload.user_functions import refuse_built_model, refuse_loss_class
+from unstall.workload.user_functions import refuse_built_model
+from unstall.workload.zoo_jobs import SyntheticData
 
 
 def measure_stalls(
-    model: ModelFunction,
-    data: DataSource | DataFunction,
+    model: ModelFunction | str,
+    data: DataSource | SyntheticData | DataFunction | str | None = None,
+    config: ProfileConfig | None = None,
     *,
-    loss: LossFunction | None = None,
-    workers: int = 2,
-    network: Link | None = None,
-    iterations: int = 10,
-    warmup: int = 3,
-    repeats: int = 3,
-    device: str = "cpu",
-    nodes: int = 1,
-    threads: int | None = None,
-    bucket_mb: float = 25.0,
-    seed: int = 0,
-    profile_device: str = AUTO_LABEL,
-    measure_overhead: bool = False,
-    delays: InjectedDelays | None = None,
-    timeout_s: float = 600.0,
+    loss: LossFunction | str | None = None,
     name: str | None = None,
     model_options: Mapping[str, object] | None = None,
+    batch: int = DEFAULT_BATCH,
     on_run: Callable[[str], None] | None = None,
+    **settings: Any,
 ) -> StallReport:
     """The differential stall profile of training ``model`` data-parallel on ``data``.
 
-    ``model`` builds the model (``() -> nn.Module``; every worker calls it); ``data`` is a
-    :class:`DataSource` or a data function ``(rank, world_size) -> iterable of (inputs,
-    targets)``; ``loss(outputs, targets)`` returns a scalar tensor (default: cross-entropy).
-    ``workers`` train with DDP (gloo on the CPU, NCCL with ``device="cuda"``), spawned on this
-    host, or the processes torchrun launched (then ``workers`` and ``nodes`` must be its world
-    size and hosts); one worker alone times no DDP run (no interconnect to measure). ``network``
-    is the emulated link of the network run (``None``: no network run on one host; it needs two
-    workers or more). The other settings are those of :class:`ProfileConfig`; the
-    :class:`JobProfile` is labelled with the device the run used (``cpu`` and the CPU's name,
-    or the GPU's preset). ``name`` and
-    ``model_options`` label the report and its :class:`JobProfile` (default: the function's
-    name, no options). ``on_run(name)`` is called as each run of each round ends (there are
-    ``repeats * len(run_names(config, data.data_runs))``): a progress bar's hook.
+    ``model`` builds the model (``() -> nn.Module``; every worker calls it), or names one (a zoo
+    name, a sweep variant ``resnet:depth=34``, user code ``FILE.py:FUNC``); ``data`` is a
+    :class:`DataSource`, a :class:`SyntheticData`, a data function ``(rank, world_size) ->
+    iterable of (inputs, targets)``, or a name (``synthetic``, the default with a named zoo
+    model; an image folder; user code), named data in batches of ``batch``;
+    ``loss(outputs, targets)`` returns a scalar tensor (or a name: ``cross_entropy``, the
+    default, ``mse``, user code).
+
+    ``config`` is how the runs go (a :class:`ProfileConfig`: workers, hosts, repeats, the
+    emulated link, the device...), built once by the caller and handed over whole; without one,
+    the keyword ``settings`` are its fields (``workers=2, network=link, iterations=2``), built
+    into one here. ``workers`` train with DDP (gloo on the CPU, NCCL with ``device="cuda"``),
+    spawned on this host, or the processes torchrun launched (then ``workers`` and ``nodes``
+    must be its world size and hosts); one worker alone times no DDP run (no interconnect to
+    measure). ``network`` is the emulated link of the network run (``None``: no network run on
+    one host; it needs two workers or more). The :class:`JobProfile` is labelled with the
+    device the run used (``cpu`` and the CPU's name, or the GPU's preset). ``name`` and
+    ``model_options`` label the report and its :class:`JobProfile` (default: the model's name,
+    or the function's, and a named zoo model's options). ``on_run(name)`` is called as each run
+    of each round ends (there are ``config.repeats * len(run_names(config, data.data_runs))``):
+    a progress bar's hook.
 
     Functions from a user's file loaded with :mod:`unstall.usercode` reach the spawned workers by
     value; other functions must be importable by the workers (defined in a module, not in
@@ -76,51 +80,75 @@ def measure_stalls(
     # In a worker spawn is starting (an unguarded script run again): one clear line, before
     # the model is built or multiprocessing refuses to start processes in many lines.
     check_not_bootstrapping()
-    config = ProfileConfig(
-        workers=workers,
-        nodes=nodes,
-        iterations=iterations,
-        warmup=warmup,
-        repeats=repeats,
-        network=network,
-        device=device,
-        threads=threads,
-        bucket_mb=bucket_mb,
-        seed=seed,
-        profile_device=profile_device,
-        measure_overhead=measure_overhead,
-        delays=delays or InjectedDelays(),
-        timeout_s=timeout_s,
-    )
+    config = profile_config(config, settings)
+    if isinstance(model, str):
+        target = resolve_model(model)
+        model, name = target.build, target.name if name is None else name
+        model_options = target.options if model_options is None else model_options
+    else:
+        target = ResolvedModel(build=check_model(model), name=name or _name_of(model))
+    if isinstance(data, str) or data is None:
+        data = resolve_data(data, target, batch=batch)
     job = profiled_job(model, data, loss)
     label = name if name is not None else _name_of(model)
     return profile_job(config, job, name=label, model_options=model_options or {}, on_run=on_run)
 
 
-def profiled_job(
-    model: ModelFunction, data: DataSource | DataFunction, loss: LossFunction | None = None
-) -> ProfiledJob:
-    """The bundle the workers train: a data function becomes a :class:`UserData` source, no
-    loss cross-entropy."""
+def profile_config(config: object, settings: Mapping[str, Any]) -> ProfileConfig:
+    """``config``, or one built of the keyword ``settings`` (its fields) when it is None."""
+    if config is None:
+        unknown = sorted(set(settings) - {f.name for f in dataclasses.fields(ProfileConfig)})
+        if unknown:
+            raise TypeError(
+                f"measure_stalls() got unexpected keyword argument(s) {', '.join(unknown)}: it"
+                " takes a ProfileConfig's fields, or config=ProfileConfig(...)"
+            )
+        return ProfileConfig(**settings)
+    if not isinstance(config, ProfileConfig):
+        raise ConfigError(
+            "measure_stalls", "config", f"must be a ProfileConfig, got {describe(config)}"
+        )
+    if settings:
+        raise ConfigError(
+            "measure_stalls",
+            "config",
+            f"given with {', '.join(sorted(settings))}: put them in the config,"
+            " dataclasses.replace(config, ...)",
+        )
+    return config
+
+
+def check_model(model: Any) -> ModelFunction:
+    """A function (or class) that builds the model; a module already built is refused."""
     # Each worker builds its own copy of the model from the function.
-    why = "must be a function (or class) returning an nn.Module"
+    why = "must be a function (or class) returning an nn.Module, or a model's name"
     refuse_built_model("measure_stalls", "model", model, why)
     if not callable(model):
-        raise ConfigError("measure_stalls", "model", f"{why}, got {type(model).__name__}")
-    if not isinstance(data, DataSource):
+        raise ConfigError("measure_stalls", "model", f"{why}, got {describe(model)}")
+    return model  # callable, checked above
+
+
+def profiled_job(
+    model: ModelFunction,
+    data: DataSource | SyntheticData | DataFunction,
+    loss: LossFunction | str | None = None,
+) -> ProfiledJob:
+    """The bundle the workers train: a data function becomes a :class:`UserData` source, a
+    :class:`SyntheticData` a :class:`SyntheticBatches` one; the loss a name or a function (no
+    loss: cross-entropy)."""
+    check_model(model)
+    if isinstance(data, SyntheticData):
+        data = SyntheticBatches(data)
+    elif not isinstance(data, DataSource):
         if not callable(data):
             raise ConfigError(
                 "measure_stalls",
                 "data",
-                "must be a DataSource or a function (rank, world_size) -> batches",
+                "must be a DataSource, a SyntheticData, a function (rank, world_size) -> batches"
+                f" or a name, got {describe(data)}",
             )
         data = UserData(data, label=where_defined(data))
-    if loss is not None and not callable(loss):
-        raise ConfigError("measure_stalls", "loss", "must be a function (outputs, targets)")
-    refuse_loss_class(
-        "measure_stalls", "loss", loss, "must be a function (outputs, targets) -> scalar tensor"
-    )
-    return ProfiledJob(model=model, data=data, loss=loss or nn.CrossEntropyLoss())
+    return ProfiledJob(model=model, data=data, loss=resolve_loss(loss, owner="measure_stalls"))
 
 
 def profile_job(

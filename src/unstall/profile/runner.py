@@ -37,7 +37,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from unstall.errors import UnstallError
+from unstall.errors import ConfigError, UnstallError
 from unstall.profile.comm_hook import HookState, timed_allreduce_hook
 from unstall.profile.config import ProfileConfig, run_names
 from unstall.profile.failures import (
@@ -450,8 +450,10 @@ def run_workers(
     if config.nodes > 1:
         raise UnstallError("workers on several hosts need torchrun (see unstall profile run)")
     if config.device == "cuda" and torch.cuda.device_count() < config.workers:
-        raise UnstallError(
-            f"--workers {config.workers} needs as many GPUs; found {torch.cuda.device_count()}"
+        raise ConfigError(
+            "ProfileConfig",
+            "workers",
+            f"{config.workers} workers on cuda need a GPU each; found {torch.cuda.device_count()}",
         )
     check_script_runs_again()  # (a worker still starting was refused by measure_stalls)
     blob = pack(job)

@@ -5,7 +5,8 @@ so that the compute run and the DDP runs time compute and communication with no 
 at all. A source that has a real input pipeline also gives the one-worker *data runs* whose
 differences are the input stalls (see :mod:`unstall.profile.stalls`):
 
-- :class:`SyntheticData`: random batches from a batch function; no data runs.
+- :class:`SyntheticBatches`: the random batches of a
+  :class:`~unstall.workload.zoo_jobs.SyntheticData`; no data runs.
 - :class:`ImageFileData`: an image folder (class folders or the flat layout of
   :mod:`unstall.profile.images`) read through a DataLoader: cold (page cache dropped), warm
   (files in the page cache) and cached (decoded once up front) runs.
@@ -33,6 +34,7 @@ from unstall.profile import images
 from unstall.profile.config import InjectedDelays
 from unstall.profile.images import Batch, BatchFeed, ImageSet
 from unstall.usercode import UserCodeError, call_user, user_code_error, where_defined
+from unstall.workload.zoo_jobs import SyntheticData
 
 DataFunction = Callable[[int, int], Iterable[Any]]
 # Batches each worker holds in memory (cycled): enough that no one batch stays in a cache.
@@ -70,15 +72,14 @@ def _cycle(pool: list[Batch]) -> BatchFeed:
 
 
 @dataclass(frozen=True)
-class SyntheticData(DataSource):
-    """Random batches: ``make_batch(generator=g)`` returns one ``(inputs, targets)`` batch.
+class SyntheticBatches(DataSource):
+    """The random batches of a :class:`~unstall.workload.zoo_jobs.SyntheticData` (the one
+    synthetic source of every part, with its one seed rule): worker ``rank`` holds the batches
+    of its first steps, drawn as ``data.batch(rank, step)`` would draw them, so every run of a
+    profile sees the same batches. :func:`unstall.profile.measure_stalls` wraps a
+    ``SyntheticData`` in one."""
 
-    Worker ``rank`` draws its pool from a generator seeded ``seed * 1000 + rank``, so every run
-    of a profile sees the same batches. For a zoo model the batch function is
-    ``functools.partial(unstall.workload.zoo.example_batch, name, batch_size, **options)``.
-    """
-
-    make_batch: Callable[..., Batch]
+    data: SyntheticData
     label: str = "synthetic"
 
     def describe(self) -> str:
@@ -88,12 +89,22 @@ class SyntheticData(DataSource):
         )
 
     def memory_feed(self, rank: int, world_size: int, seed: int) -> BatchFeed:
-        generator = torch.Generator().manual_seed(seed * 1000 + rank)
+        data = self.data
         pool = [
-            call_user(self.make_batch, generator=generator, what="batch function")
-            for _ in range(POOL)
+            call_user(
+                data.make_batch,
+                data.batch_size,
+                generator=data.generator(rank, step),
+                what="batch function",
+            )
+            for step in range(POOL)
         ]
         return _cycle(pool)
+
+
+def as_source(data: DataSource | SyntheticData) -> DataSource:
+    """``data`` as a profiler's source (a :class:`SyntheticData` in :class:`SyntheticBatches`)."""
+    return SyntheticBatches(data) if isinstance(data, SyntheticData) else data
 
 
 @dataclass(frozen=True)
@@ -106,13 +117,15 @@ class ImageFileData(DataSource):
 
     images: ImageSet
     batch: int
-    memory: DataSource | None = None
+    memory: DataSource | SyntheticData | None = None
     label: str = ""
     workers: int = 0
     image_size: int | None = None
     data_runs: ClassVar[tuple[str, ...]] = ("cold", "warm", "cached")
 
     def __post_init__(self) -> None:
+        if self.memory is not None:
+            object.__setattr__(self, "memory", as_source(self.memory))
         check(bool(self.images.paths), self, "images", "must hold at least one image file")
         check(self.batch >= 1, self, "batch", f"must be >= 1, got {self.batch!r}")
         check(self.workers >= 0, self, "workers", f"must be >= 0, got {self.workers!r}")
@@ -123,7 +136,7 @@ class ImageFileData(DataSource):
 
     def memory_feed(self, rank: int, world_size: int, seed: int) -> BatchFeed:
         if self.memory is not None:
-            return self.memory.memory_feed(rank, world_size, seed)
+            return as_source(self.memory).memory_feed(rank, world_size, seed)
         return images.cached_feed(self.images, self.batch, image_size=self.image_size)
 
     def data_feeds(self, *, seed: int, delays: InjectedDelays) -> dict[str, BatchFeed]:
@@ -147,7 +160,11 @@ class ImageFileData(DataSource):
 
     def describe(self) -> str:
         where = "in the training process" if self.workers == 0 else f"by {self.workers} workers"
-        memory = f"{self.memory.label} batches" if self.memory is not None else "the cached batches"
+        memory = (
+            f"{as_source(self.memory).label} batches"
+            if self.memory is not None
+            else "the cached batches"
+        )
         classes = f", {len(self.images.classes)} classes" if self.images.classes else ""
         return (
             f"images {self.label} ({self.images.layout}, {len(self.images.paths)} files"

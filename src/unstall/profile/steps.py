@@ -21,6 +21,7 @@ from unstall.profile.failures import describe_loss, describe_value, step_failure
 from unstall.profile.images import BatchFeed
 from unstall.profile.job import LossFunction, ModelFunction
 from unstall.usercode import UserCodeError
+from unstall.workload.losses import loss_problem
 
 PHASES = ("data", "forward", "backward", "allreduce", "optimizer")
 # One iteration's (phase, start, end) spans.
@@ -170,22 +171,11 @@ def check_step(loop: Loop) -> int:
         loss = loop.loss(outputs, targets.to(loop.device))
     except Exception as exc:
         _raise_step_failure(loop, exc, phase, (inputs, targets), outputs)
-    given = f"outputs {describe_value(outputs)} and targets {describe_value(targets)}"
-    if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
-        shape = tuple(loss.shape) if isinstance(loss, torch.Tensor) else ""
+    problem = loss_problem(loss)
+    if problem is not None:
+        given = f"outputs {describe_value(outputs)} and targets {describe_value(targets)}"
         raise UserCodeError(
-            f"{describe_loss(loop.loss)} must return a scalar tensor, got"
-            f" {type(loss).__name__}{shape} (for {given})"
-        )
-    if not bool(torch.isfinite(loss.detach()).all()):
-        raise UserCodeError(
-            f"{describe_loss(loop.loss)} returned {loss.item()} on the first batch ({given}):"
-            " training on it would not be the training to profile; check the loss and the data"
-        )
-    if not loss.requires_grad:
-        raise UserCodeError(
-            f"{describe_loss(loop.loss)} returned a tensor that does not require grad (for"
-            f" {given}): the backward pass has nothing to start from; compute the loss from the"
-            " outputs without .detach(), .item() or torch.no_grad()"
+            f"{describe_loss(loop.loss)} {problem} on the first batch ({given}): training on it"
+            " would not be the training to profile; check the loss and the data"
         )
     return int(inputs.shape[0]) if inputs.dim() > 0 else 1

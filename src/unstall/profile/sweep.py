@@ -21,6 +21,7 @@ from unstall.errors import DataFileError
 from unstall.profile.config import ProfileConfig
 from unstall.profile.job import LossFunction, ModelFunction, ProfiledJob, model_shape
 from unstall.profile.measure import profile_job
+from unstall.profile.names import resolve_data, resolve_loss, resolve_model
 from unstall.profile.report import StallReport
 from unstall.profile.sources import DataSource
 from unstall.results import JsonResult, write_text_atomically
@@ -34,6 +35,21 @@ STALL_KINDS = {
 }
 FIRST_BUCKET_BYTES = 1024 * 1024  # torch.distributed._DEFAULT_FIRST_BUCKET_BYTES
 MIB = 1024 * 1024
+
+# The comm-stall model's default sweep: depth sweeps of three zoo families, and a model of
+# another family held out to test the fit's prediction.
+DEFAULT_SWEEP = (
+    "resnet:depth=18",
+    "resnet:depth=34",
+    "resnet:depth=50",
+    "vgg:depth=11",
+    "vgg:depth=13",
+    "vgg:depth=16",
+    "mlp:depth=2",
+    "mlp:depth=4",
+    "mlp:depth=8",
+)
+DEFAULT_HELD_OUT = "mobilenet_v2"
 
 
 def ddp_bucket_bytes(
@@ -173,3 +189,40 @@ def save_points(path: Path, points: Mapping[str, SweepPoint]) -> Path:
     """Write ``points`` to ``path`` as JSON (a list, in the mapping's order)."""
     rows = [p.to_dict() for p in points.values()]
     return write_text_atomically(path, json.dumps(rows, indent=1) + "\n")
+
+
+def sweep_measure(
+    variants: Sequence[str],
+    config: ProfileConfig,
+    *,
+    batch: int = 8,
+    image_size: int = 32,
+    data: str | None = None,
+    loss: str | None = None,
+    data_workers: int = 0,
+) -> Callable[[str], SweepPoint]:
+    """Sweep variants (``NAME[:key=value,...]`` zoo models, or model functions of your own:
+    ``FILE.py:FUNC``) to the function that profiles each one of them, as
+    :func:`unstall.profile.measure_points` wants: on ``data`` (as :func:`resolve_data` takes it,
+    the same for every variant; default each zoo variant's synthetic batches) with ``loss``.
+    Every variant is resolved now, so that a typo fails before the first minutes-long
+    profile."""
+    models = {v: resolve_model(v, image_size=image_size) for v in dict.fromkeys(variants)}
+    sources = {
+        v: resolve_data(data, model, batch=batch, workers=data_workers, image_size=image_size)
+        for v, model in models.items()
+    }
+    loss_fn = resolve_loss(loss)
+
+    def measure(variant: str) -> SweepPoint:
+        model = models[variant]
+        return measure_sweep_point(
+            variant,
+            model.build,
+            sources[variant],
+            config=config,
+            loss=loss_fn,
+            model_options=model.options,
+        )
+
+    return measure

@@ -3,11 +3,18 @@ dynamic load distribution among them), emulated straggling servers.
 
 What it offers:
 
-- :func:`fit` ``(model, data, *, loss, optimizer, workers, servers, strategy, scenario,
-  iterations, seed, check_reference, address, ...) -> PSRunResult``: ``model()`` builds an
-  ``nn.Module``, ``data(rank, world_size)`` gives each worker an iterable of
-  ``(inputs, targets)``, ``loss(outputs, targets)`` a scalar tensor. The result carries the
-  figures of the run and the trained ``state_dict``.
+- :func:`fit` ``(model, data, config, *, loss, resume, ...) -> PSRunResult``: ``model()``
+  builds an ``nn.Module``, ``data(rank, world_size)`` gives each worker an iterable of
+  ``(inputs, targets)``, ``loss(outputs, targets)`` a scalar tensor (each may be a name
+  instead: ``"mlp"``, ``"synthetic"``, ``"mse"``). ``config`` is a :class:`FitConfig` (workers,
+  iterations, seed, servers, the strategy, scenario and optimizer, objects or names such as
+  ``"psld"``, ``"bandwidth"``, ``"adam"``; sections :class:`RecoveryConfig` and
+  :class:`RuntimeConfig`), built once and handed whole; its fields may come as keywords
+  instead (``workers=2, strategy="psld"``). The result carries the figures of the run and the
+  trained ``state_dict``.
+- A run described by names (what the command line and the benchmarks describe):
+  :class:`PSRequest`, :func:`resolve_run` (its objects and its :class:`FitConfig`),
+  :func:`resolve_case` and :func:`resolve_bench` (a grid's cases).
 - :func:`compare_strategies` ``(cases, strategies, ...) -> PSBenchResult``: every strategy in
   every :class:`BenchCase` (a scenario and what to train in it), with the ratio to the oracle
   (:func:`with_oracle`: the strategies a grid runs).
@@ -31,10 +38,9 @@ What it offers:
 - Failures: ``fit(max_recoveries=N)`` survives N dead workers or servers (a result's
   ``recoveries``), going on from a snapshot taken every ``snapshot_every`` iterations (default
   1); without it :class:`PSActorDiedError` names the dead actor.
-- Arguments are objects, not names: one of the wrong kind (``strategy="psld"`` for
-  ``STRATEGIES["psld"]``, ``SCENARIOS["bandwidth"]`` uncalled, ``workers="2"``, a built
-  ``nn.Module`` for the function that builds it) to :func:`fit`, :func:`predict_iter_s`,
-  :func:`compare_strategies` or :class:`BenchCase` raises a one-line
+- An argument of the wrong kind (an unknown name, ``SCENARIOS["bandwidth"]`` uncalled,
+  ``workers="2"``, a built ``nn.Module`` for the function that builds it) to :func:`fit`,
+  :func:`predict_iter_s`, :func:`compare_strategies` or :class:`BenchCase` raises a one-line
   :class:`~unstall.errors.ConfigError` naming the parameter, before anything runs.
 - Ray: :func:`ensure_ray`, :class:`ActorPool` (a result's ``nodes`` says where each actor ran);
   errors :class:`PSActorDiedError`, :class:`PSTimeoutError` (and
@@ -52,21 +58,15 @@ Example (Ray started on loopback, or the running one used):
 ...     ps.ArrayData(features, labels, batch_size=8),
 ...     workers=2,
 ...     iterations=3,
-...     strategy=ps.STRATEGIES["psld"],
+...     strategy="psld",
 ...     check_reference=True,
 ... )
 >>> result.params_match_reference, sorted(result.state_dict)
 (True, ['bias', 'weight'])
 """
 
-import os
-
-# Keep a local Ray instance on the loopback interface: with Ray's multi-node mode off it
-# advertises 127.0.0.1 instead of the machine's first network address. Ray reads this flag when
-# it is imported, which the modules of this package do; runs against a cluster on other machines
-# switch the mode back on in ``runtime.ensure_ray``.
-os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-
+# Ray's environment flags (a local Ray on the loopback interface, zero-copy torch tensors) are
+# set where Ray starts: unstall.ray_connect.connect_ray, which ensure_ray calls.
 from unstall.ps.bench import (
     BenchCase,
     BenchRow,
@@ -77,12 +77,13 @@ from unstall.ps.bench import (
     with_oracle,
 )
 from unstall.ps.checkpoint import PSCheckpoint
-from unstall.ps.data import LOSSES, ArrayData, SyntheticData, load_digits
+from unstall.ps.config import FitConfig, RecoveryConfig, RuntimeConfig
+from unstall.ps.data import ArrayData, load_digits
 from unstall.ps.errors import PSActorDiedError, PSTimeoutError
 from unstall.ps.links import ServerSpec
-from unstall.ps.named import Named
 from unstall.ps.optim import OPTIMIZERS, AdamConfig, ServerOptimizer, SGDConfig
 from unstall.ps.psld.config import ControllerConfig
+from unstall.ps.request import PSRequest, ResolvedRun, resolve_bench, resolve_case, resolve_run
 from unstall.ps.runtime import ActorPool, ensure_ray
 from unstall.ps.scenarios import (
     SCENARIOS,
@@ -100,6 +101,9 @@ from unstall.ps.strategies import (
     Strategy,
 )
 from unstall.ps.train import PSRunResult, fit, predict_iter_s
+from unstall.workload.losses import LOSSES
+from unstall.workload.named import Named
+from unstall.workload.zoo_jobs import SyntheticData
 
 __all__ = [
     "LOSSES",
@@ -112,14 +116,19 @@ __all__ = [
     "BenchCase",
     "BenchRow",
     "ControllerConfig",
+    "FitConfig",
     "Named",
     "PSActorDiedError",
     "PSBenchResult",
     "PSCheckpoint",
     "PSLDStrategy",
+    "PSRequest",
     "PSRunResult",
     "PSTimeoutError",
     "Phase",
+    "RecoveryConfig",
+    "ResolvedRun",
+    "RuntimeConfig",
     "SGDConfig",
     "Scenario",
     "ServerOptimizer",
@@ -136,6 +145,9 @@ __all__ = [
     "load_digits",
     "load_scenario",
     "predict_iter_s",
+    "resolve_bench",
+    "resolve_case",
+    "resolve_run",
     "scaled_links",
     "scenario_table",
     "with_oracle",

@@ -7,10 +7,12 @@ instead of the scenario, ``"2"`` workers) would otherwise fail far from the call
 blamed on unstall's own code. Each check raises a one-line
 :class:`~unstall.errors.ConfigError` naming the function and the parameter, saying what it
 takes and, where the mistake is a common one, what to write instead; numbers, counts and flags
-are checked by :mod:`unstall.ps.checks`.
+are checked by :mod:`unstall.checks`.
 
-Front doors take objects: a name is only turned into an object by the command line's
-resolvers, so a name here is refused with the object to give instead.
+A strategy, scenario, optimizer or loss may be given by name (``"psld"``, ``"bandwidth"`` or a
+scenario file, ``"adam"``, ``"mse"``): the name is turned into its object by the factory beside
+its registry (an unknown one is refused naming the known ones); a model by name is the front
+door's (:mod:`unstall.ps.names`), so here a name is refused with what to give instead.
 """
 
 from __future__ import annotations
@@ -21,16 +23,18 @@ from typing import Any
 
 import torch
 
+from unstall.checks import describe
 from unstall.errors import ConfigError
 from unstall.ps.checkpoint import PSCheckpoint
-from unstall.ps.checks import describe
-from unstall.ps.data import LOSSES, ArrayData, SyntheticData
-from unstall.ps.named import unwrap
-from unstall.ps.optim import OPTIMIZERS, ServerOptimizer
+from unstall.ps.data import ArrayData
+from unstall.ps.optim import ServerOptimizer, make_optimizer
 from unstall.ps.runtime import ActorPool
-from unstall.ps.scenarios import SCENARIOS, Scenario
-from unstall.ps.strategies import STRATEGIES, Strategy
-from unstall.workload.user_functions import refuse_built_model, refuse_loss_class
+from unstall.ps.scenarios import SCENARIOS, Scenario, scenario_named
+from unstall.ps.strategies import Strategy, strategy_named
+from unstall.workload.losses import resolve_loss
+from unstall.workload.named import unwrap
+from unstall.workload.user_functions import refuse_built_model
+from unstall.workload.zoo_jobs import SyntheticData
 
 
 def optional_callable(owner: str, field: str, value: Any, takes: str) -> Any:
@@ -53,8 +57,8 @@ def model_function(owner: str, value: Any) -> Any:
         raise ConfigError(
             owner,
             "model",
-            f"{why}, got {describe(fn)} (names are the command line's: for a zoo model give "
-            f"functools.partial(unstall.workload.zoo.build, {fn!r}))",
+            f"{why}, got {describe(fn)} (for a zoo model give "
+            f"unstall.workload.zoo_jobs.zoo_model({fn!r}))",
         )
     if not callable(fn):
         raise ConfigError(owner, "model", f"{why}, got {describe(fn)}")
@@ -79,24 +83,19 @@ def data_function(owner: str, value: Any) -> Any:
 
 
 def loss_function(owner: str, value: Any) -> Any:
-    """A function ``loss(outputs, targets)``, or a loss module built (``nn.MSELoss()``)."""
-    fn = unwrap(value)
-    why = "must be a function loss(outputs, targets) that returns a scalar tensor"
-    refuse_loss_class(owner, "loss", fn, why)  # nn.CrossEntropyLoss, not called
-    if isinstance(fn, str):
-        hint = f'ps.LOSSES["{fn}"]' if fn in LOSSES else "e.g. torch.nn.functional.cross_entropy"
-        raise ConfigError(owner, "loss", f"{why}, got {describe(fn)}: give {hint}")
-    if not callable(fn):
-        raise ConfigError(owner, "loss", f"{why}, got {describe(fn)}")
-    return value
+    """A function ``loss(outputs, targets)``, a loss module built (``nn.MSELoss()``), or a
+    name (``"mse"``, user code ``FILE.py:FUNC``)."""
+    return resolve_loss(value, owner=owner)
 
 
 def strategy(owner: str, value: Any, field: str = "strategy") -> Strategy:
     """A :class:`~unstall.ps.strategies.Strategy`: an object with a ``name``, ``assign`` and
-    ``controller`` (a protocol, so checked member by member); ``field`` names it (one of a
-    list: ``strategies[1]``)."""
-    example = value if isinstance(value, str) and value in STRATEGIES else "psld"
-    why = f'must be a Strategy (e.g. ps.STRATEGIES["{example}"])'
+    ``controller`` (a protocol, so checked member by member), or a name of
+    :data:`~unstall.ps.strategies.STRATEGIES`; ``field`` names it (one of a list:
+    ``strategies[1]``)."""
+    if isinstance(value, str):
+        return strategy_named(value, owner=owner, field=field)
+    why = 'must be a Strategy or its name (e.g. "psld", ps.STRATEGIES["psld"])'
     if isinstance(value, type):  # ps.PSLDStrategy: its class attributes would pass below
         raise ConfigError(owner, field, f"{why}, got {describe(value)}: call it, {_call(value)}")
     missing = [
@@ -120,15 +119,13 @@ def strategy(owner: str, value: Any, field: str = "strategy") -> Strategy:
 
 
 def strategies(owner: str, value: Any) -> tuple[Strategy, ...]:
-    """A list of :class:`~unstall.ps.strategies.Strategy` objects, each checked by
-    :func:`strategy`; names (``"psld"``, ``"psld,mxnet"``), :data:`STRATEGIES` itself (a dict
-    of names) and one strategy outside a list are refused with what to write instead."""
-    why = 'must be a list of Strategy objects (e.g. [ps.STRATEGIES["psld"]])'
+    """A list of :class:`~unstall.ps.strategies.Strategy` objects or names, each checked by
+    :func:`strategy`; a comma-separated text of names (``"psld,mxnet"``) is a list of them;
+    :data:`STRATEGIES` itself (a dict of names) and one strategy outside a list are refused with
+    what to write instead."""
+    why = 'must be a list of Strategy objects or names (e.g. ["psld", "mxnet"])'
     if isinstance(value, str):
-        names = [name.strip() for name in value.split(",")]
-        known = all(name in STRATEGIES for name in names)
-        hint = f": give [{', '.join(f'ps.STRATEGIES[{n!r}]' for n in names)}]" if known else ""
-        raise ConfigError(owner, "strategies", f"{why}, got {describe(value)}{hint}")
+        value = [name.strip() for name in value.split(",") if name.strip()]
     if isinstance(value, Mapping):
         raise ConfigError(
             owner,
@@ -142,10 +139,12 @@ def strategies(owner: str, value: Any) -> tuple[Strategy, ...]:
 
 
 def scenario(owner: str, value: Any, *, optional: bool = True) -> Scenario | None:
-    """A :class:`~unstall.ps.scenarios.Scenario`, or None (the ``none`` preset) where
-    ``optional``."""
+    """A :class:`~unstall.ps.scenarios.Scenario`, a preset's name or a scenario file (read
+    here), or None (the ``none`` preset) where ``optional``."""
     if isinstance(value, Scenario) or (value is None and optional):
         return value
+    if isinstance(value, str):
+        return scenario_named(value, owner=owner)
     why = "must be a Scenario"
     preset = next((name for name, make in SCENARIOS.items() if make is value), None)
     if preset is not None:  # the preset's factory, not called
@@ -153,14 +152,6 @@ def scenario(owner: str, value: Any, *, optional: bool = True) -> Scenario | Non
             owner,
             "scenario",
             f'{why}, got {describe(value)}: call it, ps.SCENARIOS["{preset}"]()',
-        )
-    if isinstance(value, str) and value in SCENARIOS:
-        raise ConfigError(
-            owner, "scenario", f'{why}, got {describe(value)}: give ps.SCENARIOS["{value}"]()'
-        )
-    if isinstance(value, str) and value.lower().endswith((".toml", ".json")):
-        raise ConfigError(
-            owner, "scenario", f"{why}, got {describe(value)}: give ps.load_scenario({value!r})"
         )
     if callable(value):
         raise ConfigError(
@@ -181,7 +172,8 @@ def optimizer(owner: str, value: Any) -> ServerOptimizer | None:
     """What the servers step with: a :class:`~unstall.ps.optim.SGDConfig` or
     :class:`~unstall.ps.optim.AdamConfig` (or the user's own object following
     :class:`~unstall.ps.optim.ServerOptimizer`: a ``name``, ``slots`` state arrays, a
-    ``step``), or None (the default)."""
+    ``step``), an optimizer's name (``"adam"``, its default settings), or None (the
+    default)."""
     if value is None:
         return None
     why = (
@@ -189,9 +181,7 @@ def optimizer(owner: str, value: Any) -> ServerOptimizer | None:
         "(or an object following ps.ServerOptimizer)"
     )
     if isinstance(value, str):
-        kind = OPTIMIZERS.get(value.lower())
-        hint = f": give ps.{kind.__name__}()" if kind is not None else ""
-        raise ConfigError(owner, "optimizer", f"{why}, got {describe(value)}{hint}")
+        return make_optimizer(value, owner=owner)
     kind_of = value if isinstance(value, type) else type(value)
     if issubclass(kind_of, torch.optim.Optimizer):
         # A torch optimizer steps the caller's tensors; here the servers own the parameters.

@@ -12,21 +12,23 @@ from typing import Any
 
 import torch.nn.functional as F
 
+from unstall import checks
 from unstall.config import check
 from unstall.errors import ConfigError
 from unstall.net.link import MB
 from unstall.ps import arguments as args
-from unstall.ps import checks
 from unstall.ps.assign import oracle
-from unstall.ps.data import DataFn, LossFn
+from unstall.ps.config import FitConfig, resolve_parts
+from unstall.ps.data import DataFn
 from unstall.ps.links import ServerSpec, server_cost
-from unstall.ps.optim import ServerOptimizer, SGDConfig
+from unstall.ps.optim import ServerOptimizer
 from unstall.ps.replica import ModelFn, TrainingJob
 from unstall.ps.runtime import ActorPool, ray_for_run
 from unstall.ps.scenarios import Scenario
 from unstall.ps.strategies import StaticStrategy, Strategy
 from unstall.ps.train import PSRunResult, make_plan, run_plan
 from unstall.results import JsonResult
+from unstall.workload.losses import LossFn
 
 ORACLE = StaticStrategy(oracle.NAME, oracle.assign)
 
@@ -39,17 +41,18 @@ class BenchCase:
     checked for its kind when the case is built, as :func:`~unstall.ps.train.fit` checks its
     arguments (a one-line :class:`~unstall.errors.ConfigError` naming the field)."""
 
-    scenario: Scenario
+    scenario: Scenario | str
     model: ModelFn
     data: DataFn
-    loss: LossFn = F.cross_entropy
+    loss: LossFn | str = F.cross_entropy
 
     def __post_init__(self) -> None:
         owner = "BenchCase"
-        args.scenario(owner, self.scenario, optional=False)
+        # A scenario's or a loss's name becomes its object (frozen: set through __setattr__).
+        object.__setattr__(self, "scenario", args.scenario(owner, self.scenario, optional=False))
         args.model_function(owner, self.model)
         args.data_function(owner, self.data)
-        args.loss_function(owner, self.loss)
+        object.__setattr__(self, "loss", args.loss_function(owner, self.loss))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -106,13 +109,13 @@ def with_oracle(strategies: Sequence[Strategy]) -> list[Strategy]:
 
 def compare_strategies(
     cases: Iterable[BenchCase],
-    strategies: Iterable[Strategy],
+    strategies: Iterable[Strategy | str] | str,
     *,
     workers: int = 2,
     spares: int | None = None,
     iterations: int = 10,
     seed: int = 0,
-    optimizer: ServerOptimizer | None = None,
+    optimizer: ServerOptimizer | str | None = None,
     address: str | None = None,
     runtime_env: Mapping[str, Any] | None = None,
     pool: ActorPool | None = None,
@@ -122,42 +125,47 @@ def compare_strategies(
     ``spares`` replaces the scenarios' spare servers; ``optimizer`` is what the servers step
     with (default: ``SGDConfig()``); ``address`` (or ``RAY_ADDRESS``) a Ray cluster to run on,
     with ``runtime_env`` (e.g. ``{"working_dir": "."}``) as in :func:`~unstall.ps.train.fit`;
-    ``progress(1)`` after every run. An argument of the wrong kind (a strategy's name instead
-    of the strategy, a scenario instead of a :class:`BenchCase`, ``"2"`` workers) raises a
-    one-line :class:`~unstall.errors.ConfigError` naming it, before Ray is used."""
+    ``progress(1)`` after every run. Strategies and the optimizer may be names (``"psld"``,
+    ``"adam"``). An argument of the wrong kind (an unknown name, a scenario instead of a
+    :class:`BenchCase`, ``"2"`` workers) raises a one-line :class:`~unstall.errors.ConfigError`
+    naming it, before Ray is used."""
     owner = "compare_strategies"
     cases = _cases(owner, cases)
     runs = with_oracle(args.strategies(owner, strategies))
-    workers = checks.whole(owner, "workers", workers, minimum=1)
-    spares = checks.optional_whole(owner, "spares", spares, minimum=0)
-    iterations = checks.whole(owner, "iterations", iterations, minimum=1)
-    seed = checks.seed_of(owner, seed)
-    optimizer = args.optimizer(owner, optimizer)
-    address = args.optional_text(owner, "address", address)
-    runtime_env = args.optional_mapping(owner, "runtime_env", runtime_env)
+    base = FitConfig.of(
+        owner,
+        workers=workers,
+        spares=spares,
+        iterations=iterations,
+        seed=seed,
+        optimizer=optimizer,
+        address=address,
+        runtime_env=runtime_env,
+    )
     pool = args.actor_pool(owner, pool)
     progress = args.optional_callable(owner, "progress", progress, "progress(runs_done)")
     rows: list[BenchRow] = []
-    with ray_for_run(address, max(workers + 1, 2), pool, runtime_env=runtime_env) as actors:
+    runtime = base.runtime
+    with ray_for_run(
+        runtime.address, max(base.workers + 1, 2), pool, runtime_env=runtime.runtime_env
+    ) as actors:
         for case in cases:
-            scenario = case.scenario if spares is None else case.scenario.with_spares(spares)
             job = TrainingJob(
-                model=case.model, data=case.data, loss=case.loss, seed=seed, workers=workers
+                model=case.model,
+                data=case.data,
+                loss=case.loss,  # type: ignore[arg-type]  # a name became its loss
+                seed=base.seed,
+                workers=base.workers,
             )
             results = {}
             for strategy in runs:
-                plan = make_plan(
-                    job,
-                    strategy=strategy,
-                    scenario=scenario,
-                    iterations=iterations,
-                    optimizer=optimizer if optimizer is not None else SGDConfig(),
-                )
+                config = dataclasses.replace(base, strategy=strategy, scenario=case.scenario)
+                plan = make_plan(job, config, resolve_parts(config))
                 results[strategy.name] = run_plan(plan, actors)
                 if progress is not None:
                     progress(1)
             rows += _rows(results)
-    return PSBenchResult(iterations=iterations, workers=workers, results=tuple(rows))
+    return PSBenchResult(iterations=base.iterations, workers=base.workers, results=tuple(rows))
 
 
 def _cases(owner: str, value: Any) -> tuple[BenchCase, ...]:

@@ -29,7 +29,6 @@ from ray.exceptions import ActorDiedError, RayActorError, RayTaskError
 
 from unstall.errors import UnstallError
 from unstall.ps.chunks import Chunk, plan_pieces
-from unstall.ps.data import Batch
 from unstall.ps.errors import PSActorDiedError, PSTimeoutError
 from unstall.ps.links import ServerSpec
 from unstall.ps.optim import ServerOptimizer
@@ -39,6 +38,7 @@ from unstall.ps.server import ProbeTiming, ServerIteration
 from unstall.ps.worker import StepWatch, WorkerIteration
 from unstall.ray_connect import first_line, root_cause
 from unstall.usercode import UserCodeError
+from unstall.workload.zoo_jobs import Batch
 
 # A server owning more than this exchanges it in pieces of this size, pipelined (plan_pieces).
 # Large enough that one machine exchanges everything in one piece: there every piece costs

@@ -10,14 +10,15 @@ that shuffles gives the same batches in every run of the same seed.
 
 Two built-in sources:
 
-- :class:`SyntheticData`: random batches from a batch function (for a zoo model, its
+- :class:`~unstall.workload.zoo_jobs.SyntheticData` (the workload's, shared with the profiler
+  and the live backend): random batches from a batch function (for a zoo model, its
   ``example_batch``), drawn from a generator seeded by ``(seed, iteration, rank)``.
 - :class:`ArrayData`: in-memory features and labels (``digits``: scikit-learn's 8x8
   handwritten digits, 1,797 images, 64 features scaled to [0, 1], 10 classes, shipped inside
   the wheel, :func:`load_digits`). Samples are taken epoch by epoch in a seeded permutation.
 
-Losses are callables ``loss(outputs, targets) -> scalar tensor``; :data:`LOSSES` holds the
-built-in ones by name.
+Losses are callables ``loss(outputs, targets) -> scalar tensor``;
+:data:`unstall.workload.losses.LOSSES` holds the built-in ones by name.
 """
 
 from __future__ import annotations
@@ -25,38 +26,20 @@ from __future__ import annotations
 import functools
 import itertools
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
+from unstall import checks
 from unstall.config import check
 from unstall.errors import ConfigError, UnstallError
-from unstall.ps import checks
-from unstall.ps.named import unwrap
 from unstall.usercode import UserCodeError, call_user, user_code_error, where_defined
+from unstall.workload.named import unwrap
+from unstall.workload.zoo_jobs import Batch, derive_seed, seeded
 
-Batch = tuple[Any, Any]  # (inputs, targets)
 DataFn = Callable[[int, int], Iterable[Batch]]
-LossFn = Callable[[Any, Any], torch.Tensor]
-
-LOSSES: dict[str, LossFn] = {"cross_entropy": F.cross_entropy, "mse": F.mse_loss}
-
-
-def derive_seed(*parts: int) -> int:
-    """A 63-bit seed from ``parts`` (a run's seed, an iteration, a rank): independent streams."""
-    return int(np.random.SeedSequence(list(parts)).generate_state(1, dtype=np.uint64)[0] >> 1)
-
-
-@contextmanager
-def seeded(seed: int) -> Iterator[None]:
-    """Torch's global generator seeded with ``seed`` inside, and as it was after."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        yield
 
 
 def load_digits() -> tuple[np.ndarray, np.ndarray]:
@@ -161,38 +144,6 @@ def _as_array(owner: str, field: str, value: object) -> np.ndarray:
             owner, field, f"has dtype {array.dtype}, which no torch tensor can hold"
         ) from None
     return array
-
-
-@dataclass(frozen=True)
-class SyntheticData:
-    """Random batches: ``make_batch(batch_size, generator=g)`` returns one ``(inputs, targets)``
-    batch; worker ``r``'s batch of iteration ``i`` is drawn from a generator seeded by
-    ``(seed, i, r)``. For a zoo model the batch function is
-    ``functools.partial(unstall.workload.zoo.example_batch, name, **options)``."""
-
-    make_batch: Callable[..., Batch]
-    batch_size: int = 32
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        owner = type(self).__name__
-        if not callable(self.make_batch):
-            raise ConfigError(
-                owner,
-                "make_batch",
-                "must be a function make_batch(batch_size, generator=g) that returns one "
-                f"(inputs, targets) batch, got {checks.describe(self.make_batch)}",
-            )
-        # Frozen: the checked values (plain ints) are set through object.__setattr__.
-        batch_size = checks.whole(owner, "batch_size", self.batch_size, minimum=1)
-        object.__setattr__(self, "batch_size", batch_size)
-        object.__setattr__(self, "seed", checks.seed_of(owner, self.seed))
-
-    def __call__(self, rank: int, world_size: int) -> Iterator[Batch]:
-        """Worker ``rank``'s batches, one an iteration, without end."""
-        for iteration in itertools.count():
-            gen = torch.Generator().manual_seed(derive_seed(self.seed, iteration, rank))
-            yield self.make_batch(self.batch_size, generator=gen)
 
 
 _END = object()  # what an exhausted iterator gives

@@ -24,14 +24,14 @@ import numpy as np
 
 from unstall.ps.checkpoint import PSCheckpoint
 from unstall.ps.coordinator import IterationTelemetry, PSCluster
-from unstall.ps.data import Batch
 from unstall.ps.elastic import Controller, WarmStarter, Watcher
 from unstall.ps.errors import PSActorDiedError
-from unstall.ps.named import label_of
 from unstall.ps.optim import ServerOptimizer
 from unstall.ps.replica import TrainingJob
 from unstall.ps.runtime import ActorPool
 from unstall.ps.scenarios import Scenario
+from unstall.workload.named import label_of
+from unstall.workload.zoo_jobs import Batch
 
 
 @dataclass(frozen=True, kw_only=True)

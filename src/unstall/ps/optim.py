@@ -20,17 +20,19 @@ moved with their parameters by migrations and saved in checkpoints), ``step(...)
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import ClassVar, Protocol
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 import torch
 
 from unstall.config import check
+from unstall.errors import ConfigError
 
 
 class ServerOptimizer(Protocol):
@@ -159,6 +161,46 @@ OPTIMIZERS: dict[str, type[SGDConfig] | type[AdamConfig]] = {
     SGDConfig.name: SGDConfig,
     AdamConfig.name: AdamConfig,
 }
+
+
+def make_optimizer(
+    name: str | None = None,
+    *,
+    lr: float | None = None,
+    momentum: float | None = None,
+    weight_decay: float | None = None,
+    nesterov: bool = False,
+    resume: ServerOptimizer | None = None,
+    owner: str = "ps",
+) -> SGDConfig | AdamConfig:
+    """The optimizer of :data:`OPTIMIZERS` called ``name`` (None: ``resume``'s kind, else
+    sgd) with the settings given (None: the optimizer's defaults, or ``resume``'s settings when
+    it is of the same kind: a checkpoint's optimizer). ``momentum`` and ``nesterov`` are SGD's;
+    with adam they raise a :class:`~unstall.errors.ConfigError`, as an unknown name does."""
+    name = name or (resume.name if resume is not None else SGDConfig.name)
+    kind = OPTIMIZERS.get(name.lower())
+    if kind is None:
+        known = ", ".join(OPTIMIZERS)
+        raise ConfigError(owner, "optimizer", f"unknown optimizer {name!r}; known: {known}")
+    base: dict[str, Any] = {}
+    if resume is not None and isinstance(resume, kind):
+        base = {f.name: getattr(resume, f.name) for f in dataclasses.fields(kind)}
+    for key, value in (("lr", lr), ("weight_decay", weight_decay)):
+        if value is not None:
+            base[key] = value
+    if kind is AdamConfig:
+        if momentum is not None or nesterov:
+            raise ConfigError(
+                owner,
+                "momentum" if momentum is not None else "nesterov",
+                "momentum and nesterov are SGD's: adam keeps its own moments",
+            )
+        return AdamConfig(**base)
+    if momentum is not None:
+        base["momentum"] = momentum
+    if nesterov:
+        base["nesterov"] = True
+    return SGDConfig(**base)
 
 
 # Elements per block of the gradient sum (several workers): the sum of a block (1 MiB) and its

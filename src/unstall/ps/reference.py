@@ -15,10 +15,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from unstall.ps.data import Batch
 from unstall.ps.optim import ServerOptimizer
 from unstall.ps.replica import ModelReplica, TrainingJob
 from unstall.workload.threads import torch_threads
+from unstall.workload.zoo_jobs import Batch
 
 REL_TOL = 1e-6
 

@@ -10,7 +10,6 @@ seed, so parameters that are not trained and buffers start equal everywhere too.
 from __future__ import annotations
 
 import math
-import numbers
 import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -21,8 +20,7 @@ from torch import nn
 
 from unstall.errors import UnstallError
 from unstall.ps.chunks import Chunk, TensorInfo, tensor_infos
-from unstall.ps.data import Batch, DataFn, LossFn, derive_seed, seeded
-from unstall.ps.named import unwrap
+from unstall.ps.data import DataFn
 from unstall.usercode import (
     UserCodeError,
     call_user,
@@ -30,6 +28,9 @@ from unstall.usercode import (
     innermost_user_frame,
     where_defined,
 )
+from unstall.workload.losses import LossFn, loss_problem
+from unstall.workload.named import unwrap
+from unstall.workload.zoo_jobs import Batch, derive_seed, seeded
 
 ModelFn = Callable[[], nn.Module]
 
@@ -94,15 +95,6 @@ def describe_value(value: object) -> str:
     if isinstance(value, list | tuple | dict):
         return f"a {type(value).__name__} of {len(value)}"
     return "None" if value is None else f"a {type(value).__name__}"
-
-
-def _loss_hint(loss: object) -> str:
-    """What to do about a loss that is not a scalar tensor depending on the model."""
-    if isinstance(loss, torch.Tensor) and loss.numel() != 1:
-        return " (reduce it to one value, e.g. .mean())"
-    if isinstance(loss, torch.Tensor | numbers.Number):
-        return " (compute it from the outputs with torch, without .item(), float() or .detach())"
-    return ""
 
 
 def forward_error(
@@ -209,10 +201,8 @@ class ModelReplica:
             raise forward_error(self.job.model, self.model, exc, inputs) from exc
         loss = call_user(self.loss_fn, outputs, targets, what="loss function")
         if not isinstance(loss, torch.Tensor) or loss.numel() != 1 or not loss.requires_grad:
-            raise UserCodeError(
-                f"loss function {where_defined(self.loss_fn)} returned {describe_value(loss)}, "
-                f"not a scalar tensor that depends on the model{_loss_hint(loss)}"
-            )
+            # (A value that is not finite is for the caller to say, with the iteration's batch.)
+            raise UserCodeError(f"loss function {where_defined(self.loss_fn)} {loss_problem(loss)}")
         return loss
 
     def buffers(self) -> dict[str, torch.Tensor]:

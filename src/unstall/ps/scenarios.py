@@ -271,6 +271,21 @@ SCENARIOS: dict[str, Callable[[], Scenario]] = {
 }
 
 
+def scenario_named(text: str, *, owner: str = "ps", field: str = "scenario") -> Scenario:
+    """A preset of :data:`SCENARIOS` by name, or a TOML/JSON scenario file by path (read
+    here); anything else raises a :class:`~unstall.errors.ConfigError` naming ``owner``'s
+    ``field``."""
+    preset = SCENARIOS.get(text)
+    if preset is not None:
+        return preset()
+    if Path(text).suffix.lower() in (".toml", ".json"):
+        return load_scenario(text)
+    known = ", ".join(SCENARIOS)
+    raise ConfigError(
+        owner, field, f"{text!r} is neither a preset ({known}) nor a .toml/.json file"
+    )
+
+
 # --- files ---------------------------------------------------------------------------------------
 
 

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from unstall.errors import ConfigError
 from unstall.ps.assign import byteps, mxnet, oracle, psld, round_robin, tf_greedy
 from unstall.ps.assign.base import CostPhase, Placement
 from unstall.ps.chunks import Assignment, TensorInfo, check_cover
@@ -100,3 +101,14 @@ STRATEGIES: dict[str, Strategy] = {
         PSLDStrategy(),
     )
 }
+
+
+def strategy_named(name: str, *, owner: str = "ps", field: str = "strategy") -> Strategy:
+    """The built-in strategy called ``name`` (a key of :data:`STRATEGIES`); an unknown name
+    raises a :class:`~unstall.errors.ConfigError` naming ``owner``'s ``field`` and the known
+    ones."""
+    found = STRATEGIES.get(name)
+    if found is None:
+        known = ", ".join(STRATEGIES)
+        raise ConfigError(owner, field, f"unknown strategy {name!r}; known: {known}")
+    return found

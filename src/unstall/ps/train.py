@@ -21,27 +21,29 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from unstall import checks
 from unstall.config import check
+from unstall.errors import ConfigError
 from unstall.ps import arguments as args
-from unstall.ps import checks
+from unstall.ps import names
 from unstall.ps.assign.base import CostPhase
 from unstall.ps.checkpoint import PSCheckpoint
 from unstall.ps.chunks import Assignment
-from unstall.ps.coordinator import DEFAULT_PIECE_BYTES, IterationTelemetry
-from unstall.ps.data import DataFn, LossFn
+from unstall.ps.config import DEFAULT_STRATEGY, FitConfig, RunParts, resolve_parts
+from unstall.ps.coordinator import IterationTelemetry
+from unstall.ps.data import DataFn
 from unstall.ps.elastic import ElasticEvent
 from unstall.ps.execute import Recovery, RunState, Segment, run_segments
 from unstall.ps.links import server_cost
-from unstall.ps.named import label_of, options_of
-from unstall.ps.optim import ServerOptimizer, SGDConfig
+from unstall.ps.optim import ServerOptimizer
 from unstall.ps.reference import ReferenceCheck, compare, reference_params
 from unstall.ps.replica import ModelFn, TrainingJob, build_model, initial_params, trainable
 from unstall.ps.runtime import ActorPool, ray_for_run
-from unstall.ps.scenarios import Scenario, none
-from unstall.ps.strategies import STRATEGIES, Strategy
+from unstall.ps.scenarios import Scenario
+from unstall.ps.strategies import Strategy
 from unstall.results import JsonResult, to_jsonable
-
-DEFAULT_STRATEGY = STRATEGIES["tf-greedy"]
+from unstall.workload.losses import LossFn
+from unstall.workload.named import Named, label_of, options_of
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -116,25 +118,23 @@ class PSRunResult(JsonResult):
 
 @dataclass(frozen=True, kw_only=True)
 class RunPlan:
-    """A run made ready without Ray: the job, the scenario on the run's servers, the strategy,
-    the model built in the driver and its starting parameters, and the first assignment."""
+    """A run made ready without Ray: the job, its config (handed on whole), the strategy, the
+    scenario on the run's servers and the optimizer as objects, the model built in the driver
+    and its starting parameters, and the first assignment."""
 
     job: TrainingJob
+    config: FitConfig
     strategy: Strategy
     scenario: Scenario
-    iterations: int
     optimizer: ServerOptimizer
-    check_reference: bool
-    timeout_s: float
-    piece_bytes: int
-    step_threads: int
     model: nn.Module
     initial: tuple[np.ndarray, ...]
     assignment: Assignment
     resume: PSCheckpoint | None = None
-    checkpoint_every: int | None = None
-    max_recoveries: int = 0
-    snapshot_every: int = 1
+
+    @property
+    def iterations(self) -> int:
+        return self.config.iterations
 
     @property
     def start_iteration(self) -> int:
@@ -186,57 +186,27 @@ def ran_iter_s(
 
 def make_plan(
     job: TrainingJob,
-    *,
-    strategy: Strategy,
-    scenario: Scenario,
-    iterations: int,
-    optimizer: ServerOptimizer,
-    check_reference: bool = False,
-    timeout_s: float = 300.0,
-    piece_mb: float = DEFAULT_PIECE_BYTES / 1e6,
-    step_threads: int = 1,
+    config: FitConfig,
+    parts: RunParts,
     resume: PSCheckpoint | None = None,
-    checkpoint_every: int | None = None,
-    max_recoveries: int = 0,
-    snapshot_every: int = 1,
 ) -> RunPlan:
-    """Validate a run and make it ready (the user's model function runs here, in the driver)."""
-    check(job.workers >= 1, "fit", "workers", f"must be >= 1, got {job.workers}")
-    check(iterations >= 1, "fit", "iterations", f"must be >= 1, got {iterations}")
-    check(timeout_s > 0, "fit", "timeout_s", f"must be > 0, got {timeout_s}")
-    check(piece_mb > 0, "fit", "piece_mb", f"must be > 0, got {piece_mb}")
-    check(step_threads >= 1, "fit", "step_threads", f"must be >= 1, got {step_threads}")
-    check(
-        checkpoint_every is None or checkpoint_every >= 1,
-        "fit",
-        "checkpoint_every",
-        f"must be >= 1, got {checkpoint_every}",
-    )
-    check(max_recoveries >= 0, "fit", "max_recoveries", f"must be >= 0, got {max_recoveries}")
-    check(snapshot_every >= 1, "fit", "snapshot_every", f"must be >= 1, got {snapshot_every}")
+    """Make a run ready (the user's model function runs here, in the driver)."""
     model = build_model(job.model, job.seed)
     infos, initial = initial_params(model)
     if resume is not None:
-        _check_resume(resume, [p.size for p in initial], job, optimizer, iterations)
+        _check_resume(resume, [p.size for p in initial], job, parts.optimizer, config.iterations)
         initial = [p.copy() for p in resume.params]
-    costs = run_costs(scenario, job.workers, iterations)
+    costs = run_costs(parts.scenario, job.workers, config.iterations)
     return RunPlan(
         job=job,
-        strategy=strategy,
-        scenario=scenario,
-        iterations=iterations,
-        optimizer=optimizer,
-        check_reference=check_reference,
-        timeout_s=timeout_s,
-        piece_bytes=max(1, int(piece_mb * 1e6)),
-        step_threads=step_threads,
+        config=config,
+        strategy=parts.strategy,
+        scenario=parts.scenario,
+        optimizer=parts.optimizer,
         model=model,
         initial=tuple(initial),
-        assignment=strategy.assign(infos, scenario.servers, costs),
+        assignment=parts.strategy.assign(infos, parts.scenario.servers, costs),
         resume=resume,
-        checkpoint_every=checkpoint_every,
-        max_recoveries=max_recoveries,
-        snapshot_every=snapshot_every,
     )
 
 
@@ -264,144 +234,136 @@ def _check_resume(
 
 
 def fit(
-    model: ModelFn,
-    data: DataFn,
+    model: ModelFn | str,
+    data: DataFn | str,
+    config: FitConfig | None = None,
     *,
-    loss: LossFn = F.cross_entropy,
-    optimizer: ServerOptimizer | None = None,
-    workers: int = 2,
-    servers: int | None = None,
-    spares: int | None = None,
-    strategy: Strategy = DEFAULT_STRATEGY,
-    scenario: Scenario | None = None,
-    iterations: int = 20,
-    seed: int = 0,
-    check_reference: bool = False,
+    loss: LossFn | str = F.cross_entropy,
     resume: PSCheckpoint | None = None,
-    checkpoint_every: int | None = None,
     on_checkpoint: Callable[[PSCheckpoint], None] | None = None,
-    max_recoveries: int = 0,
-    snapshot_every: int = 1,
-    address: str | None = None,
-    runtime_env: Mapping[str, Any] | None = None,
-    timeout_s: float = 300.0,
-    piece_mb: float = DEFAULT_PIECE_BYTES / 1e6,
-    step_threads: int = 1,
     pool: ActorPool | None = None,
     progress: Callable[[int], None] | None = None,
     check_progress: Callable[[int], None] | None = None,
+    batch_size: int | None = None,
+    **settings: Any,
 ) -> PSRunResult:
     """Train ``model()`` with synchronous data-parallel training on parameter servers,
-    ``workers`` Ray actors each taking its batches from ``data(rank, workers)`` and its loss
-    from ``loss(outputs, targets)``.
+    ``config.workers`` Ray actors each taking its batches from ``data(rank, workers)`` and its
+    loss from ``loss(outputs, targets)``.
 
-    ``optimizer``: what the servers step with, :class:`~unstall.ps.optim.SGDConfig` (the
-    default; momentum, weight decay, Nesterov) or :class:`~unstall.ps.optim.AdamConfig`; its
-    state moves with the parameters. ``scenario``: the servers' links and compute and how they
-    change (default: the ``none`` preset, four equal servers); ``servers`` and ``spares``
-    replace its counts. ``strategy``: how the parameters are placed and moved (an entry of
-    :data:`~unstall.ps.strategies.STRATEGIES` or a user's object). ``seed`` seeds the model's
-    initialisation, dropout and the data's draws. ``iterations`` counts the whole run, a resumed
-    one's earlier iterations included. With ``check_reference`` the final parameters are
-    compared with single-process training over the same batches (1e-6 relative).
-    ``checkpoint_every``: every that many iterations (and after the last) ``on_checkpoint``
-    gets a :class:`~unstall.ps.checkpoint.PSCheckpoint` (e.g. ``lambda c: c.save(path)``);
-    ``resume`` goes on from one (same model, workers, seed and optimizer kind; the optimizer
-    defaults to the checkpoint's). ``max_recoveries``: how many dead worker or server
-    processes the run survives, each time going on from the last snapshot of the servers'
-    state, taken every ``snapshot_every`` iterations (re-running the iterations since, at most
-    ``snapshot_every``, with the same result: a larger value makes the snapshots rarer and a
-    recovery longer); 0: a dead actor ends the run with
-    :class:`~unstall.ps.errors.PSActorDiedError` naming it. Ray:
-    ``address`` (or ``RAY_ADDRESS``) for a cluster, with ``runtime_env`` (e.g.
-    ``{"working_dir": "."}`` so that the user's modules reach every node), else a local Ray
-    started on loopback and stopped at the end, unless this process is connected to one
-    already. ``piece_mb`` and ``step_threads`` tune the exchange (pipelined
-    pieces, threads a server steps a large segment with); ``pool`` reuses actors across runs;
-    ``progress(n)`` is called after every iteration, ``check_progress(n)`` after every
-    iteration the reference check replays (after the last one). Errors in the user's functions
-    raise a one-line :class:`~unstall.usercode.UserCodeError` naming the function, file and line;
-    an argument of the wrong kind (a strategy's name instead of the strategy, a scenario's
-    factory instead of the scenario, ``"2"`` workers, a model already built instead of the
-    function that builds it) a :class:`~unstall.errors.ConfigError` naming the parameter,
-    before the model is built or Ray is used.
+    ``model``, ``data`` and ``loss`` may be names instead (:mod:`unstall.ps.names`): a zoo
+    model (``"mlp"``; None-like defaults are the scenario's), ``"synthetic"`` (its random
+    batches of ``batch_size``, default 32) or ``"digits"``, ``"cross_entropy"`` or ``"mse"``,
+    or user code ``FILE.py:FUNC``.
+
+    ``config`` (a :class:`~unstall.ps.config.FitConfig`, built once and handed whole) is how the
+    run goes: workers, iterations, seed, servers and spares, the ``strategy`` (an entry of
+    :data:`~unstall.ps.strategies.STRATEGIES`, a user's object, or a name: ``"psld"``), the
+    ``scenario`` (the servers' links and compute and how they change: a
+    :class:`~unstall.ps.scenarios.Scenario`, a preset's name ``"bandwidth"`` or a
+    ``.toml``/``.json`` file; default the ``none`` preset, four equal servers), the
+    ``optimizer`` the servers step with (:class:`~unstall.ps.optim.SGDConfig`, the default, or
+    :class:`~unstall.ps.optim.AdamConfig`, or a name: ``"adam"``; its state moves with the
+    parameters), ``check_reference`` (the final parameters compared with single-process training
+    over the same batches, 1e-6 relative), its ``recovery`` section (every ``checkpoint_every``
+    iterations, and after the last, ``on_checkpoint`` gets a
+    :class:`~unstall.ps.checkpoint.PSCheckpoint`, e.g. ``lambda c: c.save(path)``;
+    ``max_recoveries`` dead worker or server processes survived, going on from the last
+    snapshot of the servers' state taken every ``snapshot_every`` iterations) and its
+    ``runtime`` section (Ray's ``address`` or ``RAY_ADDRESS`` with ``runtime_env``, else a local
+    Ray started on loopback and stopped at the end unless this process is connected to one
+    already; ``timeout_s``, ``piece_mb``, ``step_threads``). Without a config, the keyword
+    ``settings`` are its fields and its sections' (``workers=2, strategy="psld",
+    checkpoint_every=5``), built into one here.
+
+    ``resume`` goes on from a checkpoint (same model, workers, seed and optimizer kind; the
+    optimizer defaults to the checkpoint's) with the result an unstopped run would have had;
+    ``iterations`` counts the whole run. ``pool`` reuses actors across runs; ``progress(n)`` is
+    called after every iteration, ``check_progress(n)`` after every iteration the reference
+    check replays. Errors in the user's functions raise a one-line
+    :class:`~unstall.usercode.UserCodeError` naming the function, file and line; an argument of
+    the wrong kind (an unknown name, a scenario's factory instead of the scenario, ``"2"``
+    workers, a model already built instead of the function that builds it) a
+    :class:`~unstall.errors.ConfigError` naming the parameter, before the model is built or Ray
+    is used.
     """
     # Every argument's kind first: a wrong one would otherwise fail in the planner as an
     # AttributeError, or in a server or worker after Ray has started actors.
     owner = "fit"
-    model = args.model_function(owner, model)
-    data = args.data_function(owner, data)
-    loss = args.loss_function(owner, loss)
-    optimizer = args.optimizer(owner, optimizer)
-    workers = checks.whole(owner, "workers", workers)
-    servers = checks.optional_whole(owner, "servers", servers, minimum=1)
-    spares = checks.optional_whole(owner, "spares", spares, minimum=0)
-    strategy = args.strategy(owner, strategy)
-    scenario = args.scenario(owner, scenario)
-    iterations = checks.whole(owner, "iterations", iterations)
-    seed = checks.seed_of(owner, seed)
-    check_reference = checks.flag(owner, "check_reference", check_reference)
+    config = fit_config(owner, config, settings)
     resume = args.checkpoint(owner, resume)
-    checkpoint_every = checks.optional_whole(owner, "checkpoint_every", checkpoint_every)
+    parts = resolve_parts(config, resume.optimizer if resume is not None else None)
+    model_fn, data_fn = _named_job(owner, model, data, parts.scenario, batch_size, config.seed)
+    loss_fn = args.loss_function(owner, loss)
     on_checkpoint = args.optional_callable(
         owner, "on_checkpoint", on_checkpoint, "on_checkpoint(checkpoint)"
     )
-    max_recoveries = checks.whole(owner, "max_recoveries", max_recoveries)
-    snapshot_every = checks.whole(owner, "snapshot_every", snapshot_every)
-    address = args.optional_text(owner, "address", address)
-    runtime_env = args.optional_mapping(owner, "runtime_env", runtime_env)
-    timeout_s = checks.real(owner, "timeout_s", timeout_s)
-    piece_mb = checks.positive_finite(owner, "piece_mb", piece_mb)
-    step_threads = checks.whole(owner, "step_threads", step_threads)
     pool = args.actor_pool(owner, pool)
     progress = args.optional_callable(owner, "progress", progress, "progress(iterations_done)")
     check_progress = args.optional_callable(
         owner, "check_progress", check_progress, "check_progress(iterations_replayed)"
     )
     job = TrainingJob(
-        model=model,
-        data=data,
-        loss=loss,
-        seed=seed,
-        workers=workers,
-        record_batches=check_reference,
+        model=model_fn,
+        data=data_fn,
+        loss=loss_fn,
+        seed=config.seed,
+        workers=config.workers,
+        record_batches=config.check_reference,
     )
-    if optimizer is None:
-        optimizer = resume.optimizer if resume is not None else SGDConfig()
-    plan = make_plan(
-        job,
-        strategy=strategy,
-        scenario=on_servers(scenario, servers, spares),
-        iterations=iterations,
-        optimizer=optimizer,
-        check_reference=check_reference,
-        timeout_s=timeout_s,
-        piece_mb=piece_mb,
-        step_threads=step_threads,
-        resume=resume,
-        checkpoint_every=checkpoint_every,
-        max_recoveries=max_recoveries,
-        snapshot_every=snapshot_every,
-    )
-    with ray_for_run(address, max(workers + 1, 2), pool, runtime_env=runtime_env) as actors:
+    plan = make_plan(job, config, parts, resume)
+    runtime = config.runtime
+    with ray_for_run(
+        runtime.address, max(config.workers + 1, 2), pool, runtime_env=runtime.runtime_env
+    ) as actors:
         return run_plan(plan, actors, progress, on_checkpoint, check_progress)
 
 
-def on_servers(scenario: Scenario | None, servers: int | None, spares: int | None) -> Scenario:
-    """``scenario`` (None: the ``none`` preset) with ``servers`` and ``spares`` when given."""
-    scenario = scenario if scenario is not None else none()
-    if servers is not None:
-        scenario = scenario.with_servers(servers)
-    if spares is not None:
-        scenario = scenario.with_spares(spares)
-    return scenario
+def fit_config(owner: str, config: object, settings: Mapping[str, Any]) -> FitConfig:
+    """``config``, or one built of the keyword ``settings`` (errors naming ``owner``'s
+    parameters) when it is None."""
+    if config is None:
+        return FitConfig.of(owner, **settings)
+    if not isinstance(config, FitConfig):
+        raise ConfigError(
+            owner, "config", f"must be a ps.FitConfig or None, got {checks.describe(config)}"
+        )
+    if settings:
+        raise ConfigError(
+            owner,
+            "config",
+            f"given with {', '.join(sorted(settings))}: put them in the config,"
+            " dataclasses.replace(config, ...)",
+        )
+    return config
+
+
+def _named_job(
+    owner: str,
+    model: object,
+    data: object,
+    scenario: Scenario,
+    batch_size: int | None,
+    seed: int,
+) -> tuple[ModelFn, DataFn]:
+    """The model and data functions: given, or named (a zoo model, its synthetic data)."""
+    if isinstance(model, str):
+        model = names.resolve_model(model, scenario=scenario, owner=owner)
+    model_fn: ModelFn = args.model_function(owner, model)
+    if isinstance(data, str):
+        named = model_fn if isinstance(model_fn, Named) else Named(model_fn, label_of(model_fn))
+        data = names.resolve_data(data, named, batch_size=batch_size, seed=seed, owner=owner)
+    elif batch_size is not None:
+        raise ConfigError(owner, "batch_size", "applies to named data (synthetic, digits)")
+    data_fn: DataFn = args.data_function(owner, data)
+    return model_fn, data_fn
 
 
 def predict_iter_s(
-    model: ModelFn,
+    model: ModelFn | str,
     *,
-    strategy: Strategy = DEFAULT_STRATEGY,
-    scenario: Scenario | None = None,
+    strategy: Strategy | str = DEFAULT_STRATEGY,
+    scenario: Scenario | str | None = None,
     servers: int | None = None,
     workers: int = 2,
     iterations: int = 20,
@@ -409,22 +371,26 @@ def predict_iter_s(
 ) -> float:
     """The cost model's transfer-and-step time of an iteration under ``strategy``'s first
     assignment of ``model()``'s parameters (as :func:`fit` would make it), without running
-    anything: the part of an iteration the placement decides. An argument of the wrong kind
-    or range raises a :class:`~unstall.errors.ConfigError` naming it."""
+    anything: the part of an iteration the placement decides. The model, strategy and
+    scenario may be names, as :func:`fit` takes them; an argument of the wrong kind or range
+    raises a :class:`~unstall.errors.ConfigError` naming it."""
     owner = "predict_iter_s"
-    model = args.model_function(owner, model)
-    strategy = args.strategy(owner, strategy)
-    scenario = on_servers(
-        args.scenario(owner, scenario),
-        checks.optional_whole(owner, "servers", servers, minimum=1),
-        None,
+    config = FitConfig.of(
+        owner,
+        strategy=strategy,
+        scenario=scenario,
+        servers=servers,
+        workers=workers,
+        iterations=iterations,
+        seed=seed,
     )
-    workers = checks.whole(owner, "workers", workers, minimum=1)
-    iterations = checks.whole(owner, "iterations", iterations, minimum=1)
-    seed = checks.seed_of(owner, seed)
-    infos, _ = initial_params(build_model(model, seed))
-    costs = run_costs(scenario, workers, iterations)
-    return predicted_iter_s(strategy.assign(infos, scenario.servers, costs), costs)
+    parts = resolve_parts(config)
+    if isinstance(model, str):
+        model = names.resolve_model(model, scenario=parts.scenario, owner=owner)
+    model_fn: ModelFn = args.model_function(owner, model)
+    infos, _ = initial_params(build_model(model_fn, config.seed))
+    costs = run_costs(parts.scenario, config.workers, config.iterations)
+    return predicted_iter_s(parts.strategy.assign(infos, parts.scenario.servers, costs), costs)
 
 
 def run_plan(
@@ -438,6 +404,7 @@ def run_plan(
     controller = plan.strategy.controller(plan.scenario, plan.iterations)
     resume = plan.resume
     has_buffers = any(True for _ in plan.model.buffers())
+    recovery, runtime = plan.config.recovery, plan.config.runtime
     segment = Segment(
         job=plan.job,
         optimizer=plan.optimizer,
@@ -445,14 +412,14 @@ def run_plan(
         first_iteration=plan.start_iteration,
         iterations=plan.iterations,
         chunks=plan.assignment.chunks,
-        timeout_s=plan.timeout_s,
-        piece_bytes=plan.piece_bytes,
-        step_threads=plan.step_threads,
+        timeout_s=runtime.timeout_s,
+        piece_bytes=runtime.piece_bytes,
+        step_threads=runtime.step_threads,
         has_buffers=has_buffers,
-        check_reference=plan.check_reference,
-        checkpoint_every=plan.checkpoint_every,
-        max_recoveries=plan.max_recoveries,
-        snapshot_every=plan.snapshot_every,
+        check_reference=plan.config.check_reference,
+        checkpoint_every=recovery.checkpoint_every,
+        max_recoveries=recovery.max_recoveries,
+        snapshot_every=recovery.snapshot_every,
     )
     state = RunState(
         iteration=plan.start_iteration,
@@ -465,7 +432,7 @@ def run_plan(
     )
     done = run_segments(segment, state, pool, controller, progress, on_checkpoint)
     checked = None
-    if plan.check_reference:
+    if plan.config.check_reference:
         expected = reference_params(
             plan.job,
             plan.optimizer,

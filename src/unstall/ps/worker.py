@@ -23,8 +23,9 @@ import ray
 import torch
 
 from unstall.ps.chunks import Chunk, Segment, wire_parts
-from unstall.ps.data import Batch, BatchStream
+from unstall.ps.data import BatchStream
 from unstall.ps.replica import ModelReplica, TrainingJob
+from unstall.workload.zoo_jobs import Batch
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -214,7 +214,7 @@ class JobProfile(JsonResult):
                 "device",
                 f"the profile of {self.model} was measured on a CPU"
                 f" ({self.device_name or 'unnamed'}); the perf model takes GPU timings: convert"
-                " it (unstall profile convert PROFILE --gpu NAME, compute scaled by FLOP rates)"
+                " it, profile.on_gpu(NAME) (compute scaled by FLOP rates; unstall profile convert)"
                 " or profile on a GPU",
             )
         values: dict[str, Any] = {

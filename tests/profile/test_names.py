@@ -1,5 +1,5 @@
-"""The profiler's resolver: model, data, loss and link text to objects; bad text is one line
-naming the option or the file."""
+"""The profiler's names: models, data and losses by name to objects; a bad name is one line
+naming the parameter or the file."""
 
 from __future__ import annotations
 
@@ -8,19 +8,18 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
-from unstall.cli.resolvers.profile import (
+from unstall.errors import ConfigError, DataFileError
+from unstall.profile import ImageFileData, SyntheticBatches, UserData, write_image_dataset
+from unstall.profile.names import (
     parse_variant,
     resolve_data,
     resolve_device,
     resolve_loss,
     resolve_model,
-    resolve_network,
 )
-from unstall.errors import ConfigError, DataFileError
-from unstall.net.link import Link
-from unstall.profile import ImageFileData, SyntheticData, UserData, write_image_dataset
 from unstall.usercode import UserCodeError
 from unstall.workload import zoo
 
@@ -89,12 +88,12 @@ def test_user_code_model_data_and_loss(user_file: Path) -> None:
 def test_synthetic_and_image_folder_data(tmp_path: Path) -> None:
     resnet = resolve_model("resnet18")
     synthetic = resolve_data("synthetic", resnet, batch=3)
-    assert isinstance(synthetic, SyntheticData)
+    assert isinstance(synthetic, SyntheticBatches)
     assert synthetic.memory_feed(0, 1, seed=0)(0)[0].shape == (3, 3, 32, 32)
     write_image_dataset(tmp_path, count=5, image_size=32, num_classes=2, seed=0)
     folder = resolve_data(str(tmp_path), resnet, batch=2)
     assert isinstance(folder, ImageFileData) and len(folder.paths) == 5
-    assert folder.label == str(tmp_path) and isinstance(folder.memory, SyntheticData)
+    assert folder.label == str(tmp_path) and isinstance(folder.memory, SyntheticBatches)
     with pytest.raises(ConfigError, match=r"profile\.data: .* mlp takes features"):
         resolve_data(str(tmp_path), resolve_model("mlp"))
     with pytest.raises(DataFileError, match="no such directory"):
@@ -104,28 +103,14 @@ def test_synthetic_and_image_folder_data(tmp_path: Path) -> None:
 
 
 def test_losses_by_name() -> None:
-    assert isinstance(resolve_loss(None), nn.CrossEntropyLoss)
-    assert isinstance(resolve_loss("mse"), nn.MSELoss)
+    assert resolve_loss(None) is F.cross_entropy
+    assert resolve_loss("mse") is F.mse_loss
+    mine = nn.L1Loss()
+    assert resolve_loss(mine) is mine
     with pytest.raises(
-        ConfigError, match=r"profile\.loss: unknown loss 'l1'; known: cross_entropy"
+        ConfigError, match=r"profile\.loss: 'l1' is neither a loss \(cross_entropy, mse\)"
     ):
         resolve_loss("l1")
-
-
-def test_network_text_to_a_link() -> None:
-    assert resolve_network(None) is None
-    link = resolve_network("1,0.5")
-    assert link == Link(bandwidth_gbps=1.0, latency_us=500.0)
-    assert link is not None and link.latency_ms == 0.5
-    assert resolve_network("2") == Link(bandwidth_gbps=2.0)
-    for bad, why in (
-        ("x,1", "GBPS,LATENCY_MS must be numbers"),
-        ("1,2,3", "want GBPS,LATENCY_MS"),
-        ("0,1", "bandwidth must be > 0"),
-        ("1,-1", "latency must be >= 0"),
-    ):
-        with pytest.raises(ConfigError, match=rf"profile\.network: {why}"):
-            resolve_network(bad)
 
 
 def test_device() -> None:
@@ -135,8 +120,8 @@ def test_device() -> None:
 
 
 def test_every_model_the_simulator_knows_is_profilable() -> None:
-    from unstall.cli.resolvers.profile import profilable_models
     from unstall.profile.job import model_shape
+    from unstall.profile.names import profilable_models
     from unstall.workload.job_specs import APPLICATION_MODELS
 
     assert set(profilable_models()) == {*zoo.names(), *APPLICATION_MODELS}
@@ -171,8 +156,7 @@ def test_class_folder_data_for_a_model_of_ones_own(tmp_path: Path, user_file: Pa
 
 
 def test_a_sweep_of_ones_own_models_needs_and_takes_ones_own_data(user_file: Path) -> None:
-    from unstall.cli.resolvers.profile import sweep_measure
-    from unstall.profile import ProfileConfig
+    from unstall.profile import ProfileConfig, sweep_measure
 
     variants = [f"{user_file}:model", "mlp:depth=2"]
     with pytest.raises(ConfigError, match="synthetic batches need a zoo model"):

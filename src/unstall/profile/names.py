@@ -1,5 +1,6 @@
-"""The profiler's resolver: command-line text to the objects :func:`unstall.profile.measure_stalls`
-takes.
+"""The profiler's names: what a model, data, a loss or a sweep is called, to the objects
+:func:`unstall.profile.measure_stalls` takes (the command line, the benchmarks and a user's script
+name them alike).
 
 - a model: any model name the simulator knows (a zoo name such as ``resnet18``, or one of the
   applications of Pollux's traces such as ``bert``, built as the zoo model that stands for it),
@@ -9,11 +10,13 @@ takes.
   ``DIR/CLASS/*.{png,jpg,jpeg}``, or the flat files of ``unstall profile data DIR``) read through
   a DataLoader, or user code (``FILE.py:FUNC``: ``(rank, world_size) -> iterable of (inputs,
   targets)``);
-- a loss: a name of :data:`LOSSES` or user code (``loss(outputs, targets) -> scalar tensor``);
-- the emulated link: ``GBPS[,LATENCY_MS]`` (Gbit/s per direction, milliseconds per bucket);
-- a sweep of zoo variants for the comm-stall model: the function that profiles each one.
+- a loss: a name of :data:`unstall.workload.losses.LOSSES` or user code (``loss(outputs,
+  targets) -> scalar tensor``);
+- (the comm-stall model's default sweep, and the function that profiles each variant of a
+  sweep, are :mod:`unstall.profile.sweep`'s ``DEFAULT_SWEEP`` and ``sweep_measure``.)
 
-Every error is one line naming the option (``profile.model``, ``profile.data``, ...) or the file.
+Every error is one line naming the parameter (``profile.model``, ``profile.data``, ...) or the
+file.
 """
 
 from __future__ import annotations
@@ -29,43 +32,20 @@ from torch import nn
 
 from unstall.config import check
 from unstall.errors import ConfigError
-from unstall.net.link import Link
-from unstall.profile import (
-    DataSource,
-    ImageFileData,
-    ProfileConfig,
-    SweepPoint,
-    SyntheticData,
-    UserData,
-    measure_sweep_point,
-)
-from unstall.profile import resolve_device as choose_device
+from unstall.profile.config import resolve_device as choose_device
 from unstall.profile.images import read_dataset
+from unstall.profile.sources import DataSource, ImageFileData, SyntheticBatches, UserData
 from unstall.usercode import is_reference, load_callable
 from unstall.workload import zoo
 from unstall.workload.job_specs import APPLICATION_MODELS
+from unstall.workload.losses import DEFAULT_LOSS, LossFn
+from unstall.workload.losses import resolve_loss as resolve_any_loss
+from unstall.workload.named import unwrap
+from unstall.workload.zoo_jobs import zoo_data
 
 OWNER = "profile"
-LOSSES: dict[str, Callable[[], nn.Module]] = {
-    "cross_entropy": nn.CrossEntropyLoss,
-    "mse": nn.MSELoss,
-}
 SYNTHETIC = "synthetic"
-# The comm-stall model's default sweep: depth sweeps of three zoo families, and a model of
-# another family held out to test the fit's prediction.
-DEFAULT_SWEEP = (
-    "resnet:depth=18",
-    "resnet:depth=34",
-    "resnet:depth=50",
-    "vgg:depth=11",
-    "vgg:depth=13",
-    "vgg:depth=16",
-    "mlp:depth=2",
-    "mlp:depth=4",
-    "mlp:depth=8",
-)
-DEFAULT_HELD_OUT = "mobilenet_v2"
-DEFAULT_FIT_NETWORK = "1,1"
+DEFAULT_BATCH = 8  # samples per worker of synthetic and image-folder data
 
 
 @dataclass(frozen=True)
@@ -134,7 +114,7 @@ def zoo_model(
 
 
 def resolve_model(text: str, *, image_size: int = 32) -> ResolvedModel:
-    """``--model``: a zoo name, a sweep variant ``NAME:key=value,...``, or user code."""
+    """A model by name: a zoo name, a sweep variant ``NAME:key=value,...``, or user code."""
     if is_reference(text) and not _is_variant(text):
         return ResolvedModel(build=load_callable(text, what="model function"), name=text)
     if text in APPLICATION_MODELS:  # the simulator's name for it labels the profile
@@ -150,8 +130,9 @@ def _is_variant(text: str) -> bool:
     return "=" in text.rpartition(":")[2] and text.partition(":")[0] in zoo.names()
 
 
-def synthetic_data(model: ResolvedModel, *, batch: int) -> SyntheticData:
-    """Random batches of ``batch`` samples for zoo model ``model``."""
+def synthetic_data(model: ResolvedModel, *, batch: int, seed: int = 0) -> SyntheticBatches:
+    """Random batches of ``batch`` samples for zoo model ``model`` (the workload's synthetic
+    data, one seed rule for every part)."""
     if model.zoo_name is None:
         raise ConfigError(
             OWNER,
@@ -159,19 +140,18 @@ def synthetic_data(model: ResolvedModel, *, batch: int) -> SyntheticData:
             f"synthetic batches need a zoo model, and {model.name} is not one: give your data"
             " function (FILE.py:FUNC or package.module:FUNC)",
         )
-    make = functools.partial(zoo.example_batch, model.zoo_name, batch, **model.options)
-    return SyntheticData(make)
+    return SyntheticBatches(zoo_data(model.zoo_name, batch, seed, model.options))
 
 
 def resolve_data(
     text: str | None,
     model: ResolvedModel,
     *,
-    batch: int = 8,
+    batch: int = DEFAULT_BATCH,
     workers: int = 0,
     image_size: int | None = None,
 ) -> DataSource:
-    """``--data``: ``synthetic`` (the default), an image folder read by a DataLoader with
+    """Data by name: ``synthetic`` (the default), an image folder read by a DataLoader with
     ``workers`` worker processes (images resized to the model's ``image_size``, or to
     ``image_size`` for a model of your own), or a user data function."""
     check(batch >= 1, OWNER, "batch", f"must be >= 1, got {batch}")
@@ -181,8 +161,8 @@ def resolve_data(
         workers == 0 or folder,
         OWNER,
         "data_workers",
-        "DataLoader workers read an image folder (--data DIR); synthetic batches need none, and"
-        " a data function of your own sets up its own loader",
+        "DataLoader workers read an image folder (data a folder); synthetic batches need none,"
+        " and a data function of your own sets up its own loader",
     )
     if text is None or text == SYNTHETIC:
         return synthetic_data(model, batch=batch)
@@ -219,81 +199,20 @@ def _check_classes(model: ResolvedModel, labels: Sequence[int], where: str) -> N
         wanted <= has,
         OWNER,
         "data",
-        f"{where} has {wanted} classes and {model.name} {has} outputs: give --model"
+        f"{where} has {wanted} classes and {model.name} {has} outputs: give the model"
         f" {model.zoo_name}:num_classes={wanted}",
     )
 
 
-def resolve_loss(text: str | None) -> Any:
-    """``--loss``: a name of :data:`LOSSES` (default cross-entropy) or a user loss function."""
-    if text is None:
-        return LOSSES["cross_entropy"]()
-    if is_reference(text):
-        return load_callable(text, what="loss function")
-    if text not in LOSSES:
-        known = ", ".join(LOSSES)
-        raise ConfigError(OWNER, "loss", f"unknown loss {text!r}; known: {known}, or FILE.py:FUNC")
-    return LOSSES[text]()
-
-
-def resolve_network(text: str | None) -> Link | None:
-    """``--network GBPS[,LATENCY_MS]`` (e.g. ``1,0.5``: 1 Gbit/s, 0.5 ms per bucket) to a link."""
-    if text is None:
-        return None
-    parts = [p.strip() for p in text.split(",")]
-    check(
-        len(parts) in (1, 2), OWNER, "network", f"want GBPS,LATENCY_MS (e.g. 1,0.5), got {text!r}"
-    )
-    try:
-        gbps, latency_ms = float(parts[0]), float(parts[1]) if len(parts) == 2 else 0.0
-    except ValueError:
-        raise ConfigError(
-            OWNER, "network", f"GBPS,LATENCY_MS must be numbers, got {text!r}"
-        ) from None
-    check(gbps > 0, OWNER, "network", f"bandwidth must be > 0 Gbit/s, got {text!r}")
-    check(latency_ms >= 0, OWNER, "network", f"latency must be >= 0 ms, got {text!r}")
-    return Link(bandwidth_gbps=gbps, latency_us=latency_ms * 1e3)
-
-
-def sweep_measure(
-    variants: Sequence[str],
-    config: ProfileConfig,
-    *,
-    batch: int = 8,
-    image_size: int = 32,
-    data: str | None = None,
-    loss: str | None = None,
-    data_workers: int = 0,
-) -> Callable[[str], SweepPoint]:
-    """Sweep variants (``NAME[:key=value,...]`` zoo models, or model functions of your own:
-    ``FILE.py:FUNC``) to the function that profiles each one of them, as
-    :func:`unstall.profile.measure_points` wants: on ``data`` (``--data`` as ``profile run``
-    takes it, the same for every variant; default each zoo variant's synthetic batches) with
-    ``loss``. Every variant is resolved now, so that a typo fails before the first minutes-long
-    profile."""
-    models = {v: resolve_model(v, image_size=image_size) for v in dict.fromkeys(variants)}
-    sources = {
-        v: resolve_data(data, model, batch=batch, workers=data_workers, image_size=image_size)
-        for v, model in models.items()
-    }
-    loss_fn = resolve_loss(loss)
-
-    def measure(variant: str) -> SweepPoint:
-        model = models[variant]
-        return measure_sweep_point(
-            variant,
-            model.build,
-            sources[variant],
-            config=config,
-            loss=loss_fn,
-            model_options=model.options,
-        )
-
-    return measure
+def resolve_loss(value: object = None, *, owner: str = OWNER) -> LossFn:
+    """A loss: a name of :data:`unstall.workload.losses.LOSSES` (None: cross-entropy), user code
+    or a loss function."""
+    # Bare (a Named's call would be timed with the loss): failures name it by its function.
+    return unwrap(resolve_any_loss(DEFAULT_LOSS if value is None else value, owner=owner))
 
 
 def resolve_device(text: str, *, workers_per_node: int) -> str:
-    """``--device auto|cpu|cuda`` on this host: ``auto`` takes CUDA when every worker of the
+    """``auto``, ``cpu`` or ``cuda`` on this host: ``auto`` takes CUDA when every worker of the
     host has a GPU."""
     import torch
 

@@ -1,10 +1,11 @@
-"""Checks of a value's kind for the parameter server's front door and its data sources: each
-raises a one-line :class:`~unstall.errors.ConfigError` naming the owner and field, and returns
+"""Checks of a value's kind for the front doors (the parameter server's, the profiler's) and the
+data sources they take (:mod:`unstall.workload.zoo_jobs`): each raises a one-line
+:class:`~unstall.errors.ConfigError` naming the owner and field, and returns
 the value as plain Python (a numpy integer becomes ``int``), so that what a result and its JSON
 show is the same whatever the caller passed.
 
-It imports nothing of the package but its config helpers and errors, so that every module of
-it (the data sources included, which :mod:`unstall.ps.arguments` itself imports) can use it.
+It imports nothing of the package but its config helpers and errors, so that every part (and
+every module of it) can use it.
 """
 
 from __future__ import annotations
