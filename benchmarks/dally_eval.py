@@ -51,8 +51,7 @@ class Job:
 
 
 def load_trace(job: Job):  # type: ignore[no-untyped-def]
-    from unstall.cli.resolvers.traces import resolve_trace
-    from unstall.traces import SyntheticTraceConfig, generate
+    from unstall.traces import SyntheticTraceConfig, generate, resolve_trace
 
     if job.trace == "philly":
         return resolve_trace(PHILLY, "philly-csv")
@@ -70,9 +69,9 @@ def load_trace(job: Job):  # type: ignore[no-untyped-def]
 
 
 def run_one(job: Job) -> dict[str, object]:
-    from unstall.cli.resolvers.sim import resolve_cluster, resolve_congestion, resolve_policy
-    from unstall.sched import Dally, DallyConfig
-    from unstall.sim import simulate
+    from unstall.net import resolve_cluster
+    from unstall.sched import Dally, DallyConfig, resolve_policy
+    from unstall.sim import resolve_congestion, simulate
 
     if job.policy in ABLATIONS:
         # Built here, not by name: each variant labels its results with its own name.

@@ -34,8 +34,9 @@ METRICS = ("makespan_s", "avg_jct_s", "p99_jct_s", "comm_overhead_frac")
 def run_one(task: tuple[str, int, int, str, str]) -> dict[str, object]:
     import dataclasses
 
-    from unstall.cli.resolvers.sim import resolve_cluster, resolve_congestion, resolve_policy
-    from unstall.sim import simulate
+    from unstall.net import resolve_cluster
+    from unstall.sched import resolve_policy
+    from unstall.sim import resolve_congestion, simulate
     from unstall.traces import SyntheticTraceConfig, generate, lookalike_trace_config
 
     shape, jobs, seed, policy, congestion = task

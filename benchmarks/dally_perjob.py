@@ -16,7 +16,7 @@ from dally_eval import Job, load_trace
 
 
 def jobs_of(policy: str, congestion: str, order: str | None) -> pd.DataFrame:
-    from unstall.cli.resolvers.sim import SimRequest, simulate_request
+    from unstall.sim import SimRequest, simulate_request
 
     options = (("order", order),) if (policy == "dally" and order) else ()
     trace = load_trace(Job("synthetic-multi-gpu", "medium", congestion, policy, 3000))

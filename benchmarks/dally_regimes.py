@@ -67,10 +67,9 @@ class Cell:
 
 
 def run_one(task: tuple[Cell, int, str, int]) -> dict[str, object]:
-    from unstall.cli.resolvers.sim import resolve_congestion, resolve_policy
     from unstall.net.topology import topology_preset
-    from unstall.sched import Dally, DallyConfig
-    from unstall.sim import simulate
+    from unstall.sched import Dally, DallyConfig, resolve_policy
+    from unstall.sim import resolve_congestion, simulate
     from unstall.traces import SyntheticTraceConfig, generate
 
     cell, seed, policy_name, jobs = task

@@ -42,8 +42,9 @@ def heavy_trace(jobs: int):  # type: ignore[no-untyped-def]
 
 
 def run(trace, cluster: str, congestion: str, policy: str) -> dict[str, object]:  # type: ignore[no-untyped-def]
-    from unstall.cli.resolvers.sim import resolve_cluster, resolve_congestion, resolve_policy
-    from unstall.sim import simulate
+    from unstall.net import resolve_cluster
+    from unstall.sched import resolve_policy
+    from unstall.sim import resolve_congestion, simulate
 
     started = time.perf_counter()
     sim = simulate(
@@ -92,7 +93,7 @@ def main() -> None:
     rows = []
     for label, jobs, cluster, congestion in cases:
         if label == "philly":
-            from unstall.cli.resolvers.traces import resolve_trace
+            from unstall.traces import resolve_trace
 
             trace = resolve_trace(PHILLY, "philly-csv")
         else:

@@ -32,9 +32,8 @@ def one_run(
     kind: str, policy: str, jobs: int, cluster: str, congestion: str, load: float | None
 ) -> dict[str, object]:
     """Runs in a child process: simulate once and report figures."""
-    from unstall.cli.resolvers.sim import SimRequest, simulate_request
-    from unstall.cli.resolvers.traces import resolve_trace
-    from unstall.traces import SyntheticTraceConfig, generate
+    from unstall.sim import SimRequest, simulate_request
+    from unstall.traces import SyntheticTraceConfig, generate, resolve_trace
 
     started = time.perf_counter()
     if kind == "philly":

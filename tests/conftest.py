@@ -18,11 +18,6 @@ from hypothesis import settings
 settings.register_profile("unstall", deadline=None)
 settings.load_profile("unstall")
 
-# Zero-copy torch tensors through Ray's object store; must be set before Ray starts.
-os.environ.setdefault("RAY_ENABLE_ZERO_COPY_TORCH_TENSORS", "1")
-# Ray on the loopback interface only (it would otherwise advertise the first network address).
-os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = (REPO_ROOT / ".." / "shared" / "data").resolve()
 
@@ -57,14 +52,15 @@ def load_benchmark(name: str) -> ModuleType:
 def ray_session() -> Iterator[Any]:
     """One local Ray instance for every test that needs it (starting Ray costs seconds)."""
     ray = pytest.importorskip("ray")
-    if not ray.is_initialized():
-        ray.init(
-            address="local",  # a new instance, even if `ray start` left one on this machine
-            num_cpus=4,
-            include_dashboard=False,
-            log_to_driver=False,
-            configure_logging=False,
-            _node_ip_address="127.0.0.1",
-        )
+    from unstall.ray_connect import connect_ray
+
+    # A new local instance on loopback, even if `ray start` left one on this machine, with the
+    # parameter server's zero-copy tensors; RAY_ADDRESS is not joined by surprise.
+    saved = os.environ.pop("RAY_ADDRESS", None)
+    try:
+        connect_ray(num_cpus=4, torch_tensors=True)
+    finally:
+        if saved is not None:
+            os.environ["RAY_ADDRESS"] = saved
     yield ray
     ray.shutdown()

@@ -163,3 +163,37 @@ def test_core_modules_import_no_part() -> None:
     graph = import_graph()
     for name in CORE - {"unstall"}:
         assert {part_of(t) for t in graph[f"unstall.{name}"]} <= CORE, name
+
+
+REPO_ROOT = PACKAGE_DIR.parents[1]
+# Where the command line may be imported: itself, its entry point, and its tests (tests/docs
+# runs the documented command lines as a user types them).
+CLI_USERS = ("src/unstall/cli/", "src/unstall/__main__.py", "tests/cli/", "tests/docs/")
+
+
+def imports_of_cli(path: Path) -> list[str]:
+    """The ``unstall.cli`` modules a file imports, at any depth (a function's imports too)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found += [a.name for a in node.names if a.name.split(".")[:2] == ["unstall", "cli"]]
+        elif isinstance(node, ast.ImportFrom) and not node.level:
+            module = node.module or ""
+            if module == "unstall" and any(a.name == "cli" for a in node.names):
+                found.append("unstall.cli")
+            elif module.split(".")[:2] == ["unstall", "cli"]:
+                found.append(module)
+    return found
+
+
+def test_nothing_outside_the_command_line_imports_it() -> None:
+    """The parts resolve their own names (DESIGN.md, "Front doors and user code"): the library,
+    the benchmarks and the library's tests use the parts as any user does, never the CLI."""
+    wrong = []
+    for folder in ("src", "benchmarks", "tests"):
+        for path in sorted((REPO_ROOT / folder).rglob("*.py")):
+            where = path.relative_to(REPO_ROOT).as_posix()
+            if where.startswith(CLI_USERS):
+                continue
+            wrong += [f"{where} -> {name}" for name in imports_of_cli(path)]
+    assert wrong == []

@@ -27,6 +27,12 @@ class ConfigError(UnstallError, ValueError):
         return (type(self), (self.owner, self.field, self.why), self.__dict__)
 
 
+class ArgumentTypeError(ConfigError, TypeError):
+    """An argument of a front door is of a type it does not take (a DataFrame where a trace
+    belongs, a number where a cluster does); the message names the call, the parameter and
+    what it takes. A TypeError, and a ConfigError for the command line's error handling."""
+
+
 class DataFileError(UnstallError, ValueError):
     """An input file cannot be read as expected; the message names the file, line and field."""
 

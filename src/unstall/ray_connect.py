@@ -3,8 +3,12 @@ simulator's sweeps): one way to start a local Ray, join a cluster, check an addr
 remote error into one line.
 
 :func:`connect_ray` joins an existing cluster (``address`` or ``RAY_ADDRESS``) or starts a new
-local Ray on the loopback interface; :func:`check_reachable` fails in seconds when nothing
-listens at an address; :func:`first_line` and :func:`root_cause` unwrap a remote task's error.
+local Ray on the loopback interface: the one way every part starts or joins Ray, and the one
+place that sets Ray's environment flags (:data:`RAY_FLAGS`). A local Ray it starts imports what
+the driver imports: the folders the driver added to ``sys.path`` reach its workers (a cluster's
+nodes get a folder through Ray's runtime environment instead: :func:`working_dir_env`).
+:func:`check_reachable` fails in seconds when nothing listens at an address; :func:`first_line`
+and :func:`root_cause` unwrap a remote task's error.
 """
 
 from __future__ import annotations
@@ -16,20 +20,31 @@ import re
 import signal
 import socket
 import sys
+import sysconfig
 import threading
 import warnings
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
-# A local Ray advertises 127.0.0.1, not the machine's first network address, with its
-# multi-node mode off; Ray reads the flag when imported, so it is set before the import below.
+# RAY_FLAGS's loopback flag: Ray reads it when imported, so it is set before the import below
+# (and again, in Ray's constants, when Ray starts: Ray may have been imported before this).
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 
 import ray
 from ray.exceptions import RayTaskError
 
-from unstall.errors import UnstallError
+from unstall.errors import ConfigError, UnstallError
+
+# Ray's environment flags that unstall sets, all here (a flag the user set is kept):
+# - loopback: a local Ray advertises 127.0.0.1, not the machine's first network address, with
+#   its multi-node mode off (turned back on to join a cluster on other machines);
+# - zero-copy: torch tensors cross the object store without a copy (the parameter server's;
+#   only where asked, since it makes every Ray worker import torch).
+LOOPBACK_FLAG = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+ZERO_COPY_FLAG = "RAY_ENABLE_ZERO_COPY_TORCH_TENSORS"
+RAY_FLAGS = {LOOPBACK_FLAG: "0", ZERO_COPY_FLAG: "1"}
 
 
 class _DropDefaultAuthNotice(logging.Filter):
@@ -67,6 +82,8 @@ def connect_ray(
     num_cpus: int | None = None,
     object_store_bytes: int | None = None,
     runtime_env: Mapping[str, Any] | None = None,
+    *,
+    torch_tensors: bool = False,
 ) -> bool:
     """Connect to Ray: ``address`` (or ``RAY_ADDRESS``) for an existing cluster, with
     ``runtime_env`` (Ray's runtime environment: ``working_dir``, ``py_modules``, ...), else a
@@ -75,7 +92,10 @@ def connect_ray(
     runs on this machine: without an address nothing joins a cluster by surprise. True when
     this call connected or started it (to shut down after); False when this process was
     connected already (a ``runtime_env`` then cannot be applied: Ray takes it only when it
-    starts, so a warning says so)."""
+    starts, so a warning says so). ``torch_tensors``: torch tensors cross the object store
+    without a copy (every Ray worker then imports torch). A local Ray started here gets the
+    folders this process added to ``sys.path`` on its workers' ``PYTHONPATH``, so a function
+    imported from one runs there too."""
     if ray.is_initialized():
         if runtime_env:
             warnings.warn(
@@ -85,8 +105,79 @@ def connect_ray(
                 stacklevel=3,
             )
         return False
+    _set_flags(torch_tensors)
     with _interrupt_held(), _sigterm_kept():
         return _connect(address, num_cpus, object_store_bytes, runtime_env)
+
+
+def _flag_on(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in ("1", "true")
+
+
+def _set_flags(torch_tensors: bool) -> None:
+    """:data:`RAY_FLAGS` into the environment (for the processes a local Ray starts) and into
+    Ray's constants (for this process, which read them when Ray was imported)."""
+    from ray._private import ray_constants
+
+    os.environ.setdefault(LOOPBACK_FLAG, RAY_FLAGS[LOOPBACK_FLAG])
+    ray_constants.ENABLE_RAY_CLUSTER = _flag_on(LOOPBACK_FLAG)
+    if torch_tensors:
+        os.environ.setdefault(ZERO_COPY_FLAG, RAY_FLAGS[ZERO_COPY_FLAG])
+        ray_constants.RAY_ENABLE_ZERO_COPY_TORCH_TENSORS = _flag_on(ZERO_COPY_FLAG)
+
+
+def driver_path_additions() -> list[str]:
+    """The folders on this process's ``sys.path`` that a fresh interpreter of the same Python
+    does not have from its own installation (the standard library, site-packages): a script's
+    folder, the working folder of ``python -c``/``-m``, what ``PYTHONPATH`` or the program
+    added. Absolute, in ``sys.path``'s order, existing ones only."""
+    scheme = sysconfig.get_paths()
+    own = {
+        Path(scheme[key]).resolve()
+        for key in ("stdlib", "platstdlib", "purelib", "platlib")
+        if key in scheme
+    }
+    added: list[str] = []
+    for entry in sys.path:
+        path = Path(entry or os.getcwd()).resolve()
+        if not path.is_dir() or any(path == base or base in path.parents for base in own):
+            continue
+        if str(path) not in added:
+            added.append(str(path))
+    return added
+
+
+def _with_driver_path(runtime_env: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """``runtime_env`` for a local Ray, with :func:`driver_path_additions` first on its
+    workers' ``PYTHONPATH`` (before one the runtime environment or this process gives)."""
+    added = driver_path_additions()
+    env = dict(runtime_env or {})
+    if not added:
+        return env or None
+    env_vars = dict(env.get("env_vars") or {})
+    rest = env_vars.get("PYTHONPATH") or os.environ.get("PYTHONPATH")
+    env_vars["PYTHONPATH"] = os.pathsep.join([*added, *([rest] if rest else [])])
+    env["env_vars"] = env_vars
+    return env
+
+
+def working_dir_env(
+    path: str | Path | None, *, owner: str, field: str = "working_dir"
+) -> dict[str, Any] | None:
+    """Ray's runtime environment that ships the folder ``path`` to every node and runs there
+    in it (``--working-dir``: for user code that imports its own modules on a cluster); None
+    for None. A path that is no folder is a :class:`ConfigError` naming ``owner.field``."""
+    if path is None:
+        return None
+    folder = Path(path)
+    if not folder.is_dir():
+        why = (
+            f"a file: give the folder that holds your modules, e.g. {folder.parent}"
+            if folder.exists()
+            else "nothing is there"
+        )
+        raise ConfigError(owner, field, f"{path} is not a folder ({why})")
+    return {"working_dir": str(folder.resolve())}
 
 
 def cluster_address(address: str | None) -> str | None:
@@ -138,7 +229,7 @@ def _connect(
         # (Ray would join it, and then refuse num_cpus).
         ray.init(
             address="local",
-            runtime_env=dict(runtime_env or {}) or None,
+            runtime_env=_with_driver_path(runtime_env),
             num_cpus=num_cpus or os.cpu_count() or 1,
             include_dashboard=False,
             _node_ip_address="127.0.0.1",

@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from unstall.cli.app import app
-from unstall.cli.resolvers.sim import split_policy_options
+from unstall.cli.sim_text import split_policy_options
 from unstall.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]

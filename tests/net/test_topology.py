@@ -22,7 +22,7 @@ from unstall.net.topology import (
     topology_preset,
     uplink_link,
 )
-from unstall.net.topology_files import load_topology, topology_from_mapping
+from unstall.net.topology_files import load_topology, resolve_cluster, topology_from_mapping
 
 
 def test_presets_sizes() -> None:
@@ -123,22 +123,37 @@ def test_a_number_for_a_congestion_level_points_to_a_schedule_of_one_step() -> N
     assert CongestionSchedule(times_s=(0.0,), fractions=(0.5,)).fractions == (0.5,)
 
 
-def test_load_topology_names_a_preset_or_a_mapping_given_for_the_path(
+def test_load_topology_takes_a_preset_name_or_a_file_and_names_a_mapping(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A dict failed in pathlib, a preset's name as "small: no such file"."""
-    with pytest.raises(ConfigError) as info:
+    """A dict failed in pathlib; a preset's name is the preset, also beside a file of its name."""
+    with pytest.raises(TypeError) as info:
         load_topology({"preset": "small"})  # type: ignore[arg-type]
+    assert isinstance(info.value, ConfigError)
     assert str(info.value) == (
-        "load_topology.path: must be a file path, got dict: topology_from_mapping(mapping) "
-        "builds one"
+        "load_topology.path: must be a preset name or a file path, got dict: "
+        "topology_from_mapping(mapping) builds one"
     )
     monkeypatch.chdir(tmp_path)
+    (tmp_path / "small").write_text('preset = "medium"\n')
+    assert load_topology("small") == small()
     with pytest.raises(ConfigError) as info:
-        load_topology("small")
-    assert str(info.value) == (
-        "load_topology.path: 'small' is a preset, no file: topology_preset('small')"
-    )
+        load_topology("huge")
+    assert str(info.value).startswith("load_topology.path: 'huge' is neither a preset ['")
+
+
+def test_resolve_cluster_passes_a_topology_and_loads_a_name_or_file(tmp_path: Path) -> None:
+    cluster = small()
+    assert resolve_cluster(cluster) is cluster
+    assert resolve_cluster("small") == small()
+    path = tmp_path / "cluster.toml"
+    path.write_text('preset = "small"\nnic = "100g"\n')
+    assert resolve_cluster(path).nic.bandwidth_gbps == 100.0
+    assert resolve_cluster(str(path)).name == "cluster"
+    with pytest.raises(DataFileError, match=r"missing\.json: no such file"):
+        resolve_cluster(str(tmp_path / "missing.json"))
+    with pytest.raises(TypeError, match=r"^resolve_cluster\.cluster: takes a cluster topology"):
+        resolve_cluster(32)  # type: ignore[arg-type]
 
 
 def test_load_toml_from_preset_with_overrides(tmp_path: Path) -> None:

@@ -382,7 +382,7 @@ def test_a_victim_moved_before_costs_more() -> None:
 
 
 def test_dally_schedules_only_on_events_unless_asked_for_ticks() -> None:
-    from unstall.cli.resolvers.sim import resolve_policy
+    from unstall.sched import resolve_policy
 
     assert resolve_policy("dally").tick_s is None
     assert resolve_policy("dally", (("tick_s", "300"),)).tick_s == 300.0

@@ -29,7 +29,7 @@ def _zoo(out: Path, quiet: bool) -> None:
 
 def _perf(out: Path, quiet: bool) -> None:
     from unstall.cli.common import table
-    from unstall.cli.resolvers.sim import resolve_cluster
+    from unstall.net import resolve_cluster
     from unstall.workload import Placement, iteration_time, spec_for
 
     topo = resolve_cluster("small")
@@ -63,10 +63,10 @@ def _trace(out: Path, quiet: bool) -> None:
 
 
 def _sim(out: Path, quiet: bool) -> None:
-    from unstall.cli.resolvers.sim import SimRequest
-    from unstall.cli.resolvers.traces import resolve_trace
     from unstall.cli.sim_run import dally_in_context, simulate_all, write_comparison
     from unstall.sched import POLICIES, make_policy
+    from unstall.sim import SimRequest
+    from unstall.traces import resolve_trace
 
     requests = [SimRequest(policy=name, cluster="small", congestion="medium") for name in POLICIES]
     trace = resolve_trace(None)
@@ -90,7 +90,7 @@ def _simulate_like_traces(
     """Every policy on each of ``traces`` traces generated like the embedded one: a list of
     results per trace."""
     from unstall.cli.common import progress_bar
-    from unstall.cli.resolvers.sim import SimRequest, simulate_request
+    from unstall.sim import SimRequest, simulate_request
     from unstall.traces import generate, lookalike_trace_config
 
     per_trace: list[list[Any]] = []

@@ -26,18 +26,12 @@ from unstall.cli.common import (
     save_json,
     table,
 )
-from unstall.cli.resolvers.sim import (
-    SimRequest,
-    parse_model_mix,
-    parse_pairs,
-    resolve_cluster,
-    simulate_request,
-    split_policy_options,
-)
-from unstall.cli.resolvers.traces import resolve_trace
+from unstall.cli.sim_text import parse_model_mix, parse_pairs, split_policy_options
 from unstall.errors import UnstallError
+from unstall.net import resolve_cluster
 from unstall.results import replaced_atomically, to_jsonable, write_result
-from unstall.sim import SimInterrupted
+from unstall.sim import SimInterrupted, SimRequest, simulate_request
+from unstall.traces import resolve_trace
 
 if TYPE_CHECKING:
     from unstall.sim import SimResult, SimRun
@@ -233,7 +227,8 @@ def check_jobs_out(path: Path | None) -> None:
 def print_header(request: SimRequest) -> None:
     """The cluster as the run sees it, network efficiency included (a file's default differs
     from line rate, and results depend on it)."""
-    console.print(f"cluster {resolve_cluster(request.cluster).describe()}", highlight=False)
+    cluster = resolve_cluster(request.cluster, owner="SimRequest")
+    console.print(f"cluster {cluster.describe()}", highlight=False)
 
 
 REJECTED_NAMED = 20  # rejected jobs named on stderr; the per-job output lists them all
@@ -301,7 +296,7 @@ def report_unused_models(outcome: SimRun, request: SimRequest, trace: Trace) -> 
     """Say on stderr when --model-mix or a --job-profile had no job to act on: the mix only
     draws models for jobs whose trace names none, and a profile only changes the jobs of its
     model. Both went unused without a word on a trace that names every job's model."""
-    from unstall.cli.resolvers.sim import resolve_job_profiles
+    from unstall.sim import read_job_profiles
 
     simulated = trace.jobs["model"].iloc[: request.max_jobs]
     if request.model_mix is not None and simulated.notna().all():
@@ -313,7 +308,7 @@ def report_unused_models(outcome: SimRun, request: SimRequest, trace: Trace) -> 
         )
     ran = set(outcome.jobs["model"].dropna())
     for path, profile in zip(
-        request.job_profiles, resolve_job_profiles(request.job_profiles), strict=True
+        request.job_profiles, read_job_profiles(request.job_profiles), strict=True
     ):
         if profile.model not in ran:
             err_console.print(

@@ -24,7 +24,6 @@ from unstall.cli.common import (
     save_json,
     table,
 )
-from unstall.cli.resolvers.sim import parse_model_mix, parse_pairs, split_policy_options
 from unstall.cli.sim_run import (
     DurationGpuOpt,
     FormatOpt,
@@ -33,6 +32,7 @@ from unstall.cli.sim_run import (
     ModelMixOpt,
     RestoreOpt,
 )
+from unstall.cli.sim_text import parse_model_mix, parse_pairs, split_policy_options
 from unstall.errors import ConfigError
 from unstall.results import replaced_atomically
 
@@ -111,10 +111,11 @@ def sweep(
     """Run policies x congestion levels x seeds x clusters x traces as Ray tasks; print the mean
     and spread over seeds; keep each run's JSON. Failed cells are reported (exit code 1) while
     the others finish."""
-    from unstall.cli.resolvers.sweep import resolve_sweep_working_dir
+    # Ray is imported before user code loads: its classes then travel to Ray's workers by value.
+    from unstall.ray_connect import cluster_address, working_dir_env
     from unstall.sim.sweep import SweepGrid
 
-    runtime_env = resolve_sweep_working_dir(working_dir)  # a bad folder costs no Ray start
+    runtime_env = working_dir_env(working_dir, owner="sweep")  # a bad folder costs no Ray start
     check_folder_writable(out)
     check_writable(json_path)
     grid = SweepGrid(
@@ -131,8 +132,6 @@ def sweep(
         "duration_gpu": duration_gpu,
         "model_mix": None if model_mix is None else dict(parse_model_mix(model_mix) or ()),
     }
-    from unstall.ray_connect import cluster_address  # imports Ray: only when a sweep runs
-
     outcomes = _run_grid(
         grid,
         split_policy_options(pairs, grid.policies),
@@ -169,26 +168,18 @@ def _run_grid(
     quiet: bool,
 ) -> list[CellOutcome]:
     """Resolve every label, connect to Ray, run the cells; each run's JSON lands in out/runs."""
-    import dataclasses
-
-    import ray  # before user code loads: its classes then travel to Ray's workers by value
-
-    from unstall.cli.resolvers.sweep import resolve_traces, sweep_tasks
-    from unstall.ray_connect import connect_ray
     from unstall.results import write_result
-    from unstall.sim.sweep_ray import run_cells
+    from unstall.sim.sweep_ray import run_sweep
+    from unstall.sim.sweep_tasks import sweep_tasks, sweep_traces
 
     # Every label resolved before Ray starts: a typo costs no cluster start.
-    loaded = resolve_traces(grid.traces, trace_format)
+    loaded = sweep_traces(grid.traces, trace_format)
     tasks = sweep_tasks(
         grid, traces=loaded, policy_options=options, settings=settings, job_profiles=profiles
     )
     runs = out / "runs"
     finished: list[CellOutcome] = []
-    started = connect_ray(address, runtime_env=runtime_env)
     try:
-        refs = {label: ray.put(trace) for label, trace in loaded.items()}  # once, not per cell
-        tasks = [dataclasses.replace(t, trace=refs[t.cell.trace]) for t in tasks]
         with progress_bar(f"sweep: {len(tasks)} runs on Ray", len(tasks), quiet) as advance:
 
             def done(outcome: CellOutcome) -> None:
@@ -198,12 +189,9 @@ def _run_grid(
                 finished.append(outcome)
                 advance(1)
 
-            return run_cells(tasks, done)
+            return run_sweep(tasks, address=address, runtime_env=runtime_env, on_done=done)
     except KeyboardInterrupt:
         raise _interrupted(grid, finished, len(tasks), runs) from None
-    finally:
-        if started:
-            ray.shutdown()  # its tasks, workers and processes with it
 
 
 def _interrupted(

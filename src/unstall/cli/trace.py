@@ -8,7 +8,6 @@ from typing import Annotated
 import typer
 
 from unstall.cli.common import JsonOpt, console, handle_errors, save_json, table
-from unstall.cli.resolvers.traces import resolve_trace
 from unstall.config import check
 from unstall.traces import (
     READERS,
@@ -17,6 +16,7 @@ from unstall.traces import (
     Trace,
     TraceSummary,
     generate,
+    resolve_trace,
     write_trace,
 )
 

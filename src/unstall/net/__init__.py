@@ -10,8 +10,10 @@ What this part offers:
   crosses (intra-node GPU links, node NICs, rack uplinks), each with a hashable id
   (``intra_link(node)``, ``nic_link(node)``, ``uplink_link(rack)``).
 - Presets ``small()``, ``medium()``, ``philly()``, by name in :data:`TOPOLOGY_PRESETS` through
-  ``topology_preset(name)``; ``load_topology(path)`` reads a TOML or JSON file (a preset to start
-  from, then overrides), ``topology_from_mapping`` the same from a dict.
+  ``topology_preset(name)``; ``load_topology(path)`` takes a preset's name or reads a TOML or JSON
+  file (a preset to start from, then overrides), ``topology_from_mapping`` the same from a dict;
+  ``resolve_cluster(cluster)`` passes a topology through and loads a name or path (what the
+  front doors that take a cluster call).
 - ``max_min_fair(capacities, flows, caps=, background=)``: the max-min fair rate of every flow
   over shared links; ``link_usage`` what each link then carries.
 - Hardware presets: GPUs (``device(name)``, :data:`DEVICE_PRESETS`), intra-node interconnects and
@@ -88,7 +90,7 @@ from unstall.net.topology import (
     topology_preset,
     uplink_link,
 )
-from unstall.net.topology_files import load_topology, topology_from_mapping
+from unstall.net.topology_files import load_topology, resolve_cluster, topology_from_mapping
 
 __all__ = [
     "CALIBRATED_NETWORK_EFFICIENCY",
@@ -124,6 +126,7 @@ __all__ = [
     "philly",
     "preset_for_gpu",
     "relative_speed",
+    "resolve_cluster",
     "small",
     "speed_table",
     "topology_from_mapping",

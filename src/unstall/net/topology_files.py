@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from unstall.config import load_table_file
-from unstall.errors import ConfigError, DataFileError
+from unstall.errors import ArgumentTypeError, ConfigError, DataFileError
 from unstall.net.hardware import INTERCONNECT_PRESETS, NIC_PRESETS, LinkPreset
 from unstall.net.link import Link
 from unstall.net.topology import (
@@ -25,6 +25,7 @@ from unstall.net.topology import (
 )
 
 _LINK_FIELDS = ("intra_link", "nic", "uplink")
+TOPOLOGY_SUFFIXES = (".toml", ".json")  # the file formats of a topology
 # The fields a regular cluster (racks x nodes x GPUs, no node groups) cannot do without.
 _REGULAR_REQUIRED = ("nodes_per_rack", "gpus_per_node")
 
@@ -159,20 +160,57 @@ def _required_why(field: str, absent: list[str]) -> str:
     return why + (f"; missing as well: {', '.join(others)}" if others else "")
 
 
-def load_topology(path: str | Path) -> TopologyConfig:
-    """Read a topology from a TOML or JSON file; errors name the file and field. Without a
-    ``name`` the cluster is named after the file (``racks/big.toml`` -> ``big``)."""
+def load_topology(path: str | PathLike[str]) -> TopologyConfig:
+    """A cluster by preset name (``small``, ``medium``, ``philly``, ...: :data:`TOPOLOGY_PRESETS`)
+    or from a TOML or JSON file; errors name the file and field. Without a ``name`` a file's
+    cluster is named after the file (``racks/big.toml`` -> ``big``). A preset's name wins over a
+    file of the same name in the working folder (write ``./small`` for the file)."""
     if not isinstance(path, str | PathLike):
         hint = "topology_from_mapping(mapping) builds one" if isinstance(path, Mapping) else ""
+        raise ArgumentTypeError(
+            "load_topology",
+            "path",
+            f"must be a preset name or a file path, got {type(path).__name__}"
+            + (f": {hint}" if hint else ""),
+        )
+    if isinstance(path, str) and path in TOPOLOGY_PRESETS:
+        return TOPOLOGY_PRESETS[path]()
+    if Path(path).suffix.lower() not in TOPOLOGY_SUFFIXES:
         raise ConfigError(
             "load_topology",
             "path",
-            f"must be a file path, got {type(path).__name__}" + (f": {hint}" if hint else ""),
+            f"{str(path)!r} is neither a preset {sorted(TOPOLOGY_PRESETS)} nor a .toml/.json file",
         )
-    if path in TOPOLOGY_PRESETS and not Path(path).exists():
-        raise ConfigError(
-            "load_topology", "path", f"{path!r} is a preset, no file: topology_preset({path!r})"
-        )
-    data = load_table_file(path)
+    data = load_table_file(path if isinstance(path, str) else Path(path))
     data.setdefault("name", Path(path).stem)
     return topology_from_mapping(data, source=str(path))
+
+
+def resolve_cluster(
+    cluster: TopologyConfig | str | PathLike[str],
+    *,
+    owner: str = "resolve_cluster",
+    field: str = "cluster",
+) -> TopologyConfig:
+    """``cluster`` itself when it is a :class:`TopologyConfig`, else the preset or file it
+    names (:func:`load_topology`). Another type raises
+    :class:`~unstall.errors.ArgumentTypeError` (a TypeError) naming ``owner.field``."""
+    if isinstance(cluster, TopologyConfig):
+        return cluster
+    if isinstance(cluster, str | PathLike):
+        named = isinstance(cluster, str) and cluster in TOPOLOGY_PRESETS
+        if not named and Path(cluster).suffix.lower() not in TOPOLOGY_SUFFIXES:
+            raise ConfigError(
+                owner,
+                field,
+                f"{str(cluster)!r} is neither a preset {sorted(TOPOLOGY_PRESETS)} nor a "
+                ".toml/.json file",
+            )
+        return load_topology(cluster)
+    hint = "; topology_from_mapping(mapping) builds one" if isinstance(cluster, Mapping) else ""
+    raise ArgumentTypeError(
+        owner,
+        field,
+        "takes a cluster topology (a TopologyConfig), a preset name "
+        f"{sorted(TOPOLOGY_PRESETS)} or a .toml/.json file; got {type(cluster).__name__}{hint}",
+    )

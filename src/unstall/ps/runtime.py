@@ -8,7 +8,6 @@ run takes its workers and servers from.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -32,13 +31,13 @@ def ensure_ray(
     runtime_env: Mapping[str, Any] | None = None,
 ) -> bool:
     """:func:`unstall.ray_connect.connect_ray`, with torch tensors crossing the object store
-    without a copy (Ray reads the setting when it starts)."""
-    os.environ.setdefault("RAY_ENABLE_ZERO_COPY_TORCH_TENSORS", "1")
+    without a copy."""
     return connect_ray(
         address,
         num_cpus=num_cpus,
         object_store_bytes=object_store_bytes,
         runtime_env=runtime_env,
+        torch_tensors=True,
     )
 
 

@@ -15,8 +15,14 @@ What this part offers:
 - The built-in policies :class:`Fifo`, :class:`FirstFit`, :class:`Consolidate`, :class:`Srtf`,
   :class:`Tiresias`, :class:`Gandiva` and :class:`Dally` (network-sensitive, knobs in
   :class:`DallyConfig`).
-- The registry: :data:`POLICIES` (name -> :class:`PolicyEntry`), ``make_policy(name, **options)``,
-  ``register_policy(name, factory, description=...)`` and ``describe_policies()``.
+- The registry: :data:`POLICIES` (name -> :class:`PolicyEntry`), ``make_policy(name, **options)``
+  (a registered name, or a policy class in user code, ``FILE.py:Class`` or
+  ``package.module:Class``), ``register_policy(name, factory, description=...)`` and
+  ``describe_policies()``.
+- ``resolve_policy(policy, options=())``: a policy object as it is, or the policy a name or
+  ``FILE.py:Class`` names, with ``(key, text)`` options typed by its options dataclass
+  (``policy_options_class(name)``, ``policy_text_options(name, pairs)``); what every front door
+  and command that takes a policy calls.
 
 Example: the fifo policy starts the job at the head of the queue on one node.
 
@@ -67,8 +73,10 @@ from unstall.sched.registry import (
     describe_policies,
     make_policy,
     policy_entry,
+    policy_options_class,
     register_policy,
 )
+from unstall.sched.resolve import policy_text_options, resolve_policy
 from unstall.sched.srtf import Srtf
 from unstall.sched.tiresias import Tiresias
 
@@ -102,5 +110,8 @@ __all__ = [
     "describe_policies",
     "make_policy",
     "policy_entry",
+    "policy_options_class",
+    "policy_text_options",
     "register_policy",
+    "resolve_policy",
 ]

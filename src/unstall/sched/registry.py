@@ -8,19 +8,19 @@ reads from the command line (:func:`unstall.config.parse_text_options`).
 from __future__ import annotations
 
 import dataclasses
-import types
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Union, get_args, get_origin, get_type_hints
+from typing import Any
 
-from unstall.config import is_real_number, is_whole_number
-from unstall.errors import ConfigError
+from unstall.errors import ConfigError, a_or_an
 from unstall.sched.base import Policy
 from unstall.sched.dally import Dally, DallyConfig
 from unstall.sched.fifo import Consolidate, Fifo, FirstFit
 from unstall.sched.gandiva import Gandiva
+from unstall.sched.options import check_options, missing_protocol, options_shape
 from unstall.sched.srtf import Srtf
 from unstall.sched.tiresias import Tiresias
+from unstall.usercode import call_user, is_reference, load_callable
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -137,13 +137,18 @@ def policy_entry(name: str) -> PolicyEntry:
 
 
 def make_policy(name: str, /, **options: Any) -> Policy:
-    """A fresh policy object of the registered policy ``name`` with keyword ``options``
-    (typed Python values: ``make_policy("dally", order="las", preemption=False)``).
+    """A fresh policy object of the registered policy ``name``, or of a policy class in user
+    code (``FILE.py:Class`` or ``package.module:Class``), with keyword ``options`` (typed
+    Python values: ``make_policy("dally", order="las", preemption=False)``).
 
     ``name`` is positional-only, so that a policy may have an option called ``name`` (a user
     policy's own label: ``make_policy("mine", name="mine-2")``). An option of the wrong type
-    (``age_weight="high"``) is a :class:`ConfigError` naming the options class and field.
+    (``age_weight="high"``) is a :class:`ConfigError` naming the options class and field; a
+    class from user code is typed by itself when it is a dataclass, else by its constructor's
+    defaults.
     """
+    if isinstance(name, str) and is_reference(name):
+        return _user_policy(name, options)
     entry = policy_entry(name)
     if options:
         if entry.options is None:
@@ -151,7 +156,7 @@ def make_policy(name: str, /, **options: Any) -> Policy:
             raise ConfigError(
                 "policy", "options", f"{name!r} has no options; these do: {with_options}"
             )
-        _check_options(entry.options, options)
+        check_options(entry.options, options)
     policy = entry.factory(**options)
     if not isinstance(policy, Policy):
         raise ConfigError(
@@ -163,60 +168,28 @@ def make_policy(name: str, /, **options: Any) -> Policy:
     return policy
 
 
-def _check_options(cls: type[Any], options: dict[str, Any]) -> None:
-    """Every option is a field of the dataclass ``cls`` that its constructor takes, of the
-    field's type where that is a plain one (bool, int, float, str, or one of them or None).
-
-    Checked here, once for every registered policy, because a config's own checks compare
-    values (``age_weight >= 0``) and a string there fails as a bare TypeError."""
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
-    try:
-        hints = get_type_hints(cls)
-    except Exception:  # a user's annotation that does not resolve: type by the defaults only
-        hints = {}
-    for key, value in options.items():
-        field = fields.get(key)
-        if field is None:
-            raise ConfigError(cls.__name__, key, f"unknown option; known: {sorted(fields)}")
-        kinds = _plain_kinds(hints.get(key), field.default)
-        if kinds is None or any(_is_kind(value, kind) for kind in kinds):
-            continue
-        wanted = " or ".join(_KIND_WORDS[kind] for kind in kinds)
-        raise ConfigError(cls.__name__, key, f"must be {wanted}, got {value!r}")
+def policy_options_class(name: str) -> type[Any] | None:
+    """The dataclass whose fields are the options of the policy ``name`` (registered, or user
+    code ``FILE.py:Class``); None for a registered policy without options."""
+    if isinstance(name, str) and is_reference(name):
+        return options_shape(load_callable(name, what="policy class"))
+    return policy_entry(name).options
 
 
-# The plain option types that are checked, as an error names them; None stands for NoneType.
-_KIND_WORDS: dict[type | None, str] = {
-    bool: "True or False",
-    int: "a whole number",
-    float: "a number",
-    str: "a string",
-    None: "None",
-}
-
-
-def _plain_kinds(hint: object, default: object) -> tuple[type | None, ...] | None:
-    """The plain types an option takes (from its annotation, else its default's type); None
-    when they are not all plain (a tuple, a nested config: left to the config to check)."""
-    if hint is None:
-        return (type(default),) if type(default) in _KIND_WORDS else None
-    union = get_origin(hint) in (Union, types.UnionType)
-    args = get_args(hint) if union else (hint,)
-    kinds = tuple(None if arg is type(None) else arg for arg in args)
-    return kinds if all(kind in _KIND_WORDS for kind in kinds) else None
-
-
-def _is_kind(value: object, kind: type | None) -> bool:
-    # bool is an int, and an int is a number, but a switch is no count: True is no 1 here.
-    if kind is None:
-        return value is None
-    if kind is bool:
-        return isinstance(value, bool)
-    if kind is int:
-        return is_whole_number(value)
-    if kind is float:
-        return is_real_number(value)
-    return isinstance(value, kind)
+def _user_policy(reference: str, options: Mapping[str, Any]) -> Policy:
+    factory = load_callable(reference, what="policy class")
+    if options:
+        check_options(options_shape(factory), options)
+    policy = call_user(factory, what="policy class", **options)
+    missing = missing_protocol(policy)
+    if missing:
+        built = a_or_an(type(policy).__name__)
+        raise ConfigError(
+            "make_policy",
+            "name",
+            f"{reference} built {built}, which lacks the Policy protocol's {missing}",
+        )
+    return policy
 
 
 def describe_policies() -> dict[str, str]:

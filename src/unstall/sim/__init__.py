@@ -5,7 +5,9 @@ What this part offers:
 - ``simulate(trace, cluster, policy, *, congestion=, seed=, restore_s=, tick_s=, model_mix=,
   max_jobs=, job_profiles=, duration_gpu=, on_finish=)`` -> :class:`SimRun`: a
   :class:`unstall.traces.Trace` on a :class:`unstall.net.TopologyConfig` (regular, or node
-  groups of several GPU types) under a :class:`unstall.sched.Policy` object. Job speeds come
+  groups of several GPU types) under a :class:`unstall.sched.Policy` object; each may be named
+  as on the command line instead (a trace file, ``"small"`` or a topology file, ``"fifo"`` or
+  ``"FILE.py:Class"``, ``congestion="medium"`` or a ``.csv`` schedule). Job speeds come
   from the perf model (:mod:`unstall.workload`): placement, the GPU types it spans (the slowest
   sets the compute time) and network contention (max-min fair shares of NICs and uplinks, less
   background congestion) change progress exactly. The one engine entry: ``unstall sim run``,
@@ -16,10 +18,15 @@ What this part offers:
 - Sweeps: :class:`SweepGrid` (policies x congestion levels x seeds x clusters x traces, as
   labels) and its cells (:class:`SweepCell`), :class:`CellOutcome`, ``sweep_rows`` and
   ``summarise_sweep`` (mean and spread over seeds), :class:`SweepResult`; the cells run as Ray
-  tasks in :mod:`unstall.sim.sweep_ray` (``unstall sim sweep``).
+  tasks in :mod:`unstall.sim.sweep_ray` (``run_sweep``: Ray started or joined, traces put once;
+  the tasks built from the grid's labels by :mod:`unstall.sim.sweep_tasks`).
+- :class:`SimRequest`: one run by names and files, as ``--json`` saves it beside a result so
+  that it can be repeated; ``simulate_request(request, trace)`` resolves and runs it
+  (``read_job_profiles`` reads its JobProfile files).
 - Background congestion (:class:`Congestion`): a seeded :class:`CongestionLevel` (the levels
   ``none``, ``low``, ``medium``, ``high`` by ``congestion_level(name)``), or any
-  :class:`CongestionSchedule` (``read_congestion_schedule(path)`` reads ``time_s,fraction``).
+  :class:`CongestionSchedule` (``read_congestion_schedule(path)`` reads ``time_s,fraction``);
+  ``resolve_congestion`` takes either, or a level's name or a schedule file.
 - :class:`SimInvariantError`: a policy (or the engine) broke an invariant, e.g. gave a GPU twice;
   :class:`PolicyError`, one of them, names the policy, the job and the rule its decision broke.
 - :class:`PolicyCrashError`: a policy's ``decide`` or ``reset`` raised; one line naming the
@@ -60,11 +67,13 @@ from unstall.sim.congestion import (
     CongestionSchedule,
     congestion_level,
     read_congestion_schedule,
+    resolve_congestion,
 )
 from unstall.sim.decision_checks import PolicyError
 from unstall.sim.engine import SimInterrupted
 from unstall.sim.failures import PolicyCrashError
 from unstall.sim.metrics import SimResult
+from unstall.sim.request import SimRequest, read_job_profiles, simulate_request
 from unstall.sim.run import SimRun, simulate
 from unstall.sim.state import SimInvariantError
 from unstall.sim.sweep import (
@@ -88,6 +97,7 @@ __all__ = [
     "PolicyError",
     "SimInterrupted",
     "SimInvariantError",
+    "SimRequest",
     "SimResult",
     "SimRun",
     "SweepCell",
@@ -95,7 +105,10 @@ __all__ = [
     "SweepResult",
     "congestion_level",
     "read_congestion_schedule",
+    "read_job_profiles",
+    "resolve_congestion",
     "simulate",
+    "simulate_request",
     "summarise_sweep",
     "sweep_rows",
 ]

@@ -5,6 +5,8 @@ Two kinds, one interface (:class:`Congestion`: a ``name`` for the results and
 changing every ``period_s`` (the levels ``none``, ``low``, ``medium`` and ``high`` are in
 :data:`CONGESTION_LEVELS`); a :class:`CongestionSchedule` is any step function, for example one
 read from a CSV file (``time_s,fraction``) by :func:`read_congestion_schedule`.
+:func:`resolve_congestion` turns what a user names (a level's name, a schedule file, or one of
+these objects) into one.
 """
 
 from __future__ import annotations
@@ -14,11 +16,12 @@ import io
 import math
 import random
 from dataclasses import dataclass
+from os import PathLike
 from pathlib import Path
 from typing import Protocol
 
 from unstall.config import check, check_non_negative, check_positive, read_text_file
-from unstall.errors import ConfigError, DataFileError
+from unstall.errors import ArgumentTypeError, ConfigError, DataFileError
 
 MAX_FRACTION = 0.95  # a link never loses all its bandwidth: jobs slow down but still finish
 
@@ -183,3 +186,40 @@ def read_congestion_schedule(path: str | Path, *, name: str | None = None) -> Co
     return CongestionSchedule(
         times_s=tuple(times), fractions=tuple(fractions), name=str(path) if name is None else name
     )
+
+
+def resolve_congestion(
+    congestion: Congestion | str | PathLike[str],
+    *,
+    owner: str = "resolve_congestion",
+    field: str = "congestion",
+) -> Congestion:
+    """``congestion`` itself when it is one (a level, a schedule, any object with a ``name``
+    and a ``schedule(horizon_s, seed)``); else the level it names (``none``, ``low``,
+    ``medium``, ``high``) or the ``.csv`` schedule file (labelled in results as written here).
+    Another type raises :class:`~unstall.errors.ArgumentTypeError` (a TypeError) naming
+    ``owner.field``."""
+    if isinstance(congestion, str) and congestion in CONGESTION_LEVELS:
+        return CONGESTION_LEVELS[congestion]
+    if isinstance(congestion, str | PathLike):
+        text = str(congestion)
+        if text.endswith(".csv"):
+            return read_congestion_schedule(text, name=text)
+        raise ConfigError(
+            owner,
+            field,
+            f"{text!r} is neither a level {sorted(CONGESTION_LEVELS)} nor a .csv schedule",
+        )
+    if callable(getattr(congestion, "schedule", None)) and hasattr(congestion, "name"):
+        return congestion
+    wanted = (
+        f"takes a congestion (a level's name {sorted(CONGESTION_LEVELS)}, a .csv schedule file, "
+        'congestion_level("medium") or a CongestionSchedule)'
+    )
+    if isinstance(congestion, int | float) and not isinstance(congestion, bool):
+        hint = (
+            f": a constant share is CongestionSchedule(times_s=(0.0,), fractions=({congestion!r},))"
+        )
+    else:
+        hint = ""
+    raise ArgumentTypeError(owner, field, f"{wanted}; got {type(congestion).__name__}{hint}")

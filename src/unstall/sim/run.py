@@ -1,9 +1,10 @@
 """One simulated run, end to end: trace, cluster, policy and settings -> results.
 
-Everything :func:`simulate` takes is an object (a :class:`~unstall.traces.Trace`, a
+:func:`simulate` takes objects (a :class:`~unstall.traces.Trace`, a
 :class:`~unstall.net.TopologyConfig`, a :class:`~unstall.sched.Policy`, a congestion, measured
-:class:`~unstall.workload.JobProfile` objects): names and files are resolved before it is called
-(``unstall.cli.resolvers.sim`` does it for the command line).
+:class:`~unstall.workload.JobProfile` objects) or their names, each resolved by its own part
+(:mod:`unstall.sim.arguments`); :mod:`unstall.sim.request` runs a request that holds only names
+and files, as a command line gives them.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from os import PathLike
 from pathlib import Path
 
 import numpy as np
@@ -20,7 +22,7 @@ from unstall.config import check, check_non_negative, check_number
 from unstall.net.hardware import DEVICE_PRESETS
 from unstall.net.topology import TopologyConfig
 from unstall.sched.base import ClusterLayout, Placement, Policy, policy_capabilities
-from unstall.sim.arguments import check_arguments
+from unstall.sim.arguments import resolve_arguments
 from unstall.sim.congestion import NO_CONGESTION, Congestion
 from unstall.sim.engine import Engine, EngineSettings
 from unstall.sim.metrics import SimResult, job_table, summarise, timeline_table, with_rejected
@@ -169,11 +171,11 @@ def _check_trace_models(trace: Trace, max_jobs: int | None, profiled: Mapping[st
 
 
 def simulate(
-    trace: Trace,
-    cluster: TopologyConfig,
-    policy: Policy,
+    trace: Trace | str | PathLike[str],
+    cluster: TopologyConfig | str | PathLike[str],
+    policy: Policy | str,
     *,
-    congestion: Congestion = NO_CONGESTION,
+    congestion: Congestion | str = NO_CONGESTION,
     seed: int = 0,
     restore_s: float = 60.0,
     tick_s: float | None = None,
@@ -198,10 +200,13 @@ def simulate(
     jobs finish (progress bars).
     Jobs larger than the whole cluster can never start: they are not simulated, counted in
     ``result.jobs_rejected`` and listed in ``jobs`` with the outcome "rejected".
-    A name or a table where an object belongs (``"small"``, a DataFrame, ``"fifo"``, a policy
-    class, ``"medium"``) is a :class:`~unstall.errors.ConfigError` naming the call that builds it.
+    ``trace``, ``cluster``, ``policy`` and ``congestion`` may be named as on the command line:
+    a trace file's path, a preset (``"small"``) or topology file, a registered policy
+    (``"fifo"``) or ``"FILE.py:Class"``, a level (``"medium"``) or ``.csv`` schedule. A value of
+    another type (a DataFrame, a policy class, a number) is an
+    :class:`~unstall.errors.ArgumentTypeError` (a TypeError) naming the argument.
     """
-    check_arguments(trace, cluster, policy, congestion)
+    trace, cluster, policy, congestion = resolve_arguments(trace, cluster, policy, congestion)
     _check_settings(
         seed=seed, restore_s=restore_s, tick_s=tick_s, model_mix=model_mix, max_jobs=max_jobs
     )

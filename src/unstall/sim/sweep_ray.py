@@ -1,5 +1,7 @@
-"""The cells of a sweep as Ray tasks: one :func:`unstall.sim.simulate` call each, on whatever
-Ray the caller connected to (a local one or a cluster: :func:`unstall.ray_connect.connect_ray`).
+"""The cells of a sweep as Ray tasks: one :func:`unstall.sim.simulate` call each.
+:func:`run_sweep` connects to Ray (a cluster at an address, or a local Ray it starts and stops:
+:func:`unstall.ray_connect.connect_ray`), puts each trace once, runs the cells and reports each
+as it ends; :func:`run_cells` runs them on whatever Ray the caller connected to.
 
 Everything a cell needs travels as objects: the trace once through the object store, the
 cluster, congestion and a policy object per cell (a policy class from a user's file travels by
@@ -9,13 +11,14 @@ value, so nodes need not have the file). A cell that raises, or whose worker die
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 import ray
 from ray.exceptions import RayError, RayTaskError
 
+from unstall import ray_connect
 from unstall.errors import UnstallError
 from unstall.net.topology import TopologyConfig
 from unstall.ray_connect import first_line
@@ -24,21 +27,10 @@ from unstall.sim.congestion import Congestion
 from unstall.sim.failures import PolicyCrashError, describe_failure
 from unstall.sim.metrics import SimResult
 from unstall.sim.run import simulate
-from unstall.sim.sweep import CellOutcome, SweepCell
+from unstall.sim.sweep import CellOutcome
+from unstall.sim.sweep_tasks import CellTask
 
-
-@dataclass(frozen=True, kw_only=True)
-class CellTask:
-    """One cell with the objects it runs on. ``trace`` is a :class:`unstall.traces.Trace` or
-    the ObjectRef of one (put once, shared by every cell); ``settings`` are :func:`simulate`'s
-    other keyword arguments (``max_jobs``, ``restore_s``, ...)."""
-
-    cell: SweepCell
-    trace: Any
-    cluster: TopologyConfig
-    policy: Policy
-    congestion: Congestion
-    settings: Mapping[str, Any] = field(default_factory=dict)
+__all__ = ["CellTask", "SweepCellError", "run_cells", "run_sweep"]
 
 
 class SweepCellError(UnstallError):
@@ -90,3 +82,27 @@ def run_cells(
             if on_done is not None:
                 on_done(outcome)
     return outcomes
+
+
+def run_sweep(
+    tasks: Sequence[CellTask],
+    *,
+    address: str | None = None,
+    runtime_env: Mapping[str, Any] | None = None,
+    on_done: Callable[[CellOutcome], None] | None = None,
+) -> list[CellOutcome]:
+    """Connect to Ray (``address`` or ``RAY_ADDRESS``, with ``runtime_env``; else a local Ray,
+    stopped at the end with its tasks and processes), put each distinct trace into the object
+    store once, and run every task (:func:`run_cells`). A Ctrl-C stops the sweep: the Ray
+    started here stops too, and KeyboardInterrupt is raised."""
+    started = ray_connect.connect_ray(address, runtime_env=runtime_env)
+    try:
+        refs: dict[int, Any] = {}
+        for task in tasks:  # once per trace object, not per cell
+            if id(task.trace) not in refs:
+                refs[id(task.trace)] = ray.put(task.trace)
+        shared = [dataclasses.replace(t, trace=refs[id(t.trace)]) for t in tasks]
+        return run_cells(shared, on_done)
+    finally:
+        if started:
+            ray.shutdown()  # its tasks, workers and processes with it

@@ -8,6 +8,9 @@ What this part offers:
 - ``read_trace(path, fmt="auto", options=None)``: read any format of :data:`READERS` (Philly CSV
   and JSON, Helios, Alibaba PAI, Pollux, unstall's own); bad input raises :class:`TraceError`
   naming the file, line and field. ``detect_format`` says which format a file is.
+- ``resolve_trace(trace=None, fmt="auto", options=None)``: a Trace as it is, a file read as
+  ``read_trace`` reads it, or the embedded default trace for None (what the front doors that
+  take a trace call).
 - ``write_trace(trace, path)``: CSV or Parquet in the unstall schema.
 - ``generate(SyntheticTraceConfig(...))``: a seeded Philly-like trace; ``default_trace()`` is the
   small one shipped in the package.
@@ -38,6 +41,7 @@ from unstall.traces.default import (
 from unstall.traces.models import ZOO_MODELS, assign_models
 from unstall.traces.reading import Reader, ReadOptions
 from unstall.traces.registry import READERS, detect_format, read_trace
+from unstall.traces.resolve import resolve_trace
 from unstall.traces.schema import Trace, TraceArrays, TraceError
 from unstall.traces.summary import TraceSummary
 from unstall.traces.synthetic import SyntheticTraceConfig, generate
@@ -61,5 +65,6 @@ __all__ = [
     "generate",
     "lookalike_trace_config",
     "read_trace",
+    "resolve_trace",
     "write_trace",
 ]

@@ -14,7 +14,7 @@ from unstall.cli.app import app
 from unstall.usercode import load_callable
 from unstall.workload import JobProfile
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "my_training.py"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "my_training.py"
 runner = CliRunner()
 
 

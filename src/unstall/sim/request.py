@@ -1,0 +1,81 @@
+"""One simulated run as the user asked for it, by names and files: what ``--json`` saves beside
+a result, so that the run can be repeated, and what :func:`simulate_request` resolves and runs.
+
+Each name is resolved by its own part: the policy by :func:`unstall.sched.resolve_policy` (a
+registered name or ``FILE.py:Class``, options as ``KEY=VALUE`` text typed by its options
+dataclass), the cluster by :func:`unstall.net.resolve_cluster`, the congestion by
+:func:`unstall.sim.congestion.resolve_congestion`; job profiles are JobProfile JSON files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from unstall.net.topology_files import resolve_cluster
+from unstall.sched.resolve import resolve_policy
+from unstall.sim.congestion import resolve_congestion
+from unstall.sim.failures import PolicyCrashError
+from unstall.sim.run import SimRun, simulate
+from unstall.traces.schema import Trace
+from unstall.workload.profiles import JobProfile
+
+REQUEST = "SimRequest"  # what errors about the request's fields are reported against
+
+
+@dataclass(frozen=True, kw_only=True)
+class SimRequest:
+    """One simulated run as the user asked for it: names, file paths and option texts, plus the
+    plain settings. Saved beside each result, so that the run can be repeated."""
+
+    policy: str = "fifo"
+    # The policy's own knobs as (field, text) pairs, e.g. (("order", "las"),) for dally.
+    policy_options: tuple[tuple[str, str], ...] = ()
+    cluster: str = "small"  # a preset name or a TOML/JSON topology file
+    congestion: str = "none"  # a level or a CSV schedule file (time_s,fraction)
+    seed: int = 0
+    restore_s: float = 60.0  # checkpoint + restore paid by each preemption and migration
+    tick_s: float | None = None  # None: the policy's own re-scheduling period, if it has one
+    # Share of each model among jobs whose trace names none (Philly has no model column).
+    model_mix: tuple[tuple[str, float], ...] | None = None
+    max_jobs: int | None = None  # simulate only the first N jobs of the trace
+    # JobProfile JSON files (from `unstall profile run`): jobs of a profiled model's name run at
+    # its measured figures instead of the zoo's estimates (a zoo name is overridden).
+    job_profiles: tuple[str, ...] = ()
+    # The GPU type the trace's durations were measured on (None: the cluster's fastest type).
+    duration_gpu: str | None = None
+
+
+def read_job_profiles(paths: Sequence[str | Path]) -> tuple[JobProfile, ...]:
+    """The JobProfile JSON files, read (each error names its file)."""
+    return tuple(JobProfile.from_json(Path(path)) for path in paths)
+
+
+def simulate_request(
+    request: SimRequest, trace: Trace, *, on_finish: Callable[[int], None] | None = None
+) -> SimRun:
+    """Resolve every name and file of ``request``, then simulate ``trace``. A policy that
+    raises is named as the user wrote it (``badpol.py:Crash``), not by the name it gives
+    itself, which may be the same for two classes compared side by side."""
+    cluster = resolve_cluster(request.cluster, owner=REQUEST, field="cluster")
+    policy = resolve_policy(request.policy, request.policy_options, owner=REQUEST)
+    congestion = resolve_congestion(request.congestion, owner=REQUEST, field="congestion")
+    profiles = read_job_profiles(request.job_profiles)
+    try:
+        return simulate(
+            trace,
+            cluster,
+            policy,
+            congestion=congestion,
+            seed=request.seed,
+            restore_s=request.restore_s,
+            tick_s=request.tick_s,
+            model_mix=None if request.model_mix is None else dict(request.model_mix),
+            max_jobs=request.max_jobs,
+            job_profiles=profiles,
+            duration_gpu=request.duration_gpu,
+            on_finish=on_finish,
+        )
+    except PolicyCrashError as exc:
+        raise PolicyCrashError(request.policy, exc.error) from exc.__cause__
