@@ -110,7 +110,7 @@ def test_a_trace_format_without_a_trace_file_is_refused(command: str) -> None:
     args = ["sim", command, "--policies" if command == "compare" else "--policy", "fifo"]
     res = CliRunner().invoke(app, [*args, "--trace-format", "philly-csv", "-q"])
     assert res.exit_code == 1
-    assert "'philly-csv' is the format of a --trace file, and none was given" in res.output
+    assert "'philly-csv' is the format of a trace file, and no trace was given" in res.output
     assert "(option --trace-format)" in res.output
 
 

@@ -36,8 +36,8 @@ def resolve_trace(
             raise ConfigError(
                 "trace",
                 "trace_format",
-                f"{fmt!r} is the format of a --trace file, and none was given (without one the "
-                "embedded default trace is used)",
+                f"{fmt!r} is the format of a trace file, and no trace was given (without one "
+                "the embedded default trace is used)",
             )
         return default_trace()
     if isinstance(trace, str | PathLike):
