@@ -30,7 +30,9 @@ def python_blocks() -> list[tuple[str, int, str]]:
     return found
 
 
-@pytest.mark.parametrize("page", ["README.md", "docs/policy.md", "docs/sim.md", "docs/ps.md"])
+@pytest.mark.parametrize(
+    "page", ["README.md", *(f"docs/{n}.md" for n in ("policy", "sim", "ps", "profile", "sparse"))]
+)
 def test_the_main_pages_have_python_examples(page: str) -> None:
     assert any(name == page for name, _, _ in python_blocks()), f"{page} has no ```python example"
 
