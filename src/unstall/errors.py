@@ -59,6 +59,12 @@ class DataFileError(UnstallError, ValueError):
         )
 
 
+class ConfigFileError(DataFileError):
+    """A file the user wrote to describe a run (a cluster, a PS scenario) misses a field, names
+    an unknown one or holds a value that cannot work: a usage error, as a bad option is (the
+    CLI exits 2 for it, 1 for data that cannot be used)."""
+
+
 def _rebuild_data_file_error(
     cls: type[DataFileError], path: str, why: str, line: int | None, field: str | None
 ) -> DataFileError:

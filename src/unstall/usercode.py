@@ -41,6 +41,11 @@ class UserCodeError(UnstallError):
     """User code could not be loaded or failed when called; the message names the file."""
 
 
+class UserCodeNameError(UserCodeError):
+    """The user named code that is not there: no such file or module, no such name in it, or a
+    reference not written FILE.py:NAME (a usage error: the CLI exits 2 for it)."""
+
+
 def is_reference(text: str) -> bool:
     """Whether ``text`` names user code (``file.py:name`` or ``module:name``), not a built-in name.
 
@@ -59,7 +64,7 @@ def load_object(reference: str, *, what: str = "object") -> Any:
     ``what`` says what the object is for ("model function", "policy class") in error messages.
     """
     if not is_reference(reference):
-        raise UserCodeError(f"{what} {reference!r}: want FILE.py:NAME or package.module:NAME")
+        raise UserCodeNameError(f"{what} {reference!r}: want FILE.py:NAME or package.module:NAME")
     target, _, attribute = reference.rpartition(":")
     if target.endswith(".py") or "/" in target or "\\" in target:
         module = _load_file(Path(target), what=what)
@@ -83,7 +88,7 @@ def load_callable(reference: str, *, what: str = "function") -> Callable[..., An
 def _load_file(path: Path, *, what: str) -> ModuleType:
     if not path.is_file():
         why = "is a folder" if path.is_dir() else "no such file"
-        raise UserCodeError(f"{what} file {path}: {why}")
+        raise UserCodeNameError(f"{what} file {path}: {why}")
     absolute = path.resolve()
     name = _FILE_MODULE_PREFIX + hashlib.sha1(str(absolute).encode()).hexdigest()[:12]
     cached = sys.modules.get(name)
@@ -126,7 +131,7 @@ def _import_module(name: str, *, what: str) -> ModuleType:
         return importlib.import_module(name)
     except ModuleNotFoundError as exc:
         if exc.name is not None and (name == exc.name or name.startswith(exc.name + ".")):
-            raise UserCodeError(
+            raise UserCodeNameError(
                 f"{what} module {name!r}: not importable (no module named {exc.name!r}; "
                 "for a file, give its path ending in .py)"
             ) from None
@@ -143,7 +148,7 @@ def _attribute(module: ModuleType, dotted: str, *, where: str, what: str) -> Any
         if not hasattr(obj, part):
             known = sorted(n for n in vars(module) if not n.startswith("_"))
             shown = ", ".join(known[:20]) + (", ..." if len(known) > 20 else "")
-            raise UserCodeError(
+            raise UserCodeNameError(
                 f"{where} has no {what} {dotted!r}; it defines: {shown or 'nothing'}"
             )
         obj = getattr(obj, part)

@@ -53,9 +53,9 @@ def test_one_model_shows_its_tensors_in_registration_order(tmp_path: Path) -> No
     assert data["models"][0]["params"] == facts.params
 
 
-def test_unknown_model_is_one_red_line_and_exit_1() -> None:
+def test_unknown_model_is_one_red_line_and_exit_2() -> None:
     result = runner.invoke(app, ["sim", "models", "--model", "resnet51"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "unknown model 'resnet51'" in result.output
     assert "Traceback" not in result.output
 

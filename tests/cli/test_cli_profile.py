@@ -21,19 +21,20 @@ def test_data_writes_png_images(tmp_path: Path) -> None:
 
 
 def test_bad_input_is_one_clear_error(tmp_path: Path) -> None:
+    # exit 2 for usage (unknown names, bad values), 1 for data that cannot be used
     cases = [
-        (["--model", "nosuch"], "unknown model"),
-        (["--model", "mlp", "--network", "fast"], "profile.network"),
-        (["--model", "mlp", "--data", str(tmp_path)], "profile.data"),
-        (["--model", "resnet18", "--data", str(tmp_path / "none")], "no such directory"),
-        (["--model", "mlp", "--loss", "l1"], "unknown loss 'l1'"),
-        (["--model", f"{tmp_path / 'none.py'}:model"], "model function file"),
-        (["--model", "mlp", "--profile-device", "k80"], "a CPU run is labelled cpu"),
-        (["--model", "gpt5"], "known: alexnet, bert, cifar10"),
+        (["--model", "nosuch"], "unknown model", 2),
+        (["--model", "mlp", "--network", "fast"], "profile.network", 2),
+        (["--model", "mlp", "--data", str(tmp_path)], "profile.data", 2),
+        (["--model", "resnet18", "--data", str(tmp_path / "none")], "no such directory", 1),
+        (["--model", "mlp", "--loss", "l1"], "unknown loss 'l1'", 2),
+        (["--model", f"{tmp_path / 'none.py'}:model"], "model function file", 2),
+        (["--model", "mlp", "--profile-device", "k80"], "a CPU run is labelled cpu", 2),
+        (["--model", "gpt5"], "known: alexnet, bert, cifar10", 2),
     ]
     for args, message, code in cases:
         result = runner.invoke(app, ["profile", "run", *args])
-        assert result.exit_code == 1, (args, result.output)
+        assert result.exit_code == code, (args, result.output)
         assert message in result.output, (args, result.output)
         assert result.output.count("error:") == 1 and "Traceback" not in result.output
 
@@ -421,7 +422,7 @@ def test_fit_refuses_batch_with_a_data_function_before_measuring(tmp_path: Path)
     args = ["profile", "fit", "--variant", f"{code}:model", "--held-out", f"{code}:model"]
     args += ["--data", f"{code}:data", "--batch", "4"]
     result = runner.invoke(app, args)
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == 2, result.output
     assert result.output.count("error:") == 1 and "Traceback" not in result.output
     assert "profile.batch: your data function yields its batches" in result.output
     assert "(option --batch)" in result.output

@@ -72,13 +72,13 @@ def test_bad_scenario_file_names_the_field(tmp_path: Path) -> None:
     bad = tmp_path / "bad.toml"
     bad.write_text("[base]\nlatency_ms = -3\n")
     result = runner.invoke(app, ["ps", "train", "--scenario", str(bad)])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "field 'base.latency_ms'" in words(result.output)
 
 
 def test_bad_model_option_and_strategy_are_usage_errors() -> None:
     result = runner.invoke(app, ["ps", "train", "-o", "width"])
-    assert result.exit_code == 1 and "KEY=VALUE" in result.output
+    assert result.exit_code == 2 and "KEY=VALUE" in result.output
     result = runner.invoke(app, ["ps", "train", "--strategy", "hash"])
     assert result.exit_code == 2 and "strategy" in result.output
 
@@ -227,7 +227,7 @@ def test_save_checkpoint_and_resume_from_the_command_line(
 
 
 @pytest.mark.parametrize(
-    ("args", "message"),
+    ("args", "message", "code"),
     [
         (["--optimizer", "lamb"], "unknown optimizer 'lamb'; known: sgd, adam", 2),
         (["--optimizer", "adam", "--momentum", "0.5"], "--momentum and --nesterov are SGD's", 2),
@@ -239,9 +239,11 @@ def test_save_checkpoint_and_resume_from_the_command_line(
         (["--save", "pyproject.toml/w.pt"], "pyproject.toml is a file, not a folder", 1),
     ],
 )
-def test_bad_run_options_fail_before_ray_in_one_line(args: list[str], message: str) -> None:
+def test_bad_run_options_fail_before_ray_in_one_line(
+    args: list[str], message: str, code: int
+) -> None:
     result = runner.invoke(app, ["ps", "train", *MODEL_ARGS, "-n", "2", *args])
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == code, result.output
     assert message in words(result.output)
     assert "Traceback" not in result.output
 
@@ -286,7 +288,7 @@ def test_a_working_dir_that_is_no_folder_is_refused_before_ray(
     if command == "bench":
         base += ["--strategies", "psld", "--scenarios", "none"]
     result = runner.invoke(app, [*base, "--working-dir", str(tmp_path / "nowhere")])
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == 2, result.output
     assert f"ps.working-dir: {tmp_path / 'nowhere'} is not a folder (nothing is there)" in words(
         result.output
     )

@@ -73,17 +73,17 @@ def test_help_keeps_bracketed_defaults() -> None:
 
 def test_a_bad_option_value_names_the_option_as_well_as_the_field() -> None:
     result = runner.invoke(app, ["sparse", "lstm-bench", "--hidden", "0"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # usage: a value out of range
     assert "LSTMBenchConfig.hidden: must be > 0, got 0 (option --hidden)" in result.output
     result = runner.invoke(app, ["sim", "run", "--policy", "fifo", "--max-jobs", "-3"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # usage: a value out of range
     assert "(option --max-jobs)" in result.output
     # a field whose option has another name: the option's own flag, not the parameter's name
     result = runner.invoke(app, ["sparse", "lstm-bench", "--layers", "0"])
     assert "LSTMBenchConfig.num_layers: must be > 0, got 0 (option --layers)" in result.output
     args = ["recommend", "--model", "mlp", "--samples", "10", "--epochs", "1", "--budget-hours"]
     result = runner.invoke(app, [*args, "1", "--family", "P3"], env={"COLUMNS": "300"})
-    assert result.exit_code == 1 and "(option --family)" in result.output
+    assert result.exit_code == 2 and "(option --family)" in result.output
 
 
 def _command(

@@ -34,7 +34,7 @@ def test_sim_run_runs_the_tutorial_policy_with_an_option(at_root: Path, tmp_path
     config = json.loads((tmp_path / "run.config.json").read_text())["config"]
     assert config["sim"]["policy_options"] == [["patience_s", "60"]]
     bad = CliRunner().invoke(app, [*args, "--policy-option", "patience_s=soon"])
-    assert bad.exit_code == 1
+    assert bad.exit_code == 2
     assert "SmallestFirst.patience_s: 'soon' is not a float" in bad.output
 
 
@@ -57,7 +57,7 @@ def test_sim_compare_json_holds_every_policy_with_its_own_options(
         [["patience_s", "1e9"]],
     ]
     bad = CliRunner().invoke(app, [*args, "--policy-option", "tiresias.x=1"])
-    assert bad.exit_code == 1
+    assert bad.exit_code == 2
     assert "expected POLICY.KEY=VALUE with POLICY one of" in bad.output
 
 
@@ -109,7 +109,7 @@ def test_a_trace_format_without_a_trace_file_is_refused(command: str) -> None:
     # It was ignored: the embedded trace ran, and the user believed their format was used.
     args = ["sim", command, "--policies" if command == "compare" else "--policy", "fifo"]
     res = CliRunner().invoke(app, [*args, "--trace-format", "philly-csv", "-q"])
-    assert res.exit_code == 1
+    assert res.exit_code == 2
     assert "'philly-csv' is the format of a trace file, and no trace was given" in res.output
     assert "(option --trace-format)" in res.output
 
@@ -127,7 +127,7 @@ def test_duration_gpu_sets_the_work_and_a_wrong_one_is_named(tmp_path: Path) -> 
     # Work measured on V100s takes the slower K80s longer than work measured on K80s.
     assert jct["v100"] > 1.5 * jct["k80"]
     bad = CliRunner().invoke(app, [*args, "--duration-gpu", "z80"])
-    assert bad.exit_code == 1 and "simulate.duration_gpu: unknown GPU type 'z80'" in bad.output
+    assert bad.exit_code == 2 and "simulate.duration_gpu: unknown GPU type 'z80'" in bad.output
 
 
 DEGENERATE = {

@@ -66,17 +66,17 @@ def test_lstm_train_on_penn_treebank_tiny(tmp_path: Path) -> None:
 
 def test_bad_mode_or_p_is_one_red_line() -> None:
     result = runner.invoke(app, ["sparse", "lstm-bench", "--hidden", "8", "--modes", "dense"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "unknown mode 'dense'" in result.output
     result = runner.invoke(app, ["sparse", "lstm-train", "--p", "1.0"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "LMConfig.p" in result.output
 
 
 @pytest.mark.parametrize("command", ["lstm-bench", "lstm-train"])
 def test_an_unknown_mask_source_is_one_red_line(command: str) -> None:
     result = runner.invoke(app, ["sparse", command, "--mask-source", "gpu"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "mask_source" in result.output and "'gpu'" in result.output
 
 
@@ -84,7 +84,7 @@ def test_an_unknown_mask_source_is_one_red_line(command: str) -> None:
 @pytest.mark.parametrize("command", ["lstm-train", "lstm-bench"])
 def test_cuda_without_a_gpu_is_refused_before_any_work(command: str) -> None:
     result = runner.invoke(app, ["sparse", command, "--device", "cuda"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert ".device" in result.output and "torch sees no CUDA device" in result.output
 
 

@@ -76,7 +76,7 @@ def test_analyze_writes_tables_json_and_plot(tmp_path: Path) -> None:
 )
 def test_analyze_bad_options_fail_with_one_line(extra: list[str], message: str) -> None:
     result = runner.invoke(app, ["sparse", "analyze", "--image-size", "32", *extra])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert message in result.output
 
 
@@ -110,7 +110,7 @@ def test_analyze_a_users_model_of_the_wrong_kind_or_class_count_is_named(tmp_pat
     )
     args = ["sparse", "analyze", "--image-size", "32", "--steps", "1", "--batch-size", "2", "-q"]
     result = runner.invoke(app, [*args, "--model", f"{code}:five_classes"])
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == 2, result.output
     text = " ".join(result.output.split())
     # The synthetic data has 10 classes: torch said only "IndexError: Target 7 is out of bounds".
     assert "gives outputs of shape (2, 5), not a score for each of the data's 10 classes" in text
@@ -124,7 +124,7 @@ def test_analyze_a_users_model_of_the_wrong_kind_or_class_count_is_named(tmp_pat
     extra = ["--model", f"{code}:five_classes", "--data", str(folder)]
     assert runner.invoke(app, [*args, *extra]).exit_code == 0
     result = runner.invoke(app, [*args, "--model", f"{code}:forgot_return"])
-    assert result.exit_code == 1, result.output
+    assert result.exit_code == 2, result.output
     text = " ".join(result.output.split())
     assert f"model function forgot_return ({code}:5) returned None" in text
 

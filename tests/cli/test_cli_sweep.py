@@ -233,7 +233,7 @@ def test_a_seed_range_written_backwards_is_named_before_ray_starts(tmp_path: Pat
 
     args = ["sim", "sweep", "--policies", "fifo", "--out", str(tmp_path / "s"), "-q"]
     res = CliRunner().invoke(app, [*args, "--seeds", "3-1"])
-    assert res.exit_code == 1, res.output
+    assert res.exit_code == 2, res.output
     assert "--seeds.3-1: the range's end 1 is below its start 3: write 1-3" in res.output
     assert "non-empty tuple" not in res.output
 
@@ -280,7 +280,7 @@ def test_a_working_dir_that_is_no_folder_is_refused_before_ray(
     monkeypatch.setattr(ray_connect, "connect_ray", connect)
     args = ["sim", "sweep", "--policies", "fifo", "--out", str(tmp_path / "s"), "-q"]
     res = CliRunner().invoke(app, [*args, "--working-dir", str(tmp_path / "nowhere")])
-    assert res.exit_code == 1, res.output
+    assert res.exit_code == 2, res.output
     lines = res.output.strip().splitlines()
     assert lines == [
         f"error: sweep.working_dir: {tmp_path / 'nowhere'} is not a folder (nothing is there) "

@@ -127,7 +127,7 @@ def test_generate_rejects_bad_config(tmp_path: Path) -> None:
     result = runner.invoke(
         app, ["trace", "generate", "--jobs", "0", "--out", str(tmp_path / "x.csv")]
     )
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "SyntheticTraceConfig.jobs" in words(result.output)
 
 
@@ -135,7 +135,7 @@ def test_generate_refuses_an_arrival_rate_that_the_load_would_override(tmp_path:
     out = tmp_path / "x.csv"
     args = ["trace", "generate", "-n", "10", "--out", str(out), "--load", "0.5"]
     result = runner.invoke(app, [*args, "--cluster-gpus", "8", "--arrivals-per-hour", "3"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "load and cluster_gpus set the arrival rate" in words(result.output)
     assert "(option --arrivals-per-hour)" in words(result.output)
     assert not out.exists()

@@ -10,7 +10,7 @@ import typer
 
 from unstall import __version__
 from unstall.cli import demo, profile, ps, recommend, sim, sim_run, sim_sweep, sparse, trace
-from unstall.cli.common import console
+from unstall.cli.common import OneLineUsageErrors, console
 
 app = typer.Typer(
     name="unstall",
@@ -18,6 +18,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    cls=OneLineUsageErrors,
 )
 
 sim_run.register(sim.app)

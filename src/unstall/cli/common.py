@@ -14,12 +14,14 @@ from typing import Annotated, Any, ParamSpec, TypeVar
 import typer
 from rich import box
 from rich.console import Console
-from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
+from typer.core import TyperGroup
 
-from unstall.errors import ConfigError, UnstallError
+from unstall.errors import ConfigError, ConfigFileError, UnstallError
 from unstall.results import write_result
+from unstall.usercode import UserCodeNameError
 
 # Output that is not a terminal (a log, a pipe, a test) has no width to respect: keep rows whole.
 console = Console(width=None if sys.stdout.isatty() else 160)
@@ -36,14 +38,52 @@ JsonOpt = Annotated[
 ]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")]
 
+# typer's parsing errors (it carries its own copy of click): found from the one it exports.
+_UsageError: type[Exception] = next(
+    c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError"
+)
+_ClickException: type[Exception] = next(
+    c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException"
+)
+
 P = ParamSpec("P")
 R = TypeVar("R")
 
-# Exit codes: 1 = the run finished but the answer is "no" (e.g. no configuration meets a budget)
-# or an input could not be used; 2 = usage error or a part that is not built yet.
+# Exit codes, one rule for every command: 2 = usage (an unknown name or option, a number out of
+# range, a field missing from a file the user wrote); 1 = data that cannot be used, or a run that
+# failed or whose answer is "no" (no configuration meets a budget); 130 = interrupted.
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130  # 128 + SIGINT
+
+# The code of each error that reaches the user: the first class it is an instance of decides.
+EXIT_CODES: tuple[tuple[type[BaseException], int], ...] = (
+    (KeyboardInterrupt, EXIT_INTERRUPTED),
+    (_UsageError, EXIT_USAGE),  # typer's own: an unknown option, a value out of its range
+    (ConfigError, EXIT_USAGE),  # an option's value or a config field that cannot work
+    (ConfigFileError, EXIT_USAGE),  # a cluster or scenario file the user wrote
+    (UserCodeNameError, EXIT_USAGE),  # FILE.py:NAME naming code that is not there
+    (UnstallError, EXIT_FAILED),  # data that cannot be used, a run that failed
+    (OSError, EXIT_FAILED),  # the system refused to read or write a file
+    (_ClickException, EXIT_FAILED),
+)
+
+
+def exit_code_of(exc: BaseException) -> int:
+    """The exit status of a command that stopped on ``exc`` (see :data:`EXIT_CODES`)."""
+    for cls, code in EXIT_CODES:
+        if isinstance(exc, cls):
+            return code
+    return EXIT_FAILED
+
+
+def print_error(message: str, *, label: str = "error:", style: str = "bold red") -> None:
+    """One line on stderr: ``label`` in ``style``, then ``message`` exactly as it is. The message
+    is never read as rich markup: an exception's text, a file name or a gloo error may hold
+    "[/x]" or "[red]" (rich would raise MarkupError on the one, swallow the other)."""
+    line = Text.assemble((label, style), " ", message) if label else Text(message)
+    # soft_wrap: one line, also where stderr is a log file of fixed width.
+    err_console.print(line, highlight=False, soft_wrap=True)
 
 
 class Interrupted(KeyboardInterrupt):
@@ -54,8 +94,8 @@ class Interrupted(KeyboardInterrupt):
 
 def handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
     """Print unstall's own errors, and the system's refusals to read or write a file (a folder
-    that cannot be made, a full disk, no permission), as one red line and exit 1, without a
-    traceback; Ctrl-C says
+    that cannot be made, a full disk, no permission), as one red line without a traceback, and
+    exit with the code :data:`EXIT_CODES` gives (2 for usage, 1 for the rest); Ctrl-C says
     so in one line (with the progress the command reported, when it raised
     :class:`Interrupted`) and exits 130, as a shell expects of an interrupted command (what was
     written stays whole: outputs are replaced atomically)."""
@@ -65,31 +105,39 @@ def handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
         try:
             return fn(*args, **kwargs)
         except UnstallError as exc:
-            # The message may quote a user's text ("[/x]" in an exception, a file named
-            # "[red]t.csv"): escaped, rich prints it as is instead of reading it as markup.
-            message = str(exc) + _option_given_for(exc, fn, kwargs)
-            # soft_wrap: one line, also where stderr is a log file of fixed width.
-            err_console.print(
-                f"[bold red]error:[/] {escape(message)}", highlight=False, soft_wrap=True
-            )
-            raise typer.Exit(EXIT_FAILED) from exc
+            print_error(str(exc) + _option_given_for(exc, fn, kwargs))
+            raise typer.Exit(exit_code_of(exc)) from exc
         except OSError as exc:
             # The machine, not unstall, said no: name the file and the reason, as a shell would.
             where = f"{exc.filename}: " if exc.filename is not None else ""
-            why = exc.strerror or str(exc)
-            err_console.print(
-                f"[bold red]error:[/] {escape(where + why)}", highlight=False, soft_wrap=True
-            )
-            raise typer.Exit(EXIT_FAILED) from exc
+            print_error(where + (exc.strerror or str(exc)))
+            raise typer.Exit(exit_code_of(exc)) from exc
         except KeyboardInterrupt as exc:
             # Outputs are replaced atomically: none is ever left half-written.
             what = "stopped, no partial output written"
             if isinstance(exc, Interrupted):
                 what = str(exc)
-            err_console.print(f"interrupted: {escape(what)}", highlight=False, soft_wrap=True)
-            raise typer.Exit(EXIT_INTERRUPTED) from exc
+            print_error(what, label="interrupted:", style="")
+            raise typer.Exit(exit_code_of(exc)) from exc
 
     return wrapper
+
+
+class OneLineUsageErrors(TyperGroup):
+    """The root group: typer's own refusals (an unknown option or command, a value out of an
+    option's range) print as one error line, as unstall's own do, instead of typer's usage lines
+    and boxed panel; exit status 2 (usage) by :data:`EXIT_CODES`."""
+
+    def invoke(self, ctx: Any) -> Any:  # typer's click.Context
+        try:
+            return super().invoke(ctx)
+        except _ClickException as exc:
+            if type(exc).__name__ == "NoArgsIsHelpError":  # a group run bare: its help is shown
+                raise
+            where = getattr(exc, "ctx", None) or ctx
+            help_hint = f" (see {where.command_path} --help)"
+            print_error(exc.format_message() + help_hint)  # type: ignore[attr-defined]
+            raise typer.Exit(exit_code_of(exc)) from exc
 
 
 def _option_given_for(exc: UnstallError, command: Callable[..., Any], given: dict[str, Any]) -> str:
@@ -174,6 +222,25 @@ def _check_folders_on_the_way(path: Path, folder: Path) -> None:
                 made.rmdir()
 
 
+def named_in_file(what: str, example: str) -> Callable[[Any], Any]:
+    """An option callback for options that take user code: a bare ``my.py`` (no ``:NAME``) is
+    refused at once, saying how to name the function or class in it (``my.py:make_model``),
+    where the part's resolver would list its built-in names only. Lists and comma-separated
+    values are checked item by item."""
+
+    def check(value: Any) -> Any:
+        items = value if isinstance(value, list | tuple) else [value]
+        for item in items:
+            for part in comma_list(item) if isinstance(item, str) else ():
+                if part.lower().endswith(".py") and ":" not in part:
+                    raise typer.BadParameter(
+                        f"{part} is a file: name the {what} in it too, as {part}:{example}"
+                    )
+        return value
+
+    return check
+
+
 def comma_list(text: str) -> list[str]:
     """``"a, b,,c"`` -> ``["a", "b", "c"]``: the parsing of every comma-separated option."""
     return [part.strip() for part in text.split(",") if part.strip()]
@@ -242,3 +309,29 @@ def fmt(value: object) -> str:
             return f"{value:.3e}"
         return f"{value:.4g}"
     return str(value)
+
+
+def fmt_duration(seconds: float) -> str:
+    """A duration in the unit that reads at its size, to three figures: milliseconds below a
+    second, seconds below a minute, minutes below an hour, hours above ("7.02 ms", "12.3 s",
+    "12.5 min", "1.60 h", "1,234 h"). One unit for all (hours) read "0.00 h" or "<0.0001 h" for
+    every configuration of a small job."""
+    if seconds != seconds:  # NaN
+        return "-"
+    seconds = float(f"{seconds:.3g}")  # 59.99 s reads 1.00 min, not 60.0 s
+    for unit, size in (("h", 3600.0), ("min", 60.0), ("s", 1.0)):
+        if seconds >= size:
+            return f"{_three_figures(seconds / size)} {unit}"
+    return f"{_three_figures(seconds * 1e3)} ms"
+
+
+def _three_figures(value: float) -> str:
+    """``value`` (>= 0) to three significant figures, trailing zeros kept, thousands separated."""
+    value = float(f"{value:.3g}")
+    if value >= 100 or value == 0:
+        return f"{value:,.0f}"
+    if value >= 10:
+        return f"{value:.1f}"
+    if value >= 1:
+        return f"{value:.2f}"
+    return f"{value:#.3g}"

@@ -16,6 +16,7 @@ from unstall.cli.common import (
     check_writable,
     console,
     handle_errors,
+    named_in_file,
     progress_bar,
     save_json,
     table,
@@ -36,6 +37,7 @@ ModelOpt = Annotated[
     str,
     typer.Option(
         "--model",
+        callback=named_in_file("function returning your nn.Module", "make_model"),
         help="A model name the simulator knows (unstall sim models; bert, imagenet, ... as the"
         " zoo model standing for them), or FILE.py:FUNC / package.module:FUNC: a function"
         " returning your nn.Module.",
@@ -82,6 +84,7 @@ def run(
         str | None,
         typer.Option(
             "--data",
+            callback=named_in_file("data function", "make_data"),
             help="synthetic (a zoo model's random batches; the default), an image folder"
             " (class folders DIR/CLASS/*.png|jpg, or unstall profile data's flat files) read"
             " through a DataLoader, or FILE.py:FUNC / package.module:FUNC: your data function"
@@ -101,6 +104,7 @@ def run(
         str | None,
         typer.Option(
             "--loss",
+            callback=named_in_file("loss function", "loss"),
             help="cross_entropy (the default), mse, or FILE.py:FUNC: your loss(outputs, targets).",
         ),
     ] = None,
@@ -169,7 +173,7 @@ def run(
 
     from unstall.config import check
     from unstall.profile import ProfileConfig, measure_stalls, torchrun_launch
-    from unstall.profile.names import resolve_data, resolve_device, resolve_model
+    from unstall.profile.names import resolve_data, resolve_device, resolve_loss, resolve_model
     from unstall.usercode import is_reference
 
     user_data = data is not None and is_reference(data)
@@ -182,6 +186,7 @@ def run(
         check(bool(name.strip()), "profile", "name", "must not be empty")
         target = dataclasses.replace(target, name=name.strip())
     source = resolve_data(data, target, batch=batch, workers=data_workers, image_size=image_size)
+    loss_fn = resolve_loss(loss)
     config = ProfileConfig(
         workers=workers,
         nodes=nodes,
@@ -203,7 +208,7 @@ def run(
                 target.build,
                 source,
                 config,
-                loss=loss,
+                loss=loss_fn,
                 name=target.name,
                 model_options=target.options,
                 on_run=on_run,
@@ -433,7 +438,11 @@ def print_job_profile(report: StallReport) -> None:
 def fit(
     variants: Annotated[
         list[str] | None,
-        typer.Option("--variant", help="Sweep variant NAME[:key=v,...]; repeat (default sweep)."),
+        typer.Option(
+            "--variant",
+            callback=named_in_file("function returning your nn.Module", "make_model"),
+            help="Sweep variant NAME[:key=v,...]; repeat (default sweep).",
+        ),
     ] = None,
     held_out: Annotated[
         str, typer.Option("--held-out", help="Variant not in the sweep, to predict.")
@@ -474,7 +483,11 @@ def fit(
     ] = None,
     loss: Annotated[
         str | None,
-        typer.Option("--loss", help="cross_entropy (the default), mse, or FILE.py:FUNC."),
+        typer.Option(
+            "--loss",
+            callback=named_in_file("loss function", "loss"),
+            help="cross_entropy (the default), mse, or FILE.py:FUNC.",
+        ),
     ] = None,
     batch: BatchOpt = None,
     image_size: ImageOpt = 32,
@@ -521,6 +534,8 @@ def fit(
     from unstall.cli.profile_tables import print_fit
 
     print_fit(result)
+    if points_path is not None:
+        console.print(f"measured points: {points_path}", highlight=False, markup=False)
     # The base every variant is profiled with (each variant replaces the model).
     saved_base = saved_config(
         resolve_model("mlp"), base, batch=batch, image_size=image_size, data=data, loss=loss

@@ -17,6 +17,7 @@ from unstall.cli.common import (
     comma_list,
     console,
     handle_errors,
+    named_in_file,
     progress_bar,
     save_json,
     table,
@@ -46,6 +47,7 @@ ModelOpt = Annotated[
     str | None,
     typer.Option(
         "--model",
+        callback=named_in_file("function returning your nn.Module", "make_model"),
         help="Zoo model (default: the scenario's, an MLP), or FILE.py:FUNC / package.module:FUNC "
         "(a function returning an nn.Module).",
     ),
@@ -61,6 +63,7 @@ DataOpt = Annotated[
     str,
     typer.Option(
         "--data",
+        callback=named_in_file("data function", "make_data"),
         help=f"Data: {', '.join(DATA_SOURCE_NAMES)} (digits: a loss that falls), or FILE.py:FUNC "
         "(a function (rank, world_size) -> iterable of (inputs, targets)).",
     ),
@@ -69,6 +72,7 @@ LossOpt = Annotated[
     str,
     typer.Option(
         "--loss",
+        callback=named_in_file("loss function", "loss"),
         help=f"Loss: {', '.join(LOSS_NAMES)}, or FILE.py:FUNC (outputs, targets) -> scalar tensor.",
     ),
 ]

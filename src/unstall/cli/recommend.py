@@ -15,6 +15,7 @@ from unstall.cli.common import (
     check_writable,
     console,
     err_console,
+    fmt_duration,
     handle_errors,
     progress_bar,
     save_json,
@@ -29,7 +30,7 @@ COLUMNS = [
     "configuration",
     "GPUs",
     "$/h",
-    "hours",
+    "time",
     "cost $",
     "comm stall",
     "source",
@@ -39,11 +40,8 @@ COLUMNS = [
 
 
 def _hours(hours: float) -> str:
-    """Hours to the hundredth, below a tenth to the ten-thousandth (a small job's configurations
-    would all read 0.00), and "<0.0001" below that."""
-    if hours >= 0.1:
-        return f"{hours:,.2f}"
-    return f"{hours:.4f}" if hours >= 0.0001 else "<0.0001"
+    """A predicted time given in hours, in the unit that reads at its size (s, min, h)."""
+    return fmt_duration(hours * 3600)
 
 
 def _usd(cost: float) -> str:
@@ -127,16 +125,16 @@ def _print_verdict(rec: Recommendation) -> None:
         best = rec.recommended
         console.print(
             f"[bold green]recommended:[/] {best.label} ({best.gpus} {best.gpu.upper()}): "
-            f"{_hours(best.predicted_hours)} h, ${_usd(best.predicted_cost_usd)} "
+            f"{_hours(best.predicted_hours)}, ${_usd(best.predicted_cost_usd)} "
             f"({best.source}); fastest: {rec.fastest.label}, "
-            f"{_hours(rec.fastest.predicted_hours)} h for ${_usd(rec.fastest.predicted_cost_usd)}",
+            f"{_hours(rec.fastest.predicted_hours)} for ${_usd(rec.fastest.predicted_cost_usd)}",
             highlight=False,
         )
         return
     fastest = rec.fastest
     err_console.print(
         f"[bold red]no configuration meets the {rec.budget_hours:g} h budget:[/] the fastest, "
-        f"{fastest.label}, needs {_hours(fastest.predicted_hours)} h "
+        f"{fastest.label}, needs {_hours(fastest.predicted_hours)} "
         f"({rec.fastest_over_budget:.2f} x the budget) for ${_usd(fastest.predicted_cost_usd)}",
         highlight=False,
     )

@@ -22,6 +22,7 @@ from unstall.cli.common import (
     console,
     err_console,
     handle_errors,
+    named_in_file,
     progress_bar,
     save_json,
     table,
@@ -144,6 +145,7 @@ def run(
         str,
         typer.Option(
             "--policy",
+            callback=named_in_file("policy class", "MyPolicy"),
             help="Scheduling policy (see sim policies), or your own class as FILE.py:Class or "
             "package.module:Class.",
         ),
@@ -338,6 +340,7 @@ def compare(
         str,
         typer.Option(
             "--policies",
+            callback=named_in_file("policy class", "MyPolicy"),
             help="Comma-separated policies, built-in or FILE.py:Class (default: all built-in).",
         ),
     ] = "",

@@ -20,6 +20,7 @@ from unstall.cli.common import (
     console,
     err_console,
     handle_errors,
+    named_in_file,
     progress_bar,
     save_json,
     table,
@@ -63,7 +64,11 @@ def _seeds(text: str) -> tuple[int, ...]:
 def sweep(
     policies: Annotated[
         str,
-        typer.Option("--policies", help="Comma-separated policies, built-in or FILE.py:Class."),
+        typer.Option(
+            "--policies",
+            callback=named_in_file("policy class", "MyPolicy"),
+            help="Comma-separated policies, built-in or FILE.py:Class.",
+        ),
     ],
     congestion: Annotated[
         str, typer.Option("--congestion", help="Comma-separated levels or CSV schedules.")

@@ -13,6 +13,7 @@ from unstall.cli.common import (
     comma_list,
     console,
     handle_errors,
+    named_in_file,
     progress_bar,
     save_json,
 )
@@ -157,6 +158,10 @@ def lstm_train(
     console.print(f"test perplexity: {result.test_ppl:.2f}", highlight=False)
     if max_batches is not None or max_eval_batches is not None:
         console.print("[yellow]truncated run[/]: epochs or evaluation cut short", highlight=False)
+    if checkpoint is not None:
+        console.print(
+            f"checkpoint: {checkpoint} (saved every epoch)", highlight=False, markup=False
+        )
     save_json(json_path, result, config)
 
 
@@ -216,6 +221,7 @@ def analyze(
         str,
         typer.Option(
             "--model",
+            callback=named_in_file("function returning your CNN", "make_model"),
             help="Zoo CNN (e.g. resnet18), or FILE.py:NAME / module:NAME, a function that "
             "returns an nn.Module.",
         ),
@@ -281,4 +287,6 @@ def analyze(
             cache_dir=Path(cache) if cache else None,
         )
     views.show_analysis(result, views.plot_path(plot, json_path))
+    if cache:
+        console.print(f"trained weights kept in {cache}/", highlight=False, markup=False)
     save_json(json_path, result, run.config)

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from unstall.config import load_table_file
-from unstall.errors import ArgumentTypeError, ConfigError, DataFileError
+from unstall.errors import ArgumentTypeError, ConfigError, ConfigFileError
 from unstall.net.hardware import INTERCONNECT_PRESETS, NIC_PRESETS, LinkPreset
 from unstall.net.link import Link
 from unstall.net.topology import (
@@ -28,18 +28,24 @@ _LINK_FIELDS = ("intra_link", "nic", "uplink")
 TOPOLOGY_SUFFIXES = (".toml", ".json")  # the file formats of a topology
 # The fields a regular cluster (racks x nodes x GPUs, no node groups) cannot do without.
 _REGULAR_REQUIRED = ("nodes_per_rack", "gpus_per_node")
+# The fields of a node group without a default.
+_GROUP_REQUIRED = tuple(
+    f.name
+    for f in dataclasses.fields(NodeGroup)
+    if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+)
 
 
 def _link_from(value: Any, field_name: str, source: str, presets: Mapping[str, LinkPreset]) -> Link:
     """A Link from a preset name or a ``{bandwidth_gbps, latency_us}`` table."""
     if isinstance(value, str):
         if value.lower() not in presets:
-            raise DataFileError(
+            raise ConfigFileError(
                 source, f"unknown preset {value!r}; known: {sorted(presets)}", field=field_name
             )
         return presets[value.lower()].link()
     if not isinstance(value, Mapping):
-        raise DataFileError(
+        raise ConfigFileError(
             source,
             "must be a preset name or a table {bandwidth_gbps, latency_us}",
             field=field_name,
@@ -47,17 +53,17 @@ def _link_from(value: Any, field_name: str, source: str, presets: Mapping[str, L
     known = {"bandwidth_gbps", "latency_us"}
     unknown = sorted(set(value) - known)
     if unknown:
-        raise DataFileError(
+        raise ConfigFileError(
             source,
             f"unknown key(s) {unknown}; known: {sorted(known)}",
             field=f"{field_name}.{unknown[0]}",
         )
     if "bandwidth_gbps" not in value:
-        raise DataFileError(source, "missing", field=f"{field_name}.bandwidth_gbps")
+        raise ConfigFileError(source, "missing", field=f"{field_name}.bandwidth_gbps")
     for key, number in value.items():
         # TOML's inf and nan, JSON's Infinity and NaN: no link of a real cluster has them.
         if isinstance(number, float) and not math.isfinite(number):
-            raise DataFileError(
+            raise ConfigFileError(
                 source, f"must be a finite number, got {number!r}", field=f"{field_name}.{key}"
             )
     try:
@@ -66,30 +72,40 @@ def _link_from(value: Any, field_name: str, source: str, presets: Mapping[str, L
             latency_us=float(value.get("latency_us", 0.0)),
         )
     except (TypeError, ValueError, OverflowError) as exc:
-        raise DataFileError(source, str(exc), field=field_name) from exc
+        raise ConfigFileError(source, str(exc), field=field_name) from exc
 
 
 def _node_groups(value: Any, source: str) -> tuple[NodeGroup, ...]:
     """``[[nodes]]`` tables as node groups; errors name ``nodes[i].field``."""
     if not isinstance(value, list | tuple) or not value:
-        raise DataFileError(source, "must be a non-empty list of node-group tables", field="nodes")
+        raise ConfigFileError(
+            source, "must be a non-empty list of node-group tables", field="nodes"
+        )
     known = {f.name for f in dataclasses.fields(NodeGroup)}
     groups = []
     for i, table in enumerate(value):
         where = f"nodes[{i}]"
         if not isinstance(table, Mapping):
-            raise DataFileError(source, "must be a table {count, gpus_per_node, ...}", field=where)
+            raise ConfigFileError(
+                source, "must be a table {count, gpus_per_node, ...}", field=where
+            )
         unknown = sorted(set(table) - known)
         if unknown:
-            raise DataFileError(
+            raise ConfigFileError(
                 source, f"unknown key(s) {unknown}; known: {sorted(known)}", field=where
+            )
+        missing = [name for name in _GROUP_REQUIRED if name not in table]
+        if missing:  # else NodeGroup's own "__init__() missing 1 required keyword-only argument"
+            also = f"; missing as well: {', '.join(missing[1:])}" if missing[1:] else ""
+            raise ConfigFileError(
+                source, f"missing: every node group gives it{also}", field=f"{where}.{missing[0]}"
             )
         try:
             groups.append(NodeGroup(**table))
         except ConfigError as exc:
-            raise DataFileError(source, exc.why, field=f"{where}.{exc.field}") from exc
+            raise ConfigFileError(source, exc.why, field=f"{where}.{exc.field}") from exc
         except TypeError as exc:  # count or gpus_per_node missing
-            raise DataFileError(source, str(exc), field=where) from exc
+            raise ConfigFileError(source, str(exc), field=where) from exc
     return tuple(groups)
 
 
@@ -106,7 +122,7 @@ def topology_from_mapping(data: Mapping[str, Any], *, source: str = "<mapping>")
     if from_preset:
         preset = data.pop("preset")
         if not isinstance(preset, str) or preset not in TOPOLOGY_PRESETS:
-            raise DataFileError(
+            raise ConfigFileError(
                 source,
                 f"unknown preset {preset!r}; known: {sorted(TOPOLOGY_PRESETS)}",
                 field="preset",
@@ -118,7 +134,7 @@ def topology_from_mapping(data: Mapping[str, Any], *, source: str = "<mapping>")
     known = {f.name for f in dataclasses.fields(TopologyConfig)}
     unknown = sorted(set(data) - known)
     if unknown:
-        raise DataFileError(
+        raise ConfigFileError(
             source,
             f"unknown field(s) {unknown}; known: {sorted(known | {'preset'})}",
             field=unknown[0],
@@ -147,10 +163,12 @@ def topology_from_mapping(data: Mapping[str, Any], *, source: str = "<mapping>")
         return TopologyConfig(**merged)
     except ConfigError as exc:
         if exc.field in absent:
-            raise DataFileError(source, _required_why(exc.field, absent), field=exc.field) from exc
-        raise DataFileError(source, exc.why, field=exc.field) from exc
+            raise ConfigFileError(
+                source, _required_why(exc.field, absent), field=exc.field
+            ) from exc
+        raise ConfigFileError(source, exc.why, field=exc.field) from exc
     except TypeError as exc:  # a missing required field, or a value of the wrong type
-        raise DataFileError(source, str(exc)) from exc
+        raise ConfigFileError(source, str(exc)) from exc
 
 
 def _required_why(field: str, absent: list[str]) -> str:

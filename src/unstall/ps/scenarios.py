@@ -36,7 +36,7 @@ from types import MappingProxyType
 from typing import Any
 
 from unstall.config import check, check_positive, from_mapping, load_table_file
-from unstall.errors import ConfigError, DataFileError
+from unstall.errors import ConfigError, ConfigFileError, DataFileError
 from unstall.net.link import Link
 from unstall.ps.links import DEFAULT_LATENCY_MS, DEFAULT_LINK_MB_S, ServerSpec
 
@@ -353,20 +353,20 @@ class OverrideTable:
 def _build(cls: type[Any], data: object, source: str, where: str) -> Any:
     """``cls`` from ``data``, with errors naming ``source`` and the field path ``where``."""
     if not isinstance(data, Mapping):
-        raise DataFileError(source, f"must be a table, got {data!r}", field=where)
+        raise ConfigFileError(source, f"must be a table, got {data!r}", field=where)
     try:
         return from_mapping(cls, data, source=source)
     except ConfigError as exc:
-        raise DataFileError(source, exc.why, field=f"{where}.{exc.field}".lstrip(".")) from exc
+        raise ConfigFileError(source, exc.why, field=f"{where}.{exc.field}".lstrip(".")) from exc
     except DataFileError as exc:
         field_name = f"{where}.{exc.field}".lstrip(".") if exc.field else where or None
-        raise DataFileError(source, exc.why, field=field_name) from exc
+        raise ConfigFileError(source, exc.why, field=field_name) from exc
 
 
 def _list(data: Mapping[str, Any], key: str, source: str, where: str) -> Sequence[Any]:
     value = data.get(key, [])
     if not isinstance(value, list):
-        raise DataFileError(source, f"must be a list, got {value!r}", field=f"{where}{key}")
+        raise ConfigFileError(source, f"must be a list, got {value!r}", field=f"{where}{key}")
     return value
 
 
@@ -374,7 +374,9 @@ def scenario_from_mapping(data: Mapping[str, Any], source: str) -> Scenario:
     """A scenario from the structure of a TOML/JSON file (see the module docstring)."""
     if not data:
         # An empty file would otherwise run the defaults without a word.
-        raise DataFileError(source, "empty: a scenario sets at least `servers`, `base` or `phases`")
+        raise ConfigFileError(
+            source, "empty: a scenario sets at least `servers`, `base` or `phases`"
+        )
     fields = dict(data)
     base = _build(SpecTable, data.get("base", {}), source, "base")
     fields["base"] = base.spec()
@@ -382,7 +384,7 @@ def scenario_from_mapping(data: Mapping[str, Any], source: str) -> Scenario:
     for i, raw in enumerate(_list(data, "phases", source, "")):
         where = f"phases[{i}]"
         if not isinstance(raw, Mapping):
-            raise DataFileError(source, f"must be a table, got {raw!r}", field=where)
+            raise ConfigFileError(source, f"must be a table, got {raw!r}", field=where)
         overrides = tuple(
             _build(OverrideTable, o, source, f"{where}.servers[{j}]").over(base)
             for j, o in enumerate(_list(raw, "servers", source, f"{where}."))
