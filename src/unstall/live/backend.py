@@ -35,7 +35,14 @@ from unstall.live.cluster import LiveCluster
 from unstall.live.config import LiveConfig
 from unstall.live.executor import RemoteExecutor, RemoteStore
 from unstall.live.training import JobWork, SegmentOutcome, SegmentPlan
-from unstall.sched.base import ClusterSnapshot, Decision, JobView, Placement, Policy
+from unstall.sched.base import (
+    ClusterSnapshot,
+    Decision,
+    JobView,
+    Placement,
+    Policy,
+    policy_capabilities,
+)
 from unstall.sim.decision_checks import PolicyError, check_decision_shape, check_placement
 from unstall.sim.engine import EngineOutcome
 from unstall.sim.failures import PolicyCrashError, describe_failure
@@ -148,7 +155,7 @@ class LiveBackend:
         self.cluster = ClusterState(self.layout)
         self.net = NetworkState(speed.capacity)
         self.rng = random.Random(config.seed)
-        self.oracle = bool(getattr(policy, "needs_oracle", False))
+        self.oracle = policy_capabilities(policy).needs_oracle
         self.records = {job.job_id: JobRecord() for job in jobs}
         for job in jobs:
             record = self.records[job.job_id]
@@ -164,7 +171,7 @@ class LiveBackend:
         self.finished_since_round: list[JobView] = []
         self._telemetry_last: dict[str, float] = {}
         # Extra rounds while jobs wait, for policies that ask for them (as in the simulator).
-        self.tick_s: float | None = getattr(policy, "tick_s", None)
+        self.tick_s = policy_capabilities(policy).tick_s
         self._tick_at = math.inf
         self.rounds = 0
         self.events = 0
