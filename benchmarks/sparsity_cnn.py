@@ -31,7 +31,6 @@ from typing import Any
 import torch
 from torch import nn
 
-from unstall.cli.resolvers import sparse as resolve
 from unstall.results import to_jsonable
 from unstall.sparse.cnn import (
     PUBLISHED_BACKPROP_SPEEDUP_VS_DENSE,
@@ -43,6 +42,7 @@ from unstall.sparse.cnn import (
     analyze_cnn,
     profile_training,
 )
+from unstall.sparse.cnn import names as resolve
 
 MODELS = "alexnet,resnet18,mobilenet_v2,resnet50,vgg16"
 ACCELERATORS = ",".join(

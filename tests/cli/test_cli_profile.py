@@ -27,7 +27,7 @@ def test_bad_input_is_one_clear_error(tmp_path: Path) -> None:
         (["--model", "mlp", "--network", "fast"], "profile.network", 2),
         (["--model", "mlp", "--data", str(tmp_path)], "profile.data", 2),
         (["--model", "resnet18", "--data", str(tmp_path / "none")], "no such directory", 1),
-        (["--model", "mlp", "--loss", "l1"], "unknown loss 'l1'", 2),
+        (["--model", "mlp", "--loss", "l1"], "'l1' is neither a loss", 2),
         (["--model", f"{tmp_path / 'none.py'}:model"], "model function file", 2),
         (["--model", "mlp", "--profile-device", "k80"], "a CPU run is labelled cpu", 2),
         (["--model", "gpt5"], "known: alexnet, bert, cifar10", 2),
@@ -426,3 +426,23 @@ def test_fit_refuses_batch_with_a_data_function_before_measuring(tmp_path: Path)
     assert result.output.count("error:") == 1 and "Traceback" not in result.output
     assert "profile.batch: your data function yields its batches" in result.output
     assert "(option --batch)" in result.output
+
+
+def test_network_text_to_a_link() -> None:
+    from unstall.cli.profile import parse_network
+    from unstall.errors import ConfigError
+    from unstall.net.link import Link
+
+    assert parse_network(None) is None
+    link = parse_network("1,0.5")
+    assert link == Link(bandwidth_gbps=1.0, latency_us=500.0)
+    assert link is not None and link.latency_ms == 0.5
+    assert parse_network("2") == Link(bandwidth_gbps=2.0)
+    for bad, why in (
+        ("x,1", "GBPS,LATENCY_MS must be numbers"),
+        ("1,2,3", "want GBPS,LATENCY_MS"),
+        ("0,1", "bandwidth must be > 0"),
+        ("1,-1", "latency must be >= 0"),
+    ):
+        with pytest.raises(ConfigError, match=rf"profile\.network: {why}"):
+            parse_network(bad)

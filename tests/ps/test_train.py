@@ -262,3 +262,45 @@ def test_the_model_time_follows_the_placements_the_run_had() -> None:
     fast, slow = (server_cost(moving.spec(1, i, 2), 2) for i in (0, 1))
     expected = (fast.seconds(500_000) + max(fast.seconds(900_000), slow.seconds(100_000))) / 2
     assert ran_iter_s(telemetry, moving, 2, 2) == pytest.approx(expected, rel=1e-12)
+
+
+def test_names_train_exactly_what_the_objects_they_name_train(ps_pool: Any) -> None:
+    """``fit("mlp", "synthetic", strategy="psld", optimizer="adam", scenario="bandwidth")`` (it
+    once ended in an AttributeError inside the planner) is the run of the objects named."""
+    from unstall import ps
+
+    settings: dict[str, Any] = {"iterations": 2, "workers": 2, "pool": ps_pool}
+    by_name = ps.fit(
+        "mlp",
+        "synthetic",
+        strategy="psld",
+        optimizer="adam",
+        scenario="bandwidth",
+        loss="cross_entropy",
+        batch_size=4,
+        **settings,
+    )
+    request = ps.PSRequest(batch_size=4, scenario="bandwidth")
+    case = ps.resolve_case(request, SCENARIOS["bandwidth"]())
+    by_object = ps.fit(
+        case.model,
+        case.data,
+        ps.FitConfig(
+            workers=2,
+            iterations=2,
+            strategy=STRATEGIES["psld"],
+            optimizer=ps.AdamConfig(),
+            scenario=SCENARIOS["bandwidth"](),
+        ),
+        loss=case.loss,
+        pool=ps_pool,
+    )
+    assert (by_name.model, by_name.data, by_name.strategy, by_name.optimizer) == (
+        "mlp",
+        "synthetic",
+        "psld",
+        "adam",
+    )
+    assert by_name.scenario == "bandwidth" and by_name.loss_last == by_object.loss_last
+    for key, value in by_object.state_dict.items():
+        assert np.array_equal(by_name.state_dict[key].numpy(), value.numpy()), key
