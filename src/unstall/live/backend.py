@@ -18,10 +18,12 @@ from __future__ import annotations
 
 import contextlib
 import heapq
+import itertools
 import math
 import random
 import sys
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -54,6 +56,10 @@ from unstall.sim.timeline import Timeline
 # Seconds a stopping job's processes get to finish their step and checkpoint before they are
 # counted as failed (an emulated step is short; a real one can be a few seconds on a CPU).
 STOP_GRACE_S = 120.0
+# Wall seconds the other processes of a job get to notice that one of them failed.
+FAILED_PEER_GRACE_S = 10.0
+# Executors are named EXECUTOR_PREFIX + run token + node and GPU.
+EXECUTOR_PREFIX = "unstall-live-"
 # How long the loop sleeps at most between looks at its executors while nothing is due.
 POLL_S = 0.5
 
@@ -72,6 +78,7 @@ class Segment:
     refs: list[Any]
     began_wall: float
     start_iteration: float
+    segment_id: str = ""  # unique in the run: the executors' name for this segment
     iteration_s: float = 0.0  # emulated: trace seconds an iteration takes on this placement
 
 
@@ -186,6 +193,8 @@ class LiveBackend:
         self.node_address: dict[int, str] = {}
         self.store: Any = None
         self.executor_start_wall_s = 0.0
+        self.run_token = uuid.uuid4().hex[:8]
+        self._spawned = itertools.count()
 
     # --- clock -------------------------------------------------------------------------------
 
@@ -229,8 +238,11 @@ class LiveBackend:
             options["num_gpus"] = 1
         else:
             options["resources"] = {self.live.slot_resource: 1}
-        return RemoteExecutor.options(**options).remote(
-            f"node{node}/gpu{slot}", self.store, self.live.loopback
+        # Named, so that a person (or a test) can find the process of a GPU: ``ray list
+        # actors``, ``ray.get_actor(name)``. A run's own token keeps two runs apart.
+        name = f"{EXECUTOR_PREFIX}{self.run_token}-n{node}-g{slot}-{next(self._spawned)}"
+        return RemoteExecutor.options(name=name, **options).remote(
+            name, self.store, self.live.loopback
         )
 
     def shutdown(self) -> None:
@@ -451,7 +463,7 @@ class LiveBackend:
         for each (a job that finished meanwhile finishes). Returns the jobs that finished."""
         for segment, _ in stopping:
             for node_slot in segment.executors:
-                self.executors[node_slot].stop.remote(segment.job.job_id)
+                self.executors[node_slot].stop.remote(segment.segment_id)
         finished: set[int] = set()
         for segment, verb in stopping:
             # A failure here is seen again by _ended, which requeues the job.
@@ -494,6 +506,7 @@ class LiveBackend:
             refs=[],
             began_wall=time.monotonic(),
             start_iteration=job.done_iters / record.scale if record.scale else 0.0,
+            segment_id=f"{job.job_id}#{len(record.placements)}",
             iteration_s=iteration_s,
         )
         self.running[job.index] = segment
@@ -522,7 +535,9 @@ class LiveBackend:
                 join_timeout_s=self.config.join_timeout_s,
                 device=device,
             )
-            segment.refs.append(self.executors[node_slot].run.remote(plan, held))
+            segment.refs.append(
+                self.executors[node_slot].run.remote(segment.segment_id, plan, held)
+            )
 
     def _place_on_links(self, job: SimJob, placement: Placement) -> float:
         """Put the job's flow on the shared links and re-share them: returns its own iteration
@@ -558,7 +573,7 @@ class LiveBackend:
             if self.config.emulated:
                 wall = self._wall(iteration_s)
                 for node_slot in segment.executors:
-                    self.executors[node_slot].set_iteration_wall_s.remote(job.job_id, wall)
+                    self.executors[node_slot].set_iteration_wall_s.remote(segment.segment_id, wall)
 
     def _release(self, segment: Segment) -> None:
         job = segment.job
@@ -583,8 +598,11 @@ class LiveBackend:
         error: BaseException | None = None
         dead: list[tuple[int, int]] = []
         for node_slot, ref in zip(segment.executors, segment.refs, strict=True):
+            # Once one process has failed the others are waiting in a collective that will
+            # not complete: they get a short grace to notice, then they are replaced.
+            grace = self.config.join_timeout_s if error is None else FAILED_PEER_GRACE_S
             try:
-                outcomes.append(ray.get(ref, timeout=self.config.join_timeout_s))
+                outcomes.append(ray.get(ref, timeout=grace))
             except RayActorError as exc:
                 dead.append(node_slot)
                 error = error or exc
@@ -599,8 +617,12 @@ class LiveBackend:
             first = outcomes[0]
             self._account_times(record, outcomes, segment)
             done = first.iteration * record.scale
-            run_s = max(o.train_s for o in outcomes) * self.config.speedup
-            job.comm_overhead_s += max(0.0, run_s - (done - job.done_iters) * job.base_iter_s)
+            if self.config.emulated:
+                # Time beyond what the iterations take at the consolidated placement: the
+                # simulator's communication overhead (real compute on other hardware than
+                # the perf model's has no such baseline).
+                run_s = max(o.train_s for o in outcomes) * self.config.speedup
+                job.comm_overhead_s += max(0.0, run_s - (done - job.done_iters) * job.base_iter_s)
             job.done_iters = done
             if first.finished:
                 self._finish(job, now)
@@ -710,7 +732,7 @@ class LiveBackend:
             for node_slot in segment.executors:
                 handle = self.executors.get(node_slot)
                 if handle is not None:
-                    handle.stop.remote(segment.job.job_id)
+                    handle.stop.remote(segment.segment_id)
         refs = [ref for segment in self.running.values() for ref in segment.refs]
         if refs:
             ray.wait(refs, num_returns=len(refs), timeout=10)

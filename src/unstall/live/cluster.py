@@ -18,6 +18,8 @@ through Ray's own multi-node launcher (``ray.cluster_utils.Cluster``).
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 from dataclasses import dataclass
 from typing import Any
 
@@ -199,6 +201,12 @@ class LocalRayCluster:
 
         os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
         ray_constants.ENABLE_RAY_CLUSTER = False
+        # Ray's multi-node launcher writes the cluster's address into its temporary folder,
+        # where any ``ray.init()`` on this machine would find and join it: a folder of its own
+        # keeps the run's cluster to the run. (Short: Ray's socket paths must stay short.)
+        self._tmp = tempfile.mkdtemp(prefix="us-live-", dir="/tmp")
+        self._tmp_before = os.environ.get("RAY_TMPDIR")
+        os.environ["RAY_TMPDIR"] = self._tmp
 
         self._cluster = Cluster(
             initialize_head=True,
@@ -213,7 +221,7 @@ class LocalRayCluster:
                 )
             self._cluster.wait_for_nodes()
         except BaseException:
-            self._cluster.shutdown()
+            self.shutdown()
             raise
         self.address: str = self._cluster.address
 
@@ -226,4 +234,11 @@ class LocalRayCluster:
         raise KeyError(ray_node_id)
 
     def shutdown(self) -> None:
-        self._cluster.shutdown()
+        try:
+            self._cluster.shutdown()
+        finally:
+            if self._tmp_before is None:
+                os.environ.pop("RAY_TMPDIR", None)
+            else:
+                os.environ["RAY_TMPDIR"] = self._tmp_before
+            shutil.rmtree(self._tmp, ignore_errors=True)

@@ -66,8 +66,10 @@ class Executor:
         self.label = label
         self.store = store
         self._lock = threading.Lock()
-        self._job: str | None = None
+        self._segment: str | None = None
         self._control = SegmentControl()
+        # Stops and speeds for segments whose run() has not begun yet.
+        self._early: dict[str, SegmentControl] = {}
         self.started = time.time()
 
     def describe(self) -> dict[str, Any]:
@@ -89,17 +91,25 @@ class Executor:
             sock.bind(("", 0))
             return int(sock.getsockname()[1])
 
-    def run(self, plan: SegmentPlan, held: tuple[float, bytes] | None) -> SegmentOutcome:
-        """Run one segment from ``held`` (the job's checkpoint in the store, None for a fresh
-        start) to its end or its stop. Rank 0 leaves periodic checkpoints in the store as it
-        goes, and the last one before it returns; the outcome itself carries no checkpoint."""
+    def run(
+        self, segment: str, plan: SegmentPlan, held: tuple[float, bytes] | None
+    ) -> SegmentOutcome:
+        """Run one segment (``segment``: its id, unique in the run) from ``held`` (the job's
+        checkpoint in the store, None for a fresh start) to its end or its stop. Rank 0 leaves
+        periodic checkpoints in the store as it goes, and the last one before it returns; the
+        outcome itself carries no checkpoint."""
         if held is not None:
             plan = dataclasses.replace(plan, start_iteration=held[0], checkpoint=held[1])
         with self._lock:
-            if self._job is not None:
-                raise RuntimeError(f"executor {self.label} already runs job {self._job}")
-            self._job = plan.work.job_id
-            self._control = SegmentControl(iteration_wall_s=plan.iteration_wall_s)
+            if self._segment is not None:
+                raise RuntimeError(f"executor {self.label} already runs {self._segment}")
+            self._segment = segment
+            # A stop or a new speed may have come first: Ray runs this call only once its
+            # checkpoint argument is here, and the backend's later calls do not wait for it.
+            early = self._early.pop(segment, None)
+            self._control = early if early is not None else SegmentControl()
+            if self._control.iteration_wall_s <= 0:
+                self._control.iteration_wall_s = plan.iteration_wall_s
         job_id = plan.work.job_id
 
         def keep(iteration: float, blob: bytes) -> None:
@@ -109,26 +119,28 @@ class Executor:
             outcome = run_segment(plan, self._control, keep if plan.rank == 0 else None)
         finally:
             with self._lock:
-                self._job = None
+                self._segment = None
         if outcome.checkpoint is not None:
             # Kept before the segment reports its end: the job's next segment reads it.
             ray.get(self.store.save.remote(job_id, outcome.iteration, outcome.checkpoint))
             outcome = dataclasses.replace(outcome, checkpoint=None)
         return outcome
 
-    def stop(self, job_id: str) -> bool:
-        """Ask the running segment of ``job_id`` to stop after its current step."""
-        with self._lock:
-            if self._job != job_id:
-                return False
-            self._control.stop.set()
-            return True
+    def _control_of(self, segment: str) -> SegmentControl:
+        """The running segment's control, or the one kept for a segment not started yet."""
+        if self._segment == segment:
+            return self._control
+        return self._early.setdefault(segment, SegmentControl())
 
-    def set_iteration_wall_s(self, job_id: str, seconds: float) -> None:
-        """The emulated iteration time of ``job_id`` from its next step on."""
+    def stop(self, segment: str) -> None:
+        """Ask ``segment`` to stop after its current step (at its first, if it has not begun)."""
         with self._lock:
-            if self._job == job_id:
-                self._control.iteration_wall_s = seconds
+            self._control_of(segment).stop.set()
+
+    def set_iteration_wall_s(self, segment: str, seconds: float) -> None:
+        """The emulated iteration time of ``segment`` from its next step on."""
+        with self._lock:
+            self._control_of(segment).iteration_wall_s = seconds
 
 
 # Remote versions, built once: the classes above stay plain (tests run them in-process).

@@ -1,0 +1,320 @@
+"""`unstall live run`: the simulator's policies place real training jobs on a Ray cluster."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from unstall.cli.common import (
+    Interrupted,
+    JsonOpt,
+    QuietOpt,
+    check_writable,
+    console,
+    err_console,
+    fmt_duration,
+    handle_errors,
+    named_in_file,
+    save_json,
+    table,
+)
+from unstall.cli.sim_text import parse_model_mix, parse_pairs
+
+if TYPE_CHECKING:
+    from unstall.live import LiveRun, UserWork
+    from unstall.sim import SimResult
+
+app = typer.Typer(no_args_is_help=True, add_completion=False)
+
+# The rows of the live-vs-simulated table: label, SimResult field, whether it is a duration.
+COMPARED: tuple[tuple[str, str, bool], ...] = (
+    ("jobs finished", "jobs_finished", False),
+    ("makespan", "makespan_s", True),
+    ("average JCT", "avg_jct_s", True),
+    ("median JCT", "p50_jct_s", True),
+    ("p99 JCT", "p99_jct_s", True),
+    ("average queueing", "avg_queue_s", True),
+    ("comm overhead", "comm_overhead_s", True),
+    ("preemptions", "preemptions", False),
+    ("migrations", "migrations", False),
+)
+
+
+@app.command("run")
+@handle_errors
+def run(
+    policy: Annotated[
+        str,
+        typer.Option(
+            "--policy",
+            callback=named_in_file("policy class", "MyPolicy"),
+            help="Scheduling policy (see `unstall sim policies`), or your own class as "
+            "FILE.py:Class or package.module:Class.",
+        ),
+    ],
+    trace: Annotated[
+        Path | None,
+        typer.Option("--trace", help="Trace file (default: the embedded generated trace)."),
+    ] = None,
+    trace_format: Annotated[
+        str, typer.Option("--trace-format", help="Trace format (auto, philly-csv, pollux, ...).")
+    ] = "auto",
+    policy_option: Annotated[
+        list[str] | None,
+        typer.Option("--policy-option", help="A knob of the policy as KEY=VALUE, repeatable."),
+    ] = None,
+    cluster: Annotated[
+        str | None,
+        typer.Option(
+            "--cluster",
+            help="Cluster preset or TOML/JSON topology file. Without --address a local Ray "
+            "emulates its nodes [default: tiny, 4 nodes x 4 GPUs in 2 racks]; with one, its "
+            "nodes are mapped onto the Ray cluster's in order [default: read from Ray].",
+            show_default=False,
+        ),
+    ] = None,
+    address: Annotated[
+        str | None,
+        typer.Option(
+            "--address",
+            help="Ray cluster to run on, HOST:PORT (default: RAY_ADDRESS, else a local Ray "
+            "started for the run).",
+        ),
+    ] = None,
+    speedup: Annotated[
+        float,
+        typer.Option(
+            "--speedup",
+            min=1e-9,
+            help="Trace seconds per wall second: jobs' work is divided by it.",
+        ),
+    ] = 1.0,
+    compute: Annotated[
+        str,
+        typer.Option(
+            "--compute",
+            help="real: train each job's model for real; emulated: wait the perf model's "
+            "iteration times, with a real all-reduce every step.",
+        ),
+    ] = "emulated",
+    max_jobs: Annotated[
+        int | None, typer.Option("--max-jobs", min=1, help="Run only the first N jobs.")
+    ] = None,
+    seed: Annotated[
+        int, typer.Option("--seed", help="Seed of model assignment, data and the policy.")
+    ] = 0,
+    model_mix: Annotated[
+        str | None,
+        typer.Option(
+            "--model-mix", help="Models for jobs whose trace names none, as NAME=SHARE,..."
+        ),
+    ] = None,
+    duration_gpu: Annotated[
+        str | None,
+        typer.Option(
+            "--duration-gpu",
+            help="GPU type the trace's durations were measured on (default: the cluster's "
+            "fastest).",
+        ),
+    ] = None,
+    slot_resource: Annotated[
+        str,
+        typer.Option(
+            "--slot-resource",
+            help="Ray resource that counts GPUs on nodes without a GPU resource.",
+        ),
+    ] = "unstall_gpu",
+    checkpoint_every_s: Annotated[
+        float,
+        typer.Option(
+            "--checkpoint-every-s", min=1e-9, help="Wall seconds between a job's checkpoints."
+        ),
+    ] = 5.0,
+    batch_size: Annotated[
+        int, typer.Option("--batch-size", min=1, help="Per-GPU batch of real compute.")
+    ] = 8,
+    image_size: Annotated[
+        int, typer.Option("--image-size", min=1, help="Image side of zoo CNNs in real compute.")
+    ] = 32,
+    model: Annotated[
+        str | None,
+        typer.Option(
+            "--model",
+            callback=named_in_file("model function", "make_model"),
+            help="Your model for every job, FILE.py:FUNC (real compute; with --data and --loss).",
+        ),
+    ] = None,
+    data: Annotated[
+        str | None,
+        typer.Option(
+            "--data",
+            callback=named_in_file("data function", "make_data"),
+            help="Your data function data(rank, world_size), FILE.py:FUNC.",
+        ),
+    ] = None,
+    loss: Annotated[
+        str,
+        typer.Option("--loss", help="Loss of --model: cross_entropy, mse or FILE.py:FUNC."),
+    ] = "cross_entropy",
+    restore_s: Annotated[
+        float | None,
+        typer.Option(
+            "--restore-s",
+            min=0.0,
+            help="Restore seconds the simulator's prediction charges (default: what the run "
+            "measured).",
+            show_default=False,
+        ),
+    ] = None,
+    predict: Annotated[
+        bool,
+        typer.Option(
+            "--predict/--no-predict", help="Also simulate the same run and show both side by side."
+        ),
+    ] = True,
+    jobs_out: Annotated[
+        Path | None,
+        typer.Option("--jobs-out", help="Write per-job records (.csv or .parquet)."),
+    ] = None,
+    json_path: JsonOpt = None,
+    quiet: QuietOpt = False,
+) -> None:
+    """Run a trace under a policy on a Ray cluster, for real, beside the simulator's prediction.
+
+    Times are in trace seconds (wall seconds x --speedup). See docs/live.md.
+    """
+    from unstall.cli.sim_run import check_jobs_out
+    from unstall.live import LiveConfig, LiveInterrupted, run_live
+    from unstall.sched import resolve_policy
+    from unstall.traces import resolve_trace
+
+    check_writable(jobs_out, json_path)
+    check_jobs_out(jobs_out)
+    config = LiveConfig(
+        speedup=speedup,
+        compute=compute,
+        slot_resource=slot_resource,
+        checkpoint_every_s=checkpoint_every_s,
+        batch_size=batch_size,
+        image_size=image_size,
+        restore_s=restore_s,
+        seed=seed,
+    )
+    user = _user_work(model, data, loss)
+    chosen = resolve_policy(
+        policy, parse_pairs(policy_option or [], "--policy-option", "KEY=VALUE"), owner="live"
+    )
+    loaded = resolve_trace(trace, trace_format)
+    mix = parse_model_mix(model_mix)
+
+    def say(text: str) -> None:
+        if not quiet:
+            err_console.print(text, highlight=False, markup=False)
+
+    console.print(
+        f"live run: {chosen.name} on {'Ray at ' + address if address else 'a local Ray'}, "
+        f"{compute} compute, speedup {speedup:g}",
+        highlight=False,
+    )
+    try:
+        run = run_live(
+            loaded,
+            chosen,
+            cluster=cluster,
+            address=address,
+            config=config,
+            max_jobs=max_jobs,
+            model_mix=dict(mix) if mix else None,
+            duration_gpu=duration_gpu,
+            user_work=user,
+            predict=predict,
+            log=say,
+        )
+    except LiveInterrupted as stop:
+        partial: LiveRun | None = getattr(stop, "run", None)
+        if partial is not None:
+            _write(partial, jobs_out, json_path, config)
+        raise Interrupted(
+            f"stopped with {stop}; every job's processes stopped"
+            + ("; what finished was written" if partial is not None and json_path else "")
+        ) from None
+    print_live(run)
+    _write(run, jobs_out, json_path, config)
+
+
+def _user_work(model: str | None, data: str | None, loss: str) -> UserWork | None:
+    """The user's model, data and loss for every job, or None for the jobs' zoo models."""
+    if model is None and data is None:
+        return None
+    if model is None or data is None:
+        from unstall.errors import ConfigError
+
+        raise ConfigError(
+            "live", "model" if model is None else "data", "give --model and --data together"
+        )
+    from unstall.live import UserWork
+    from unstall.usercode import load_callable
+    from unstall.workload.losses import resolve_loss
+
+    return UserWork(
+        model_fn=load_callable(model, what="model function"),
+        data_fn=load_callable(data, what="data function"),
+        loss=resolve_loss(loss, owner="live"),
+    )
+
+
+def _write(run: LiveRun, jobs_out: Path | None, json_path: Path | None, config: object) -> None:
+    from unstall.cli.sim_run import _write_table
+
+    if jobs_out is not None:
+        _write_table(run.jobs, jobs_out)
+    save_json(json_path, run, {"live": config})
+
+
+def _gap(live: float, simulated: float) -> str:
+    if simulated == 0:
+        return "-" if live == 0 else "n/a"
+    return f"{100 * (live - simulated) / simulated:+.1f}%"
+
+
+def print_live(run: LiveRun) -> None:
+    """The live run beside the simulator's prediction, then what only a live run measures."""
+    r = run.result
+    predicted: SimResult | None = run.prediction.result if run.prediction is not None else None
+    title = (
+        f"{r.policy} on {r.cluster} ({r.total_gpus} GPUs), {r.jobs} jobs, times in trace seconds"
+    )
+    columns = ["", "live"] + (["simulated", "gap"] if predicted is not None else [])
+    rows = []
+    for label, name, duration in COMPARED:
+        value = getattr(r, name)
+        row: list[object] = [label, fmt_duration(value) if duration else value]
+        if predicted is not None:
+            other = getattr(predicted, name)
+            row += [fmt_duration(other) if duration else other, _gap(value, other)]
+        rows.append(row)
+    console.print(table(title, columns, rows))
+    f = run.facts
+    console.print(
+        "measured: executors started in "
+        f"{f.executor_start_wall_s:.1f} s (wall); job start-up {_trace(f.startup_s_median)}, "
+        f"restore {_trace(f.restore_s_median)}, checkpoint {_trace(f.checkpoint_s_median)} "
+        f"(medians); decisions {1000 * f.decide_wall_s_median:.2f} ms median, "
+        f"{1000 * f.decide_wall_s_max:.1f} ms max (wall); "
+        f"{f.process_failures} process failures"
+        + (f", nodes lost {f.nodes_lost}" if f.nodes_lost else ""),
+        highlight=False,
+    )
+    if r.jobs_rejected:
+        console.print(
+            f"{r.jobs_rejected} jobs need more GPUs than the cluster has: rejected, as in "
+            "`unstall sim run`",
+            highlight=False,
+        )
+
+
+def _trace(seconds: float) -> str:
+    return "-" if math.isnan(seconds) else fmt_duration(seconds)
