@@ -17,7 +17,6 @@ scenarios beside :data:`~unstall.ps.scenarios.SCENARIOS`, optimizers beside
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from unstall.config import parse_text_options
@@ -110,15 +109,8 @@ def resolve_data(
 
 
 def resolve_working_dir(text: str | None, *, owner: str = OWNER) -> dict[str, Any] | None:
-    """A folder Ray ships to every node (its runtime environment), or None."""
-    if text is None:
-        return None
-    path = Path(text)
-    if not path.is_dir():
-        why = (
-            f"a file: give the folder that holds your modules, e.g. {path.parent}"
-            if path.exists()
-            else "nothing is there"
-        )
-        raise ConfigError(owner, "working_dir", f"{text} is not a folder ({why})")
-    return {"working_dir": str(path.resolve())}
+    """A folder Ray ships to every node (its runtime environment), or None:
+    :func:`unstall.ray_connect.working_dir_env`."""
+    from unstall.ray_connect import working_dir_env  # imports Ray: only when a folder is named
+
+    return None if text is None else working_dir_env(text, owner=owner)
