@@ -9,7 +9,18 @@ from typing import Annotated
 import typer
 
 from unstall import __version__
-from unstall.cli import demo, profile, ps, recommend, sim, sim_run, sim_sweep, sparse, trace
+from unstall.cli import (
+    demo,
+    live,
+    profile,
+    ps,
+    recommend,
+    sim,
+    sim_run,
+    sim_sweep,
+    sparse,
+    trace,
+)
 from unstall.cli.common import OneLineUsageErrors, console
 
 app = typer.Typer(
@@ -37,6 +48,9 @@ app.add_typer(
 )
 app.add_typer(
     sparse.app, name="sparse", help="Sparse training: structured-dropout LSTM, CNN sparsity."
+)
+app.add_typer(
+    live.app, name="live", help="Live scheduling: the policies place real jobs on a Ray cluster."
 )
 app.command("recommend", short_help="Cheapest cloud GPU configuration that meets a time budget.")(
     recommend.recommend
