@@ -16,7 +16,7 @@ import unstall
 PACKAGE_DIR = Path(unstall.__file__).parent
 
 # Modules of the package root that every part may use (no part-level dependencies of their own).
-CORE = {"unstall", "config", "errors", "results", "usercode", "ray_connect"}
+CORE = {"unstall", "checks", "config", "errors", "results", "usercode", "ray_connect"}
 # Entry points that may import anything (they only start the command line).
 ENTRY = {"__main__"}
 
@@ -31,6 +31,8 @@ ALLOWED: dict[str, set[str]] = {
     "profile": {"net", "workload"},
     "cost": {"net", "workload", "profile"},
     "sparse": {"workload"},
+    # The same policies on a real Ray cluster (DESIGN.md, "The live backend"): beside ps.
+    "live": {"net", "workload", "traces", "sched", "sim"},
     "report": {"net", "workload", "traces", "sched", "sim", "ps", "profile", "cost", "sparse"},
     "cli": {
         "net",
@@ -43,6 +45,7 @@ ALLOWED: dict[str, set[str]] = {
         "cost",
         "sparse",
         "report",
+        "live",
     },
 }
 
