@@ -1,0 +1,143 @@
+"""The live backend's pure parts and its refusals: the run's config, the cluster read from Ray's
+node list, the command line's bad input (no Ray cluster needed for any of these)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import unstall
+from unstall.errors import ConfigError
+from unstall.live import LiveClusterError, LiveConfig
+from unstall.live.cluster import discover
+from unstall.net import TopologyConfig
+
+SRC = str(Path(unstall.__file__).resolve().parents[1])
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("speedup", 0),
+        ("speedup", float("inf")),
+        ("compute", "fake"),
+        ("batch_size", 0),
+        ("restore_s", -1.0),
+        ("slot_resource", ""),
+        ("seed", 1.5),
+    ],
+)
+def test_a_config_that_cannot_work_names_its_field(field: str, value: object) -> None:
+    with pytest.raises(ConfigError, match=field):
+        LiveConfig(**{field: value})  # type: ignore[arg-type]
+
+
+def _node(
+    node_id: str,
+    *,
+    gpus: int = 0,
+    slots: int = 0,
+    labels: dict[str, str] | None = None,
+    accelerator: str | None = None,
+    alive: bool = True,
+) -> dict[str, object]:
+    resources: dict[str, float] = {"CPU": 4.0}
+    if gpus:
+        resources["GPU"] = float(gpus)
+    if slots:
+        resources["unstall_gpu"] = float(slots)
+    if accelerator:
+        resources[f"accelerator_type:{accelerator}"] = 1.0
+    return {
+        "NodeID": node_id,
+        "NodeManagerAddress": "127.0.0.1",
+        "Alive": alive,
+        "Resources": resources,
+        "Labels": labels or {},
+    }
+
+
+def test_nodes_come_from_ray_with_their_gpus_types_racks_and_order() -> None:
+    nodes = [
+        _node("head"),  # no GPUs: hosts the driver only
+        _node("b", gpus=8, accelerator="A100", labels={"unstall.node": "1", "unstall.rack": "7"}),
+        _node("a", slots=4, labels={"unstall.node": "0", "unstall.rack": "3"}),
+        _node("gone", gpus=8, alive=False),
+    ]
+    live = discover(nodes, topology=None, slot_resource="unstall_gpu", loopback=True)
+    assert [n.ray_node_id for n in live.nodes] == ["a", "b"]
+    assert [(n.gpus, n.gpu_type, n.rack, n.uses_gpus) for n in live.nodes] == [
+        (4, "v100", 0, False),  # no accelerator label: the default type; racks renumbered
+        (8, "a100", 1, True),
+    ]
+    assert live.topology.node_gpus == (4, 8)
+    assert live.topology.node_device == ("v100", "a100")
+    assert live.topology.node_rack == (0, 1)
+    assert "node 1 (rack 1, 8 x a100) -> Ray node b" in live.mapping()[1]
+
+
+def test_a_topology_file_is_mapped_onto_the_ray_nodes_in_order() -> None:
+    nodes = [_node(f"n{i}", slots=4, labels={"unstall.node": str(i)}) for i in range(3)]
+    topology = TopologyConfig(name="two", racks=2, nodes_per_rack=1, gpus_per_node=2)
+    live = discover(nodes, topology=topology, slot_resource="unstall_gpu", loopback=True)
+    assert [(n.index, n.ray_node_id, n.gpus, n.rack) for n in live.nodes] == [
+        (0, "n0", 2, 0),
+        (1, "n1", 2, 1),
+    ]
+
+
+def test_a_cluster_that_cannot_hold_the_topology_is_refused_naming_both() -> None:
+    topology = TopologyConfig(name="big", racks=1, nodes_per_rack=2, gpus_per_node=8)
+    with pytest.raises(LiveClusterError, match="'big' has 2 nodes, the Ray cluster 1"):
+        discover([_node("a", gpus=8)], topology=topology, slot_resource="x", loopback=True)
+    with pytest.raises(LiveClusterError, match=r"node 1 has 8 GPUs.* only 4"):
+        discover(
+            [_node("a", gpus=8, labels={"unstall.node": "0"}), _node("b", gpus=4)],
+            topology=topology,
+            slot_resource="x",
+            loopback=True,
+        )
+    with pytest.raises(LiveClusterError, match=r"no node with GPUs.*ray start --resources"):
+        discover([_node("head")], topology=None, slot_resource="unstall_gpu", loopback=True)
+
+
+def _unstall(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": SRC}
+    env.pop("RAY_ADDRESS", None)
+    return subprocess.run(
+        [sys.executable, "-m", "unstall", "live", "run", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--policy", "nosuch"], "nosuch"),
+        (["--policy", "fifo", "--compute", "fake"], "compute"),
+        (["--policy", "fifo", "--speedup", "0"], "speedup"),
+        (["--policy", "my_policy.py"], "my_policy.py:MyPolicy"),
+        (["--policy", "fifo", "--model", "m.py:make"], "--data"),
+    ],
+)
+def test_usage_errors_exit_2_with_one_line(args: list[str], said: str) -> None:
+    done = _unstall(*args)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert said in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_an_unreachable_address_fails_in_seconds_with_one_line() -> None:
+    started = time.monotonic()
+    done = _unstall("--policy", "fifo", "--address", "127.0.0.1:9", "--max-jobs", "2")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "127.0.0.1:9" in done.stderr and "Traceback" not in done.stderr
+    assert time.monotonic() - started < 60
