@@ -27,6 +27,15 @@ class Interrupted:
     left: list[str]  # "PID command" of the run's processes still alive after it exited
 
 
+def default_signals() -> None:
+    """``preexec_fn`` of a child that a test interrupts: SIGINT and SIGTERM as a fresh shell
+    gives them, whatever this process inherited. A background job (``cmd &``, ``nohup``) runs
+    with SIGINT ignored, and a Python started with SIGINT ignored keeps ignoring it (it installs
+    its KeyboardInterrupt handler only over the default): the child would never see Ctrl-C."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
 def interrupt_when(
     args: list[str],
     marker: Path,
@@ -52,6 +61,7 @@ def interrupt_when(
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=True,
+        preexec_fn=default_signals,
     )
     try:
         deadline = time.monotonic() + start_s

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from interrupting import default_signals
 from unstall.errors import UnstallError
 from unstall.ray_connect import check_reachable
 
@@ -28,7 +29,12 @@ def run_script(script: str, timeout_s: float = 180) -> subprocess.CompletedProce
     env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
     env.pop("RAY_ADDRESS", None)
     return subprocess.run(
-        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=timeout_s
+        [sys.executable, "-c", script],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout_s,
+        preexec_fn=default_signals,  # its Ctrl-C is heard also when pytest runs in the background
     )
 
 

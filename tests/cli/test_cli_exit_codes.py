@@ -67,6 +67,17 @@ def test_each_kind_of_error_has_its_exit_code(error: BaseException, code: int) -
     assert exit_code_of(error) == code
 
 
+def test_the_system_refusing_a_file_is_one_line_naming_it() -> None:
+    @handle_errors
+    def command() -> None:
+        raise FileNotFoundError(2, "No such file or directory", "/x/[red]y.csv")
+
+    with common.err_console.capture() as captured, pytest.raises(typer.Exit) as stopped:
+        command()
+    assert captured.get() == "error: /x/[red]y.csv: No such file or directory\n"
+    assert stopped.value.exit_code == 1
+
+
 @handle_errors
 def _interrupted() -> None:
     raise KeyboardInterrupt

@@ -37,3 +37,18 @@ def test_durations_of_different_sizes_keep_three_figures() -> None:
             text = fmt_duration(mantissa * 10.0**exponent)
             number = text.split()[0].replace(",", "")
             assert len(number.replace(".", "").lstrip("0")) >= 3 or float(number) >= 100, text
+
+
+def test_one_repeat_or_a_stall_that_came_out_negative_is_warned_about() -> None:
+    from unstall.cli.profile import noise_warning
+    from unstall.profile.stalls import summarize
+
+    once = {"local": summarize("local", [0.010]), "network": summarize("network", [0.009])}
+    warning = noise_warning(once, {"network_stall_s": -0.001, "interconnect_stall_s": 0.002})
+    assert warning is not None
+    assert "the network run was 1 ms/iter faster than the local run" in warning
+    assert "network stall shows as 0" in warning and "interconnect" not in warning
+    assert "1 repeat per run: run-to-run noise can hide a stall" in warning
+    thrice = {n: summarize(n, [0.010, 0.011, 0.012]) for n in ("local", "network")}
+    assert noise_warning(thrice, {"network_stall_s": 0.001}) is None
+    assert "network stall shows as 0" in (noise_warning(thrice, {"network_stall_s": -1e-4}) or "")

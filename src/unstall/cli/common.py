@@ -27,6 +27,18 @@ from unstall.usercode import UserCodeNameError
 console = Console(width=None if sys.stdout.isatty() else 160)
 err_console = Console(stderr=True, width=None if sys.stderr.isatty() else 160)
 
+PathOrText = TypeVar("PathOrText", Path, str)
+
+
+def writable_file(path: PathOrText | None) -> PathOrText | None:
+    """An option callback: an output file (a Path or its text) that cannot be written (a folder
+    there, a file on its way, a folder that cannot be made) is refused while the command line is
+    read, before any work starts (see :func:`check_writable`)."""
+    if path is not None:
+        check_writable(Path(path))
+    return path
+
+
 JsonOpt = Annotated[
     Path | None,
     typer.Option(
@@ -34,6 +46,7 @@ JsonOpt = Annotated[
         help="Write the result as JSON to this path, and its full config beside it "
         "(PATH with .config.json).",
         dir_okay=False,
+        callback=writable_file,
     ),
 ]
 QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")]
@@ -126,11 +139,15 @@ def handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
 class OneLineUsageErrors(TyperGroup):
     """The root group: typer's own refusals (an unknown option or command, a value out of an
     option's range) print as one error line, as unstall's own do, instead of typer's usage lines
-    and boxed panel; exit status 2 (usage) by :data:`EXIT_CODES`."""
+    and boxed panel; exit status 2 (usage) by :data:`EXIT_CODES`. unstall's errors raised by an
+    option's callback (an output that cannot be written) print as one line too."""
 
     def invoke(self, ctx: Any) -> Any:  # typer's click.Context
         try:
             return super().invoke(ctx)
+        except UnstallError as exc:  # from an option's callback, before the command runs
+            print_error(str(exc))
+            raise typer.Exit(exit_code_of(exc)) from exc
         except _ClickException as exc:
             if type(exc).__name__ == "NoArgsIsHelpError":  # a group run bare: its help is shown
                 raise

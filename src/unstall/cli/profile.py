@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -17,14 +17,17 @@ from unstall.cli.common import (
     console,
     handle_errors,
     named_in_file,
+    print_error,
     progress_bar,
     save_json,
     table,
+    writable_file,
 )
 
 if TYPE_CHECKING:
     from unstall.net.link import Link
     from unstall.profile import DataSource, ProfileConfig, ResolvedModel, StallReport, SweepPoint
+    from unstall.profile.stalls import RunSummary
 
 app = typer.Typer(
     help="Stall profiler: compute, data, interconnect and network stalls of DDP training.",
@@ -378,6 +381,29 @@ def show_report(
     save_json(json_path, report, config)
 
 
+def noise_warning(runs: Mapping[str, RunSummary], raw: Mapping[str, float]) -> str | None:
+    """What to say when noise may hide a stall: fewer than three repeats per run (the medians
+    are single runs: a network run can come out faster than the local one), or a stall whose
+    two runs came out the wrong way round (shown as 0). None when neither."""
+    from unstall.profile.stalls import STALL_PAIRS
+
+    said = []
+    for stall, diff in raw.items():
+        if diff < 0:
+            later, earlier = STALL_PAIRS[stall]
+            said.append(
+                f"the {later} run was {-diff * MS:.3g} ms/iter faster than the {earlier} run, "
+                f"so {stall.removesuffix('_s').replace('_', ' ')} shows as 0"
+            )
+    repeats = min((len(r.samples_s) for r in runs.values()), default=0)
+    if repeats < 3:
+        said.append(
+            f"{repeats} repeat{'s' if repeats != 1 else ''} per run: run-to-run noise can hide a "
+            "stall; give --repeats 3 or more"
+        )
+    return "; ".join(said) if said else None
+
+
 def print_report(report: StallReport) -> None:
     """The runs, the stall breakdown, the text bar and the phase timers."""
     from unstall.profile import STALL_FIELDS, StallBreakdown, text_bar
@@ -397,6 +423,9 @@ def print_report(report: StallReport) -> None:
         raw=report.raw_differences,
     )
     console.print(text_bar(breakdown), highlight=False, markup=False)
+    warning = noise_warning(report.runs, report.raw_differences)
+    if warning is not None:
+        print_error(warning, label="warning:", style="bold yellow")
     phases = ["data", "forward", "backward", "allreduce", "optimizer"]
     prows = [
         (run, *(per.get(p, 0.0) * MS for p in phases))
@@ -470,6 +499,7 @@ def fit(
         Path | None,
         typer.Option(
             "--points",
+            callback=writable_file,
             help="JSON of measured points: reused, and each new point appended (resumable).",
         ),
     ] = None,
@@ -580,7 +610,12 @@ def convert(
         Path, typer.Argument(help="A JobProfile JSON measured on a CPU.", dir_okay=False)
     ],
     gpu: Annotated[str, typer.Option("--gpu", help="The GPU preset to convert it to.")],
-    out: Annotated[Path, typer.Option("--out", help="Where to write the converted JobProfile.")],
+    out: Annotated[
+        Path,
+        typer.Option(
+            "--out", help="Where to write the converted JobProfile.", callback=writable_file
+        ),
+    ],
 ) -> None:
     """Convert a CPU profile to a GPU for `unstall sim --job-profile`: compute time scaled by
     the CPU's measured fp32 matmul rate over the GPU's fp32 peak (the factor is printed); the

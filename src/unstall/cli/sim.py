@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.table import Table
 
-from unstall.cli.common import JsonOpt, console, handle_errors, save_json, table
+from unstall.cli.common import JsonOpt, console, handle_errors, save_json, table, writable_file
 
 if TYPE_CHECKING:
     from unstall.workload import ModelFacts
@@ -132,7 +132,11 @@ def calibrate(
     seed: Annotated[int, typer.Option("--seed", help="Seed that assigns placements to folds.")] = 0,
     plot: Annotated[
         str | None,
-        typer.Option("--plot", help="Write a predicted-vs-measured scatter plot (PNG) here."),
+        typer.Option(
+            "--plot",
+            help="Write a predicted-vs-measured scatter plot (PNG) here.",
+            callback=writable_file,
+        ),
     ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
     json_path: JsonOpt = None,

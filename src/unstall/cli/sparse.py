@@ -16,6 +16,7 @@ from unstall.cli.common import (
     named_in_file,
     progress_bar,
     save_json,
+    writable_file,
 )
 from unstall.cli.common import table as make_table
 
@@ -113,7 +114,11 @@ def lstm_train(
     ] = 1,
     checkpoint: Annotated[
         Path | None,
-        typer.Option("--checkpoint", help="Resume from this file if it exists; save every epoch."),
+        typer.Option(
+            "--checkpoint",
+            help="Resume from this file if it exists; save every epoch.",
+            callback=writable_file,
+        ),
     ] = None,
     json_path: JsonOpt = None,
     quiet: QuietOpt = False,
@@ -259,7 +264,10 @@ def analyze(
     ] = None,
     threads: ThreadsOpt = None,
     plot: Annotated[
-        str | None, typer.Option("--plot", help="Density plot PNG (default: beside --json).")
+        str | None,
+        typer.Option(
+            "--plot", help="Density plot PNG (default: beside --json).", callback=writable_file
+        ),
     ] = None,
     json_path: JsonOpt = None,
     quiet: QuietOpt = False,

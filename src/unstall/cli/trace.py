@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from unstall.cli.common import JsonOpt, console, handle_errors, save_json, table
+from unstall.cli.common import JsonOpt, console, handle_errors, save_json, table, writable_file
 from unstall.config import check
 from unstall.traces import (
     READERS,
@@ -99,7 +99,14 @@ def show(
 def convert(
     path: Annotated[Path, typer.Argument(help="Trace file to read.")],
     out: Annotated[
-        Path, typer.Option("--out", "-o", help="Where to write: .csv or .parquet.", dir_okay=False)
+        Path,
+        typer.Option(
+            "--out",
+            "-o",
+            help="Where to write: .csv or .parquet.",
+            dir_okay=False,
+            callback=writable_file,
+        ),
     ],
     fmt_name: FormatOpt = "auto",
     duration_from: DurationFromOpt = "category",
@@ -117,7 +124,14 @@ def convert(
 @handle_errors
 def generate_cmd(
     out: Annotated[
-        Path, typer.Option("--out", "-o", help="Where to write: .csv or .parquet.", dir_okay=False)
+        Path,
+        typer.Option(
+            "--out",
+            "-o",
+            help="Where to write: .csv or .parquet.",
+            dir_okay=False,
+            callback=writable_file,
+        ),
     ],
     jobs: Annotated[int, typer.Option("--jobs", "-n", help="Number of jobs.")] = 1000,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the whole trace.")] = 0,
