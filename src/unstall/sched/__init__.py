@@ -7,7 +7,10 @@ What this part offers:
   congestion) and an explicit ``random.Random``, returning a :class:`Decision`: jobs to
   :class:`Start` on a :class:`Placement` (``((node, gpus), ...)``), to :class:`Preempt` or to
   :class:`Migrate`, and timers to set (:class:`SetTimer`). No clock, no I/O, no global random
-  state, so the same object can drive the simulator or a live cluster.
+  state, so the same object can drive the simulator or a live cluster. :class:`PolicyBase`
+  holds the protocol's defaults for a policy class to inherit (``needs_oracle`` False,
+  ``tick_s`` None, a ``reset`` with nothing to forget); ``policy_capabilities(policy)`` reads
+  those members of any policy, inheriting or not, as a backend does.
 - :class:`ClusterLayout` (racks of nodes, each with its GPU count and GPU type) and
   :class:`Sensitivity` (a job's slowdown when spread, by congestion), which snapshots carry.
 - :class:`FreeGpus` and :class:`Locality`: a policy's scratch copy of the free GPUs, with the
@@ -57,10 +60,13 @@ from unstall.sched.base import (
     NodeShare,
     Placement,
     Policy,
+    PolicyBase,
+    PolicyCapabilities,
     Preempt,
     Sensitivity,
     SetTimer,
     Start,
+    policy_capabilities,
 )
 from unstall.sched.dally import Dally, DallyConfig
 from unstall.sched.fifo import Consolidate, Fifo, FirstFit
@@ -100,6 +106,8 @@ __all__ = [
     "NodeShare",
     "Placement",
     "Policy",
+    "PolicyBase",
+    "PolicyCapabilities",
     "PolicyEntry",
     "Preempt",
     "Sensitivity",
@@ -109,6 +117,7 @@ __all__ = [
     "Tiresias",
     "describe_policies",
     "make_policy",
+    "policy_capabilities",
     "policy_entry",
     "policy_options_class",
     "policy_text_options",
