@@ -139,3 +139,14 @@ def test_every_command_exits_by_the_one_rule_with_one_line(
     errors = [line for line in result.output.splitlines() if line.startswith(("error:", "no "))]
     assert len(errors) == 1 and says in errors[0], result.output
     assert "╭" not in result.output and "Traceback" not in result.output
+
+
+def test_a_file_named_with_brackets_is_said_as_is(tmp_path: Path) -> None:
+    """ "wrote PATH" lines print paths as they are: "[/x]" in one raised rich's MarkupError after
+    the file was written, "[red]" in one was swallowed."""
+    (tmp_path / "a[").mkdir()
+    out, json_out = tmp_path / "a[/x]t.csv", tmp_path / "[red]t.json"
+    args = ["trace", "generate", "--jobs", "3", "--out", str(out), "--json", str(json_out)]
+    result = runner.invoke(app, args, env={"COLUMNS": "300"})
+    assert result.exit_code == 0, result.output
+    assert f"wrote {out}" in result.output and f"wrote {json_out}" in result.output

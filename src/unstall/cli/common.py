@@ -195,7 +195,7 @@ def save_json(path: Path | None, result: Any, config: Any) -> None:
     if path is None:
         return
     cpath = write_result(path, result, config)
-    console.print(f"wrote {path} (config: {cpath})", highlight=False)
+    console.print(f"wrote {path} (config: {cpath})", highlight=False, markup=False)
 
 
 def check_writable(*paths: Path | None) -> None:

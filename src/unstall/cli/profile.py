@@ -371,13 +371,21 @@ def show_report(
 
     print_report(report)
     if trace is not None:
-        console.print(f"wrote {write_chrome_trace(trace, report.chrome_trace())}", highlight=False)
+        console.print(
+            f"wrote {write_chrome_trace(trace, report.chrome_trace())}",
+            highlight=False,
+            markup=False,
+        )
     if plot is not None:
         from unstall.report.stall_plot import plot_stalls
 
-        console.print(f"wrote {plot_stalls([report], [report.model], plot)}", highlight=False)
+        console.print(
+            f"wrote {plot_stalls([report], [report.model], plot)}", highlight=False, markup=False
+        )
     if profile_out is not None:
-        console.print(f"wrote {report.job_profile.save(profile_out)}", highlight=False)
+        console.print(
+            f"wrote {report.job_profile.save(profile_out)}", highlight=False, markup=False
+        )
     save_json(json_path, report, config)
 
 
@@ -633,7 +641,7 @@ def convert(
             f" {converted.device} (its fp32 peak); the CPU's placement times dropped",
             highlight=False,
         )
-    console.print(f"wrote {converted.save(out)}", highlight=False)
+    console.print(f"wrote {converted.save(out)}", highlight=False, markup=False)
 
 
 @app.command("data")
@@ -658,4 +666,4 @@ def data(
     paths = write_image_dataset(
         directory, count=count, image_size=image_size, num_classes=num_classes, seed=seed
     )
-    console.print(f"wrote {len(paths)} images to {directory}", highlight=False)
+    console.print(f"wrote {len(paths)} images to {directory}", highlight=False, markup=False)

@@ -305,14 +305,16 @@ def train(
     if checkpoint is not None and result.checkpoints:
         console.print(f"checkpoint: {checkpoint} (iteration {iterations})", highlight=False)
     if save is not None:
-        console.print(f"wrote {save_state_dict(result.state_dict, save)}", highlight=False)
+        console.print(
+            f"wrote {save_state_dict(result.state_dict, save)}", highlight=False, markup=False
+        )
     # The JSON first: a plot that fails (a full disk, a font) then loses nothing else.
     ran_on = dataclasses.replace(request, address=cluster_address(request.address))
     save_json(json_out, result, {"run": ran_on, "scenario": ps.scenario_table(run.scenario)})
     if plot is not None:
         from unstall.report.ps_plot import plot_run
 
-        console.print(f"wrote {plot_run(result, plot)}", highlight=False)
+        console.print(f"wrote {plot_run(result, plot)}", highlight=False, markup=False)
     if result.params_match_reference is False:
         raise typer.Exit(1)
 
@@ -494,7 +496,7 @@ def bench(
     if plot is not None:
         from unstall.report.ps_plot import plot_bench
 
-        console.print(f"wrote {plot_bench(result, plot)}", highlight=False)
+        console.print(f"wrote {plot_bench(result, plot)}", highlight=False, markup=False)
 
 
 def print_bench(result: PSBenchResult) -> None:

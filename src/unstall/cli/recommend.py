@@ -82,7 +82,7 @@ def show_recommendation(
     if plot is not None:
         from unstall.report.cost_plot import plot_recommendation
 
-        console.print(f"wrote {plot_recommendation(rec, plot)}", highlight=False)
+        console.print(f"wrote {plot_recommendation(rec, plot)}", highlight=False, markup=False)
     save_json(json_path, rec, config)
 
 

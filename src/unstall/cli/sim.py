@@ -156,7 +156,9 @@ def calibrate(
     if plot is not None:
         from unstall.report.calibration_plot import plot_calibration
 
-        console.print(f"wrote {plot_calibration(points, Path(plot))}", highlight=False)
+        console.print(
+            f"wrote {plot_calibration(points, Path(plot))}", highlight=False, markup=False
+        )
     save_json(json_path, result, {"placements": str(root), **config.__dict__})
 
 

@@ -63,7 +63,8 @@ RestoreOpt = Annotated[
     float, typer.Option("--restore-s", help="Checkpoint+restore seconds per preemption/migration.")
 ]
 MaxJobsOpt = Annotated[
-    int | None, typer.Option("--max-jobs", help="Simulate only the first N jobs of the trace.")
+    int | None,
+    typer.Option("--max-jobs", help="Simulate only the first N jobs of the trace (default: all)."),
 ]
 JobProfileOpt = Annotated[
     list[Path] | None,
@@ -331,7 +332,7 @@ def _write_table(frame: object, path: Path) -> None:
             frame.to_parquet(tmp, index=False)
         else:
             frame.to_csv(tmp, index=False)
-    console.print(f"wrote {path}", highlight=False)
+    console.print(f"wrote {path}", highlight=False, markup=False)
 
 
 @handle_errors
@@ -532,6 +533,7 @@ def write_comparison(
     console.print(
         f"wrote {summary}, per-job data ({', '.join(files)}), {len(plots)} plots and {report}",
         highlight=False,
+        markup=False,
     )
 
 

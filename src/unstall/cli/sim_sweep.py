@@ -253,6 +253,7 @@ def _report(
         f"{len(rows) - len(failed)} of {len(rows)} runs done; wrote {out / 'runs'}/*.json, "
         + ", ".join(str(p) for p in wrote),
         highlight=False,
+        markup=False,
     )
     save_json(json_path, SweepResult.of(grid, outcomes), config)
     return len(failed)

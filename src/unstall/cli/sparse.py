@@ -85,11 +85,18 @@ def lstm_train(
     bptt: Annotated[int, typer.Option("--bptt", help="Steps per truncated-BPTT window.")] = 35,
     lr: Annotated[float, typer.Option("--lr", help="Initial SGD learning rate.")] = 20.0,
     max_batches: Annotated[
-        int | None, typer.Option("--max-batches", help="Stop each epoch after this many batches.")
+        int | None,
+        typer.Option(
+            "--max-batches",
+            help="Stop each epoch after this many batches (default: the whole epoch).",
+        ),
     ] = None,
     max_eval_batches: Annotated[
         int | None,
-        typer.Option("--max-eval-batches", help="Evaluate on this many batches only (quick runs)."),
+        typer.Option(
+            "--max-eval-batches",
+            help="Evaluate on this many batches only (quick runs; default: all).",
+        ),
     ] = None,
     seed: Annotated[int, typer.Option("--seed", help="Seed of the run.")] = 0,
     threads: ThreadsOpt = None,

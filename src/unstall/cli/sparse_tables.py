@@ -170,7 +170,7 @@ def show_analysis(result: CNNSparsityResult, png: Path | None) -> None:
     for line in headline(result):
         console.print(line, highlight=False)
     if png is not None:
-        console.print(f"wrote {plot_densities(result, png)}", highlight=False)
+        console.print(f"wrote {plot_densities(result, png)}", highlight=False, markup=False)
 
 
 def plot_path(plot: str | None, json_path: Path | None) -> Path | None:

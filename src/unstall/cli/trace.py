@@ -116,7 +116,11 @@ def convert(
     """Read a trace in any known format and write it in the unstall schema."""
     trace, _ = _read(path, fmt_name, duration_from, seed, task_table)
     write_trace(trace, out)
-    console.print(f"wrote {out}: {len(trace):,} jobs ({trace.format} -> unstall)", highlight=False)
+    console.print(
+        f"wrote {out}: {len(trace):,} jobs ({trace.format} -> unstall)",
+        highlight=False,
+        markup=False,
+    )
     _print_skipped(trace.summary())
 
 
@@ -137,10 +141,14 @@ def generate_cmd(
     seed: Annotated[int, typer.Option("--seed", help="Seed of the whole trace.")] = 0,
     multi_gpu_share: Annotated[
         float | None,
-        typer.Option("--multi-gpu-share", help="Share of jobs with more than one GPU."),
+        typer.Option(
+            "--multi-gpu-share",
+            help="Share of jobs with more than one GPU (default: Philly's GPU-count mix as is).",
+        ),
     ] = None,
     max_gpus: Annotated[
-        int | None, typer.Option("--max-gpus", help="Largest job (drops bigger sizes).")
+        int | None,
+        typer.Option("--max-gpus", help="Largest job (drops bigger sizes; default: none dropped)."),
     ] = None,
     arrivals_per_hour: Annotated[
         float,
@@ -180,7 +188,7 @@ def generate_cmd(
     write_trace(trace, out)
     summary = trace.summary()
     print_summary(summary)
-    console.print(f"wrote {out}", highlight=False)
+    console.print(f"wrote {out}", highlight=False, markup=False)
     save_json(json_out, summary, config)
 
 
