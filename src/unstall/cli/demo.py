@@ -188,21 +188,20 @@ def _recommend(out: Path, quiet: bool) -> None:
 
     from unstall.cli.common import progress_bar
     from unstall.cli.recommend import show_recommendation
-    from unstall.cli.resolvers.cost import resolve_catalog, resolve_job
-    from unstall.cost import recommend, recommend_config
+    from unstall.cost import recommend, recommend_config, resolve_catalog, resolve_job
 
-    question: dict[str, Any] = {"samples": 1_281_167, "epochs": 90, "budget_hours": 24}
-    catalog = resolve_catalog(None)
-    job = resolve_job(profile=None, model="resnet50", catalog=catalog, precision="fp32")
+    config = recommend_config(samples=1_281_167, epochs=90, budget_hours=24)
+    catalog = resolve_catalog()
+    job = resolve_job("resnet50", catalog, precision="fp32")
     with progress_bar("predicting", len(catalog), quiet) as advance:
-        rec = recommend(job, catalog=catalog, **question, on_instance=lambda _: advance(1))
+        rec = recommend(job, config, catalog=catalog, on_instance=lambda _: advance(1))
     inputs = {"profile": None, "model": "resnet50", "catalog": catalog.source, "precision": "fp32"}
     show_recommendation(
         rec,
         top=8,
         plot=out / "recommend_pareto.png",
         json_path=out / "recommend.json",
-        config={**inputs, "recommend": recommend_config(**question)},
+        config={**inputs, "recommend": config},
     )
     console.print("your own measured profile: `unstall recommend --profile profile.json ...`")
 
@@ -211,13 +210,12 @@ def _ps(out: Path, quiet: bool) -> None:
     from unstall import ps
     from unstall.cli.common import progress_bar, save_json
     from unstall.cli.ps import print_bench
-    from unstall.cli.resolvers.ps import PSRequest, resolve_bench
     from unstall.report.ps_plot import plot_bench
 
     # psld against the frameworks' default assignments and the static oracle.
     names, scenarios = ["mxnet", "byteps", "tf-greedy", "psld"], ["bandwidth"]
-    request = PSRequest(iterations=8)
-    cases, strategies = resolve_bench(request, names, scenarios)
+    request = ps.PSRequest(iterations=8)
+    cases, strategies = ps.resolve_bench(request, names, scenarios)
     total = len(ps.with_oracle(strategies)) * len(cases)
     with progress_bar("ps bench", total, quiet) as advance:
         result = ps.compare_strategies(cases, strategies, iterations=8, progress=advance)
