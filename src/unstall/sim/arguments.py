@@ -19,15 +19,12 @@ from unstall.errors import ArgumentTypeError
 from unstall.net.topology import TopologyConfig
 from unstall.net.topology_files import resolve_cluster
 from unstall.sched.base import Policy
-from unstall.sched.options import missing_policy_members
 from unstall.sched.resolve import resolve_policy
 from unstall.sim.congestion import Congestion, resolve_congestion
 from unstall.traces.resolve import resolve_trace
 from unstall.traces.schema import Trace
 
 OWNER = "simulate"
-
-__all__ = ["missing_policy_members", "resolve_arguments"]
 
 
 def resolve_arguments(
