@@ -52,3 +52,35 @@ def test_one_repeat_or_a_stall_that_came_out_negative_is_warned_about() -> None:
     thrice = {n: summarize(n, [0.010, 0.011, 0.012]) for n in ("local", "network")}
     assert noise_warning(thrice, {"network_stall_s": 0.001}) is None
     assert "network stall shows as 0" in (noise_warning(thrice, {"network_stall_s": -1e-4}) or "")
+
+
+def _seconds(text: str) -> float:
+    value, unit = text.split()
+    return float(value.replace(",", "")) * {"ms": 1e-3, "s": 1, "min": 60, "h": 3600}[unit]
+
+
+def test_recommend_rows_read_in_the_order_the_header_states() -> None:
+    """Within the budget by cost (then by time among costs equal to the cent), as printed: the
+    cents are shown, so rows that read "$224" no longer look tied while ranked by their cents."""
+    from typer.testing import CliRunner
+
+    from unstall.cli.app import app
+
+    args = ["recommend", "--model", "resnet50", "--samples", "1281167", "--epochs", "90"]
+    result = CliRunner().invoke(
+        app, [*args, "--budget-hours", "3", "--top", "40"], env={"COLUMNS": "200"}
+    )
+    assert result.exit_code == 0, result.output
+    assert "within the budget by cost, then over it by time" in result.output
+    rows = []
+    for line in result.output.splitlines():
+        cells = line.split()
+        if cells and cells[0].isdigit() and cells[-1] in ("ok", "over", "*"):
+            # "#", "N x TYPE", GPUs, $/h, time as value and unit, cost, ...
+            at = 7
+            assert cells[at] in ("ms", "s", "min", "h"), line
+            time_s = _seconds(f"{cells[at - 1]} {cells[at]}")
+            rows.append((float(cells[at + 1].replace(",", "")), time_s))
+    assert len(rows) == 40
+    assert rows == sorted(rows), "cost, then time among equal costs"
+    assert len({cost for cost, _ in rows}) > 30  # the cents tell the rows apart

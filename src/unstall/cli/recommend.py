@@ -45,10 +45,11 @@ def _hours(hours: float) -> str:
 
 
 def _usd(cost: float) -> str:
-    """Dollars, with the cents below $100 and three significant figures below $1: the ranking
-    compares costs to the cent (to three figures below $10), and a small job's costs would all
-    read $0 or $0.01."""
-    if cost >= 100:
+    """Dollars with the cents below $10,000 and three significant figures below $1: the ranking
+    compares costs to the cent (to three figures below $10), so rows that read the same
+    dollars ($224) would look tied while ranked by their cents, and a small job's costs would
+    all read $0 or $0.01."""
+    if cost >= 10_000:
         return f"{cost:,.0f}"
     return f"{cost:,.2f}" if cost >= 1 or cost <= 0 else f"{cost:#.3g}"
 
