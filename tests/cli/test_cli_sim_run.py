@@ -58,6 +58,8 @@ def test_cli_run_and_compare_write_results(tmp_path: Path) -> None:
     for name in ("jct_cdf.png", "queue_over_time.png", "gpu_util_over_time.png", "report.html"):
         assert (folder / name).stat().st_size > 0
     assert "consolidate" in (folder / "report.html").read_text()
+    written = len(list(folder.iterdir()))  # the folder is named, with how many files it holds
+    assert f"wrote {written} files to {folder}/: summary.json" in " ".join(res.output.split())
     bad = runner.invoke(app, ["sim", "run", "--policy", "nope"])
     assert bad.exit_code == 2
     assert "unknown policy 'nope'" in bad.output

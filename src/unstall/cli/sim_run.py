@@ -531,7 +531,8 @@ def write_comparison(
     plots = write_plots(results, jobs, timelines, out)
     report = write_html(results, plots, out, "unstall sim compare")
     console.print(
-        f"wrote {summary}, per-job data ({', '.join(files)}), {len(plots)} plots and {report}",
+        f"wrote {len(files) + len(plots) + 3} files to {out}/: {summary.name} (config beside "
+        f"it), per-job data ({', '.join(files)}), {len(plots)} plots and {report.name}",
         highlight=False,
         markup=False,
     )
