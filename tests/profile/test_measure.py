@@ -12,7 +12,7 @@ import torch
 
 from unstall.errors import ConfigError, UnstallError
 from unstall.net.link import Link
-from unstall.profile import measure_stalls
+from unstall.profile import ProfileConfig, measure_stalls
 from unstall.usercode import UserCodeError, load_callable
 
 USER_CODE = """
@@ -222,11 +222,11 @@ def test_a_module_instance_for_the_model_is_refused_before_any_worker_starts(
     with pytest.raises(ConfigError) as info:
         measure_stalls(torch.nn.Linear(4, 2), data)  # type: ignore[arg-type]
     assert str(info.value) == (
-        "measure_stalls.model: must be a function (or class) returning an nn.Module, got a"
-        " Linear instance: pass what builds one, e.g. functools.partial(torch.nn.Linear, ...)"
-        " with its arguments"
+        "measure_stalls.model: must be a function (or class) returning an nn.Module, or a"
+        " model's name, got a Linear instance: pass what builds one, e.g."
+        " functools.partial(torch.nn.Linear, ...) with its arguments"
     )
-    with pytest.raises(ConfigError, match=r"measure_stalls\.model: .*got int$"):
+    with pytest.raises(ConfigError, match=r"measure_stalls\.model: .*got int 3$"):
         measure_stalls(3, data)  # type: ignore[arg-type]
 
 
@@ -285,3 +285,18 @@ def test_a_script_read_from_stdin_is_told_to_run_from_a_file(tmp_path: Path) -> 
         " the calling script again in each worker, and '<stdin>' is not a file (a script read"
         ' from stdin?): run it from a file, its top-level code under `if __name__ == "__main__":`'
     )
+
+
+def test_names_and_one_config_profile_a_zoo_model() -> None:
+    """A model's name (its synthetic batches by default), a loss's name, and the config built
+    once and handed whole."""
+    config = ProfileConfig(workers=1, iterations=1, warmup=0, repeats=1)
+    report = measure_stalls(
+        "mlp:in_features=8,width=16,depth=2", None, config, loss="cross_entropy"
+    )
+    assert report.model == "mlp" and report.model_options["width"] == 16
+    assert report.job_profile.local_batch == 8 and sorted(report.runs) == ["compute"]
+    with pytest.raises(ConfigError, match=r"measure_stalls\.config: given with workers"):
+        measure_stalls("mlp", None, config, workers=2)
+    with pytest.raises(TypeError, match="unexpected keyword argument"):
+        measure_stalls("mlp", None, wrokers=2)
