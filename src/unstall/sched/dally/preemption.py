@@ -149,24 +149,8 @@ def cheapest_node_room(
     in full gives, but for a plan dearer than ``max_cost_gpu_s``, which may come back as None;
     at a fraction of the work).
     """
-    # Nodes with the lowest bound on their cost first (see ``_least_cost``): their plans tend
-    # to be the cheapest, and every node whose bound cannot beat the best plan so far is then not
-    # planned at all. Nodes whose single-node tenants could not make the room even all cleared
-    # are left out. (This runs for every attempt over every node: kept to plain arithmetic.)
-    need = job.num_gpus
-    by_node = free.by_node
-    total = free.total
-    order: list[tuple[float, int, int]] = []  # bound, node, its tenants' GPUs
-    for node, candidates in tenants.items():
-        free_here = by_node[node]
-        short = need - free_here
-        gpus = tenant_gpus[node] if tenant_gpus is not None else sum(v.num_gpus for v in candidates)
-        if gpus < short:
-            continue  # even clearing every single-node tenant would not make room
-        bound = _least_cost(short, total - free_here, move_cost_s, preempt_cost_s)
-        order.append((bound, node, gpus))
-    order.sort()
-    most_free = max(by_node, default=0)
+    order = _nodes_by_bound(job.num_gpus, free, tenants, tenant_gpus, move_cost_s, preempt_cost_s)
+    most_free = max(free.by_node, default=0)
     best: RoomPlan | None = None
     # Bounds and costs are sums of the same products, but not always in the same order:
     # a bound is taken as beaten only when it is above by more than rounding.
@@ -201,6 +185,35 @@ def cheapest_node_room(
         ):
             best = plan
     return best
+
+
+def _nodes_by_bound(
+    need: int,
+    free: FreeGpus,
+    tenants: Mapping[int, Sequence[JobView]],
+    tenant_gpus: Mapping[int, int] | None,
+    move_cost_s: float,
+    preempt_cost_s: float,
+) -> list[tuple[float, int, int]]:
+    """The nodes a job of ``need`` GPUs could be given by clearing single-node tenants, as
+    (bound on the cost, node, its tenants' GPUs), the lowest bound first (see
+    :func:`_least_cost`): their plans tend to be the cheapest, and every node whose bound cannot
+    beat the best plan so far is then not planned at all. Nodes whose tenants could not make the
+    room even all cleared are left out. (This runs for every attempt over every node: kept to
+    plain arithmetic.)"""
+    by_node = free.by_node
+    total = free.total
+    order: list[tuple[float, int, int]] = []
+    for node, candidates in tenants.items():
+        free_here = by_node[node]
+        short = need - free_here
+        gpus = tenant_gpus[node] if tenant_gpus is not None else sum(v.num_gpus for v in candidates)
+        if gpus < short:
+            continue  # even clearing every single-node tenant would not make room
+        bound = _least_cost(short, total - free_here, move_cost_s, preempt_cost_s)
+        order.append((bound, node, gpus))
+    order.sort()
+    return order
 
 
 def _least_cost(

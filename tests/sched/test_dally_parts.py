@@ -1,0 +1,92 @@
+"""Dally's queue index and its preemption victims' figures, on their own."""
+
+from __future__ import annotations
+
+from unstall.sched.base import JobView, Sensitivity
+from unstall.sched.dally import Dally, DallyConfig
+from unstall.sched.dally.queue_index import QueueIndex, group_of
+from unstall.sched.dally.victim_figures import VictimFigures
+
+
+def view(
+    job_id: str,
+    gpus: int = 1,
+    *,
+    submit: float = 0.0,
+    index: int = 0,
+    attained: float = 0.0,
+    placement: tuple[tuple[int, int], ...] = (),
+    sens: float = 1.5,
+) -> JobView:
+    return JobView(
+        job_id=job_id,
+        index=index,
+        num_gpus=gpus,
+        submit_s=submit,
+        model="resnet50",
+        sensitivity=Sensitivity.flat(sens, sens),
+        attained_gpu_s_at_change=attained,
+        changed_s=0.0,
+        running=bool(placement),
+        placement=placement,
+    )
+
+
+def test_sync_returns_only_the_jobs_new_at_the_queue_s_end() -> None:
+    index = QueueIndex()
+    a, b, c = (view(n, submit=float(i), index=i) for i, n in enumerate("abc"))
+    assert index.sync([a, b]) == [a, b]
+    assert index.sync([a, b, c]) == [c]
+    assert index.sync([a, b, c]) == []
+    assert set(index.by_id) == {"a", "b", "c"}
+
+
+def test_sync_starts_over_when_a_job_left_that_the_policy_did_not_start() -> None:
+    index = QueueIndex()
+    a, b, c = (view(n, submit=float(i), index=i) for i, n in enumerate("abc"))
+    index.sync([a, b])
+    # b left the queue without leave() (e.g. another backend's decision): a fresh index.
+    assert index.sync([a, c]) == [c]
+    assert set(index.by_id) == {"a", "c"}
+    assert index.groups == {group_of(a): [a, c]}
+
+
+def test_groups_keep_arrival_order_and_leave_compacts_them() -> None:
+    index = QueueIndex()
+    late = view("late", 2, submit=5.0, index=5)
+    early = view("early", 2, submit=1.0, index=1)
+    other = view("other", 4, submit=2.0, index=2)
+    index.sync([late])
+    index.sync([late, early, other])  # not a suffix in arrival order: inserted by arrival
+    key = group_of(late)
+    assert index.groups[key] == [early, late]
+    assert index.oldest_waiting(key, index.groups[key]) is early
+    index.leave(early)  # half of the group started: kept until more than half have
+    assert index.groups[key] == [early, late]
+    assert index.oldest_waiting(key, index.groups[key]) is late
+    index.leave(late)
+    assert key not in index.groups and group_of(other) in index.groups
+    assert set(index.by_id) == {"other"}
+
+
+def test_victim_figures_are_kept_for_a_round_and_tenants_for_a_tenancy() -> None:
+    tuner = Dally(DallyConfig(prior_runtime_s=1000.0)).tuner
+    figures = VictimFigures(tuner)
+    r1 = view("r1", 2, index=1, placement=((0, 2),), sens=1.2)
+    r2 = view("r2", 4, index=2, placement=((0, 4),))
+    r3 = view("r3", 2, index=3, placement=((1, 1), (2, 1)))
+    tenants = figures.tenants([r1, r2, r3], version=0)
+    assert dict(tenants) == {0: [r1, r2]} and tenants.gpus == {0: 6}
+    assert figures.tenants([r1], version=0) is tenants  # the same tenancy: kept
+    assert figures.tenants([r1], version=1) == {0: [r1]}
+    assert figures.slowdown(r1, 0.0) == 1.2
+    figures.start_round(10.0, 1)
+    first = figures.expected_gpu_s(r2, 10.0)
+    assert first == 4 * tuner.expected_remaining_s(r2.attained_gpu_s(10.0) / 4, 4)
+    tuner.observe_finish(5.0, gpus=4)  # what the tuner learns shows in the next round only
+    assert figures.expected_gpu_s(r2, 10.0) == first
+    priority = figures.for_priority([r1, r2], 10.0, 1)
+    assert figures.for_priority([r1, r2], 10.0, 1) is priority
+    assert [v.job_id for _, _, v in priority.by_gpu_s] == ["r2", "r1"]
+    figures.start_round(20.0, 1)
+    assert figures.expected_gpu_s(r2, 20.0) != first
