@@ -24,7 +24,7 @@ import sysconfig
 import threading
 import warnings
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -155,10 +155,32 @@ def _with_driver_path(runtime_env: Mapping[str, Any] | None) -> dict[str, Any] |
     if not added:
         return env or None
     env_vars = dict(env.get("env_vars") or {})
-    rest = env_vars.get("PYTHONPATH") or os.environ.get("PYTHONPATH")
-    env_vars["PYTHONPATH"] = os.pathsep.join([*added, *([rest] if rest else [])])
+    env_vars["PYTHONPATH"] = _path_with(added, env_vars.get("PYTHONPATH"))
     env["env_vars"] = env_vars
     return env
+
+
+def _path_with(added: list[str], rest: str | None) -> str:
+    rest = rest if rest is not None else os.environ.get("PYTHONPATH")
+    return os.pathsep.join([*added, *([rest] if rest else [])])
+
+
+@contextmanager
+def _driver_path_inherited() -> Iterator[None]:
+    """:func:`driver_path_additions` first on ``PYTHONPATH`` while a local Ray starts: its
+    processes, and the workers they start, inherit it (a runtime environment would do the same
+    at seconds more per start). This process's own ``PYTHONPATH`` is put back after."""
+    before = os.environ.get("PYTHONPATH")
+    added = driver_path_additions()
+    if added:
+        os.environ["PYTHONPATH"] = _path_with(added, before)
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = before
 
 
 def working_dir_env(
@@ -227,15 +249,19 @@ def _connect(
     else:
         # "local": start a new instance even when `ray start` left a cluster on this machine
         # (Ray would join it, and then refuse num_cpus).
-        ray.init(
-            address="local",
-            runtime_env=_with_driver_path(runtime_env),
-            num_cpus=num_cpus or os.cpu_count() or 1,
-            include_dashboard=False,
-            _node_ip_address="127.0.0.1",
-            object_store_memory=object_store_bytes,
-            **common,
-        )
+        # The driver's folders reach the workers: through the runtime environment when one is
+        # given (Ray builds the workers' PYTHONPATH from it), else by inheritance.
+        inherited = _driver_path_inherited() if not runtime_env else nullcontext()
+        with inherited:
+            ray.init(
+                address="local",
+                runtime_env=_with_driver_path(runtime_env) if runtime_env else None,
+                num_cpus=num_cpus or os.cpu_count() or 1,
+                include_dashboard=False,
+                _node_ip_address="127.0.0.1",
+                object_store_memory=object_store_bytes,
+                **common,
+            )
     return True
 
 
