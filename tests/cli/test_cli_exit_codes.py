@@ -116,6 +116,8 @@ COMMANDS = [
     ([*SIM, "--bogus"], 2, "No such option: --bogus"),
     (["profile", "run", "--model", "my.py"], 2, "name the function returning your nn.Module"),
     ([*SIM, "--cluster", "{nocount}"], 2, "field 'nodes[0].count': missing"),
+    ([*SIM, "--trace-format", "xlsx"], 2, "unknown trace format 'xlsx'"),
+    (["trace", "show", "--format", "pollux"], 2, "no trace was given"),
     ([*SIM, "--cluster", "{norack}"], 2, "field 'nodes_per_rack': required"),
     # data that cannot be used, a run whose answer is no
     ([*SIM, "--trace", "{trace}"], 1, "line 2, field 'num_gpus': not a number"),

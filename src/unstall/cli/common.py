@@ -258,6 +258,18 @@ def named_in_file(what: str, example: str) -> Callable[[Any], Any]:
     return check
 
 
+def known_trace_format(value: str) -> str:
+    """An option callback: a trace format that no reader has is a usage error (exit 2) at once,
+    not a file that cannot be read (exit 1) after the trace's name was checked."""
+    from unstall.traces.registry import AUTO, READERS
+
+    if value != AUTO and value not in READERS:
+        raise typer.BadParameter(
+            f"unknown trace format {value!r}; known: {AUTO} (detect), {', '.join(READERS)}"
+        )
+    return value
+
+
 def comma_list(text: str) -> list[str]:
     """``"a, b,,c"`` -> ``["a", "b", "c"]``: the parsing of every comma-separated option."""
     return [part.strip() for part in text.split(",") if part.strip()]

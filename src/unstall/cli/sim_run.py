@@ -22,6 +22,7 @@ from unstall.cli.common import (
     console,
     err_console,
     handle_errors,
+    known_trace_format,
     named_in_file,
     progress_bar,
     save_json,
@@ -47,7 +48,12 @@ TraceOpt = Annotated[
     ),
 ]
 FormatOpt = Annotated[
-    str, typer.Option("--trace-format", help="Trace format (auto, philly-csv, pollux, ...).")
+    str,
+    typer.Option(
+        "--trace-format",
+        help="Trace format (auto, philly-csv, pollux, ...).",
+        callback=known_trace_format,
+    ),
 ]
 ClusterOpt = Annotated[
     str, typer.Option("--cluster", help="Cluster preset (small, medium, philly) or TOML/JSON file.")

@@ -7,7 +7,15 @@ from typing import Annotated
 
 import typer
 
-from unstall.cli.common import JsonOpt, console, handle_errors, save_json, table, writable_file
+from unstall.cli.common import (
+    JsonOpt,
+    console,
+    handle_errors,
+    known_trace_format,
+    save_json,
+    table,
+    writable_file,
+)
 from unstall.config import check
 from unstall.traces import (
     READERS,
@@ -27,7 +35,10 @@ app = typer.Typer(
 FormatOpt = Annotated[
     str,
     typer.Option(
-        "--format", "-f", help=f"Trace format: auto (detect) or one of {', '.join(READERS)}."
+        "--format",
+        "-f",
+        help=f"Trace format: auto (detect) or one of {', '.join(READERS)}.",
+        callback=known_trace_format,
     ),
 ]
 DurationFromOpt = Annotated[
@@ -55,8 +66,8 @@ def _read(
 ) -> tuple[Trace, dict[str, object]]:
     """The trace at ``path`` (or the embedded default) and the settings it was read with."""
     settings: dict[str, object] = {"path": "embedded default trace"}
-    if path is None:
-        trace = resolve_trace(None)
+    if path is None:  # a format given for the embedded trace is refused, not dropped
+        trace = resolve_trace(None, fmt_name)
     else:
         options = ReadOptions(pollux_duration=duration_from, seed=seed, pai_task_table=task_table)
         settings = {"path": str(path), "format": fmt_name, "options": options}
