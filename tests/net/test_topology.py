@@ -189,7 +189,7 @@ def test_load_json(tmp_path: Path) -> None:
         ('nodes_per_rack = 4\ngpus_per_node = 4\nnic = "9000g"\n', "nic"),
         ("nodes_per_rack = 4\ngpus_per_node = 4\n[nic]\nspeed = 3\n", "nic.speed"),
         ("nodes_per_rack = 4\ngpus_per_node = 4\n[nic]\nlatency_us = 3\n", "nic.bandwidth_gbps"),
-        ('preset = "tiny"\n', "preset"),
+        ('preset = "huge"\n', "preset"),
     ],
 )
 def test_load_errors_name_file_and_field(tmp_path: Path, body: str, field: str) -> None:
