@@ -26,6 +26,7 @@ from unstall.sched.base import (
 from unstall.sched.dally.autotune import DelayTuner
 from unstall.sched.dally.config import DallyConfig
 from unstall.sched.dally.delay import accept_after_s
+from unstall.sched.dally.expected_runtimes import ExpectedRemaining
 from unstall.sched.dally.preemption import RoomPlan, cheapest_node_room, reconsolidation
 from unstall.sched.dally.queue_index import Group, QueueIndex, group_of
 from unstall.sched.dally.sensitivity import is_consolidated, is_sensitive, placement_slowdown
@@ -84,9 +85,7 @@ class Dally(PolicyBase):
         self._moved: dict[str, int] = {}  # preemptions and migrations this policy made, by job
         # Spread jobs for which no consolidated block was free, and the tenancy version then.
         self._no_block: dict[str, int] = {}
-        # By GPU count, then (GPU count, service): a finish changes the figures of one size
-        # class only (and of the classes with no finished job yet, which use every class's).
-        self._expected_memo: dict[int, dict[tuple[int, float], float]] = {}
+        self._expected = ExpectedRemaining(self.tuner)  # memoised expected run times
         # Incremental rounds (see ``decide``): the tenancy's version and what it was, and the
         # version under which the whole queue was last gone through.
         self._version = 0
@@ -114,7 +113,7 @@ class Dally(PolicyBase):
 
     def _expected_gpu_s(self, job: JobView, now: float) -> float:
         """GPU-seconds the job is expected to hold still, from finished jobs of its size."""
-        return job.num_gpus * self._expected_remaining(job, now)
+        return job.num_gpus * self._expected.of(job, now)
 
     def _outranks(self, job: JobView, victim: JobView, now: float) -> bool:
         """May ``job`` preempt ``victim`` for priority? (LAS: a lower level; gittins: expected
@@ -125,29 +124,8 @@ class Dally(PolicyBase):
             )
         return self._priority(victim, now)[0] > self._priority(job, now)[0]
 
-    def _expected_remaining(self, job: JobView, now: float) -> float:
-        # Asked many times a round (queue order, every preemption attempt's victims), and the
-        # same for every job of one size and service attained (most queued jobs have none):
-        # memoised by those, until the tuner learns a new run time.
-        key = (job.num_gpus, job.attained_gpu_s(now))
-        memo = self._expected_memo.get(key[0])
-        if memo is None:
-            memo = self._expected_memo[key[0]] = {}
-        expected = memo.get(key)
-        if expected is None:
-            if len(memo) > 100_000:  # running jobs' service is new every round
-                memo.clear()
-            expected = memo[key] = self.tuner.expected_remaining_s(key[1] / key[0], key[0])
-        return expected
-
     def _observe_finishes(self, snapshot: ClusterSnapshot) -> None:
-        if snapshot.finished:
-            tuner = self.tuner
-            learnt = {tuner.size_class(v.num_gpus) for v in snapshot.finished}
-            for gpus in list(self._expected_memo):
-                size_class = tuner.size_class(gpus)
-                if size_class in learnt or not tuner.has_runtimes(size_class):
-                    del self._expected_memo[gpus]
+        self._expected.forget_learnt(snapshot.finished)
         for view in snapshot.finished:
             self._consolidated_since.pop(view.job_id, None)
             self._moved.pop(view.job_id, None)
@@ -289,13 +267,10 @@ class Dally(PolicyBase):
         oldest waiting job (``kept``: ``groups`` is the kept queue's, whose lists hold started
         jobs too)."""
         by_rank: dict[float, list[Group]] = {}
-        memo = self._expected_memo  # keyed like the groups: one look-up a group, mostly
+        expected_of = self._expected.of_group
         age_weight = self.config.age_weight
         for key, members in groups.items():
-            of_size = memo.get(key[0])
-            expected = None if of_size is None else of_size.get(key)
-            if expected is None:
-                expected = self._expected_remaining(members[0], now)
+            expected = expected_of(key, members[0], now)
             rank = key[0] * expected  # _expected_gpu_s
             if age_weight and expected > 0:
                 oldest = self._queue.oldest_waiting(key, members) if kept else members[0]
@@ -353,7 +328,7 @@ class Dally(PolicyBase):
             after = accept_after_s(
                 slowdown,
                 factor=self.tuner.factor,
-                expected_runtime_s=self._expected_remaining(job, now),
+                expected_runtime_s=self._expected.of(job, now),
                 max_wait_s=c.max_wait_s,
                 insensitive_below=c.insensitive_below,
             )
@@ -411,7 +386,7 @@ class Dally(PolicyBase):
             held_s=0.0 if held is None else now - held.since_s,
             avoided=held.turned_down if held is not None and slowdown <= 1.0 else 1.0,
             suffered=slowdown,
-            expected_s=self._expected_remaining(job, now),
+            expected_s=self._expected.of(job, now),
         )
 
     def _may_try_preemption(self, job: JobView, free: FreeGpus, now: float) -> bool:
@@ -482,7 +457,7 @@ class Dally(PolicyBase):
         plan.attempts += 1
         victims = self._victims.for_priority(snapshot.running, now, self._version)
         need = job.num_gpus
-        expected_s = self._expected_remaining(job, now)
+        expected_s = self._expected.of(job, now)
         chosen, cost = self._priority_victims_of(job, victims.by_gpu_s, expected_s, free, plan)
         wait = _expected_wait(victims.by_remaining, free.total, need)
         freed = sum(v.num_gpus for v in chosen)
@@ -575,7 +550,7 @@ class Dally(PolicyBase):
         tenants = self._victims.tenants(snapshot.running, self._version)
         self._victims.start_round(now, self._version)
         may_move, may_preempt = self._victim_rules(job, sensitivity, snapshot, plan)
-        gain = job.num_gpus * (sensitivity - 1.0) * self._expected_remaining(job, now)
+        gain = job.num_gpus * (sensitivity - 1.0) * self._expected.of(job, now)
         moved = self._moved
         room = cheapest_node_room(
             job,
@@ -670,7 +645,7 @@ class Dally(PolicyBase):
             target = reconsolidation(
                 job,
                 free,
-                functools.partial(self._expected_remaining, job, now),
+                functools.partial(self._expected.of, job, now),
                 c.restore_s * (1 + times_moved),
                 c.gain_margin,
                 snapshot.congestion,
