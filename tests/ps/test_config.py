@@ -89,3 +89,13 @@ def test_predict_iter_s_takes_names() -> None:
         iterations=4,
     )
     assert by_name == pytest.approx(by_object)
+
+
+def test_a_grid_shares_one_config() -> None:
+    request = ps.PSRequest(workers=3, spares=1, iterations=4, optimizer="adam")
+    config = ps.bench_config(request)
+    assert (config.workers, config.spares, config.iterations) == (3, 1, 4)
+    assert config.optimizer == ps.AdamConfig()
+    cases, strategies = ps.resolve_bench(request, ["mxnet"], ["none"])
+    with pytest.raises(ConfigError, match=r"compare_strategies\.config: given with workers"):
+        ps.compare_strategies(cases, strategies, config, workers=2)

@@ -456,8 +456,7 @@ def bench(
 ) -> None:
     """Run every strategy in every scenario; print throughput and the ratio to oracle."""
     from unstall import ps
-    from unstall.ps.names import resolve_working_dir
-    from unstall.ps.request import PSRequest, resolve_bench
+    from unstall.ps.request import PSRequest, bench_config, resolve_bench
     from unstall.ray_connect import cluster_address
 
     check_writable(plot, json_out)
@@ -476,20 +475,10 @@ def bench(
         working_dir=None if working_dir is None else str(working_dir),
     )
     grid, chosen = resolve_bench(base, names, cases)  # every name and file checked first
-    runtime_env = resolve_working_dir(base.working_dir)  # and the folder, before Ray starts
+    config = bench_config(base)  # and the folder, before Ray starts
     total = len(ps.with_oracle(chosen)) * len(grid)
     with progress_bar("ps bench", total, quiet) as advance:
-        result = ps.compare_strategies(
-            grid,
-            chosen,
-            workers=workers,
-            spares=spares,
-            iterations=iterations,
-            seed=seed,
-            address=address,
-            runtime_env=runtime_env,
-            progress=advance,
-        )
+        result = ps.compare_strategies(grid, chosen, config, progress=advance)
     print_bench(result)
     ran_on = dataclasses.replace(base, address=cluster_address(base.address))
     save_json(json_out, result, {"base": ran_on, "strategies": names, "scenarios": cases})

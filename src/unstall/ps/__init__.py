@@ -14,8 +14,9 @@ What it offers:
   trained ``state_dict``.
 - A run described by names (what the command line and the benchmarks describe):
   :class:`PSRequest`, :func:`resolve_run` (its objects and its :class:`FitConfig`),
-  :func:`resolve_case` and :func:`resolve_bench` (a grid's cases).
-- :func:`compare_strategies` ``(cases, strategies, ...) -> PSBenchResult``: every strategy in
+  :func:`resolve_case` and :func:`resolve_bench` (a grid's cases), :func:`bench_config` (the
+  config a grid's runs share).
+- :func:`compare_strategies` ``(cases, strategies, config) -> PSBenchResult``: every strategy in
   every :class:`BenchCase` (a scenario and what to train in it), with the ratio to the oracle
   (:func:`with_oracle`: the strategies a grid runs).
 - :func:`predict_iter_s`: the cost model's time of a strategy's placement, without running.
@@ -83,7 +84,14 @@ from unstall.ps.errors import PSActorDiedError, PSTimeoutError
 from unstall.ps.links import ServerSpec
 from unstall.ps.optim import OPTIMIZERS, AdamConfig, ServerOptimizer, SGDConfig
 from unstall.ps.psld.config import ControllerConfig
-from unstall.ps.request import PSRequest, ResolvedRun, resolve_bench, resolve_case, resolve_run
+from unstall.ps.request import (
+    PSRequest,
+    ResolvedRun,
+    bench_config,
+    resolve_bench,
+    resolve_case,
+    resolve_run,
+)
 from unstall.ps.runtime import ActorPool, ensure_ray
 from unstall.ps.scenarios import (
     SCENARIOS,
@@ -137,6 +145,7 @@ __all__ = [
     "StaticStrategy",
     "Strategy",
     "SyntheticData",
+    "bench_config",
     "compare_strategies",
     "ensure_ray",
     "even_split_s",

@@ -21,16 +21,16 @@ from unstall.ps.assign import oracle
 from unstall.ps.config import FitConfig, resolve_parts
 from unstall.ps.data import DataFn
 from unstall.ps.links import ServerSpec, server_cost
-from unstall.ps.optim import ServerOptimizer
 from unstall.ps.replica import ModelFn, TrainingJob
 from unstall.ps.runtime import ActorPool, ray_for_run
 from unstall.ps.scenarios import Scenario
 from unstall.ps.strategies import StaticStrategy, Strategy
-from unstall.ps.train import PSRunResult, make_plan, run_plan
+from unstall.ps.train import PSRunResult, fit_config, make_plan, run_plan
 from unstall.results import JsonResult
 from unstall.workload.losses import LossFn
 
 ORACLE = StaticStrategy(oracle.NAME, oracle.assign)
+DEFAULT_BENCH_ITERATIONS = 10
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -110,38 +110,29 @@ def with_oracle(strategies: Sequence[Strategy]) -> list[Strategy]:
 def compare_strategies(
     cases: Iterable[BenchCase],
     strategies: Iterable[Strategy | str] | str,
+    config: FitConfig | None = None,
     *,
-    workers: int = 2,
-    spares: int | None = None,
-    iterations: int = 10,
-    seed: int = 0,
-    optimizer: ServerOptimizer | str | None = None,
-    address: str | None = None,
-    runtime_env: Mapping[str, Any] | None = None,
     pool: ActorPool | None = None,
     progress: Callable[[int], None] | None = None,
+    **settings: Any,
 ) -> PSBenchResult:
-    """Run every strategy (and the oracle) in every case, once each, on one Ray connection;
-    ``spares`` replaces the scenarios' spare servers; ``optimizer`` is what the servers step
-    with (default: ``SGDConfig()``); ``address`` (or ``RAY_ADDRESS``) a Ray cluster to run on,
-    with ``runtime_env`` (e.g. ``{"working_dir": "."}``) as in :func:`~unstall.ps.train.fit`;
-    ``progress(1)`` after every run. Strategies and the optimizer may be names (``"psld"``,
-    ``"adam"``). An argument of the wrong kind (an unknown name, a scenario instead of a
-    :class:`BenchCase`, ``"2"`` workers) raises a one-line :class:`~unstall.errors.ConfigError`
-    naming it, before Ray is used."""
+    """Run every strategy (and the oracle) in every case, once each, on one Ray connection.
+
+    ``config`` is every run's :class:`~unstall.ps.config.FitConfig` (built once and handed
+    whole; each run takes its strategy and its case's scenario): ``workers``, ``iterations``,
+    ``seed``, ``spares`` (replacing the scenarios' spare servers), ``optimizer`` (default:
+    ``SGDConfig()``), and its runtime section (``address``, or ``RAY_ADDRESS``, a Ray cluster to
+    run on, with ``runtime_env``, e.g. ``{"working_dir": "."}``); without one, the keyword
+    ``settings`` are its fields (``iterations`` 10 unless given). ``progress(1)`` after every
+    run. Strategies and the optimizer may be names (``"psld"``, ``"adam"``). An argument of the
+    wrong kind (an unknown name, a scenario instead of a :class:`BenchCase`, ``"2"`` workers)
+    raises a one-line :class:`~unstall.errors.ConfigError` naming it, before Ray is used."""
     owner = "compare_strategies"
     cases = _cases(owner, cases)
     runs = with_oracle(args.strategies(owner, strategies))
-    base = FitConfig.of(
-        owner,
-        workers=workers,
-        spares=spares,
-        iterations=iterations,
-        seed=seed,
-        optimizer=optimizer,
-        address=address,
-        runtime_env=runtime_env,
-    )
+    if config is None:
+        settings.setdefault("iterations", DEFAULT_BENCH_ITERATIONS)
+    base = fit_config(owner, config, settings)
     pool = args.actor_pool(owner, pool)
     progress = args.optional_callable(owner, "progress", progress, "progress(runs_done)")
     rows: list[BenchRow] = []

@@ -171,6 +171,25 @@ def resolve_run(request: PSRequest) -> ResolvedRun:
     )
 
 
+def bench_config(request: PSRequest) -> FitConfig:
+    """The config every run of a grid shares (each takes its strategy and its case's
+    scenario): the request's workers, spares, iterations, seed, optimizer and Ray runtime."""
+    return FitConfig(
+        workers=request.workers,
+        spares=request.spares,
+        iterations=request.iterations,
+        seed=request.seed,
+        optimizer=resolve_optimizer(request),
+        runtime=RuntimeConfig(
+            address=request.address,
+            runtime_env=resolve_working_dir(request.working_dir),
+            timeout_s=request.timeout_s,
+            piece_mb=request.piece_mb,
+            step_threads=request.step_threads,
+        ),
+    )
+
+
 def resolve_bench(
     request: PSRequest, strategies: Sequence[str], scenarios: Sequence[str]
 ) -> tuple[list[BenchCase], list[Strategy]]:
