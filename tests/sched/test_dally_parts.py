@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from unstall.sched.base import JobView, Sensitivity
 from unstall.sched.dally import Dally, DallyConfig
+from unstall.sched.dally.expected_runtimes import ExpectedRemaining
 from unstall.sched.dally.queue_index import QueueIndex, group_of
 from unstall.sched.dally.victim_figures import VictimFigures
 
@@ -90,3 +91,18 @@ def test_victim_figures_are_kept_for_a_round_and_tenants_for_a_tenancy() -> None
     assert [v.job_id for _, _, v in priority.by_gpu_s] == ["r2", "r1"]
     figures.start_round(20.0, 1)
     assert figures.expected_gpu_s(r2, 20.0) != first
+
+
+def test_expected_run_times_are_kept_until_the_tuner_learns_of_the_size() -> None:
+    tuner = Dally(DallyConfig(prior_runtime_s=1000.0)).tuner
+    expected = ExpectedRemaining(tuner)
+    two, four = view("a", 2), view("b", 4)
+    prior = expected.of(two, 0.0)
+    assert expected.of_group(group_of(two), two, 0.0) == prior == expected.of(four, 0.0)
+    # A 2-GPU job finished: its class's figure is forgotten and learnt anew; the 4-GPU class,
+    # which has no run time of its own yet, is forgotten too (it is expected by every class's).
+    finished = view("done", 2, placement=((0, 2),))
+    expected.forget_learnt([finished])
+    tuner.observe_finish(10.0, gpus=2)
+    assert expected.of(two, 0.0) != prior
+    assert expected.of(four, 0.0) == tuner.expected_remaining_s(0.0, 4)
