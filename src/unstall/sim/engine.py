@@ -245,6 +245,7 @@ class Engine:
         )
 
     def _reset_policy(self) -> None:
+        """The policy's ``reset``; an exception of its own stops the run as a crash of it."""
         try:
             self.policy.reset()
         except UnstallError:
