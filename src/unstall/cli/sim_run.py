@@ -30,9 +30,10 @@ from unstall.cli.common import (
 )
 from unstall.cli.sim_text import parse_model_mix, parse_pairs, split_policy_options
 from unstall.errors import UnstallError
-from unstall.net import resolve_cluster
+from unstall.net import DEVICE_PRESETS, resolve_cluster
 from unstall.results import replaced_atomically, to_jsonable, write_result
 from unstall.sim import SimInterrupted, SimRequest, simulate_request
+from unstall.sim.duration_gpu import duration_gpus
 from unstall.traces import resolve_trace
 
 if TYPE_CHECKING:
@@ -93,8 +94,8 @@ DurationGpuOpt = Annotated[
     str | None,
     typer.Option(
         "--duration-gpu",
-        help="GPU type the trace's durations were measured on (default: the cluster's fastest); "
-        "set it to compare clusters of different GPUs on the same work.",
+        help="GPU type the trace's durations were measured on, for every job (default: the "
+        "trace's gpu_type column, else v100; Philly traces say p40).",
     ),
 ]
 
@@ -190,7 +191,7 @@ def run(
     check_writable(jobs_out, json_path)  # before the simulation, not after it
     check_jobs_out(jobs_out)
     loaded = resolve_trace(trace, trace_format)
-    print_header(request)
+    print_header(request, loaded)
     total = min(len(loaded), max_jobs or len(loaded))
     try:
         with progress_bar(f"simulating {policy}", total, quiet) as advance:
@@ -233,11 +234,16 @@ def check_jobs_out(path: Path | None) -> None:
         )
 
 
-def print_header(request: SimRequest) -> None:
+def print_header(request: SimRequest, trace: Trace | None = None) -> None:
     """The cluster as the run sees it, network efficiency included (a file's default differs
-    from line rate, and results depend on it)."""
+    from line rate, and results depend on it), and the GPU type the trace's durations are run
+    times on (a slower cluster makes them slower)."""
     cluster = resolve_cluster(request.cluster, owner="SimRequest")
     console.print(f"cluster {cluster.describe()}", highlight=False)
+    if trace is not None:
+        gpu = request.duration_gpu
+        known = gpu is not None and gpu.lower() in DEVICE_PRESETS  # else simulate names it
+        console.print(duration_gpus(trace, gpu if known else None).describe(), highlight=False)
 
 
 REJECTED_NAMED = 20  # rejected jobs named on stderr; the per-job output lists them all
@@ -402,7 +408,7 @@ def compare(
     check_folder_writable(out)
     check_writable(json_path)
     loaded = resolve_trace(trace, trace_format)
-    print_header(requests[0])
+    print_header(requests[0], loaded)
     runs = distinct_names(simulate_all(requests, loaded, quiet), requests)
     report_rejected(runs[0])  # the same jobs in every run: the cluster decides
     for request, outcome in zip(requests, runs, strict=True):

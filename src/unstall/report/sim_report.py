@@ -55,6 +55,29 @@ def plot_bars(results: Sequence[SimResult], field: str, ylabel: str, path: Path)
     return save(fig, path)
 
 
+def plot_gpu_time_by_type(results: Sequence[SimResult], path: Path) -> Path:
+    """GPU-hours each policy's jobs held on each GPU type: a group of bars per policy."""
+    fig, ax = new_figure()
+    types = gpu_types_of(results)
+    width = 0.8 / max(1, len(types))
+    x = np.arange(len(results))
+    for k, kind in enumerate(types):
+        hours = [r.gpu_s_by_type.get(kind, 0.0) / HOUR for r in results]
+        bars = ax.bar(x + (k - (len(types) - 1) / 2) * width, hours, width, label=kind)
+        ax.bar_label(bars, fmt="%.3g", fontsize=7)
+    ax.set_xticks(x, [r.policy for r in results])
+    ax.set_ylabel("GPU-hours held by jobs")
+    ax.set_title("GPU time by GPU type")
+    if types:
+        ax.legend()
+    return save(fig, path)
+
+
+def gpu_types_of(results: Sequence[SimResult]) -> list[str]:
+    """The GPU types the results hold time for, in the order first met."""
+    return list(dict.fromkeys(kind for r in results for kind in r.gpu_s_by_type))
+
+
 def write_plots(
     results: Sequence[SimResult],
     jobs_by_policy: Mapping[str, pd.DataFrame],
@@ -75,6 +98,11 @@ def write_plots(
             out / "comm_overhead.png",
         ),
         plot_bars(results, "avg_jct_s", "average JCT (s)", out / "avg_jct.png"),
+        *(
+            [plot_gpu_time_by_type(results, out / "gpu_time_by_type.png")]
+            if len(gpu_types_of(results)) > 1
+            else []
+        ),
     ]
 
 
@@ -100,6 +128,30 @@ def _cell(field: str, value: object) -> str:
     if isinstance(value, float):
         return f"{value:.3f}"
     return html.escape(str(value))
+
+
+def gpu_type_table(results: Sequence[SimResult]) -> str:
+    """An HTML table of the time each policy's jobs held GPUs of each type: GPU-hours, and
+    their share of all the GPU-hours the policy used; "" on a cluster of one type."""
+    types = gpu_types_of(results)
+    if len(types) < 2:
+        return ""
+    head = "<th>policy</th>" + "".join(
+        f"<th>{html.escape(t)} GPU-hours</th><th>{html.escape(t)} share</th>" for t in types
+    )
+    rows = []
+    for r in results:
+        total = sum(r.gpu_s_by_type.values())
+        cells = "".join(
+            f"<td>{r.gpu_s_by_type.get(t, 0.0) / HOUR:.1f}</td>"
+            f"<td>{(r.gpu_s_by_type.get(t, 0.0) / total if total else 0.0):.3f}</td>"
+            for t in types
+        )
+        rows.append(f"<tr><td>{html.escape(r.policy)}</td>{cells}</tr>")
+    return (
+        "<h2>GPU time by GPU type</h2><p>GPU-hours the jobs held on each type (restores "
+        f"included).</p><table><tr>{head}</tr>{''.join(rows)}</table>"
+    )
 
 
 def write_html(results: Sequence[SimResult], plots: Sequence[Path], out: Path, title: str) -> Path:
@@ -133,6 +185,7 @@ img {{ max-width: 640px; }}
 </style></head>
 <body><h1>{html.escape(title)}</h1><p>{meta}</p>
 <table><tr>{head}</tr>{rows}</table>
+{gpu_type_table(results)}
 {figures}
 </body></html>
 """

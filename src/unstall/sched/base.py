@@ -83,6 +83,12 @@ class JobView:
     running: bool
     placement: Placement = ()
     preemptions: int = 0
+    # The job's speed on each GPU type of the cluster, ``(type, speed)`` pairs: the work it
+    # does in a second on a consolidated placement of that type, over the work it does in a
+    # second on the GPU type its duration was measured on (so 1.0 there; a K80 might give a
+    # ResNet-50 0.16). Filled by the simulator from its speed model; empty when the backend
+    # does not know (read it with :meth:`speed_on`, which then says 1.0).
+    type_speeds: tuple[tuple[str, float], ...] = ()
     # Only for policies that declare ``needs_oracle`` (SRTF is an oracle baseline): the seconds
     # of work left at the consolidated speed at ``changed_s``, and how many of those seconds each
     # second of running removes (1 on the consolidated placement, less when slowed down) from
@@ -104,6 +110,13 @@ class JobView:
         if not self.running or now <= self.oracle_resume_s:
             return self.oracle_remaining_s
         return max(0.0, self.oracle_remaining_s - (now - self.oracle_resume_s) * self.oracle_rate)
+
+    def speed_on(self, gpu_type: str, default: float = 1.0) -> float:
+        """The job's speed on ``gpu_type`` (see ``type_speeds``), ``default`` when unknown."""
+        for kind, speed in self.type_speeds:
+            if kind == gpu_type:
+                return speed
+        return default
 
     def waiting_s(self, now: float) -> float:
         """Seconds since the job last entered the queue (0 when running)."""

@@ -17,6 +17,7 @@ from unstall.sched.base import Policy
 from unstall.sched.dally import Dally, DallyConfig
 from unstall.sched.fifo import Consolidate, Fifo, FirstFit
 from unstall.sched.gandiva import Gandiva
+from unstall.sched.gavel import Gavel, GavelConfig
 from unstall.sched.options import check_options, missing_protocol, options_shape
 from unstall.sched.srtf import Srtf
 from unstall.sched.tiresias import Tiresias
@@ -36,6 +37,10 @@ class PolicyEntry:
 
 def _dally(**options: Any) -> Dally:
     return Dally(DallyConfig(**options))
+
+
+def _gavel(**options: Any) -> Gavel:
+    return Gavel(GavelConfig(**options))
 
 
 POLICIES: dict[str, PolicyEntry] = {
@@ -71,6 +76,12 @@ POLICIES: dict[str, PolicyEntry] = {
         description="network-sensitive: delay timers per locality level, a fixed factor of "
         "expected run time (autotune=on tunes it), preemption",
         options=DallyConfig,
+    ),
+    "gavel": PolicyEntry(
+        factory=_gavel,
+        description="heterogeneity-aware LAS (Gavel, OSDI'20): max-min fair shares of each GPU "
+        "type from a linear program (HiGHS), realised in rounds (round_s)",
+        options=GavelConfig,
     ),
 }
 

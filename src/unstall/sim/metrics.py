@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -52,6 +52,9 @@ class SimResult(JsonResult):
     events_per_s: float
     # Named numbers the policy reported over time (e.g. Dally's delay timers): name -> last value.
     policy_telemetry_last: dict[str, float]
+    # GPU-seconds jobs held on each GPU type (restores included): where a policy put the work.
+    # Empty when the run did not say which node holds which type.
+    gpu_s_by_type: dict[str, float] = field(default_factory=dict)
 
 
 def job_table(
@@ -137,6 +140,7 @@ def summarise(
     total_gpus: int,
     jobs_rejected: int,
     wall_s: float,
+    node_type: tuple[str, ...] = (),
 ) -> SimResult:
     table = job_table(outcome.jobs)
     done = table[table["finished"]]
@@ -189,4 +193,16 @@ def summarise(
         sim_wall_s=wall_s,
         events_per_s=outcome.events / wall_s if wall_s > 0 else 0.0,
         policy_telemetry_last=telemetry_last,
+        gpu_s_by_type=gpu_s_by_type(outcome.jobs, node_type) if node_type else {},
     )
+
+
+def gpu_s_by_type(jobs: list[SimJob], node_type: tuple[str, ...]) -> dict[str, float]:
+    """GPU-seconds the jobs held on each GPU type (``node_type``: each node's), from the
+    stretches of service each job recorded with its placement; types in node order."""
+    held = dict.fromkeys(node_type, 0.0)
+    for job in jobs:
+        for placement, seconds in job.service:
+            for node, gpus in placement:
+                held[node_type[node]] += gpus * seconds
+    return held

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 
 from unstall.net.topology import INTRA, TopologyConfig
 from unstall.sched.base import CONGESTION_GRID, Placement, Sensitivity
+from unstall.sim.duration_gpu import DEFAULT_DURATION_GPU
 from unstall.sim.speed import Flow, LinkId, RateTiming
 from unstall.workload.job_specs import JobPerfSpec, spec_for
 from unstall.workload.perf import plan_time
@@ -52,12 +53,14 @@ def regular_equivalent(topology: TopologyConfig, device: str) -> TopologyConfig:
 class PerfSpeedModel:
     """Iteration times from the perf model; shared links are NICs and rack uplinks.
 
-    ``duration_gpu`` is the GPU type on which a trace's durations are run times (default: the
-    cluster's fastest type). On a regular cluster of that type the perf model is used as is. On
-    any other cluster (several GPU types, or another type) a job's work and its network
-    sensitivity are measured on the consolidated placement of a regular cluster of
-    ``duration_gpu`` GPUs with the same network (:func:`regular_equivalent`), and its speed on a
-    placement is the perf model's with the compute time of the slowest GPU type there.
+    ``duration_gpu`` is the GPU type on which a trace's durations are run times (default:
+    :data:`~unstall.sim.duration_gpu.DEFAULT_DURATION_GPU`, ``v100``, whatever the cluster
+    has, so that a slower cluster makes the same work slower). On a regular cluster of that
+    type the perf model is used as is. On any other cluster (several GPU types, or another
+    type) a job's work and its network sensitivity are measured on the consolidated placement
+    of a regular cluster of ``duration_gpu`` GPUs with the same network
+    (:func:`regular_equivalent`), and its speed on a placement is the perf model's with the
+    compute time of the slowest GPU type there.
     """
 
     def __init__(
@@ -69,7 +72,7 @@ class PerfSpeedModel:
         spec_source: Callable[[str], JobPerfSpec] | None = None,
     ) -> None:
         self.topology = topology
-        self.duration_gpu = (duration_gpu or topology.fastest_device).lower()
+        self.duration_gpu = (duration_gpu or DEFAULT_DURATION_GPU).lower()
         self.heterogeneous = not (topology.regular and self.duration_gpu == topology.device.lower())
         self._specs: dict[str, JobPerfSpec] = dict(specs or {})
         # A reference model asks its parent, so that one job has one spec everywhere.
@@ -78,6 +81,7 @@ class PerfSpeedModel:
         self._flows: dict[tuple[str, Placement], Flow | None] = {}
         self._timings: dict[tuple[str, Placement], RateTiming] = {}
         self._references: dict[str, PerfSpeedModel] = {}
+        self._types: tuple[str, ...] | None = None
 
     def spec(self, model: str) -> JobPerfSpec:
         found = self._specs.get(model)
@@ -121,6 +125,23 @@ class PerfSpeedModel:
         if self.heterogeneous:
             return self.reference(self.duration_gpu).consolidated_iter_s(model, num_gpus)
         return plan_time(self.plan(model, self.consolidated(num_gpus))).total_s
+
+    def reference_iter_s(self, model: str, num_gpus: int, device: str) -> float:
+        """The consolidated iteration time on a regular cluster of ``device`` GPUs with this
+        cluster's network: where the work of a job whose duration was measured on ``device``
+        is counted (``consolidated_iter_s`` for ``device = duration_gpu``)."""
+        if device.lower() == self.duration_gpu:
+            return self.consolidated_iter_s(model, num_gpus)
+        return self.reference(device.lower()).consolidated_iter_s(model, num_gpus)
+
+    def type_iter_s(self, model: str, num_gpus: int) -> dict[str, float]:
+        """The consolidated iteration time on each GPU type of the cluster (a regular cluster
+        of that type with this network): what a policy weighs types by."""
+        if self._types is None:
+            self._types = tuple(dict.fromkeys(self.topology.node_device))
+        if not self.heterogeneous:
+            return {self.topology.device.lower(): self.consolidated_iter_s(model, num_gpus)}
+        return {t: self.reference_iter_s(model, num_gpus, t) for t in self._types}
 
     def spread(self, num_gpus: int, *, across_racks: bool) -> Placement:
         """A typical spread placement: twice the minimum number of nodes (at least two, at most

@@ -43,7 +43,8 @@ class SimRequest:
     # JobProfile JSON files (from `unstall profile run`): jobs of a profiled model's name run at
     # its measured figures instead of the zoo's estimates (a zoo name is overridden).
     job_profiles: tuple[str, ...] = ()
-    # The GPU type the trace's durations were measured on (None: the cluster's fastest type).
+    # The GPU type the trace's durations were measured on (None: the trace's gpu_type column,
+    # else v100; see unstall.sim.duration_gpu).
     duration_gpu: str | None = None
 
 

@@ -24,6 +24,7 @@ from unstall.net.topology import TopologyConfig
 from unstall.sched.base import ClusterLayout, Placement, Policy, policy_capabilities
 from unstall.sim.arguments import resolve_arguments
 from unstall.sim.congestion import NO_CONGESTION, Congestion
+from unstall.sim.duration_gpu import duration_gpus
 from unstall.sim.engine import Engine, EngineSettings
 from unstall.sim.metrics import SimResult, job_table, summarise, timeline_table, with_rejected
 from unstall.sim.perf_speed import PerfSpeedModel
@@ -195,8 +196,10 @@ def simulate(
     policy's own ``tick_s``, if it has one). ``max_jobs``: only the first N jobs.
     ``job_profiles``: measured jobs; jobs of a profiled model's name run at its measured figures
     instead of the zoo's estimates. ``duration_gpu``: the GPU type on which the trace's durations
-    are run times at the most consolidated placement (default: the cluster's fastest type); a job
-    runs at the speed of the slowest GPU type of its placement. ``on_finish(n)`` is called as
+    are run times at the most consolidated placement, for every job (default: each job's
+    ``gpu_type`` in the trace, else ``v100``: :func:`~unstall.sim.duration_gpu.duration_gpus`),
+    so that a slower cluster makes the same jobs slower; a job runs at the speed of the slowest
+    GPU type of its placement. ``on_finish(n)`` is called as
     jobs finish (progress bars).
     Jobs larger than the whole cluster can never start: they are not simulated, counted in
     ``result.jobs_rejected`` and listed in ``jobs`` with the outcome "rejected".
@@ -226,7 +229,8 @@ def simulate(
     specs = profiled_specs(job_profiles)
     _check_mix_names(model_mix, specs)
     _check_trace_models(trace, max_jobs, specs)
-    speed = PerfSpeedModel(cluster, specs, duration_gpu=duration_gpu)
+    reference = duration_gpus(trace, duration_gpu)
+    speed = PerfSpeedModel(cluster, specs, duration_gpu=reference.gpu)
     return simulate_with_speed(
         trace,
         cluster,
@@ -239,6 +243,7 @@ def simulate(
         model_mix=model_mix,
         max_jobs=max_jobs,
         on_finish=on_finish,
+        job_duration_gpus=reference.per_job,
     )
 
 
@@ -255,9 +260,11 @@ def simulate_with_speed(
     model_mix: Mapping[str, float] | None,
     max_jobs: int | None,
     on_finish: Callable[[int], None] | None,
+    job_duration_gpus: Sequence[str] | None = None,
 ) -> SimRun:
     """:func:`simulate` on a given speed model: the tests compare the perf model's fast paths
-    with a speed model that lacks them, on the same run."""
+    with a speed model that lacks them, on the same run. ``job_duration_gpus``: each job's
+    duration GPU in trace order, where the trace's jobs name different ones."""
     trace = prepare_trace(trace, max_jobs=max_jobs, model_mix=model_mix, seed=seed)
     arrays = trace.arrays()
     fits = arrays.num_gpus <= cluster.n_gpus
@@ -271,6 +278,9 @@ def simulate_with_speed(
         duration_s=arrays.duration_s[fits].tolist(),
         models=models[fits].tolist(),
         speed=speed,
+        duration_gpus=None
+        if job_duration_gpus is None
+        else np.asarray(job_duration_gpus[: len(arrays)], dtype=object)[fits].tolist(),
     )
     horizon = float(arrays.submit_s.max() + arrays.duration_s.max()) if len(arrays) else 0.0
     tick = tick_s if tick_s is not None else policy_capabilities(policy).tick_s
@@ -295,6 +305,7 @@ def simulate_with_speed(
         total_gpus=cluster.n_gpus,
         jobs_rejected=int((~fits).sum()),
         wall_s=wall,
+        node_type=cluster.node_device,
     )
     telemetry = pd.DataFrame(outcome.timeline.telemetry, columns=["time_s", "name", "value"])
     rejected = pd.DataFrame(

@@ -29,7 +29,7 @@ class SimJob:
     """One job's static facts and its progress. Progress is advanced lazily, at rate changes."""
 
     __slots__ = (
-        "attained_gpu_s",
+        "_attained_gpu_s",
         "base_iter_s",
         "changed_s",
         "comm_overhead_s",
@@ -51,8 +51,10 @@ class SimJob:
         "queued_since_s",
         "queued_total_s",
         "sensitivity",
+        "service",
         "state",
         "submit_s",
+        "type_speeds",
         "version",
         "work_iters",
     )
@@ -68,6 +70,7 @@ class SimJob:
         model: str,
         cons_iter_s: float,
         sensitivity: Sensitivity,
+        type_speeds: tuple[tuple[str, float], ...] = (),
     ) -> None:
         self.index = index
         self.job_id = job_id
@@ -82,6 +85,8 @@ class SimJob:
         # the GPU type the job runs on (the same as cons_iter_s on a cluster of one type).
         self.base_iter_s = cons_iter_s
         self.sensitivity = sensitivity
+        # Its speed on each GPU type of the cluster (see JobView.type_speeds).
+        self.type_speeds = type_speeds
         self.done_iters = 0.0
         self.iter_s = cons_iter_s
         self.state = JobState.PENDING
@@ -91,13 +96,29 @@ class SimJob:
         self.version = 0
         self.first_start_s = -1.0
         self.finish_s = -1.0
-        self.attained_gpu_s = 0.0
+        self._attained_gpu_s = 0.0
+        # (placement, seconds) of each stretch of service: GPU time by GPU type in the results.
+        self.service: list[tuple[Placement, float]] = []
         self.changed_s = submit_s
         self.queued_since_s = submit_s
         self.queued_total_s = 0.0
         self.preemptions = 0
         self.migrations = 0
         self.comm_overhead_s = 0.0
+
+    @property
+    def attained_gpu_s(self) -> float:
+        """GPU-seconds of service received so far (up to the job's last change)."""
+        return self._attained_gpu_s
+
+    @attained_gpu_s.setter
+    def attained_gpu_s(self, value: float) -> None:
+        # A backend adds a stretch of service as the job stops, its placement still set: kept
+        # with that placement, so that results can tell GPU time by GPU type.
+        added = value - self._attained_gpu_s
+        if added > 0.0 and self.placement:
+            self.service.append((self.placement, added / self.num_gpus))
+        self._attained_gpu_s = value
 
     def advance(self, now: float) -> None:
         """Account the progress made since the last update at the current iteration time."""
@@ -137,6 +158,7 @@ class SimJob:
             running=running,
             placement=self.placement if running else (),
             preemptions=self.preemptions,
+            type_speeds=self.type_speeds,
             oracle_remaining_s=self.remaining_cons_s() if oracle else None,
             oracle_rate=self.cons_iter_s / self.iter_s if oracle else 0.0,
             oracle_resume_s=resume if oracle else 0.0,
@@ -203,18 +225,24 @@ def build_jobs(
     duration_s: Sequence[float],
     models: Sequence[str],
     speed: SpeedModel,
+    duration_gpus: Sequence[str] | None = None,
 ) -> list[SimJob]:
-    """Jobs with their consolidated iteration time and sensitivity, cached per (model, GPUs)."""
-    cache: dict[tuple[str, int], tuple[float, Sensitivity]] = {}
+    """Jobs with their consolidated iteration time, sensitivity and speed on each GPU type,
+    cached per (model, GPUs, duration GPU). ``duration_gpus``: the GPU type each job's duration
+    was measured on, where jobs differ (None: the speed model's ``duration_gpu`` for all; only
+    a speed model with ``reference_iter_s`` can tell them apart)."""
+    cache: dict[tuple[str, int, str | None], _Facts] = {}
     jobs: list[SimJob] = []
-    for i, (jid, sub, n, dur, model) in enumerate(
-        zip(job_ids, submit_s, num_gpus, duration_s, models, strict=True)
+    gpus: Sequence[str | None] = (
+        duration_gpus if duration_gpus is not None else [None] * len(job_ids)
+    )
+    for i, (jid, sub, n, dur, model, gpu) in enumerate(
+        zip(job_ids, submit_s, num_gpus, duration_s, models, gpus, strict=True)
     ):
-        key = (model, int(n))
+        key = (model, int(n), gpu)
         facts = cache.get(key)
         if facts is None:
-            facts = (speed.consolidated_iter_s(model, int(n)), speed.sensitivity(model, int(n)))
-            cache[key] = facts
+            facts = cache[key] = _facts(speed, model, int(n), gpu)
         jobs.append(
             SimJob(
                 index=i,
@@ -225,6 +253,26 @@ def build_jobs(
                 model=model,
                 cons_iter_s=facts[0],
                 sensitivity=facts[1],
+                type_speeds=facts[2],
             )
         )
     return jobs
+
+
+_Facts = tuple[float, Sensitivity, tuple[tuple[str, float], ...]]
+
+
+def _facts(speed: SpeedModel, model: str, num_gpus: int, gpu: str | None) -> _Facts:
+    """A job's consolidated iteration time on its duration GPU, its network sensitivity and its
+    speed on each GPU type (work done per second there over work done per second on the
+    duration GPU, both consolidated; empty when the speed model cannot tell)."""
+    reference = getattr(speed, "reference_iter_s", None)
+    if gpu is not None and reference is not None:
+        cons = float(reference(model, num_gpus, gpu))
+    else:
+        cons = speed.consolidated_iter_s(model, num_gpus)
+    by_type = getattr(speed, "type_iter_s", None)
+    speeds: tuple[tuple[str, float], ...] = ()
+    if by_type is not None:
+        speeds = tuple((t, cons / it) for t, it in by_type(model, num_gpus).items())
+    return cons, speed.sensitivity(model, num_gpus), speeds

@@ -4,7 +4,9 @@ One row per job of Microsoft's Philly cluster (Sep-Dec 2017). ``timestamp`` is t
 time (``YYYY-MM-DD HH:MM:SS``), ``duration`` the run time in seconds, ``gpu_time`` their product
 with ``num_gpus`` and ``cluster`` the virtual cluster. The file has no job ids: a job's id is its
 row number (the first job under the header is ``1``). There is no model column either; see
-:func:`unstall.traces.models.assign_models`.
+:func:`unstall.traces.models.assign_models`. Durations were measured on Philly's own GPUs:
+every job's ``gpu_type`` is :data:`PHILLY_GPU` (``p40``, the 24 GB GPU of the 8-GPU servers
+that hold most of Philly's GPUs; the ``philly`` cluster preset's type).
 
 Jobs that ran for 0 s are left out and counted; negative or missing values are errors.
 """
@@ -30,6 +32,8 @@ from unstall.traces.validation import (
     times,
 )
 
+# The GPU type Philly's run times were measured on (see the module docstring).
+PHILLY_GPU = "p40"
 NAME = "philly-csv"
 REQUIRED = ("timestamp", "duration", "num_gpus")
 OPTIONAL = ("gpu_time", "cluster")
@@ -65,6 +69,7 @@ def read(path: Path, options: ReadOptions) -> Trace:
     )
     if vc is not None:
         jobs["vc"] = vc[keep].reset_index(drop=True)
+    jobs["gpu_type"] = PHILLY_GPU
     return Trace.from_frame(jobs, source=str(path), format=NAME, skipped=skipped)
 
 

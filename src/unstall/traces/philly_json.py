@@ -30,6 +30,7 @@ import pandas as pd
 
 from unstall.config import read_text_file
 from unstall.errors import DataFileError
+from unstall.traces.philly_csv import PHILLY_GPU
 from unstall.traces.reading import Reader, ReadOptions
 from unstall.traces.schema import Trace, TraceError
 from unstall.traces.validation import Rows, skip_rows, statuses, texts, times, unique
@@ -108,6 +109,7 @@ def read(path: Path, options: ReadOptions) -> Trace:
             "user": pd.Series(cols.user, dtype=object)[keep].reset_index(drop=True),
             "vc": pd.Series(cols.vc, dtype=object)[keep].reset_index(drop=True),
             "status": status[keep].reset_index(drop=True),
+            "gpu_type": PHILLY_GPU,  # durations measured on Philly's own GPUs
         }
     )
     return Trace.from_frame(frame, source=str(path), format=NAME, skipped=skipped)

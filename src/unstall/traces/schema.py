@@ -14,6 +14,9 @@ iterations    Int64      optional: iterations of the job, when the source says
 user          string     optional: the submitting user
 vc            string     optional: virtual cluster / queue / tenant
 status        string     optional: ``completed``, ``killed``, ``failed`` or ``timeout``
+gpu_type      string     optional: the GPU type ``duration_s`` was measured on (``v100``,
+                         ``p40``, ...; lower case), which the simulator takes as the job's
+                         reference (see ``unstall.sim.simulate``'s ``duration_gpu``)
 ============  =========  ==========================================================
 
 Rows are sorted by ``submit_s`` then ``job_id``. Times are shifted so that the first submission
@@ -40,7 +43,7 @@ class TraceError(DataFileError):
 
 
 REQUIRED_COLUMNS: tuple[str, ...] = ("job_id", "submit_s", "num_gpus", "duration_s")
-OPTIONAL_COLUMNS: tuple[str, ...] = ("model", "iterations", "user", "vc", "status")
+OPTIONAL_COLUMNS: tuple[str, ...] = ("model", "iterations", "user", "vc", "status", "gpu_type")
 COLUMNS: tuple[str, ...] = REQUIRED_COLUMNS + OPTIONAL_COLUMNS
 
 # The dtype each column is cast to; "string" (pandas' StringDtype) keeps missing values as NA on
@@ -55,10 +58,15 @@ DTYPES: dict[str, Any] = {
     "user": "string",
     "vc": "string",
     "status": "string",
+    "gpu_type": "string",
 }
 
 # Every reader maps its source's job states onto these, so summaries compare across formats.
 STATUSES: tuple[str, ...] = ("completed", "killed", "failed", "timeout")
+
+# What a GPU type name looks like (the simulator checks that it names a known type: this part
+# does not know the hardware): lower-case letters and digits, as ``v100``, ``a10g``, ``h100``.
+GPU_TYPE_PATTERN = r"[a-z][a-z0-9_-]*"
 
 
 @dataclass(frozen=True)
@@ -70,6 +78,9 @@ class TraceArrays:
     num_gpus: np.ndarray
     duration_s: np.ndarray
     model: np.ndarray | None
+    # The GPU type each duration was measured on (None where the trace does not say); None
+    # when no job's does.
+    gpu_type: np.ndarray | None = None
 
     def __len__(self) -> int:
         return len(self.submit_s)
@@ -178,13 +189,19 @@ class Trace:
         cannot change the trace through them by accident.
         """
         model = self.jobs["model"]
+        gpu_type = self.jobs["gpu_type"]
         return TraceArrays(
             job_id=self.jobs["job_id"].to_numpy(dtype=object),
             submit_s=_read_only(self.jobs["submit_s"].to_numpy(dtype=np.float64)),
             num_gpus=_read_only(self.jobs["num_gpus"].to_numpy(dtype=np.int64)),
             duration_s=_read_only(self.jobs["duration_s"].to_numpy(dtype=np.float64)),
             model=None if model.isna().all() else _objects(model),
+            gpu_type=None if gpu_type.isna().all() else _objects(gpu_type),
         )
+
+    def gpu_types(self) -> tuple[str, ...]:
+        """The GPU types the trace's durations were measured on, sorted (empty: it names none)."""
+        return tuple(sorted(set(self.jobs["gpu_type"].dropna().tolist())))
 
     def with_jobs(self, jobs: pd.DataFrame, *, notes: Sequence[str] | None = None) -> Trace:
         """A copy holding ``jobs`` (already in the schema; validated again), notes as given."""
@@ -292,6 +309,12 @@ def _check_values(jobs: pd.DataFrame, rows: _RowNames, *, absolute_times: bool =
         (status.notna() & ~status.isin(STATUSES)).to_numpy(bool),
         f"must be one of {list(STATUSES)}",
     )
+    gpu = jobs["gpu_type"]
+    rows.fail_first(
+        "gpu_type",
+        (gpu.notna() & ~gpu.str.fullmatch(GPU_TYPE_PATTERN).fillna(False)).to_numpy(bool),
+        "must name a GPU type in lower case (e.g. 'v100', 'p40')",
+    )
 
 
 def _cast(frame: pd.DataFrame, source: str) -> pd.DataFrame:
@@ -312,6 +335,8 @@ def _cast(frame: pd.DataFrame, source: str) -> pd.DataFrame:
             values = pd.Series(pd.NA, index=pd.RangeIndex(n), dtype=dtype)
         try:
             out[col] = values.astype(dtype)
+            if col == "gpu_type":  # names are case-blind: "V100" is v100
+                out[col] = out[col].str.strip().str.lower()
         except (TypeError, ValueError) as exc:
             raise TraceError(source, f"cannot be read as {dtype}: {exc}", field=col) from exc
     return pd.DataFrame(out)

@@ -42,7 +42,7 @@ from unstall.traces.validation import (
 NAME = "unstall"
 METADATA_KEY = b"unstall.trace"
 SUFFIXES = (".csv", ".parquet", ".pq")
-TEXT_COLUMNS = ("job_id", "model", "user", "vc", "status")
+TEXT_COLUMNS = ("job_id", "model", "user", "vc", "status", "gpu_type")
 
 
 def sniff(path: Path, header: Sequence[str]) -> bool:
@@ -89,7 +89,7 @@ def read(path: Path, options: ReadOptions) -> Trace:
             allow_missing=True,
         )
         jobs["iterations"] = pd.Series(iters).astype("Int64")  # NaN -> NA
-    for col in ("model", "user", "vc"):
+    for col in ("model", "user", "vc", "gpu_type"):
         if col in frame.columns:
             jobs[col] = texts(rows, frame[col], file_rows, col)
     if "status" in frame.columns:
@@ -112,7 +112,7 @@ def write_trace(trace: Trace, path: str | Path) -> Path:
     if suffix not in SUFFIXES:
         raise TraceError(str(out), f"cannot tell the file type: use one of {list(SUFFIXES)}")
     out.parent.mkdir(parents=True, exist_ok=True)
-    jobs = trace.jobs[list(COLUMNS)]
+    jobs = trace.jobs[list(written_columns(trace))]
     if suffix == ".csv":
         return write_text_atomically(out, trace_csv_text(trace))
     import pyarrow as pa
@@ -135,7 +135,15 @@ def write_trace(trace: Trace, path: str | Path) -> Path:
 
 def trace_csv_text(trace: Trace) -> str:
     """The CSV form of ``trace``: a header line, then one line per job (floats written exactly)."""
-    return str(trace.jobs[list(COLUMNS)].to_csv(index=False, lineterminator="\n"))
+    return str(trace.jobs[list(written_columns(trace))].to_csv(index=False, lineterminator="\n"))
+
+
+def written_columns(trace: Trace) -> tuple[str, ...]:
+    """The columns a file of ``trace`` holds: all of the schema's, but ``gpu_type`` only when
+    some job names one (files written before that column existed read the same)."""
+    if trace.jobs["gpu_type"].notna().any():
+        return COLUMNS
+    return tuple(c for c in COLUMNS if c != "gpu_type")
 
 
 NUMBER_COLUMNS = ("submit_s", "num_gpus", "duration_s", "iterations")
