@@ -8,10 +8,12 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -126,23 +128,48 @@ class MoveAround:
 """
 
 
+USER_JOB = """\
+import torch
+from torch import nn
+
+
+def make_model():
+    return nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+
+
+def make_data(rank, world_size):
+    g = torch.Generator().manual_seed(100 + rank)
+    return [(torch.randn(8, 16, generator=g), torch.randint(0, 4, (8,), generator=g))
+            for _ in range(50)]
+"""
+
+
 def test_a_job_preempted_and_migrated_ends_with_the_parameters_of_an_uninterrupted_run(
     cluster: str, tmp_path: Path
 ) -> None:
     (tmp_path / "moving.py").write_text(MOVING_POLICY)
     (tmp_path / "two.toml").write_text(TWO_NODES)
+    (tmp_path / "job.py").write_text(USER_JOB)
     found = _python(
         f"""
-        import json, socket
+        import io, json, socket
         import pandas as pd
-        from unstall.live import LiveConfig, run_live
+        import torch
+        from unstall.live import LiveConfig, UserWork, run_live
         from unstall.live.training import JobWork, SegmentControl, SegmentPlan, final_parameters
         from unstall.live.training import run_segment
         from unstall.net import resolve_cluster
         from unstall.sched import resolve_policy
         from unstall.sim.perf_speed import PerfSpeedModel
         from unstall.traces import Trace
+        from unstall.usercode import load_callable
+        from unstall.workload.losses import resolve_loss
 
+        # The user's own model, data (50 batches a rank, again from the first in a new epoch)
+        # and loss, 3,000 iterations.
+        user = UserWork(model_fn=load_callable("job.py:make_model"),
+                        data_fn=load_callable("job.py:make_data"),
+                        loss=resolve_loss("cross_entropy", owner="test"))
         topology = resolve_cluster("two.toml")
         iteration_s = PerfSpeedModel(topology).consolidated_iter_s("mlp", 1)
         frame = pd.DataFrame({{"job_id": ["j"], "submit_s": [0.0], "num_gpus": [1],
@@ -150,11 +177,11 @@ def test_a_job_preempted_and_migrated_ends_with_the_parameters_of_an_uninterrupt
         policy = resolve_policy("moving.py:MoveAround", [("hold_s", "0.3")])
         run = run_live(Trace.from_frame(frame, source="one-job"), policy, cluster=topology,
                        address={cluster!r}, config=LiveConfig(compute="real", seed=3),
-                       keep_final_checkpoints=True)
+                       user_work=user, keep_final_checkpoints=True)
         blob = run.final_checkpoints["j"]
-        import io, torch
         done = int(torch.load(io.BytesIO(blob), weights_only=True)["iteration"])
-        work = JobWork(job_id="j", model="mlp", iterations=float(done), emulated=False, seed=3)
+        work = JobWork(job_id="j", model="mlp", iterations=float(done), emulated=False, seed=3,
+                       user=user)
         torch.set_num_threads(1)  # as in the executors: the same order of float sums
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]
@@ -162,11 +189,13 @@ def test_a_job_preempted_and_migrated_ends_with_the_parameters_of_an_uninterrupt
                                       master_port=port), SegmentControl())
         live_params, ref_params = final_parameters(blob), final_parameters(ref.checkpoint)
         worst = max(float((live_params[k] - ref_params[k]).abs().max()) for k in ref_params)
+        torch.manual_seed(work.data_seed)  # the initial weights every process built
+        start = user.model_fn().state_dict()["0.weight"]
+        moved = float((live_params["0.weight"] - start).abs().max())
         row = run.jobs.iloc[0]
         json.dump({{"worst": worst, "iterations": done, "preemptions": int(row.preemptions),
                    "migrations": int(row.migrations), "placements": row.placements,
-                   "outcome": row.outcome, "restores": len(run.jobs), "restore_s": row.restore_s,
-                   "finished": run.result.jobs_finished,
+                   "outcome": row.outcome, "restore_s": row.restore_s, "moved": moved,
                    "executors_s": run.facts.executor_start_wall_s,
                    "run_wall_s": run.facts.run_wall_s}}, open("out.json", "w"))
         """,
@@ -176,6 +205,7 @@ def test_a_job_preempted_and_migrated_ends_with_the_parameters_of_an_uninterrupt
     assert found["preemptions"] == 1 and found["migrations"] == 1, found
     assert found["placements"] == "0:1 1:1 0:1", found
     assert found["iterations"] == 3000
+    assert float(found["moved"]) > 0  # it trained
     assert found["worst"] == 0.0, found  # the same arithmetic in the same order: bit for bit
 
 
@@ -211,16 +241,19 @@ def test_a_killed_process_sends_its_job_back_from_its_last_checkpoint(
         row = run.jobs.iloc[0]
         json.dump({{"failures": int(row.failures), "outcome": row.outcome,
                    "jct": float(row.jct_s), "process_failures": run.facts.process_failures,
-                   "placements": row.placements}}, open("out.json", "w"))
+                   "placements": row.placements, "start_progress": row.start_progress}},
+                  open("out.json", "w"))
         """,
         tmp_path,
     )
     assert found["outcome"] == "finished", found
     assert found["failures"] == 1 and found["process_failures"] == 1, found
-    # It ran twice; the second run resumed near where the first left off (a checkpoint every
-    # half wall second, 5 trace seconds), so the job took little more than its 60 s.
+    # It ran twice, the second time from its last checkpoint (one every half wall second): it
+    # had done part of its work, not none of it.
     assert len(str(found["placements"]).split()) == 2
-    assert 60.0 < float(found["jct"]) < 60.0 + 20 + 30, found  # 2 s lost at most, + set-ups
+    first, second = (float(p) for p in str(found["start_progress"]).split())
+    assert first == 0.0 and 0.0 < second < 1.0, found
+    assert float(found["jct"]) > 60.0
 
 
 MINI_TRACE = """\
@@ -273,3 +306,55 @@ def test_unstall_live_run_on_a_cluster_matches_the_simulator_column_for_column(
     assert set(sim_columns) <= set(jobs.columns)
     assert {"placements", "startup_s", "restore_s", "failures"} <= set(jobs.columns)
     assert list(jobs["outcome"]) == ["finished"] * 5 + ["rejected"]
+
+
+LONG_TRACE = """\
+job_id,submit_s,num_gpus,duration_s,model
+short,0,1,20,mlp
+long,0,2,100000,resnet50
+"""
+
+
+def test_ctrl_c_stops_every_process_and_writes_what_finished(cluster: str, tmp_path: Path) -> None:
+    (tmp_path / "two.toml").write_text(TWO_NODES)
+    (tmp_path / "long.csv").write_text(LONG_TRACE)
+    args = ["live", "run", "--policy", "fifo", "--trace", "long.csv", "--cluster", "two.toml"]
+    args += ["--address", cluster, "--speedup", "10", "--json", "live.json"]
+    child = subprocess.Popen(
+        [sys.executable, "-m", "unstall", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=_env(),
+        cwd=tmp_path,
+        # The child must act on Ctrl-C whatever this process ignores (a background job's shell
+        # ignores SIGINT, and children inherit that).
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    assert child.stdout is not None
+    seen = []
+    for line in child.stdout:
+        seen.append(line)
+        if "executors up" in line:
+            break
+    time.sleep(4.0)  # the short job (2 s of wall time) finishes, the long one runs
+    child.send_signal(signal.SIGINT)
+    rest, _ = child.communicate(timeout=120)
+    output = "".join(seen) + rest
+    assert child.returncode == 130, output
+    assert "interrupted:" in output and "Traceback" not in output, output
+    body = json.loads((tmp_path / "live.json").read_text())
+    assert body["live"]["interrupted"] is True
+    assert body["result"]["jobs_finished"] == 1
+    left = _python(
+        f"""
+        import json, ray
+        from unstall.live.backend import EXECUTOR_PREFIX
+        ray.init(address={cluster!r}, log_to_driver=False)
+        names = [n for n in ray.util.list_named_actors(all_namespaces=True)
+                 if str(n.get("name", n) if isinstance(n, dict) else n).startswith(EXECUTOR_PREFIX)]
+        json.dump({{"left": [str(n) for n in names]}}, open("out.json", "w"))
+        """,
+        tmp_path,
+    )
+    assert left["left"] == [], left

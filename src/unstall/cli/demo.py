@@ -159,6 +159,44 @@ def _dally_over_like_traces(per_trace: list[list[Any]], oracles: Collection[str]
     )
 
 
+def _live(out: Path, quiet: bool) -> None:
+    from unstall.cli.common import err_console, save_json
+    from unstall.cli.live import print_live
+    from unstall.live import LiveConfig, run_live
+    from unstall.net import TopologyConfig
+    from unstall.sched import make_policy
+    from unstall.sim import simulate
+    from unstall.traces import default_trace
+
+    # The embedded trace's first jobs on two emulated nodes of two GPUs (one local Ray node
+    # each, on loopback), compressed to about 15 s of wall time.
+    cluster = TopologyConfig(name="demo-two-nodes", racks=2, nodes_per_rack=1, gpus_per_node=2)
+    trace, jobs = default_trace(), 6
+    planned = simulate(trace, cluster, make_policy("consolidate"), max_jobs=jobs)
+    speedup = max(1.0, planned.result.makespan_s / 15.0)
+
+    def say(text: str) -> None:
+        if not quiet:
+            err_console.print(text, highlight=False, markup=False)
+
+    run = run_live(
+        trace,
+        make_policy("consolidate"),
+        cluster=cluster,
+        config=LiveConfig(speedup=speedup),
+        max_jobs=jobs,
+        predict=True,
+        log=say,
+    )
+    print_live(run)
+    save_json(out / "live.json", run, {"policy": "consolidate", "max_jobs": jobs})
+    console.print(
+        "on your own Ray cluster: `unstall live run --address HOST:PORT --policy dally --trace "
+        "jobs.csv` (docs/live.md); the simulator measured against it: "
+        "`benchmarks/live_fidelity.py`"
+    )
+
+
 def _sparse_lstm(out: Path, quiet: bool) -> None:
     from unstall.cli.common import progress_bar, save_json
     from unstall.cli.sparse_tables import lstm_bench_table
@@ -292,6 +330,7 @@ SECTIONS: list[tuple[str, Callable[[Path, bool], None]]] = [
     ("perf model: iteration time on a placement, with congestion", _perf),
     ("traces: the embedded default trace", _trace),
     ("cluster simulator: every scheduler, Dally included, on the embedded trace", _sim),
+    ("live scheduling: the same policy places real jobs on a local Ray cluster", _live),
     ("stall profiler: compute, interconnect and network stalls of a DDP run", _profile),
     ("cost advisor: cheapest AWS configuration for ResNet-50 on ImageNet in 24 h", _recommend),
     ("parameter server on Ray: assignments under a bandwidth straggler", _ps),

@@ -91,6 +91,7 @@ class JobRecord:
     restore_s: list[float] = field(default_factory=list)  # later segments: join + restore
     checkpoint_s: list[float] = field(default_factory=list)  # stops: the final checkpoint
     placements: list[str] = field(default_factory=list)
+    start_progress: list[float] = field(default_factory=list)  # share of the work done at each
     failures: int = 0
     work: JobWork | None = None
     scale: float = 1.0  # trace iterations per executor iteration
@@ -495,6 +496,7 @@ class LiveBackend:
         job.changed_s = now
         record = self.records[job.job_id]
         record.placements.append(placement_text(placement))
+        record.start_progress.append(job.done_iters / job.work_iters if job.work_iters else 0.0)
         executors = [
             (node, self.free_slots[node].pop(0)) for node, k in placement for _ in range(k)
         ]
@@ -696,13 +698,10 @@ class LiveBackend:
         if not self._node_alive(node):
             self._withdraw(node)
             return
-        handle = self._new_executor(node, slot)
-        try:
-            ray.get(handle.describe.remote(), timeout=120)
-        except (RayError, GetTimeoutError):
-            self._withdraw(node)
-            return
-        self.executors[node_slot] = handle
+        # Not waited for: the slot is free at once, and a segment placed on it begins when its
+        # process is up (its start-up counts that wait). A process that cannot start fails
+        # that segment, which brings the node's state back here.
+        self.executors[node_slot] = self._new_executor(node, slot)
 
     def _node_alive(self, node: int) -> bool:
         wanted = self.live.nodes[node].ray_node_id

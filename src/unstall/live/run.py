@@ -331,6 +331,7 @@ def _results(
     table = job_table(outcome.engine.jobs, gpu_type_of(topology))
     records = [outcome.records[job.job_id] for job in outcome.engine.jobs]
     table["placements"] = [" ".join(r.placements) for r in records]
+    table["start_progress"] = [" ".join(f"{p:.3f}" for p in r.start_progress) for r in records]
     table["startup_s"] = [r.startup_s for r in records]
     table["restore_s"] = [_median(r.restore_s) for r in records]
     table["failures"] = np.array([r.failures for r in records], dtype=np.int64)
