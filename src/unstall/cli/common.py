@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import re
 import sys
 import typing
 from collections.abc import Callable, Iterator, Sequence
@@ -118,7 +119,12 @@ def handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
         try:
             return fn(*args, **kwargs)
         except UnstallError as exc:
-            print_error(str(exc) + _option_given_for(exc, fn, kwargs))
+            message = str(exc)
+            print_error(
+                message
+                + _option_given_for(exc, fn, kwargs)
+                + _options_named_in(message, fn, getattr(exc, "field", None))
+            )
             raise typer.Exit(exit_code_of(exc)) from exc
         except OSError as exc:
             # The machine, not unstall, said no: name the file and the reason, as a shell would.
@@ -169,6 +175,21 @@ def _option_given_for(exc: UnstallError, command: Callable[..., Any], given: dic
     if param is None or name not in given or given[name] == param.default:
         return ""
     return f" (option {_flag_of(command, name)})"
+
+
+def _options_named_in(message: str, command: Callable[..., Any], field: str | None) -> str:
+    """ " (job_profiles: option --job-profile)" for each parameter of the library that an error
+    names in its own words, beside its field, where the command takes it as an option: a name
+    with an underscore that is one of the command's parameters, or its plural (the command's
+    repeatable ``job_profile`` fills the library's ``job_profiles``)."""
+    params = inspect.signature(command).parameters
+    skip = field.split(".")[-1] if field else None
+    hints = []
+    for word in dict.fromkeys(re.findall(r"\b[a-z][a-z0-9]*(?:_[a-z0-9]+)+\b", message)):
+        name = word if word in params else word.removesuffix("s")
+        if word != skip and name in params:
+            hints.append(f"{word}: option {_flag_of(command, name)}")
+    return f" ({'; '.join(hints)})" if hints else ""
 
 
 def _flag_of(command: Callable[..., Any], name: str) -> str:
