@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from unstall.ps.checkpoint import PSCheckpoint
+from unstall.ps.config import RecoveryConfig, RuntimeConfig
 from unstall.ps.coordinator import IterationTelemetry, PSCluster
 from unstall.ps.elastic import Controller, WarmStarter, Watcher
 from unstall.ps.errors import PSActorDiedError
@@ -48,7 +49,8 @@ class Recovery:
 @dataclass(frozen=True, kw_only=True)
 class Segment:
     """What the segments of a run need besides the state: the job, its optimizer and
-    scenario, the run's length, and how to exchange and checkpoint."""
+    scenario, the run's length, and the config's sections on how to exchange (``runtime``) and
+    checkpoint and recover (``recovery``), handed on whole."""
 
     job: TrainingJob
     optimizer: ServerOptimizer
@@ -56,14 +58,10 @@ class Segment:
     first_iteration: int
     iterations: int
     chunks: Sequence[Any]
-    timeout_s: float
-    piece_bytes: int
-    step_threads: int
     has_buffers: bool
     check_reference: bool
-    checkpoint_every: int | None
-    max_recoveries: int
-    snapshot_every: int = 1  # iterations between the snapshots a recovery starts from
+    runtime: RuntimeConfig
+    recovery: RecoveryConfig
 
 
 @dataclass(kw_only=True)
@@ -103,7 +101,7 @@ def run_segments(
     on_checkpoint: Callable[[PSCheckpoint], None] | None,
 ) -> Finished:
     """Run from ``state`` to the end, starting again from the last snapshot after a dead
-    actor, at most ``seg.max_recoveries`` times."""
+    actor, at most ``seg.recovery.max_recoveries`` times."""
     recoveries: list[Recovery] = []
     saved = 0
     reported = state.iteration
@@ -141,7 +139,7 @@ def run_segments(
             cluster.close(failed=True)
             saved += snapshots.saved
             nodes.update(cluster.nodes)
-            if len(recoveries) >= seg.max_recoveries:
+            if len(recoveries) >= seg.recovery.max_recoveries:
                 raise
             del state.telemetry[state.iteration - seg.first_iteration :]
             continue
@@ -171,9 +169,9 @@ def _start(
         seg.job,
         seg.optimizer,
         pool,
-        timeout_s=seg.timeout_s,
-        piece_bytes=seg.piece_bytes,
-        step_threads=seg.step_threads,
+        timeout_s=seg.runtime.timeout_s,
+        piece_bytes=seg.runtime.piece_bytes,
+        step_threads=seg.runtime.step_threads,
         start_iteration=state.iteration,
         buffers=state.buffers,
     )
@@ -263,7 +261,7 @@ class _Snapshots:
 
     def after(self, iteration: int) -> None:
         done = iteration + 1
-        every = self.seg.checkpoint_every
+        every = self.seg.recovery.checkpoint_every
         due = (
             every is not None
             and self.on_checkpoint is not None
@@ -271,9 +269,9 @@ class _Snapshots:
         )
         # A checkpoint gathers the state anyway: a snapshot then costs nothing more.
         keep = (
-            self.seg.max_recoveries > 0
+            self.seg.recovery.max_recoveries > 0
             and done < self.seg.iterations
-            and (done % self.seg.snapshot_every == 0 or due)
+            and (done % self.seg.recovery.snapshot_every == 0 or due)
         )
         if not (due or keep):
             return

@@ -404,7 +404,6 @@ def run_plan(
     controller = plan.strategy.controller(plan.scenario, plan.iterations)
     resume = plan.resume
     has_buffers = any(True for _ in plan.model.buffers())
-    recovery, runtime = plan.config.recovery, plan.config.runtime
     segment = Segment(
         job=plan.job,
         optimizer=plan.optimizer,
@@ -412,14 +411,10 @@ def run_plan(
         first_iteration=plan.start_iteration,
         iterations=plan.iterations,
         chunks=plan.assignment.chunks,
-        timeout_s=runtime.timeout_s,
-        piece_bytes=runtime.piece_bytes,
-        step_threads=runtime.step_threads,
         has_buffers=has_buffers,
         check_reference=plan.config.check_reference,
-        checkpoint_every=recovery.checkpoint_every,
-        max_recoveries=recovery.max_recoveries,
-        snapshot_every=recovery.snapshot_every,
+        runtime=plan.config.runtime,
+        recovery=plan.config.recovery,
     )
     state = RunState(
         iteration=plan.start_iteration,
