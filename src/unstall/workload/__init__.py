@@ -8,6 +8,10 @@ What this part offers:
   ``facts(name, **options)`` -> :class:`ModelFacts` (parameters, gradient bytes and tensors,
   weight layers, forward FLOPs) or ``facts_table()`` for every model. The zoo imports torch; it
   is loaded on first use, so the perf model and the simulator start without it.
+- A zoo model as a job to train: ``zoo_job(name, batch, seed, **options)`` ->
+  :class:`ZooJob` ``(model_fn, data_fn, loss)``, its :class:`SyntheticData` (one seed rule for
+  every part: worker ``rank``'s batch of step ``i`` from ``(seed, i, rank)``, so a job resumes
+  at any data position); the losses by name, :data:`LOSSES` and ``resolve_loss``.
 - :class:`JobProfile`: a measured job (``unstall profile`` writes it; the simulator and the cost
   advisor read it), saved and read as JSON.
 - The perf model: a job (:class:`JobPerfSpec`; ``spec_for(model, device)`` for a zoo model or a
@@ -64,6 +68,7 @@ from unstall.workload.profiles import JobProfile
 from unstall.workload.traffic import CommPlan, LinkLoad, comm_plan
 
 if TYPE_CHECKING:
+    from unstall.workload.losses import LOSSES, resolve_loss
     from unstall.workload.model_facts import ModelFacts, TensorFact
     from unstall.workload.zoo import (
         MODEL_REGISTRY,
@@ -75,6 +80,7 @@ if TYPE_CHECKING:
         facts_table,
         loss_fn,
     )
+    from unstall.workload.zoo_jobs import SyntheticData, ZooJob, zoo_job
 
 # The names that need torch, and the module that holds each: imported on first access.
 _LAZY = {
@@ -88,6 +94,11 @@ _LAZY = {
     "loss_fn": "unstall.workload.zoo",
     "ModelFacts": "unstall.workload.model_facts",
     "TensorFact": "unstall.workload.model_facts",
+    "LOSSES": "unstall.workload.losses",
+    "resolve_loss": "unstall.workload.losses",
+    "SyntheticData": "unstall.workload.zoo_jobs",
+    "ZooJob": "unstall.workload.zoo_jobs",
+    "zoo_job": "unstall.workload.zoo_jobs",
 }
 
 
@@ -105,6 +116,7 @@ __all__ = [
     "APPLICATION_MODELS",
     "COMM_KINDS",
     "FRAMEWORK_OVERHEAD_S",
+    "LOSSES",
     "MODEL_REGISTRY",
     "PRECISIONS",
     "AppCalibration",
@@ -119,8 +131,10 @@ __all__ = [
     "ModelFacts",
     "ModelSpec",
     "Placement",
+    "SyntheticData",
     "TensorFact",
     "ZooFactsTable",
+    "ZooJob",
     "build",
     "calibrate_app",
     "comm_plan",
@@ -133,7 +147,9 @@ __all__ = [
     "plan_time",
     "read_placements",
     "read_placements_dir",
+    "resolve_loss",
     "run_calibration",
     "slowdown",
     "spec_for",
+    "zoo_job",
 ]
