@@ -73,3 +73,18 @@ def test_image_folders_are_read_here(tmp_path: Path) -> None:
     assert resolve.image_source(None, 32) is None
     with pytest.raises(DataFileError, match="no such folder"):
         resolve.image_source(str(tmp_path / "missing"), 32)
+
+
+@pytest.mark.slow
+def test_analyze_cnn_takes_a_zoo_cnn_by_name() -> None:
+    from unstall.sparse.cnn import AnalyzerConfig, CNNSparsityConfig, analyze_cnn
+
+    config = CNNSparsityConfig(
+        analyzer=AnalyzerConfig(
+            model="resnet18", image_size=32, batch_size=2, steps=1, warmup_steps=0
+        ),
+        accelerator=AcceleratorConfig(array=ArrayConfig(rows=8, cols=8)),
+    )
+    result = analyze_cnn("resnet18", config=config)
+    assert result.model == "resnet18" and result.image_size == 32
+    assert any(r.sparsity.kind == "conv" for r in result.layers)

@@ -20,6 +20,7 @@ from unstall.sparse.cnn.accelerator import (
 )
 from unstall.sparse.cnn.data import ImageSource
 from unstall.sparse.cnn.densities import LayerSparsity
+from unstall.sparse.cnn.names import cnn_loss, cnn_model, image_source
 from unstall.sparse.cnn.recording import LayerTensors
 from unstall.sparse.cnn.training import (
     AnalyzerConfig,
@@ -88,8 +89,8 @@ class CNNSparsityResult(JsonResult):
 
 
 def analyze_cnn(
-    model: CNNModel,
-    data: ImageSource | None = None,
+    model: CNNModel | str,
+    data: ImageSource | str | Path | None = None,
     *,
     config: CNNSparsityConfig | None = None,
     loss: LossFn | None = None,
@@ -101,10 +102,19 @@ def analyze_cnn(
 
     ``model``, ``data`` and ``loss`` are as for
     :func:`~unstall.sparse.cnn.training.profile_training` (a model or a function that builds one;
-    default synthetic classes; default cross-entropy). ``progress(n)`` is called as steps finish;
-    with ``cache_dir`` the training resumes from (and saves) checkpoints there.
+    default synthetic classes; default cross-entropy), or names (:mod:`unstall.sparse.cnn.names`):
+    a zoo image CNN (``"resnet18"``, built for the config's image size and the data's classes,
+    with its own loss) or user code ``FILE.py:NAME``; an image folder's path. ``progress(n)`` is
+    called as steps finish; with ``cache_dir`` the training resumes from (and saves) checkpoints
+    there.
     """
     config = config if config is not None else CNNSparsityConfig()
+    if isinstance(data, str | Path):
+        data = image_source(str(data), config.analyzer.image_size)
+    if isinstance(model, str):
+        classes = data.num_classes if data is not None else config.analyzer.num_classes
+        loss = loss if loss is not None else cnn_loss(model)
+        model = cnn_model(model, image_size=config.analyzer.image_size, num_classes=classes)
     counter = CycleCounter(config.accelerator)
     others = [CycleCounter(acc) for acc in config.compare]
 
