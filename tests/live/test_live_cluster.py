@@ -16,6 +16,7 @@ import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 import pytest
@@ -35,8 +36,8 @@ SLOT = "unstall_gpu"
 
 
 @pytest.fixture(scope="module")
-def cluster() -> Iterator[str]:
-    """Two nodes of two GPU slots each, labelled with their node and rack; the address."""
+def ray_cluster() -> Iterator[Any]:
+    """Two nodes of two GPU slots each, labelled with their node and rack."""
     pytest.importorskip("ray")
     from ray.cluster_utils import Cluster
 
@@ -57,7 +58,7 @@ def cluster() -> Iterator[str]:
                     labels={"unstall.node": str(node), "unstall.rack": str(node)},
                 )
             test_cluster.wait_for_nodes(timeout=120)
-            yield test_cluster.address
+            yield test_cluster
         finally:
             test_cluster.shutdown()
     finally:
@@ -65,6 +66,13 @@ def cluster() -> Iterator[str]:
         if before is not None:
             os.environ["RAY_TMPDIR"] = before
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def cluster(ray_cluster: Any) -> str:
+    """The two-node cluster's address."""
+    address: str = ray_cluster.address
+    return address
 
 
 def _env() -> dict[str, str]:
@@ -358,3 +366,71 @@ def test_ctrl_c_stops_every_process_and_writes_what_finished(cluster: str, tmp_p
         tmp_path,
     )
     assert left["left"] == [], left
+
+
+TWO_LONG_JOBS = """\
+job_id,submit_s,num_gpus,duration_s,model
+a,0,2,100,resnet50
+b,0,2,100,resnet50
+"""
+
+
+def test_a_node_that_leaves_sends_its_jobs_back_and_the_run_goes_on(
+    ray_cluster: Any, cluster: str, tmp_path: Path
+) -> None:
+    """Last in this module: it takes a node away from the shared cluster."""
+    (tmp_path / "two.toml").write_text(TWO_NODES)
+    (tmp_path / "jobs.csv").write_text(TWO_LONG_JOBS)
+    args = ["live", "run", "--policy", "fifo", "--trace", "jobs.csv", "--cluster", "two.toml"]
+    args += ["--address", cluster, "--speedup", "10", "--json", "live.json"]
+    args += ["--jobs-out", "jobs.csv.out.csv"]
+    child = subprocess.Popen(
+        [sys.executable, "-m", "unstall", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=_env(),
+        cwd=tmp_path,
+    )
+    assert child.stdout is not None
+    seen = []
+    for line in child.stdout:
+        seen.append(line)
+        if "executors up" in line:
+            break
+    time.sleep(3.0)  # both jobs run, one on each node
+    node_1 = next(
+        node
+        for node in ray_cluster.worker_nodes
+        if node.node_id == _ray_node_of(cluster, "1", tmp_path)
+    )
+    ray_cluster.remove_node(node_1, allow_graceful=False)
+    rest, _ = child.communicate(timeout=300)
+    output = "".join(seen) + rest
+    assert child.returncode == 0, output
+    assert "node 1 left the cluster" in output, output
+    body = json.loads((tmp_path / "live.json").read_text())
+    assert body["live"]["nodes_lost"] == [1]
+    assert body["result"]["jobs_finished"] == 2
+    jobs = pd.read_csv(tmp_path / "jobs.csv.out.csv")
+    moved = jobs[jobs["failures"] > 0]
+    # It failed on node 1 (once, or again while Ray had not yet noticed that the node had gone)
+    # and finished on node 0.
+    assert len(moved) == 1, jobs
+    placements = moved.iloc[0]["placements"].split()
+    assert placements[0] == "1:2" and placements[-1] == "0:2", placements
+
+
+def _ray_node_of(address: str, label: str, where: Path) -> str:
+    """The Ray node id of the cluster's node labelled ``unstall.node=label``."""
+    found = _python(
+        f"""
+        import json, ray
+        ray.init(address={address!r}, log_to_driver=False)
+        ids = [n["NodeID"] for n in ray.nodes()
+               if n["Alive"] and (n.get("Labels") or {{}}).get("unstall.node") == {label!r}]
+        json.dump({{"id": ids[0]}}, open("out.json", "w"))
+        """,
+        where,
+    )
+    return str(found["id"])

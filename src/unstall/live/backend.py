@@ -519,7 +519,11 @@ class LiveBackend:
         record = self.records[job.job_id]
         assert record.work is not None
         first = segment.executors[0]
-        port = ray.get(self.executors[first].open_port.remote())
+        try:
+            port = ray.get(self.executors[first].open_port.remote(), timeout=STOP_GRACE_S)
+        except (RayError, GetTimeoutError) as exc:
+            self._failed_start(segment, first, exc)
+            return
         held = self.store.load.remote(job.job_id) if job.done_iters > 0 else None
         device = (
             "cuda" if self.live.nodes[first[0]].uses_gpus and not record.work.emulated else "cpu"
@@ -540,6 +544,17 @@ class LiveBackend:
             segment.refs.append(
                 self.executors[node_slot].run.remote(segment.segment_id, plan, held)
             )
+
+    def _failed_start(self, segment: Segment, node_slot: tuple[int, int], exc: Exception) -> None:
+        """Rank 0's executor did not answer before the segment began (its process or node is
+        gone): the job goes back to the queue as it was, the executor is replaced."""
+        job = segment.job
+        self._release(segment)
+        self.failures += 1
+        self.records[job.job_id].failures += 1
+        self.log(f"job {job.job_id}: could not start ({_first_line(exc)}); back to the queue")
+        self._requeue(job, self.now(), preempted=False)
+        self._replace_executor(node_slot, node_gone=_node_died(exc))
 
     def _place_on_links(self, job: SimJob, placement: Placement) -> float:
         """Put the job's flow on the shared links and re-share them: returns its own iteration
@@ -599,6 +614,7 @@ class LiveBackend:
         outcomes: list[SegmentOutcome] = []
         error: BaseException | None = None
         dead: list[tuple[int, int]] = []
+        gone: set[int] = set()  # nodes whose death Ray reported with an executor's
         for node_slot, ref in zip(segment.executors, segment.refs, strict=True):
             # Once one process has failed the others are waiting in a collective that will
             # not complete: they get a short grace to notice, then they are replaced.
@@ -608,6 +624,8 @@ class LiveBackend:
             except RayActorError as exc:
                 dead.append(node_slot)
                 error = error or exc
+                if _node_died(exc):
+                    gone.add(node_slot[0])
             except (RayError, GetTimeoutError) as exc:
                 error = error or exc
                 if isinstance(exc, GetTimeoutError):
@@ -640,7 +658,7 @@ class LiveBackend:
         record.failures += 1
         self.log(f"job {job.job_id}: a process failed ({_first_line(error)}); back to the queue")
         for node_slot in dead:
-            self._replace_executor(node_slot)
+            self._replace_executor(node_slot, node_gone=node_slot[0] in gone)
         held = ray.get(self.store.iteration.remote(job.job_id))
         job.done_iters = held * record.scale
         self._requeue(job, now, preempted=False)
@@ -688,14 +706,17 @@ class LiveBackend:
 
     # --- faults --------------------------------------------------------------------------------
 
-    def _replace_executor(self, node_slot: tuple[int, int]) -> None:
+    def _replace_executor(self, node_slot: tuple[int, int], *, node_gone: bool = False) -> None:
+        """A new process for a GPU whose executor died or hung; none when its node is gone
+        (Ray said so with the executor's death, or no longer lists the node as alive: Ray
+        notices a node's death only after missing heartbeats)."""
         node, slot = node_slot
         old = self.executors.pop(node_slot, None)
         if old is not None:
             ray.kill(old, no_restart=True)
         if node in self.down:
             return
-        if not self._node_alive(node):
+        if node_gone or not self._node_alive(node):
             self._withdraw(node)
             return
         # Not waited for: the slot is free at once, and a segment placed on it begins when its
@@ -794,6 +815,12 @@ _VIEW_FIELDS = (
     "placement",
     "preemptions",
 )
+
+
+def _node_died(exc: BaseException) -> bool:
+    """Whether Ray gave a node's death as the reason an executor died."""
+    text = str(exc)
+    return "node has died" in text or "node was terminated" in text
 
 
 def _first_line(exc: BaseException) -> str:
