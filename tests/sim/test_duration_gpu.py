@@ -150,3 +150,26 @@ def test_a_bad_gpu_type_is_named_with_its_row_and_field(tmp_path: Path) -> None:
     out = write_trace(one_job("p40"), tmp_path / "out.csv")
     assert read_trace(out).gpu_types() == ("p40",)
     assert "gpu_type" not in write_trace(one_job(None), tmp_path / "none.csv").read_text()
+
+
+def test_job_views_carry_each_types_speed_as_the_job_would_run_there(tmp_path: Path) -> None:
+    from unstall.net import relative_speed
+    from unstall.sim.perf_speed import PerfSpeedModel
+    from unstall.sim.state import build_jobs
+
+    mixed = cluster(tmp_path, "mixed", groups(4, 4))
+    jobs = build_jobs(
+        job_ids=["one", "eight"],
+        submit_s=[0.0, 0.0],
+        num_gpus=[1, 8],
+        duration_s=[100.0, 100.0],
+        models=["resnet50", "alexnet"],
+        speed=PerfSpeedModel(mixed),
+    )
+    one, eight = (job.make_view(False) for job in jobs)
+    assert one.speed_on("v100") == pytest.approx(1.0)
+    assert one.speed_on("k80") == pytest.approx(relative_speed("k80", "resnet50"), rel=1e-6)
+    # Eight GPUs fill one V100 node but two K80 nodes: the K80 speed pays the network too.
+    assert eight.speed_on("v100") == pytest.approx(1.0)
+    assert eight.speed_on("k80") < 0.5 * relative_speed("k80", "resnet50")
+    assert one.speed_on("a100", default=-1.0) == -1.0

@@ -8,6 +8,7 @@ dictionary lookup and a few float operations.
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Mapping
 
 from unstall.net.topology import INTRA, TopologyConfig
@@ -81,7 +82,7 @@ class PerfSpeedModel:
         self._flows: dict[tuple[str, Placement], Flow | None] = {}
         self._timings: dict[tuple[str, Placement], RateTiming] = {}
         self._references: dict[str, PerfSpeedModel] = {}
-        self._types: tuple[str, ...] | None = None
+        self._type_nodes: dict[str, list[int]] | None = None
 
     def spec(self, model: str) -> JobPerfSpec:
         found = self._specs.get(model)
@@ -135,13 +136,27 @@ class PerfSpeedModel:
         return self.reference(device.lower()).consolidated_iter_s(model, num_gpus)
 
     def type_iter_s(self, model: str, num_gpus: int) -> dict[str, float]:
-        """The consolidated iteration time on each GPU type of the cluster (a regular cluster
-        of that type with this network): what a policy weighs types by."""
-        if self._types is None:
-            self._types = tuple(dict.fromkeys(self.topology.node_device))
+        """The iteration time on idle links of the most consolidated placement on each GPU
+        type's own nodes (the fewest of them, largest first; ``inf`` where the type has too few
+        GPUs): what a policy weighs types by. A job of 8 GPUs on nodes of 4 K80s pays for
+        crossing the network there, as it would run."""
         if not self.heterogeneous:
             return {self.topology.device.lower(): self.consolidated_iter_s(model, num_gpus)}
-        return {t: self.reference_iter_s(model, num_gpus, t) for t in self._types}
+        if self._type_nodes is None:
+            self._type_nodes = _nodes_by_type(self.topology)
+        gpus = self.topology.node_gpus
+        out: dict[str, float] = {}
+        for device, nodes in self._type_nodes.items():
+            taken: list[tuple[int, int]] = []
+            need = num_gpus
+            for node in nodes:
+                if need <= 0:
+                    break
+                taken.append((node, min(need, gpus[node])))
+                need -= gpus[node]
+            placement = tuple(sorted(taken))
+            out[device] = math.inf if need > 0 else self.iter_s(model, num_gpus, placement, None)
+        return out
 
     def spread(self, num_gpus: int, *, across_racks: bool) -> Placement:
         """A typical spread placement: twice the minimum number of nodes (at least two, at most
@@ -214,6 +229,15 @@ class PerfSpeedModel:
         if found is None:
             found = self._timings[key] = rate_timing(self.plan(model, placement))
         return found
+
+
+def _nodes_by_type(topology: TopologyConfig) -> dict[str, list[int]]:
+    """Each GPU type's nodes, largest first (then by index), types in node order."""
+    found: dict[str, list[int]] = {}
+    for node, device in enumerate(topology.node_device):
+        found.setdefault(device, []).append(node)
+    gpus = topology.node_gpus
+    return {device: sorted(nodes, key=lambda n: (-gpus[n], n)) for device, nodes in found.items()}
 
 
 def _dominated(a: tuple[float, float, float, float], b: tuple[float, float, float, float]) -> bool:

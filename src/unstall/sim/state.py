@@ -7,6 +7,7 @@ holds more than its GPUs, a job runs only after it arrives and finishes exactly 
 from __future__ import annotations
 
 import enum
+import math
 from collections.abc import Sequence
 
 from unstall.errors import UnstallError
@@ -274,5 +275,7 @@ def _facts(speed: SpeedModel, model: str, num_gpus: int, gpu: str | None) -> _Fa
     by_type = getattr(speed, "type_iter_s", None)
     speeds: tuple[tuple[str, float], ...] = ()
     if by_type is not None:
-        speeds = tuple((t, cons / it) for t, it in by_type(model, num_gpus).items())
+        speeds = tuple(
+            (t, cons / it if it < math.inf else 0.0) for t, it in by_type(model, num_gpus).items()
+        )
     return cons, speed.sensitivity(model, num_gpus), speeds
