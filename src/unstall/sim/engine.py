@@ -70,6 +70,9 @@ class EngineSettings:
     restore_s: float  # checkpoint + restore time paid by every preemption or migration
     tick_s: float | None  # extra scheduling rounds while jobs wait (None: only on events)
     seed: int
+    # Set-up paid by a job's first start (joining its group, building its model): what a live
+    # run measures and hands back; 0 for the simulator's own runs.
+    startup_s: float = 0.0
 
 
 class SimInterrupted(KeyboardInterrupt):
@@ -475,7 +478,8 @@ class Engine:
         job.changed_s = now
         job.last_update_s = now
         # A job restarting after a preemption first restores its checkpoint.
-        job.paused_until_s = now + self.settings.restore_s if job.preemptions else now
+        pause = self.settings.restore_s if job.preemptions else self.settings.startup_s
+        job.paused_until_s = now + pause
         del self.queued_views[job.index]
         self.running_views[job.index] = job.make_view(self.oracle)
         self._place_on_links(job, placement, now)

@@ -29,7 +29,7 @@ from unstall.sim.engine import Engine, EngineSettings
 from unstall.sim.metrics import SimResult, job_table, summarise, timeline_table, with_rejected
 from unstall.sim.perf_speed import PerfSpeedModel
 from unstall.sim.speed import SpeedModel
-from unstall.sim.state import build_jobs
+from unstall.sim.state import SimJob, build_jobs
 from unstall.traces.models import assign_models, normalised_mix
 from unstall.traces.schema import Trace, TraceError
 from unstall.workload.job_specs import JobPerfSpec, known_models
@@ -113,6 +113,7 @@ def _check_settings(
     *,
     seed: int,
     restore_s: float,
+    startup_s: float,
     tick_s: float | None,
     model_mix: Mapping[str, float] | None,
     max_jobs: int | None,
@@ -123,7 +124,8 @@ def _check_settings(
     check_number(OWNER, "max_jobs", max_jobs, whole=True, optional=True, wanted="a whole number")
     check_number(OWNER, "restore_s", restore_s, wanted="a number of seconds")
     check_number(OWNER, "tick_s", tick_s, optional=True, wanted="a number of seconds")
-    check_non_negative(OWNER, restore_s=restore_s, seed=seed)
+    check_number(OWNER, "startup_s", startup_s, wanted="a number of seconds")
+    check_non_negative(OWNER, restore_s=restore_s, startup_s=startup_s, seed=seed)
     check(tick_s is None or tick_s > 0, OWNER, "tick_s", "must be > 0")
     check(max_jobs is None or max_jobs > 0, OWNER, "max_jobs", "must be > 0")
     if model_mix is not None:
@@ -179,6 +181,7 @@ def simulate(
     congestion: Congestion | str = NO_CONGESTION,
     seed: int = 0,
     restore_s: float = 60.0,
+    startup_s: float = 0.0,
     tick_s: float | None = None,
     model_mix: Mapping[str, float] | None = None,
     max_jobs: int | None = None,
@@ -192,7 +195,8 @@ def simulate(
     ``congestion_level("medium")``, or a :class:`CongestionSchedule`); ``seed`` seeds it, the
     models given to jobs whose trace names none (drawn from ``model_mix``, default uniform over
     the zoo) and the policy's random generator. ``restore_s``: checkpoint + restore paid by each
-    preemption and migration. ``tick_s``: extra scheduling rounds while jobs wait (None: the
+    preemption and migration; ``startup_s``: set-up paid by each job's first start (0: none;
+    a live run measures it). ``tick_s``: extra scheduling rounds while jobs wait (None: the
     policy's own ``tick_s``, if it has one). ``max_jobs``: only the first N jobs.
     ``job_profiles``: measured jobs; jobs of a profiled model's name run at its measured figures
     instead of the zoo's estimates. ``duration_gpu``: the GPU type on which the trace's durations
@@ -211,7 +215,12 @@ def simulate(
     """
     trace, cluster, policy, congestion = resolve_arguments(trace, cluster, policy, congestion)
     _check_settings(
-        seed=seed, restore_s=restore_s, tick_s=tick_s, model_mix=model_mix, max_jobs=max_jobs
+        seed=seed,
+        restore_s=restore_s,
+        startup_s=startup_s,
+        tick_s=tick_s,
+        model_mix=model_mix,
+        max_jobs=max_jobs,
     )
     check(
         on_finish is None or callable(on_finish),
@@ -229,8 +238,7 @@ def simulate(
     specs = profiled_specs(job_profiles)
     _check_mix_names(model_mix, specs)
     _check_trace_models(trace, max_jobs, specs)
-    reference = duration_gpus(trace, duration_gpu)
-    speed = PerfSpeedModel(cluster, specs, duration_gpu=reference.gpu)
+    speed, per_job = speed_model(trace, cluster, specs, duration_gpu)
     return simulate_with_speed(
         trace,
         cluster,
@@ -239,32 +247,67 @@ def simulate(
         congestion=congestion,
         seed=seed,
         restore_s=restore_s,
+        startup_s=startup_s,
         tick_s=tick_s,
         model_mix=model_mix,
         max_jobs=max_jobs,
         on_finish=on_finish,
-        job_duration_gpus=reference.per_job,
+        job_duration_gpus=per_job,
     )
 
 
-def simulate_with_speed(
+def speed_model(
     trace: Trace,
     cluster: TopologyConfig,
-    policy: Policy,
+    specs: Mapping[str, JobPerfSpec],
+    duration_gpu: str | None,
+) -> tuple[PerfSpeedModel, tuple[str, ...] | None]:
+    """The perf model of a run of ``trace`` on ``cluster`` (measured ``specs`` beside the zoo's)
+    and each job's duration GPU where the trace's jobs name different ones: what the simulator
+    and the live backend both run jobs at."""
+    reference = duration_gpus(trace, duration_gpu)
+    return PerfSpeedModel(cluster, specs, duration_gpu=reference.gpu), reference.per_job
+
+
+@dataclass(frozen=True)
+class RunJobs:
+    """The jobs of one run: the trace as run (first ``max_jobs``, models assigned), the jobs
+    that fit the cluster as the engine keeps them, and which of the trace's jobs those are."""
+
+    trace: Trace
+    jobs: list[SimJob]
+    fits: np.ndarray  # per job of ``trace``: whether it fits the cluster
+    models: np.ndarray  # per job of ``trace``: its model
+
+    def with_rejected(self, simulated: pd.DataFrame) -> pd.DataFrame:
+        """``simulated`` (a row per job that fit) with a row per rejected job, in trace order."""
+        arrays = self.trace.arrays()
+        fits, models = self.fits, self.models
+        rejected = pd.DataFrame(
+            {
+                "job_id": arrays.job_id[~fits].astype(str),
+                "model": models[~fits],
+                "num_gpus": arrays.num_gpus[~fits].astype(np.int64),
+                "submit_s": arrays.submit_s[~fits].astype(np.float64),
+                "duration_s": arrays.duration_s[~fits].astype(np.float64),
+            }
+        )
+        positions = np.concatenate([np.flatnonzero(fits), np.flatnonzero(~fits)])
+        return with_rejected(simulated, positions, rejected)
+
+
+def run_jobs(
+    trace: Trace,
+    cluster: TopologyConfig,
     speed: SpeedModel,
     *,
-    congestion: Congestion,
-    seed: int,
-    restore_s: float,
-    tick_s: float | None,
-    model_mix: Mapping[str, float] | None,
     max_jobs: int | None,
-    on_finish: Callable[[int], None] | None,
-    job_duration_gpus: Sequence[str] | None = None,
-) -> SimRun:
-    """:func:`simulate` on a given speed model: the tests compare the perf model's fast paths
-    with a speed model that lacks them, on the same run. ``job_duration_gpus``: each job's
-    duration GPU in trace order, where the trace's jobs name different ones."""
+    model_mix: Mapping[str, float] | None,
+    seed: int,
+    job_duration_gpus: Sequence[str] | None,
+) -> RunJobs:
+    """The jobs a run of ``trace`` on ``cluster`` simulates (or runs live): the first
+    ``max_jobs`` with models, those larger than the cluster set aside."""
     trace = prepare_trace(trace, max_jobs=max_jobs, model_mix=model_mix, seed=seed)
     arrays = trace.arrays()
     fits = arrays.num_gpus <= cluster.n_gpus
@@ -282,6 +325,39 @@ def simulate_with_speed(
         if job_duration_gpus is None
         else np.asarray(job_duration_gpus[: len(arrays)], dtype=object)[fits].tolist(),
     )
+    return RunJobs(trace=trace, jobs=jobs, fits=fits, models=models)
+
+
+def simulate_with_speed(
+    trace: Trace,
+    cluster: TopologyConfig,
+    policy: Policy,
+    speed: SpeedModel,
+    *,
+    congestion: Congestion,
+    seed: int,
+    restore_s: float,
+    tick_s: float | None,
+    model_mix: Mapping[str, float] | None,
+    max_jobs: int | None,
+    on_finish: Callable[[int], None] | None,
+    job_duration_gpus: Sequence[str] | None = None,
+    startup_s: float = 0.0,
+) -> SimRun:
+    """:func:`simulate` on a given speed model: the tests compare the perf model's fast paths
+    with a speed model that lacks them, on the same run. ``job_duration_gpus``: each job's
+    duration GPU in trace order, where the trace's jobs name different ones."""
+    prepared = run_jobs(
+        trace,
+        cluster,
+        speed,
+        max_jobs=max_jobs,
+        model_mix=model_mix,
+        seed=seed,
+        job_duration_gpus=job_duration_gpus,
+    )
+    trace, jobs, fits = prepared.trace, prepared.jobs, prepared.fits
+    arrays = trace.arrays()
     horizon = float(arrays.submit_s.max() + arrays.duration_s.max()) if len(arrays) else 0.0
     tick = tick_s if tick_s is not None else policy_capabilities(policy).tick_s
     engine = Engine(
@@ -290,7 +366,7 @@ def simulate_with_speed(
         policy=policy,
         jobs=jobs,
         congestion=congestion.schedule(horizon, seed),
-        settings=EngineSettings(restore_s=restore_s, tick_s=tick, seed=seed),
+        settings=EngineSettings(restore_s=restore_s, startup_s=startup_s, tick_s=tick, seed=seed),
     )
     started = time.perf_counter()
     outcome = engine.run(on_finish)
@@ -308,19 +384,9 @@ def simulate_with_speed(
         node_type=cluster.node_device,
     )
     telemetry = pd.DataFrame(outcome.timeline.telemetry, columns=["time_s", "name", "value"])
-    rejected = pd.DataFrame(
-        {
-            "job_id": arrays.job_id[~fits].astype(str),
-            "model": models[~fits],
-            "num_gpus": arrays.num_gpus[~fits].astype(np.int64),
-            "submit_s": arrays.submit_s[~fits].astype(np.float64),
-            "duration_s": arrays.duration_s[~fits].astype(np.float64),
-        }
-    )
-    positions = np.concatenate([np.flatnonzero(fits), np.flatnonzero(~fits)])
     return SimRun(
         result=result,
-        jobs=with_rejected(job_table(outcome.jobs, gpu_type_of(cluster)), positions, rejected),
+        jobs=prepared.with_rejected(job_table(outcome.jobs, gpu_type_of(cluster))),
         timeline=timeline_table(outcome.timeline),
         telemetry=telemetry,
     )

@@ -1,0 +1,32 @@
+"""A job's first start can cost set-up time (``simulate(startup_s=...)``): what a live run measures
+and hands back to the simulator. Restarts pay ``restore_s`` instead."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from unstall.net import TopologyConfig
+from unstall.sim import simulate
+from unstall.traces import Trace
+
+
+def _one_job() -> Trace:
+    frame = pd.DataFrame(
+        {"job_id": ["a"], "submit_s": [0.0], "num_gpus": [1], "duration_s": [100.0]}
+    )
+    return Trace.from_frame(frame.assign(model="resnet50"), source="one")
+
+
+def test_the_first_start_pays_the_start_up_time() -> None:
+    cluster = TopologyConfig(name="one", racks=1, nodes_per_rack=1, gpus_per_node=1)
+    plain = simulate(_one_job(), cluster, "fifo").result
+    slow = simulate(_one_job(), cluster, "fifo", startup_s=7.5).result
+    assert plain.avg_jct_s == pytest.approx(100.0)
+    assert slow.avg_jct_s == pytest.approx(107.5)
+
+
+def test_a_negative_start_up_time_is_refused_by_name() -> None:
+    cluster = TopologyConfig(name="one", racks=1, nodes_per_rack=1, gpus_per_node=1)
+    with pytest.raises(ValueError, match="startup_s"):
+        simulate(_one_job(), cluster, "fifo", startup_s=-1.0)
