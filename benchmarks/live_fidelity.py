@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import platform
+import signal
 import sys
 import time
 from pathlib import Path
@@ -144,6 +145,9 @@ def main() -> None:
     from unstall.live.cluster import LocalRayCluster
     from unstall.net import resolve_cluster
 
+    # A SIGTERM (a batch system's stop) ends the run as Ctrl-C does: the local cluster's
+    # processes are shut down, none is left behind.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     trace = fidelity_trace(args.jobs, args.seed)
     local = LocalRayCluster(resolve_cluster("tiny"), "unstall_gpu")
     rows = []

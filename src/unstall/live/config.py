@@ -38,8 +38,9 @@ class LiveConfig:
     - ``batch_size`` and ``image_size``: the per-GPU batch and the image side of zoo models in
       real compute (small on CPUs; a GPU cluster may raise them).
     - ``lr``: the SGD learning rate of real compute (momentum 0.9).
-    - ``restore_s``: the checkpoint-and-restore time the simulator's prediction beside a live
-      run charges (None: the time this run measured, when it measured one).
+    - ``restore_s`` and ``startup_s``: the checkpoint-and-restore time and a job's start-up
+      time that the simulator's prediction beside a live run charges (None: what this run
+      measured).
     - ``join_timeout_s``: how long a job's processes wait for each other to form their group.
     - ``seed``: seeds the synthetic data, the models' initial weights and the policy's random
       generator.
@@ -54,6 +55,7 @@ class LiveConfig:
     image_size: int = 32
     lr: float = 0.05
     restore_s: float | None = None
+    startup_s: float | None = None
     join_timeout_s: float = 60.0
     seed: int = 0
 
@@ -79,13 +81,10 @@ class LiveConfig:
             check_number(OWNER, name, value, whole=True)
             check(value >= 1, OWNER, name, f"must be >= 1, got {value!r}")
         check_number(OWNER, "seed", self.seed, whole=True)
-        check_number(OWNER, "restore_s", self.restore_s, optional=True, wanted="seconds")
-        check(
-            self.restore_s is None or self.restore_s >= 0,
-            OWNER,
-            "restore_s",
-            f"must be >= 0, got {self.restore_s!r}",
-        )
+        for name in ("restore_s", "startup_s"):
+            value = getattr(self, name)
+            check_number(OWNER, name, value, optional=True, wanted="seconds or None")
+            check(value is None or value >= 0, OWNER, name, f"must be >= 0, got {value!r}")
 
     @property
     def emulated(self) -> bool:

@@ -29,10 +29,8 @@ from unstall.net.topology import TopologyConfig
 from unstall.results import JsonResult
 from unstall.sched import resolve_policy
 from unstall.sched.base import Policy
-from unstall.sim.metrics import SimResult, job_table, summarise, timeline_table, with_rejected
-from unstall.sim.perf_speed import PerfSpeedModel
-from unstall.sim.run import SimRun, gpu_type_of, prepare_trace, simulate
-from unstall.sim.state import build_jobs
+from unstall.sim.metrics import SimResult, job_table, summarise, timeline_table
+from unstall.sim.run import RunJobs, SimRun, gpu_type_of, run_jobs, simulate, speed_model
 from unstall.traces import resolve_trace
 from unstall.traces.schema import Trace
 
@@ -216,19 +214,18 @@ def _run_on(
     started: float,
 ) -> LiveRun:
     topology = live.topology
-    trace = prepare_trace(trace, max_jobs=max_jobs, model_mix=model_mix, seed=config.seed)
-    speed = PerfSpeedModel(topology, duration_gpu=duration_gpu)
-    arrays = trace.arrays()
-    fits = arrays.num_gpus <= topology.n_gpus
-    models = arrays.model if arrays.model is not None else np.empty(len(arrays), dtype=object)
-    jobs = build_jobs(
-        job_ids=arrays.job_id[fits].tolist(),
-        submit_s=arrays.submit_s[fits].tolist(),
-        num_gpus=arrays.num_gpus[fits].tolist(),
-        duration_s=arrays.duration_s[fits].tolist(),
-        models=models[fits].tolist(),
-        speed=speed,
+    # The jobs and their speeds exactly as the simulator would run them.
+    speed, per_job = speed_model(trace, topology, {}, duration_gpu)
+    prepared = run_jobs(
+        trace,
+        topology,
+        speed,
+        max_jobs=max_jobs,
+        model_mix=model_mix,
+        seed=config.seed,
+        job_duration_gpus=per_job,
     )
+    trace, jobs = prepared.trace, prepared.jobs
     works = {
         job.job_id: _work(job.job_id, job.model, job.work_iters, config, user_work) for job in jobs
     }
@@ -241,9 +238,7 @@ def _run_on(
         try:
             outcome = backend.run()
         except LiveInterrupted as stop:
-            run = _results(
-                stop.outcome, live, trace, policy, config, address, fits, models, started
-            )
+            run = _results(stop.outcome, live, prepared, policy, config, address, started)
             stop.run = run  # type: ignore[attr-defined]
             raise
         finals: dict[str, bytes] = {}
@@ -254,16 +249,22 @@ def _run_on(
                     finals[job.job_id] = blob
     finally:
         backend.shutdown()
-    run = _results(outcome, live, trace, policy, config, address, fits, models, started)
+    run = _results(outcome, live, prepared, policy, config, address, started)
     prediction = None
     if predict:
+        # What this run measured (unless the config says otherwise): the simulator's costs.
         restore = config.restore_s if config.restore_s is not None else run.facts.measured_restore_s
+        startup = config.startup_s
+        if startup is None:
+            measured = run.facts.startup_s_median
+            startup = 0.0 if np.isnan(measured) else measured
         prediction = simulate(
             trace,
             topology,
             policy,
             seed=config.seed,
             restore_s=restore if restore is not None else 60.0,
+            startup_s=startup,
             duration_gpu=duration_gpu,
         )
     return LiveRun(
@@ -306,27 +307,25 @@ def _median(values: list[float]) -> float:
 def _results(
     outcome: LiveOutcome,
     live: LiveCluster,
-    trace: Trace,
+    prepared: RunJobs,
     policy: Policy,
     config: LiveConfig,
     address: str | None,
-    fits: np.ndarray,
-    models: np.ndarray,
     started: float,
 ) -> LiveRun:
     topology = live.topology
-    arrays = trace.arrays()
     wall = time.monotonic() - started
     result = summarise(
         outcome.engine,
         policy=policy.name,
         cluster=topology.name,
-        trace=Path(trace.source).name,
+        trace=Path(prepared.trace.source).name,
         congestion="none",
         seed=config.seed,
         total_gpus=topology.n_gpus,
-        jobs_rejected=int((~fits).sum()),
+        jobs_rejected=int((~prepared.fits).sum()),
         wall_s=wall,
+        node_type=topology.node_device,
     )
     table = job_table(outcome.engine.jobs, gpu_type_of(topology))
     records = [outcome.records[job.job_id] for job in outcome.engine.jobs]
@@ -335,17 +334,7 @@ def _results(
     table["startup_s"] = [r.startup_s for r in records]
     table["restore_s"] = [_median(r.restore_s) for r in records]
     table["failures"] = np.array([r.failures for r in records], dtype=np.int64)
-    rejected = pd.DataFrame(
-        {
-            "job_id": arrays.job_id[~fits].astype(str),
-            "model": models[~fits],
-            "num_gpus": arrays.num_gpus[~fits].astype(np.int64),
-            "submit_s": arrays.submit_s[~fits].astype(np.float64),
-            "duration_s": arrays.duration_s[~fits].astype(np.float64),
-        }
-    )
-    positions = np.concatenate([np.flatnonzero(fits), np.flatnonzero(~fits)])
-    jobs = with_rejected(table, positions, rejected)
+    jobs = prepared.with_rejected(table)
     rounds = pd.DataFrame(
         [r.__dict__ for r in outcome.rounds],
         columns=["time_s", "decide_wall_s", "apply_wall_s", "starts", "preemptions", "migrations"],
