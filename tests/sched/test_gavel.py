@@ -197,6 +197,11 @@ def test_rounds_share_the_gpus_of_an_oversubscribed_type() -> None:
 def test_gavel_is_registered_with_its_round_option() -> None:
     policy = make_policy("gavel", round_s=60.0)
     assert isinstance(policy, Gavel) and policy.config.round_s == 60.0
+    blind = make_policy("gavel", type_aware=False)
+    assert isinstance(blind, Gavel)
+    job = view("j0", 1, {"v100": 1.0, "k80": 0.2, "t4": 0.0})
+    assert [blind.speed(job, t) for t in ("v100", "k80", "t4")] == [1.0, 1.0, 0.0]
+    assert policy.speed(job, "k80") == 0.2
     with pytest.raises(ConfigError, match="round_s"):
         make_policy("gavel", round_s=-1.0)
 

@@ -53,6 +53,9 @@ class GavelConfig:
 
     # Length of a scheduling round, seconds (Gavel's default: 6 minutes).
     round_s: float = 360.0
+    # Off: every type counts as equally fast for every job (Gavel's heterogeneity-agnostic
+    # LAS, the baseline its paper sets the aware one against).
+    type_aware: bool = True
 
     def __post_init__(self) -> None:
         check(
@@ -79,10 +82,18 @@ class Gavel(PolicyBase):
     """Heterogeneity-aware LAS solved as a linear program, realised in rounds (see the module
     docstring)."""
 
-    def __init__(self, config: GavelConfig | None = None) -> None:
+    def __init__(self, config: GavelConfig | None = None, *, name: str = "gavel") -> None:
         self.config = config or GavelConfig()
-        self.name = "gavel"
+        self.name = name
         self._books = _Books()
+
+    def speed(self, job: JobView, kind: str) -> float:
+        """``job``'s speed on ``kind`` as this policy weighs it: the view's, or (not
+        ``type_aware``) 1 wherever the job can run."""
+        speed = job.speed_on(kind)
+        if self.config.type_aware or speed <= 0.0:
+            return speed
+        return 1.0
 
     def reset(self) -> None:
         self._books = _Books()
@@ -134,7 +145,7 @@ class Gavel(PolicyBase):
         capacity = type_gpus(snapshot.layout)
         x = las_allocation(
             [job.num_gpus for job in active],
-            [[job.speed_on(t) for t in types] for job in active],
+            [[self.speed(job, t) for t in types] for job in active],
             [capacity[t] for t in types],
         )
         books.allocation = {
@@ -222,7 +233,7 @@ class Gavel(PolicyBase):
                 continue
             kinds = sorted(
                 (t for t in layout.types if job.speed_on(t) > 0.0),
-                key=lambda t: (-self.priority(job, t, now), -job.speed_on(t), t),
+                key=lambda t: (-self.priority(job, t, now), -self.speed(job, t), t),
             )
             placement: Placement | None = None
             for kind in kinds:
