@@ -21,7 +21,6 @@ import heapq
 import itertools
 import math
 import random
-import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -47,7 +46,7 @@ from unstall.sched.base import (
 )
 from unstall.sim.decision_checks import PolicyError, check_decision_shape, check_placement
 from unstall.sim.engine import EngineOutcome
-from unstall.sim.failures import PolicyCrashError, describe_failure
+from unstall.sim.failures import PolicyCrashError, policy_crash
 from unstall.sim.network import NetworkState
 from unstall.sim.perf_speed import PerfSpeedModel
 from unstall.sim.state import ClusterState, JobState, SimJob
@@ -790,10 +789,7 @@ class LiveBackend:
         return held[1] if held is not None else None
 
     def _policy_failed(self, exc: Exception) -> PolicyCrashError:
-        module = sys.modules.get(type(self.policy).__module__)
-        home = getattr(module, "__file__", None)
-        name = getattr(self.policy, "name", type(self.policy).__name__)
-        return PolicyCrashError(str(name), describe_failure(exc, home))
+        return policy_crash(self.policy, exc)
 
 
 _STATE_WORDS = {

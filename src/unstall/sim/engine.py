@@ -19,7 +19,6 @@ from __future__ import annotations
 import gc
 import math
 import random
-import sys
 import time
 from collections.abc import Callable, Generator, Sequence
 from contextlib import contextmanager
@@ -38,7 +37,7 @@ from unstall.sched.base import (
 from unstall.sim.congestion import CongestionSchedule
 from unstall.sim.decision_checks import PolicyError, check_decision_shape, check_placement
 from unstall.sim.events import EventKind, EventQueue
-from unstall.sim.failures import PolicyCrashError, describe_failure
+from unstall.sim.failures import PolicyCrashError, policy_crash
 from unstall.sim.network import NetworkState
 from unstall.sim.network_jobs import NetworkJobs
 from unstall.sim.round_views import RoundView, SpreadViews
@@ -410,12 +409,7 @@ class Engine:
         self._apply(decision, now)
 
     def _policy_failed(self, exc: Exception) -> PolicyCrashError:
-        """What stops the run when the policy's own code raised: the policy, the exception and
-        where, in the policy's file when the innermost frame is elsewhere (a library it called)."""
-        module = sys.modules.get(type(self.policy).__module__)
-        home = getattr(module, "__file__", None)
-        name = getattr(self.policy, "name", type(self.policy).__name__)
-        return PolicyCrashError(str(name), describe_failure(exc, home))
+        return policy_crash(self.policy, exc)
 
     def _apply(self, decision: Decision, now: float) -> None:
         name = self.policy.name

@@ -10,6 +10,7 @@ engine, which tells a policy's author nothing they can act on.
 from __future__ import annotations
 
 import os
+import sys
 import traceback
 
 from unstall.errors import UnstallError
@@ -27,6 +28,16 @@ class PolicyCrashError(UnstallError):
     def __reduce__(self) -> tuple[object, ...]:
         # Picklable as it was built (see unstall.errors.ConfigError.__reduce__).
         return (type(self), (self.policy, self.error), self.__dict__)
+
+
+def policy_crash(policy: object, exc: Exception) -> PolicyCrashError:
+    """What stops a run (simulated or live) when the policy's own code raised: the policy, the
+    exception and where, in the policy's file when the innermost frame is elsewhere (a library
+    it called)."""
+    module = sys.modules.get(type(policy).__module__)
+    home = getattr(module, "__file__", None)
+    name = getattr(policy, "name", type(policy).__name__)
+    return PolicyCrashError(str(name), describe_failure(exc, home))
 
 
 def describe_failure(exc: BaseException, home: str | None = None) -> str:
