@@ -77,7 +77,7 @@ def test_run_profiles_a_model_and_data_from_a_users_file(tmp_path: Path) -> None
     assert config["batch"] == 6  # the data function's batch, not --batch's default
     # --batch cannot set the batch a data function yields: refused, not silently ignored.
     refused = runner.invoke(app, [*args, "--batch", "32"])
-    assert refused.exit_code == 1 and refused.output.count("error:") == 1, refused.output
+    assert refused.exit_code == 2 and refused.output.count("error:") == 1, refused.output
     assert "profile.batch: your data function yields its batches" in refused.output
     assert "(option --batch)" in refused.output
 
@@ -164,7 +164,7 @@ def test_fit_from_saved_points_prints_every_candidate_and_the_pick(tmp_path: Pat
     bad = runner.invoke(
         app, ["profile", "fit", "--points", str(tmp_path / "pts.json"), "--cv", "x"]
     )
-    assert bad.exit_code == 1 and "--cv" in bad.output
+    assert bad.exit_code == 2 and "--cv" in bad.output
 
 
 @pytest.mark.slow
@@ -255,7 +255,7 @@ def test_a_class_folder_set_profiles_through_a_dataloader_and_the_cpu_profile_co
     assert runs == {"compute round 0", "cold round 0", "warm round 0", "cached round 0"}
     assert profile.measured.keys() == {"1"}
     refused = runner.invoke(app, ["sim", "run", "--policy", "fifo", "--job-profile", str(prof)])
-    assert refused.exit_code == 1 and refused.output.count("error:") == 1
+    assert refused.exit_code == 2 and refused.output.count("error:") == 1
     assert "measured on a CPU" in refused.output and "unstall profile convert" in refused.output
     out = tmp_path / "v100.json"
     converted = runner.invoke(
