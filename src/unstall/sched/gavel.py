@@ -10,9 +10,10 @@ realised in rounds.
 - **Rounds** (``round_s``, 360 s as in Gavel; a :class:`SetTimer` each). Each round ranks the
   (job, type) pairs by priority = ``X[j][t]`` over the share of its time in the system the job
   has run on ``t`` so far (never run there: first), and gives each type's GPUs to the pairs in
-  that order, a job at most one type. Jobs kept on the type they run on stay where they are;
-  the others are preempted, and the chosen ones start on their type, as consolidated as its free
-  GPUs allow (the shared placement helpers, on that type's nodes only). GPUs left over go to
+  that order, a job at most one type. Jobs kept on the type they run on stay where they are
+  (unless spread over nodes at a cost, ``repack_slowdown``: those are placed again); the others
+  are preempted, and the chosen ones start on their type, largest first, as consolidated as its
+  free GPUs allow (the shared placement helpers, on that type's nodes only). GPUs left over go to
   the remaining jobs, fastest type first (a round leaves no GPU idle that a waiting job fits).
 - **Between rounds** (arrivals, finishes) waiting jobs only fill free GPUs, by the same
   priorities (new jobs first); nobody is preempted until the next round.
@@ -56,6 +57,11 @@ class GavelConfig:
     # Off: every type counts as equally fast for every job (Gavel's heterogeneity-agnostic
     # LAS, the baseline its paper sets the aware one against).
     type_aware: bool = True
+    # A running job spread over nodes whose slowdown there (its network sensitivity at the
+    # congestion now) exceeds this is placed again at each round, as consolidated as the
+    # round allows, instead of keeping its GPUs (where packing spread it when the round that
+    # started it found no room on one node).
+    repack_slowdown: float = 1.2
 
     def __post_init__(self) -> None:
         check(
@@ -63,6 +69,12 @@ class GavelConfig:
             self,
             "round_s",
             f"must be a number of seconds > 0, got {self.round_s!r}",
+        )
+        check(
+            isinstance(self.repack_slowdown, int | float) and self.repack_slowdown >= 1.0,
+            self,
+            "repack_slowdown",
+            f"must be a slowdown >= 1, got {self.repack_slowdown!r}",
         )
 
 
@@ -178,23 +190,41 @@ class Gavel(PolicyBase):
             kind = chosen.get(job.job_id)
             if kind != job_type(job, layout) or not one_type(job, layout):
                 why = "not chosen this round" if kind is None else f"moves to {kind} this round"
-                preempts.append(Preempt(job.job_id, f"gavel: {why}"))
-                free.give(job.placement)
-        preempted = {p.job_id for p in preempts}
-        starts: list[Start] = []
-        views = {job.job_id: job for job in active}
-        for job_id, kind in chosen.items():  # in the order chosen
-            job = views[job_id]
-            if job.running and job.job_id not in preempted:
+            elif self._repack(job, snapshot):
+                why = "placed again, more consolidated"
+            else:
                 continue  # kept where it runs
+            preempts.append(Preempt(job.job_id, f"gavel: {why}"))
+            free.give(job.placement)
+        preempted = {p.job_id for p in preempts}
+        views = {job.job_id: job for job in active}
+        # Largest first, so that the big jobs find whole nodes (priority order among equals).
+        placing = sorted(
+            ((views[i], kind) for i, kind in chosen.items()),
+            key=lambda pair: -pair[0].num_gpus,
+        )
+        starts: list[Start] = []
+        for job, kind in placing:
+            if job.running and job.job_id not in preempted:
+                continue
             placement = on_type(free, kind, job.num_gpus)
             if placement is not None:
                 free.take(placement)
-                starts.append(Start(job_id, placement))
+                starts.append(Start(job.job_id, placement))
         started = {s.job_id for s in starts}
         waiting = [j for j in snapshot.queued if j.job_id not in started]
         starts += self._fill(free, waiting, snapshot.now)
         return tuple(starts), tuple(preempts), (("gavel.jobs_chosen", float(len(chosen))),)
+
+    def _repack(self, job: JobView, snapshot: ClusterSnapshot) -> bool:
+        """Whether running ``job`` is spread over nodes at a slowdown above
+        ``repack_slowdown`` (see :class:`GavelConfig`)."""
+        layout = snapshot.layout
+        if len(job.placement) <= min_nodes_on(layout, job_type(job, layout), job.num_gpus):
+            return False  # as consolidated as its type allows
+        racks = {snapshot.layout.node_rack[node] for node, _ in job.placement}
+        slowdown = job.sensitivity.at(len(racks) > 1, snapshot.congestion)
+        return slowdown > self.config.repack_slowdown
 
     def _choose(self, snapshot: ClusterSnapshot, active: Sequence[JobView]) -> dict[str, str]:
         """Job id -> the type it runs on this round, pairs taken by priority while the type's
@@ -264,6 +294,17 @@ def type_gpus(layout: ClusterLayout) -> dict[str, int]:
     for kind, count in zip(layout.node_type, layout.node_gpus, strict=True):
         gpus[kind] += count
     return gpus
+
+
+def min_nodes_on(layout: ClusterLayout, kind: str, num_gpus: int) -> int:
+    """The fewest nodes of type ``kind`` that hold ``num_gpus`` GPUs (all of them if none do)."""
+    kinds = zip(layout.node_gpus, layout.node_type, strict=True)
+    sizes = sorted(gpus for gpus, t in kinds if t == kind)
+    count = 0
+    while num_gpus > 0 and sizes:
+        num_gpus -= sizes.pop()
+        count += 1
+    return count
 
 
 def one_type(job: JobView, layout: ClusterLayout) -> bool:
