@@ -224,3 +224,41 @@ def test_gavel_runs_a_trace_on_a_mixed_cluster_one_type_a_job(tmp_path: Path) ->
     held = result.gpu_s_by_type
     assert set(held) == {"v100", "k80"} and min(held.values()) > 0
     assert held["v100"] <= 32 * result.makespan_s and held["k80"] <= 16 * result.makespan_s
+
+
+def test_a_round_places_again_a_job_spread_at_a_cost() -> None:
+    layout = ClusterLayout.from_nodes(
+        node_rack=(0, 0, 1), node_gpus=(8, 8, 4), node_type=("v100", "v100", "k80")
+    )
+    speeds = (("v100", 1.0), ("k80", 0.0))
+
+    def spread(sensitivity: float) -> ClusterSnapshot:
+        job = JobView(
+            job_id="j0",
+            index=0,
+            num_gpus=8,
+            submit_s=0.0,
+            model="alexnet",
+            sensitivity=Sensitivity.flat(sensitivity, sensitivity),
+            attained_gpu_s_at_change=0.0,
+            changed_s=0.0,
+            running=True,
+            placement=((0, 4), (1, 4)),
+            type_speeds=speeds,
+        )
+        return ClusterSnapshot(
+            now=360.0,
+            layout=layout,
+            free_by_node=(4, 4, 4),
+            free_by_rack=(8, 4),
+            queued=(),
+            running=(job,),
+            fired_timers=(ROUND_TIMER,),
+        )
+
+    # Slowed 3x by the network: preempted and started again on one node.
+    moved = Gavel().decide(spread(3.0), random.Random(0))
+    assert [p.job_id for p in moved.preemptions] == ["j0"]
+    assert [s.placement for s in moved.starts] == [((0, 8),)]
+    # Hardly slowed: it keeps its GPUs (a restore would cost more than it gains).
+    assert not Gavel().decide(spread(1.05), random.Random(0)).preemptions
