@@ -626,7 +626,9 @@ class LiveBackend:
                 if _node_died(exc):
                     gone.add(node_slot[0])
             except (RayError, GetTimeoutError) as exc:
-                error = error or exc
+                # A process that lost its peer reports that; the one that failed first says why.
+                if error is None or _peer_gone(error):
+                    error = exc
                 if isinstance(exc, GetTimeoutError):
                     dead.append(node_slot)  # stuck: it is replaced
         self._release(segment)
@@ -811,6 +813,12 @@ _VIEW_FIELDS = (
     "placement",
     "preemptions",
 )
+
+
+def _peer_gone(exc: BaseException) -> bool:
+    """Whether a process failed only because another process of its job had gone."""
+    text = str(exc)
+    return "Connection closed by peer" in text or "Connection reset by peer" in text
 
 
 def _node_died(exc: BaseException) -> bool:

@@ -213,7 +213,8 @@ class _Trainer:
 
 
 class _EmulatedTrainer(_Trainer):
-    """Waits the iteration time the backend sets, then all-reduces a small buffer."""
+    """All-reduces a small buffer that carries the iteration time the backend set, then waits
+    that long for each iteration of the step."""
 
     def __init__(self, plan: SegmentPlan, control: SegmentControl) -> None:
         self.plan = plan
@@ -230,7 +231,13 @@ class _EmulatedTrainer(_Trainer):
         self.deadline = time.monotonic()
 
     def step(self, iteration: float, control: SegmentControl) -> float:
-        per_iteration = control.iteration_wall_s
+        # The processes agree on the iteration time first (the largest any of them was told):
+        # the backend's new time reaches them at different steps, and processes that counted
+        # different iterations a step would end the job at different steps, one of them then
+        # waiting in a collective that the others have left.
+        self.buffer[0] = control.iteration_wall_s
+        dist.all_reduce(self.buffer, op=dist.ReduceOp.MAX)
+        per_iteration = float(self.buffer[0])
         left = self.plan.work.iterations - iteration
         # Several iterations a step (at least step_wall_s of waiting), never past the end.
         count = max(1.0, math.floor(self.plan.step_wall_s / per_iteration)) if per_iteration else 1
@@ -242,7 +249,6 @@ class _EmulatedTrainer(_Trainer):
         now = time.monotonic()
         self.deadline = max(self.deadline, now - count * per_iteration) + count * per_iteration
         time.sleep(max(0.0, self.deadline - now))
-        dist.all_reduce(self.buffer)
         return count
 
     def state(self) -> dict[str, Any]:
