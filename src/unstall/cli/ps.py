@@ -147,6 +147,15 @@ TimeoutOpt = Annotated[
         "take before the run stops.",
     ),
 ]
+DeviceOpt = Annotated[
+    str,
+    typer.Option(
+        "--device",
+        help="Where the workers compute: cpu, or cuda (each worker's forward and backward on a "
+        "GPU of its own, which Ray assigns; the servers and the optimizer's step stay on the "
+        "CPU). cuda needs a GPU per worker on the Ray cluster.",
+    ),
+]
 
 
 @app.command("train")
@@ -233,6 +242,7 @@ def train(
         ),
     ] = 1,
     timeout: TimeoutOpt = 300.0,
+    device: DeviceOpt = "cpu",
     plot: Annotated[
         Path | None, typer.Option("--plot", help="Iteration time, loss and server busy (PNG).")
     ] = None,
@@ -274,6 +284,7 @@ def train(
         save=None if save is None else str(save),
         max_recoveries=max_recoveries,
         snapshot_every=snapshot_every,
+        device=device,
     )
     run = resolve_run(request)  # a bad name, file or function fails here, before Ray starts
     check_writable(save, json_out, checkpoint, plot)  # and an unwritable output here, too
@@ -448,6 +459,7 @@ def bench(
     seed: SeedOpt = 0,
     address: AddressOpt = None,
     working_dir: WorkingDirOpt = None,
+    device: DeviceOpt = "cpu",
     plot: Annotated[
         Path | None, typer.Option("--plot", help="Bar chart of throughput (PNG).")
     ] = None,
@@ -473,6 +485,7 @@ def bench(
         seed=seed,
         address=address,
         working_dir=None if working_dir is None else str(working_dir),
+        device=device,
     )
     grid, chosen = resolve_bench(base, names, cases)  # every name and file checked first
     config = bench_config(base)  # and the folder, before Ray starts

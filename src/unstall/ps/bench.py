@@ -138,7 +138,13 @@ def compare_strategies(
     rows: list[BenchRow] = []
     runtime = base.runtime
     with ray_for_run(
-        runtime.address, max(base.workers + 1, 2), pool, runtime_env=runtime.runtime_env
+        runtime.address,
+        max(base.workers + 1, 2),
+        pool,
+        runtime_env=runtime.runtime_env,
+        device=runtime.device,
+        workers=base.workers,
+        owner=owner,
     ) as actors:
         for case in cases:
             job = TrainingJob(
@@ -147,6 +153,7 @@ def compare_strategies(
                 loss=case.loss,  # type: ignore[arg-type]  # a name became its loss
                 seed=base.seed,
                 workers=base.workers,
+                device=runtime.device,
             )
             results = {}
             for strategy in runs:

@@ -26,6 +26,7 @@ from unstall import checks
 from unstall.errors import ConfigError
 from unstall.ps import arguments as args
 from unstall.ps.coordinator import DEFAULT_PIECE_BYTES
+from unstall.ps.device import CPU, check_device
 from unstall.ps.optim import ServerOptimizer, SGDConfig, make_optimizer
 from unstall.ps.scenarios import Scenario, none, scenario_named
 from unstall.ps.strategies import Strategy, strategy_named
@@ -59,13 +60,16 @@ class RuntimeConfig:
     """Ray and the exchange: ``address`` (or ``RAY_ADDRESS``) of a cluster to run on, with
     ``runtime_env`` (e.g. ``{"working_dir": "."}``; None: a local Ray on loopback); how long an
     iteration may take (``timeout_s``); the pieces a transfer is pipelined in (``piece_mb``) and
-    the threads a server steps a large segment with (``step_threads``)."""
+    the threads a server steps a large segment with (``step_threads``); where the workers
+    compute (``device``: ``"cpu"``, or ``"cuda"``, one GPU per worker actor, the servers
+    staying on the CPU; see :mod:`unstall.ps.device`)."""
 
     address: str | None = None
     runtime_env: Mapping[str, Any] | None = None
     timeout_s: float = 300.0
     piece_mb: float = DEFAULT_PIECE_BYTES / 1e6
     step_threads: int = 1
+    device: str = CPU
     owner: InitVar[str] = "RuntimeConfig"
 
     def __post_init__(self, owner: str) -> None:
@@ -79,6 +83,7 @@ class RuntimeConfig:
         _set(self, "piece_mb", checks.positive_finite(owner, "piece_mb", self.piece_mb))
         threads = checks.whole(owner, "step_threads", self.step_threads, minimum=1)
         _set(self, "step_threads", threads)
+        _set(self, "device", check_device(owner, self.device))
 
     @property
     def piece_bytes(self) -> int:

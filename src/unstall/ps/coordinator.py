@@ -114,7 +114,7 @@ class PSCluster:
         self.step_threads = step_threads
         self.optimizer = optimizer
         self.pool = pool
-        self.workers = pool.take_workers(job.workers)
+        self.workers = pool.take_workers(job.workers, job.device)
         self.timeout_s = timeout_s
         self.servers: dict[int, Any] = {}
         self.specs: dict[int, ServerSpec] = {}

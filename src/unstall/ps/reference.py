@@ -5,22 +5,26 @@ Each iteration replays every worker's batch (the one the worker recorded, so the
 any data function, deterministic or not), computes its gradient in rank order with the same code
 the workers run (:class:`~unstall.ps.replica.ModelReplica`, one thread), and applies the
 optimizer's step (:mod:`unstall.ps.optim`) to whole tensors. The parameters a parameter-server
-run ends with must equal these within ``REL_TOL`` (relative, per tensor).
+run ends with must equal these within ``REL_TOL`` (relative, per tensor); a run whose workers
+computed on a GPU is replayed on the driver's GPU when it has one (else on the CPU) and held to
+:data:`~unstall.ps.device.CUDA_REL_TOL`, the bound float32 arithmetic on a GPU allows.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
+from unstall.ps.device import CPU_REL_TOL, reference_device
 from unstall.ps.optim import ServerOptimizer
 from unstall.ps.replica import ModelReplica, TrainingJob
 from unstall.workload.threads import torch_threads
 from unstall.workload.zoo_jobs import Batch
 
-REL_TOL = 1e-6
+REL_TOL = CPU_REL_TOL
 
 
 def reference_params(
@@ -41,7 +45,7 @@ def reference_params(
         state = [[np.zeros_like(p) for p in params] for _ in range(optimizer.slots)]
     else:
         state = [[s.copy() for s in slot] for slot in initial_state]
-    replica = ModelReplica(job)
+    replica = ModelReplica(dataclasses.replace(job, device=reference_device(job.device)))
     iterations = min((len(b) for b in batches), default=0)
     with torch_threads(1):  # as the workers run
         for k in range(iterations):
@@ -69,8 +73,11 @@ class ReferenceCheck:
     matches: bool
 
 
-def compare(actual: Sequence[np.ndarray], expected: Sequence[np.ndarray]) -> ReferenceCheck:
-    """How far ``actual`` is from ``expected``, tensor by tensor."""
+def compare(
+    actual: Sequence[np.ndarray], expected: Sequence[np.ndarray], tolerance: float = REL_TOL
+) -> ReferenceCheck:
+    """How far ``actual`` is from ``expected``, tensor by tensor; a match within
+    ``tolerance``."""
     errors = []
     for a, e in zip(actual, expected, strict=True):
         scale = float(np.linalg.norm(e.astype(np.float64)))
@@ -78,5 +85,5 @@ def compare(actual: Sequence[np.ndarray], expected: Sequence[np.ndarray]) -> Ref
         errors.append(diff / scale if scale > 0 else diff)
     worst = int(np.argmax(errors))
     return ReferenceCheck(
-        max_rel_err=errors[worst], worst_tensor=worst, matches=errors[worst] <= REL_TOL
+        max_rel_err=errors[worst], worst_tensor=worst, matches=errors[worst] <= tolerance
     )

@@ -5,6 +5,10 @@ the same float32 operations on the same inputs and agree bit for bit. Every copy
 (the driver's, whose parameters are the run's starting point, each worker's and the
 reference's) is built by the user's model function with torch's generator seeded by the run's
 seed, so parameters that are not trained and buffers start equal everywhere too.
+
+On ``"cuda"`` (:mod:`unstall.ps.device`) the model is built on the CPU as everywhere, then moved
+to the GPU; the parameters the servers send are written into CPU copies, uploaded before each
+forward, and the gradients come back to the CPU as float32 arrays.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from torch import nn
 from unstall.errors import UnstallError
 from unstall.ps.chunks import Chunk, TensorInfo, tensor_infos
 from unstall.ps.data import DataFn
+from unstall.ps.device import CPU, float32_math, gpu_problem, seeded_on, to_device
 from unstall.usercode import (
     UserCodeError,
     call_user,
@@ -39,7 +44,8 @@ ModelFn = Callable[[], nn.Module]
 class TrainingJob:
     """What every worker of a run trains: the model, data and loss functions, the run's seed
     and the number of workers; ``record_batches``: workers keep every batch they train on (for
-    the reference to replay)."""
+    the reference to replay); ``device``: where the workers compute (``"cpu"`` or
+    ``"cuda"``)."""
 
     model: ModelFn
     data: DataFn
@@ -47,6 +53,7 @@ class TrainingJob:
     seed: int = 0
     workers: int = 2
     record_batches: bool = False
+    device: str = CPU
 
 
 def trainable(model: nn.Module) -> list[nn.Parameter]:
@@ -124,15 +131,24 @@ def initial_params(model: nn.Module) -> tuple[list[TensorInfo], list[np.ndarray]
 
 class ModelReplica:
     """One copy of the model whose parameters are written chunk by chunk and whose gradients
-    are read as flat float32 arrays (views on the torch storage, no copy)."""
+    are read as flat float32 arrays (views on the torch storage, no copy). On a GPU the
+    chunks are written into CPU copies (:attr:`own`), which :meth:`gradients` uploads, and the
+    gradients are copied back."""
 
     def __init__(self, job: TrainingJob) -> None:
         self.job = job
+        self.device = torch.device(job.device)
+        self.on_gpu = self.device.type != CPU
+        if self.on_gpu and (problem := gpu_problem()) is not None:
+            raise UnstallError(f"device={job.device!r}: {problem}")
         self.model = build_model(job.model, job.seed)  # trained values come with the first pull
         self.model.train()
         self.params = trainable(self.model)
         self.own = [p.data for p in self.params]  # the replica's own storage, writable
         self.flat = [p.view(-1).numpy() for p in self.own]
+        if self.on_gpu:  # the parameters and buffers move; ``own`` stays on the CPU
+            self.model.to(self.device)
+            self.params = trainable(self.model)  # (``to`` may replace a Parameter object)
         self.loss_fn = unwrap(job.loss)
 
     def load(self, chunk: Chunk, values: np.ndarray) -> None:
@@ -140,7 +156,9 @@ class ModelReplica:
         storage as it is (zero-copy: a read-only view of the object store, which forward and
         backward only read); a slice is copied into the replica's own storage."""
         param = self.params[chunk.tensor]
-        if chunk.start == 0 and chunk.stop == param.numel():
+        if self.on_gpu:
+            np.copyto(self.flat[chunk.tensor][chunk.start : chunk.stop], values)
+        elif chunk.start == 0 and chunk.stop == param.numel():
             with warnings.catch_warnings():  # read-only on purpose: nothing writes parameters
                 warnings.simplefilter("ignore", UserWarning)
                 param.data = torch.from_numpy(values).view(param.shape)
@@ -159,7 +177,7 @@ class ModelReplica:
         whole-tensor load had replaced it (a run's first pull loads whole chunks that its
         push-pulls then return in parts; every part arrives before the next compute)."""
         param = self.params[tensor]
-        if param.data.data_ptr() != self.own[tensor].data_ptr():
+        if not self.on_gpu and param.data.data_ptr() != self.own[tensor].data_ptr():
             param.data = self.own[tensor]
         np.copyto(self.flat[tensor][start:stop], values)
 
@@ -169,6 +187,9 @@ class ModelReplica:
 
     def gradients(self, batch: Batch, iteration: int, rank: int) -> tuple[float, list[np.ndarray]]:
         """Loss and flat gradients of worker ``rank``'s ``batch`` in iteration ``iteration``."""
+        if self.on_gpu:
+            with float32_math(self.device):
+                return self._gpu_gradients(batch, iteration, rank)
         inputs, targets = batch
         self.model.zero_grad(set_to_none=True)
         # Dropout draws from torch's global generator: seed a fork of it per (iteration, rank)
@@ -179,18 +200,46 @@ class ModelReplica:
             if not math.isfinite(value):
                 # Its gradients would make every parameter nan or inf at the step, and every
                 # later iteration (and checkpoint) would carry them: stop before the push.
-                raise UserCodeError(
-                    f"loss function {where_defined(self.loss_fn)} returned {value} on worker "
-                    f"{rank}'s batch of iteration {iteration} (inputs: {describe_value(inputs)}): "
-                    "training cannot go on from it (lower the learning rate, or check the "
-                    "batches and the model's outputs)"
-                )
+                raise self._not_finite(value, iteration, rank, inputs)
             loss.backward()
         grads = [
             p.grad.detach().reshape(-1).numpy() if p.grad is not None else np.zeros_like(flat)
             for p, flat in zip(self.params, self.flat, strict=True)
         ]
         return value, grads
+
+    def _gpu_gradients(
+        self, batch: Batch, iteration: int, rank: int
+    ) -> tuple[float, list[np.ndarray]]:
+        """:meth:`gradients` on the GPU: the CPU copies uploaded, the batch moved, the
+        gradients brought back to the CPU."""
+        with torch.no_grad():
+            for param, own in zip(self.params, self.own, strict=True):
+                param.data.copy_(own)
+        inputs, targets = batch
+        inputs, targets = to_device(inputs, self.device), to_device(targets, self.device)
+        self.model.zero_grad(set_to_none=True)
+        with seeded_on(derive_seed(self.job.seed, iteration, rank, 1), self.device):
+            loss = self._loss(inputs, targets)
+            value = float(loss.item())
+            if not math.isfinite(value):
+                raise self._not_finite(value, iteration, rank, inputs)
+            loss.backward()
+        grads = [
+            p.grad.detach().reshape(-1).to(CPU).numpy()
+            if p.grad is not None
+            else np.zeros_like(flat)
+            for p, flat in zip(self.params, self.flat, strict=True)
+        ]
+        return value, grads
+
+    def _not_finite(self, value: float, iteration: int, rank: int, inputs: object) -> UserCodeError:
+        return UserCodeError(
+            f"loss function {where_defined(self.loss_fn)} returned {value} on worker "
+            f"{rank}'s batch of iteration {iteration} (inputs: {describe_value(inputs)}): "
+            "training cannot go on from it (lower the learning rate, or check the "
+            "batches and the model's outputs)"
+        )
 
     def _loss(self, inputs: object, targets: object) -> torch.Tensor:
         try:
@@ -207,7 +256,7 @@ class ModelReplica:
 
     def buffers(self) -> dict[str, torch.Tensor]:
         """The model's buffers (e.g. BatchNorm's running statistics), copied."""
-        return {name: b.detach().clone() for name, b in self.model.named_buffers()}
+        return {name: b.detach().to(CPU, copy=True) for name, b in self.model.named_buffers()}
 
     def set_buffers(self, buffers: Mapping[str, torch.Tensor | np.ndarray]) -> None:
         """Set the model's buffers by name (a resumed run's, from its checkpoint)."""

@@ -68,6 +68,7 @@ class PSRequest:
     snapshot_every: int = 1
     piece_mb: float = DEFAULT_PIECE_MB
     step_threads: int = 1
+    device: str = "cpu"  # or "cuda": one GPU per worker
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "model_options", MappingProxyType(dict(self.model_options)))
@@ -164,6 +165,7 @@ def resolve_run(request: PSRequest) -> ResolvedRun:
             timeout_s=request.timeout_s,
             piece_mb=request.piece_mb,
             step_threads=request.step_threads,
+            device=request.device,
         ),
     )
     return ResolvedRun(
@@ -186,6 +188,7 @@ def bench_config(request: PSRequest) -> FitConfig:
             timeout_s=request.timeout_s,
             piece_mb=request.piece_mb,
             step_threads=request.step_threads,
+            device=request.device,
         ),
     )
 

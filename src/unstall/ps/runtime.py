@@ -15,6 +15,7 @@ from typing import Any
 import ray
 from ray.exceptions import GetTimeoutError, RayActorError
 
+from unstall.ps.device import CPU, CUDA, check_gpus, worker_options
 from unstall.ps.links import ServerSpec
 from unstall.ps.optim import SGDConfig
 from unstall.ps.server import PSServer
@@ -44,26 +45,32 @@ def ensure_ray(
 class ActorPool:
     """Worker and server actors kept across runs: starting an actor starts a process (and a
     worker imports torch), seconds each, so a benchmark grid or a test module reuses them.
-    Actors found dead are replaced; ``close`` kills them all."""
+    Actors found dead are replaced; ``close`` kills them all. Workers on the CPU
+    (``workers``) and workers holding a GPU each (``gpu_workers``) are kept apart: a run takes
+    those of its device."""
 
     def __init__(self, worker_cpus: float | None = None) -> None:
         self.worker_cpus = worker_cpus  # None: one CPU each, less when the cluster has fewer
         self.workers: list[Any] = []
+        self.gpu_workers: list[Any] = []
         self.idle_servers: list[Any] = []
 
-    def take_workers(self, count: int) -> list[Any]:
-        """``count`` live worker actors, spread over the cluster's nodes."""
-        self.workers = [w for w in self.workers if _alive(w)]
-        cpus = self.worker_cpus
-        if cpus is None:
-            cpus = min(1.0, float(ray.cluster_resources().get("CPU", 1.0)) / count)
-        while len(self.workers) < count:
-            self.workers.append(
-                PSWorker.options(  # type: ignore[attr-defined]
-                    num_cpus=cpus, scheduling_strategy="SPREAD"
-                ).remote()
-            )
-        return self.workers[:count]
+    def take_workers(self, count: int, device: str = CPU) -> list[Any]:
+        """``count`` live worker actors for ``device`` (``"cuda"``: one GPU each), spread
+        over the cluster's nodes."""
+        kept = [w for w in (self.gpu_workers if device == CUDA else self.workers) if _alive(w)]
+        if len(kept) < count:
+            cluster_cpus = float(ray.cluster_resources().get("CPU", 1.0))
+            options = worker_options(device, count, cluster_cpus, self.worker_cpus)
+            kept += [
+                PSWorker.options(**options).remote()  # type: ignore[attr-defined]
+                for _ in range(count - len(kept))
+            ]
+        if device == CUDA:
+            self.gpu_workers = kept
+        else:
+            self.workers = kept
+        return kept[:count]
 
     def take_server(self) -> Any:
         """An idle server actor (reset by its next owner before use)."""
@@ -80,9 +87,9 @@ class ActorPool:
 
     def close(self) -> None:
         """Kill every actor of the pool."""
-        for actor in [*self.workers, *self.idle_servers]:
+        for actor in [*self.workers, *self.gpu_workers, *self.idle_servers]:
             ray.kill(actor)
-        self.workers, self.idle_servers = [], []
+        self.workers, self.gpu_workers, self.idle_servers = [], [], []
 
 
 # One pool per Ray session for callers that run many short jobs (the CLI's commands, the test
@@ -114,12 +121,19 @@ def ray_for_run(
     pool: ActorPool | None = None,
     *,
     runtime_env: Mapping[str, Any] | None = None,
+    device: str = CPU,
+    workers: int = 1,
+    owner: str = "fit",
 ) -> Iterator[ActorPool]:
     """Ray for one run or one grid of runs, connected (or started) once, and the actors to take:
     ``pool``, else the Ray session's pool (a Ray that was running before keeps its actors for
-    the next run; a Ray started here stops at the end, with them)."""
+    the next run; a Ray started here stops at the end, with them). A ``"cuda"`` run of
+    ``workers`` workers on a cluster with fewer GPUs is refused here, before any actor starts
+    (a :class:`~unstall.errors.ConfigError` naming ``owner``'s ``device``)."""
     started = ensure_ray(address, num_cpus=num_cpus, runtime_env=runtime_env)
     try:
+        if device == CUDA:
+            check_gpus(owner, device, workers, float(ray.cluster_resources().get("GPU", 0)))
         if pool is not None:
             yield pool
         else:

@@ -32,6 +32,7 @@ from unstall.ps.chunks import Assignment
 from unstall.ps.config import DEFAULT_STRATEGY, FitConfig, RunParts, resolve_parts
 from unstall.ps.coordinator import IterationTelemetry
 from unstall.ps.data import DataFn
+from unstall.ps.device import rel_tol
 from unstall.ps.elastic import ElasticEvent
 from unstall.ps.execute import Recovery, RunState, Segment, run_segments
 from unstall.ps.links import server_cost
@@ -100,6 +101,7 @@ class PSRunResult(JsonResult):
     start_iteration: int = 0
     checkpoints: int = 0
     recoveries: tuple[Recovery, ...] = ()
+    device: str = "cpu"  # where the workers computed
     state_dict: Mapping[str, torch.Tensor] = field(default_factory=dict, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
@@ -265,14 +267,17 @@ def fit(
     ``optimizer`` the servers step with (:class:`~unstall.ps.optim.SGDConfig`, the default, or
     :class:`~unstall.ps.optim.AdamConfig`, or a name: ``"adam"``; its state moves with the
     parameters), ``check_reference`` (the final parameters compared with single-process training
-    over the same batches, 1e-6 relative), its ``recovery`` section (every ``checkpoint_every``
-    iterations, and after the last, ``on_checkpoint`` gets a
+    over the same batches, 1e-6 relative; 1e-4 on ``"cuda"``), its ``recovery`` section
+    (every ``checkpoint_every`` iterations, and after the last, ``on_checkpoint`` gets a
     :class:`~unstall.ps.checkpoint.PSCheckpoint`, e.g. ``lambda c: c.save(path)``;
     ``max_recoveries`` dead worker or server processes survived, going on from the last
     snapshot of the servers' state taken every ``snapshot_every`` iterations) and its
     ``runtime`` section (Ray's ``address`` or ``RAY_ADDRESS`` with ``runtime_env``, else a local
     Ray started on loopback and stopped at the end unless this process is connected to one
-    already; ``timeout_s``, ``piece_mb``, ``step_threads``). Without a config, the keyword
+    already; ``timeout_s``, ``piece_mb``, ``step_threads``; ``device``, ``"cpu"`` or
+    ``"cuda"``: each worker's forward and backward on a GPU of its own, the servers and the
+    optimizer's step on the CPU; a cluster with fewer GPUs than workers is refused before any
+    actor starts). Without a config, the keyword
     ``settings`` are its fields and its sections' (``workers=2, strategy="psld",
     checkpoint_every=5``), built into one here.
 
@@ -310,11 +315,18 @@ def fit(
         seed=config.seed,
         workers=config.workers,
         record_batches=config.check_reference,
+        device=config.runtime.device,
     )
     plan = make_plan(job, config, parts, resume)
     runtime = config.runtime
     with ray_for_run(
-        runtime.address, max(config.workers + 1, 2), pool, runtime_env=runtime.runtime_env
+        runtime.address,
+        max(config.workers + 1, 2),
+        pool,
+        runtime_env=runtime.runtime_env,
+        device=runtime.device,
+        workers=config.workers,
+        owner=owner,
     ) as actors:
         return run_plan(plan, actors, progress, on_checkpoint, check_progress)
 
@@ -437,7 +449,7 @@ def run_plan(
             initial_state=resume.state if resume is not None else None,
             start_iteration=plan.start_iteration,
         )
-        checked = compare(done.params, expected)
+        checked = compare(done.params, expected, rel_tol(plan.job.device))
     state_dict = _state_dict(plan.model, done.params, done.buffers)
     summary = controller.summary() if controller is not None else None
     warm_start_s = summary.warm_start_s if summary is not None else 0.0
@@ -521,5 +533,6 @@ def _result(
         reference_max_rel_err=None if checked is None else checked.max_rel_err,
         telemetry=tuple(telemetry),
         start_iteration=plan.start_iteration,
+        device=plan.job.device,
         state_dict=state_dict,
     )
