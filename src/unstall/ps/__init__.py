@@ -9,7 +9,8 @@ What it offers:
   instead: ``"mlp"``, ``"synthetic"``, ``"mse"``). ``config`` is a :class:`FitConfig` (workers,
   iterations, seed, servers, the strategy, scenario and optimizer, objects or names such as
   ``"psld"``, ``"bandwidth"``, ``"adam"``; sections :class:`RecoveryConfig` and
-  :class:`RuntimeConfig`), built once and handed whole; its fields may come as keywords
+  :class:`RuntimeConfig`, whose ``device="cuda"`` puts each worker's forward and backward on
+  a GPU of its own), built once and handed whole; its fields may come as keywords
   instead (``workers=2, strategy="psld"``). The result carries the figures of the run and the
   trained ``state_dict``.
 - A run described by names (what the command line and the benchmarks describe):
