@@ -77,7 +77,7 @@ def test_node_groups_load_with_their_racks_types_and_sizes(tmp_path: Path) -> No
         (groups((1, 4, "z80", 0)), "nodes[0].device"),
         ("[[nodes]]\ncount = 0\ngpus_per_node = 4\n", "nodes[0].count"),
         ("[[nodes]]\ncount = 1\ngpus_per_node = 4\nspeed = 2\n", "nodes[0]"),
-        ("[[nodes]]\ncount = 1\n", "nodes[0]"),
+        ("[[nodes]]\ncount = 1\n", "nodes[0].gpus_per_node"),  # missing: named as such
         ("nodes_per_rack = 2\n" + groups((1, 4, "k80", 0)), "nodes_per_rack"),
         ("nodes = 3\n", "nodes"),
     ],

@@ -17,6 +17,7 @@ decision out takes are measured per round: the cluster waits for both.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import heapq
 import itertools
 import math
@@ -391,13 +392,11 @@ class LiveBackend:
                 + max(0.0, now - job.changed_s) / job.iter_s
             )
         remaining = max(0.0, job.work_iters - done) * job.cons_iter_s
-        return JobView(
-            **{
-                **{f: getattr(view, f) for f in _VIEW_FIELDS},
-                "oracle_remaining_s": remaining,
-                "oracle_rate": job.cons_iter_s / job.iter_s if job.iter_s > 0 else 0.0,
-                "oracle_resume_s": now,
-            }
+        return dataclasses.replace(
+            view,
+            oracle_remaining_s=remaining,
+            oracle_rate=job.cons_iter_s / job.iter_s if job.iter_s > 0 else 0.0,
+            oracle_resume_s=now,
         )
 
     def _apply(self, decision: Decision, decided_at: float) -> None:
@@ -800,19 +799,6 @@ _STATE_WORDS = {
     JobState.RUNNING: "running",
     JobState.DONE: "finished",
 }
-_VIEW_FIELDS = (
-    "job_id",
-    "index",
-    "num_gpus",
-    "submit_s",
-    "model",
-    "sensitivity",
-    "attained_gpu_s_at_change",
-    "changed_s",
-    "running",
-    "placement",
-    "preemptions",
-)
 
 
 def _peer_gone(exc: BaseException) -> bool:
