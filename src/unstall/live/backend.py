@@ -273,8 +273,12 @@ class LiveBackend:
                 if self.queued and self._tick_at < math.inf:
                     due.append(self._tick_at)
                 next_s = min(due)
-                if next_s == math.inf and not self.running:
+                # Done when nothing is left to run: the policy's timers alone would keep the
+                # cluster waiting for nothing (the simulator passes over them at no cost).
+                if not (self.running or self.queued) and next_arrival == len(arrivals):
                     break
+                if next_s == math.inf and not self.running:
+                    break  # jobs wait that the policy will never start: as in the simulator
                 wait_wall = (
                     max(0.0, self._wall(next_s - self.now())) if next_s < math.inf else POLL_S
                 )
