@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import signal
 import sys
@@ -154,6 +155,7 @@ def main() -> None:
     try:
         for policy in args.policies.split(","):
             rows.append(compare(policy, trace, local.address, args.minutes, args.seed))
+            write_json(args, rows)  # after each policy: a long run that stops keeps what it did
     finally:
         local.shutdown()
     head = (
@@ -185,15 +187,27 @@ def main() -> None:
     if args.plot is not None:
         plot(rows, args.plot)
     if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        body = {
-            "machine": {"python": sys.version.split()[0], "platform": platform.platform()},
-            "args": {k: str(v) for k, v in vars(args).items()},
-            "same_order": by_live == by_sim,
-            "rows": rows,
-        }
-        args.json.write_text(json.dumps(body, indent=2, default=float))
+        write_json(args, rows)
         print(f"wrote {args.json}")
+
+
+def write_json(args: argparse.Namespace, rows: list[dict[str, object]]) -> None:
+    if args.json is None:
+        return
+    by_live = [r["policy"] for r in sorted(rows, key=lambda r: r["live_avg_jct_s"])]  # type: ignore[arg-type, return-value]
+    by_sim = [r["policy"] for r in sorted(rows, key=lambda r: r["sim_avg_jct_s"])]  # type: ignore[arg-type, return-value]
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    body = {
+        "machine": {
+            "python": sys.version.split()[0],
+            "platform": platform.platform(),
+            "load_average": os.getloadavg(),
+        },
+        "args": {k: str(v) for k, v in vars(args).items()},
+        "same_order": by_live == by_sim,
+        "rows": rows,
+    }
+    args.json.write_text(json.dumps(body, indent=2, default=float))
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ from unstall.cli.common import (
     fmt_duration,
     handle_errors,
     named_in_file,
+    progress_bar,
     save_json,
     table,
 )
@@ -219,20 +220,23 @@ def run(
         f"{compute} compute, speedup {speedup:g}",
         highlight=False,
     )
+    total = min(len(loaded), max_jobs or len(loaded))
     try:
-        run = run_live(
-            loaded,
-            chosen,
-            cluster=cluster,
-            address=address,
-            config=config,
-            max_jobs=max_jobs,
-            model_mix=dict(mix) if mix else None,
-            duration_gpu=duration_gpu,
-            user_work=user,
-            predict=predict,
-            log=say,
-        )
+        with progress_bar(f"live run of {chosen.name}", total, quiet) as advance:
+            run = run_live(
+                loaded,
+                chosen,
+                cluster=cluster,
+                address=address,
+                config=config,
+                max_jobs=max_jobs,
+                model_mix=dict(mix) if mix else None,
+                duration_gpu=duration_gpu,
+                user_work=user,
+                predict=predict,
+                log=say,
+                on_finish=advance,
+            )
     except LiveInterrupted as stop:
         partial: LiveRun | None = getattr(stop, "run", None)
         if partial is not None:

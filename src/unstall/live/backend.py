@@ -148,6 +148,7 @@ class LiveBackend:
         works: dict[str, JobWork],
         config: LiveConfig,
         log: Callable[[str], None] | None = None,
+        on_finish: Callable[[int], None] | None = None,
     ) -> None:
         self.live = cluster
         self.layout_topology = cluster.topology
@@ -160,6 +161,7 @@ class LiveBackend:
         self.by_id = {job.job_id: job for job in jobs}
         self.config = config
         self.log = log or (lambda _text: None)
+        self.on_finish = on_finish
         self.cluster = ClusterState(self.layout)
         self.net = NetworkState(speed.capacity)
         self.rng = random.Random(config.seed)
@@ -692,6 +694,8 @@ class LiveBackend:
         job.finish_s = now
         job.done_iters = job.work_iters
         job.placement = ()
+        if self.on_finish is not None:
+            self.on_finish(1)
 
     def _requeue(self, job: SimJob, now: float, *, preempted: bool) -> None:
         job.state = JobState.QUEUED

@@ -111,6 +111,7 @@ def run_live(
     predict: bool = False,
     keep_final_checkpoints: bool = False,
     log: Callable[[str], None] | None = None,
+    on_finish: Callable[[int], None] | None = None,
 ) -> LiveRun:
     """Run ``trace`` under ``policy`` on a Ray cluster, for real.
 
@@ -124,7 +125,8 @@ def run_live(
     job's zoo model. ``predict``: also simulate the same run (``restore_s``: the config's, else
     what this run measured) and return it as ``prediction``. ``keep_final_checkpoints``: return
     each finished job's final checkpoint (real compute; to compare parameters).
-    ``log(text)`` hears what happens (nodes mapped, failures). A Ctrl-C stops every job's
+    ``log(text)`` hears what happens (nodes mapped, failures); ``on_finish(n)`` is called as jobs
+    finish (progress bars). A Ctrl-C stops every job's
     processes and raises :class:`~unstall.live.backend.LiveInterrupted` with what finished.
     """
     from unstall.ray_connect import cluster_address, connect_ray
@@ -179,6 +181,7 @@ def run_live(
                 predict=predict,
                 keep_final=keep_final_checkpoints,
                 log=say,
+                on_finish=on_finish,
                 started=started,
             )
         finally:
@@ -212,6 +215,7 @@ def _run_on(
     keep_final: bool,
     log: Callable[[str], None],
     started: float,
+    on_finish: Callable[[int], None] | None = None,
 ) -> LiveRun:
     topology = live.topology
     # The jobs and their speeds exactly as the simulator would run them.
@@ -230,7 +234,14 @@ def _run_on(
         job.job_id: _work(job.job_id, job.model, job.work_iters, config, user_work) for job in jobs
     }
     backend = LiveBackend(
-        cluster=live, speed=speed, policy=policy, jobs=jobs, works=works, config=config, log=log
+        cluster=live,
+        speed=speed,
+        policy=policy,
+        jobs=jobs,
+        works=works,
+        config=config,
+        log=log,
+        on_finish=on_finish,
     )
     try:
         backend.start_executors()
