@@ -5,7 +5,7 @@
 Each script runs with its default arguments (or those in ARGUMENTS), prints its own table and
 writes its JSON (under bench-results/ by default). BENCHMARKS.md gives, per figure, the exact
 command that produced it; the defaults here are a quick pass over every script. Some take long on
-two cores (dally_eval, lstm_ptb, psld_eval, psld_warm): pick with --only.
+two cores (dally_eval, live_fidelity, lstm_ptb, psld_eval, psld_warm): pick with --only.
 """
 
 from __future__ import annotations

@@ -10,11 +10,9 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from typer.testing import CliRunner
 
 from ps_helpers import TINY_MODEL, tiny_run, zoo_batches, zoo_model
 from unstall import ps
-from unstall.cli.app import app
 from unstall.errors import ConfigError, UnstallError
 from unstall.ps.device import (
     CUDA_REL_TOL,
@@ -145,15 +143,6 @@ def test_a_grid_on_cuda_is_refused_on_a_ray_without_gpus(ps_pool: Any, fast_scen
 
 
 @without_gpu
-def test_the_command_refuses_cuda_without_gpus(ray_session: Any) -> None:
-    result = CliRunner().invoke(app, ["ps", "train", "--device", "cuda", "-n", "2"])
-    assert result.exit_code == 2, result.output
-    assert "needs a GPU per worker (2 workers); this Ray cluster has 0 GPUs" in " ".join(
-        result.output.split()
-    )
-
-
-@without_gpu
 def test_a_replica_on_cuda_without_a_gpu_says_why() -> None:
     job = TrainingJob(
         model=zoo_model(**TINY_MODEL),
@@ -163,14 +152,6 @@ def test_a_replica_on_cuda_without_a_gpu_says_why() -> None:
     )
     with pytest.raises(UnstallError, match=r"^device='cuda': torch "):
         ModelReplica(job)
-
-
-def test_the_commands_document_the_device() -> None:
-    for command in ("train", "bench"):
-        result = CliRunner().invoke(app, ["ps", command, "--help"], env={"COLUMNS": "200"})
-        assert result.exit_code == 0
-        text = " ".join(result.output.split())
-        assert "--device" in text and "GPU per worker" in text
 
 
 # --- the CPU unchanged -------------------------------------------------------------------------
