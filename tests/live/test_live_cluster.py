@@ -323,6 +323,7 @@ long,0,2,100000,resnet50
 """
 
 
+@pytest.mark.slow  # `make test-slow`: the default suite keeps the three runs issue 40 names
 def test_ctrl_c_stops_every_process_and_writes_what_finished(cluster: str, tmp_path: Path) -> None:
     (tmp_path / "two.toml").write_text(TWO_NODES)
     (tmp_path / "long.csv").write_text(LONG_TRACE)
@@ -375,6 +376,7 @@ b,0,2,100,resnet50
 """
 
 
+@pytest.mark.slow
 def test_a_node_that_leaves_sends_its_jobs_back_and_the_run_goes_on(
     ray_cluster: Any, cluster: str, tmp_path: Path
 ) -> None:
