@@ -22,6 +22,13 @@ from unstall.cli.common import (
     save_json,
     table,
 )
+from unstall.cli.sim_run import (
+    DurationGpuOpt,
+    FormatOpt,
+    ModelMixOpt,
+    PolicyOptionOpt,
+    TraceOpt,
+)
 from unstall.cli.sim_text import parse_model_mix, parse_pairs
 
 if TYPE_CHECKING:
@@ -56,17 +63,9 @@ def run(
             "FILE.py:Class or package.module:Class.",
         ),
     ],
-    trace: Annotated[
-        Path | None,
-        typer.Option("--trace", help="Trace file (default: the embedded generated trace)."),
-    ] = None,
-    trace_format: Annotated[
-        str, typer.Option("--trace-format", help="Trace format (auto, philly-csv, pollux, ...).")
-    ] = "auto",
-    policy_option: Annotated[
-        list[str] | None,
-        typer.Option("--policy-option", help="A knob of the policy as KEY=VALUE, repeatable."),
-    ] = None,
+    trace: TraceOpt = None,
+    trace_format: FormatOpt = "auto",
+    policy_option: PolicyOptionOpt = None,
     cluster: Annotated[
         str | None,
         typer.Option(
@@ -107,20 +106,8 @@ def run(
     seed: Annotated[
         int, typer.Option("--seed", help="Seed of model assignment, data and the policy.")
     ] = 0,
-    model_mix: Annotated[
-        str | None,
-        typer.Option(
-            "--model-mix", help="Models for jobs whose trace names none, as NAME=SHARE,..."
-        ),
-    ] = None,
-    duration_gpu: Annotated[
-        str | None,
-        typer.Option(
-            "--duration-gpu",
-            help="GPU type the trace's durations were measured on (default: the cluster's "
-            "fastest).",
-        ),
-    ] = None,
+    model_mix: ModelMixOpt = None,
+    duration_gpu: DurationGpuOpt = None,
     slot_resource: Annotated[
         str,
         typer.Option(
