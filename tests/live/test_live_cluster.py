@@ -298,7 +298,7 @@ def test_unstall_live_run_on_a_cluster_matches_the_simulator_column_for_column(
     live, simulated = body["result"], body["simulated"]
     assert live["jobs_finished"] == simulated["jobs_finished"] == 5
     assert live["jobs_rejected"] == simulated["jobs_rejected"] == 1  # 8 GPUs of 4
-    assert "1 jobs need more GPUs than the cluster has" in output
+    assert "1 jobs need more GPUs than the cluster has" in " ".join(output.split())
     # Loose here (a shared CI machine); benchmarks/live_fidelity.py measures the gap.
     assert live["avg_jct_s"] == pytest.approx(simulated["avg_jct_s"], rel=0.25)
     assert live["makespan_s"] == pytest.approx(simulated["makespan_s"], rel=0.25)
