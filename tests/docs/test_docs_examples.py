@@ -41,9 +41,22 @@ def test_the_main_pages_have_python_examples(page: str) -> None:
     assert any(name == page for name, _, _ in python_blocks()), f"{page} has no ```python example"
 
 
-@pytest.mark.parametrize(
-    ("page", "index", "code"), python_blocks(), ids=[f"{p}-{i}" for p, i, _ in python_blocks()]
-)
+def example_cases() -> list[object]:
+    """Each block as a test case; one that starts a Ray cluster of its own (a live run: a
+    minute on two cores) runs with the slow tests (`make test-slow`)."""
+    return [
+        pytest.param(
+            page,
+            index,
+            code,
+            id=f"{page}-{index}",
+            marks=[pytest.mark.slow] if OWN_RAY.search(code) else [],
+        )
+        for page, index, code in python_blocks()
+    ]
+
+
+@pytest.mark.parametrize(("page", "index", "code"), example_cases())
 def test_docs_example_runs(
     page: str,
     index: int,

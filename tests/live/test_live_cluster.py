@@ -281,7 +281,7 @@ def test_unstall_live_run_on_a_cluster_matches_the_simulator_column_for_column(
     (tmp_path / "two.toml").write_text(TWO_NODES)
     (tmp_path / "mini.csv").write_text(MINI_TRACE)
     args = ["live", "run", "--policy", "fifo", "--trace", "mini.csv", "--cluster", "two.toml"]
-    args += ["--address", cluster, "--speedup", "10", "--json", "out/live.json"]
+    args += ["--address", cluster, "--speedup", "25", "--json", "out/live.json"]
     args += ["--jobs-out", "out/jobs.csv", "-q"]
     done = subprocess.run(
         [sys.executable, "-m", "unstall", *args],

@@ -816,9 +816,13 @@ def _peer_gone(exc: BaseException) -> bool:
 
 
 def _node_died(exc: BaseException) -> bool:
-    """Whether Ray gave a node's death as the reason an executor died."""
+    """Whether Ray gave a node's death as the reason an executor died, or its process cannot
+    be reached at all (a node that has gone, before Ray's heartbeats notice)."""
     text = str(exc)
-    return "node has died" in text or "node was terminated" in text
+    return any(
+        sign in text
+        for sign in ("node has died", "node was terminated", "failed to connect to all addresses")
+    )
 
 
 def _first_line(exc: BaseException) -> str:
