@@ -18,6 +18,11 @@ from hypothesis import settings
 settings.register_profile("unstall", deadline=None)
 settings.load_profile("unstall")
 
+# Every Ray the tests start (ray.cluster_utils.Cluster nodes included) binds the loopback
+# interface only: Ray reads this when it is imported, and a test module may import Ray before
+# unstall.ray_connect sets it.
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_DATA = (REPO_ROOT / ".." / "shared" / "data").resolve()
 

@@ -23,6 +23,11 @@ Layering: ``live`` sits beside ``ps`` and ``profile``; it imports ``sim``, ``sch
 ``workload``, ``net`` and ``traces``, and nothing below imports it.
 """
 
+# First: Ray's flags (a local Ray on loopback) are set by ray_connect before Ray is imported,
+# which the modules below do.
+from unstall import ray_connect  # noqa: F401
+
+# isort: split
 from unstall.live.backend import LiveInterrupted, LiveRunError
 from unstall.live.cluster import LiveClusterError
 from unstall.live.config import COMPUTE_MODES, DEFAULT_SLOT_RESOURCE, LiveConfig
