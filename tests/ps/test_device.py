@@ -20,10 +20,10 @@ from unstall.ps.device import (
     check_gpus,
     reference_device,
     rel_tol,
-    to_device,
     worker_options,
 )
 from unstall.ps.replica import ModelReplica, TrainingJob
+from unstall.workload.batches import to_device
 
 NO_GPU = not torch.cuda.is_available()
 needs_gpu = pytest.mark.skipif(NO_GPU, reason="needs a CUDA GPU")

@@ -26,6 +26,7 @@ from unstall.cli.sim_run import (
     DurationGpuOpt,
     FormatOpt,
     ModelMixOpt,
+    PolicyOpt,
     PolicyOptionOpt,
     TraceOpt,
 )
@@ -54,15 +55,7 @@ COMPARED: tuple[tuple[str, str, bool], ...] = (
 @app.command("run")
 @handle_errors
 def run(
-    policy: Annotated[
-        str,
-        typer.Option(
-            "--policy",
-            callback=named_in_file("policy class", "MyPolicy"),
-            help="Scheduling policy (see `unstall sim policies`), or your own class as "
-            "FILE.py:Class or package.module:Class.",
-        ),
-    ],
+    policy: PolicyOpt,
     trace: TraceOpt = None,
     trace_format: FormatOpt = "auto",
     policy_option: PolicyOptionOpt = None,

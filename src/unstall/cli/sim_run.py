@@ -100,6 +100,15 @@ DurationGpuOpt = Annotated[
 ]
 
 
+PolicyOpt = Annotated[
+    str,
+    typer.Option(
+        "--policy",
+        callback=named_in_file("policy class", "MyPolicy"),
+        help="Scheduling policy (see sim policies), or your own class as FILE.py:Class or "
+        "package.module:Class.",
+    ),
+]
 PolicyOptionOpt = Annotated[
     list[str] | None,
     typer.Option(
@@ -149,15 +158,7 @@ def results_table(title: str, results: Sequence[object]) -> object:
 
 @handle_errors
 def run(
-    policy: Annotated[
-        str,
-        typer.Option(
-            "--policy",
-            callback=named_in_file("policy class", "MyPolicy"),
-            help="Scheduling policy (see sim policies), or your own class as FILE.py:Class or "
-            "package.module:Class.",
-        ),
-    ],
+    policy: PolicyOpt,
     trace: TraceOpt = None,
     trace_format: FormatOpt = "auto",
     cluster: ClusterOpt = "small",

@@ -35,6 +35,7 @@ import torch.distributed as dist
 from torch import nn
 
 from unstall.workload import zoo
+from unstall.workload.batches import to_device
 from unstall.workload.losses import loss_problem
 from unstall.workload.zoo_jobs import SyntheticData, zoo_job
 
@@ -287,7 +288,7 @@ class _RealTrainer(_Trainer):
 
     def step(self, iteration: float, control: SegmentControl) -> float:
         inputs, targets = next(self.batches)
-        inputs, targets = _to(inputs, self.device), _to(targets, self.device)
+        inputs, targets = to_device(inputs, self.device), to_device(targets, self.device)
         self.optimizer.zero_grad(set_to_none=True)
         loss = self.loss(self.ddp(inputs), targets)
         problem = loss_problem(loss)
@@ -333,16 +334,6 @@ def _batches(
                 raise ValueError(f"job {job_id}: the data function yielded no batch")
 
     return itertools.islice(epochs(), start, None)
-
-
-def _to(value: Any, device: torch.device) -> Any:
-    if isinstance(value, torch.Tensor):
-        return value.to(device)
-    if isinstance(value, list | tuple):
-        return type(value)(_to(v, device) for v in value)
-    if isinstance(value, dict):
-        return {k: _to(v, device) for k, v in value.items()}
-    return value
 
 
 def final_parameters(blob: bytes) -> dict[str, torch.Tensor]:

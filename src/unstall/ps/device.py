@@ -99,20 +99,6 @@ def rel_tol(device: str) -> float:
     return CUDA_REL_TOL if device == CUDA else CPU_REL_TOL
 
 
-def to_device(value: Any, device: torch.device) -> Any:
-    """``value`` (a batch's inputs or targets) with its tensors on ``device``: a tensor, or
-    one inside lists, tuples (named ones too) and dicts; anything else as it is."""
-    if isinstance(value, torch.Tensor):
-        return value.to(device)
-    if isinstance(value, dict):
-        return {k: to_device(v, device) for k, v in value.items()}
-    if isinstance(value, tuple) and hasattr(value, "_fields"):
-        return type(value)(*(to_device(v, device) for v in value))
-    if isinstance(value, list | tuple):
-        return type(value)(to_device(v, device) for v in value)
-    return value
-
-
 @contextmanager
 def float32_math(device: torch.device) -> Iterator[None]:
     """On a GPU, float32 arithmetic as the parameters are (no TF32 in matmuls and

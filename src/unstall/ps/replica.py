@@ -25,7 +25,7 @@ from torch import nn
 from unstall.errors import UnstallError
 from unstall.ps.chunks import Chunk, TensorInfo, tensor_infos
 from unstall.ps.data import DataFn
-from unstall.ps.device import CPU, float32_math, gpu_problem, seeded_on, to_device
+from unstall.ps.device import CPU, float32_math, gpu_problem, seeded_on
 from unstall.usercode import (
     UserCodeError,
     call_user,
@@ -33,6 +33,7 @@ from unstall.usercode import (
     innermost_user_frame,
     where_defined,
 )
+from unstall.workload.batches import to_device
 from unstall.workload.losses import LossFn, loss_problem
 from unstall.workload.named import unwrap
 from unstall.workload.zoo_jobs import Batch, derive_seed, seeded
