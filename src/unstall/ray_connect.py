@@ -228,7 +228,8 @@ def _connect(
             ray_constants.ENABLE_RAY_CLUSTER = True
         try:
             ray.init(address=address, runtime_env=dict(runtime_env or {}) or None, **common)
-        except (ConnectionError, RuntimeError, ValueError) as exc:
+        except (ConnectionError, RuntimeError, ValueError, ray.exceptions.RayError) as exc:
+            # RayError: AuthenticationError, when the driver is in token mode and has no token.
             why = first_line(exc)
             # Ray 2.60's `ray start` turns token authentication on, and a driver without the
             # token is refused: say how to give it, but only where no Ray was found to refuse.

@@ -312,8 +312,10 @@ def test_unstall_live_run_on_a_cluster_matches_the_simulator_column_for_column(
     trace = read_trace(tmp_path / "mini.csv")
     sim_columns = simulate(trace, resolve_cluster("tiny"), make_policy("fifo")).jobs.columns
     assert set(sim_columns) <= set(jobs.columns)
-    assert {"placements", "startup_s", "restore_s", "failures"} <= set(jobs.columns)
+    assert {"placements", "startup_s", "restore_s", "failures", "error"} <= set(jobs.columns)
     assert list(jobs["outcome"]) == ["finished"] * 5 + ["rejected"]
+    # The GPU type each job ended on, as the simulator names it (the tiny cluster's V100s).
+    assert list(jobs["gpu_type"].fillna("")) == ["v100"] * 5 + [""]
 
 
 LONG_TRACE = """\

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -141,3 +142,68 @@ def test_an_unreachable_address_fails_in_seconds_with_one_line() -> None:
     assert done.returncode == 1, done.stdout + done.stderr
     assert "127.0.0.1:9" in done.stderr and "Traceback" not in done.stderr
     assert time.monotonic() - started < 60
+
+
+def _backend(max_failures: int) -> object:
+    """A live backend over one emulated node, before any executor starts (no Ray needed)."""
+    import pandas as pd
+
+    from unstall.live.backend import LiveBackend
+    from unstall.live.run import _work
+    from unstall.sched import make_policy
+    from unstall.sim.run import run_jobs, speed_model
+    from unstall.traces import Trace
+
+    live = discover(
+        [_node("a", slots=2, labels={"unstall.node": "0"})],
+        topology=None,
+        slot_resource="unstall_gpu",
+        loopback=True,
+    )
+    trace = Trace.from_frame(
+        pd.DataFrame({"job_id": ["j"], "submit_s": [0.0], "num_gpus": [1], "duration_s": [60.0]}),
+        source="one",
+    )
+    speed, per_job = speed_model(trace, live.topology, {}, None)
+    prepared = run_jobs(
+        trace,
+        live.topology,
+        speed,
+        max_jobs=None,
+        model_mix=None,
+        seed=0,
+        job_duration_gpus=per_job,
+    )
+    config = LiveConfig(max_failures=max_failures, compute="real")
+    works = {j.job_id: _work(j.job_id, j.model, j.work_iters, config, None) for j in prepared.jobs}
+    return LiveBackend(
+        cluster=live,
+        speed=speed,
+        policy=make_policy("fifo"),
+        jobs=prepared.jobs,
+        works=works,
+        config=config,
+    )
+
+
+def test_a_job_that_keeps_failing_is_given_up_and_leaves_the_queue() -> None:
+    from unstall.sim.state import JobState
+
+    backend: Any = _backend(max_failures=3)
+    job = backend.jobs[0]
+    backend._arrive(job)
+    record = backend.records[job.job_id]
+    # A failure of its node is not the job's own; one that got past a checkpoint starts the
+    # count again.
+    backend._job_failed(job, "node gone", progressed=False, own=False)
+    backend._job_failed(job, "loss is nan", progressed=False, own=True)
+    backend._job_failed(job, "loss is nan", progressed=True, own=True)
+    backend._job_failed(job, "loss is nan", progressed=False, own=True)
+    assert job.state == JobState.QUEUED and job.index in backend.queued
+    assert not record.given_up and record.failed_in_a_row == 1
+    backend.queued.pop(job.index)  # as a start takes it
+    backend._job_failed(job, "loss is nan", progressed=False, own=True)
+    backend.queued.pop(job.index)
+    backend._job_failed(job, "CUDA out of memory", progressed=False, own=True)
+    assert record.given_up and record.failures == 6 and record.error == "CUDA out of memory"
+    assert job.index not in backend.queued and job.state != JobState.DONE

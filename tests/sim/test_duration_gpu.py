@@ -68,6 +68,35 @@ def test_a_regular_k80_cluster_is_slower_than_a_v100_one_by_default(tmp_path: Pa
     assert jct["k80"] > 2 * jct["v100"], jct
 
 
+def test_a_job_alone_on_its_gpu_has_no_communication_overhead_on_any_type(
+    tmp_path: Path,
+) -> None:
+    # Its overhead is measured against its consolidated time on the type it runs on, not on
+    # the duration GPU: a 1-GPU job neither gains overhead on a K80 nor "saves" it on an H200.
+    mixed = cluster(tmp_path, "mixed", groups(1, 1, v100_type="h200"))
+    for name, topology in (
+        (
+            "h200",
+            cluster(
+                tmp_path,
+                "h200",
+                'racks = 1\nnodes_per_rack = 1\ngpus_per_node = 1\ndevice = "h200"\n',
+            ),
+        ),
+        (
+            "k80",
+            cluster(
+                tmp_path,
+                "k80",
+                'racks = 1\nnodes_per_rack = 2\ngpus_per_node = 4\ndevice = "k80"\n',
+            ),
+        ),
+        ("mixed", mixed),
+    ):
+        jobs = simulate(one_job(None), topology, "fifo").jobs
+        assert jobs.comm_overhead_s.abs().max() < 1e-9, (name, jobs.comm_overhead_s.tolist())
+
+
 def test_the_traces_column_sets_the_reference_and_duration_gpu_overrides_it(
     tmp_path: Path,
 ) -> None:

@@ -114,6 +114,14 @@ def run(
             "--checkpoint-every-s", min=1e-9, help="Wall seconds between a job's checkpoints."
         ),
     ] = 5.0,
+    max_failures: Annotated[
+        int,
+        typer.Option(
+            "--max-failures",
+            min=1,
+            help="Failures in a row (no checkpoint gained) after which a job is given up.",
+        ),
+    ] = 3,
     batch_size: Annotated[
         int, typer.Option("--batch-size", min=1, help="Per-GPU batch of real compute.")
     ] = 8,
@@ -179,6 +187,7 @@ def run(
         compute=compute,
         slot_resource=slot_resource,
         checkpoint_every_s=checkpoint_every_s,
+        max_failures=max_failures,
         batch_size=batch_size,
         image_size=image_size,
         restore_s=restore_s,
@@ -192,8 +201,8 @@ def run(
     mix = parse_model_mix(model_mix)
 
     def say(text: str) -> None:
-        if not quiet:
-            err_console.print(text, highlight=False, markup=False)
+        # Shown with --quiet too (it hides progress bars): failures and lost nodes are news.
+        err_console.print(text, highlight=False, markup=False)
 
     console.print(
         f"live run: {chosen.name} on {'Ray at ' + address if address else 'a local Ray'}, "

@@ -93,6 +93,9 @@ class JobRecord:
     placements: list[str] = field(default_factory=list)
     start_progress: list[float] = field(default_factory=list)  # share of the work done at each
     failures: int = 0
+    failed_in_a_row: int = 0  # failures since the job last got past a checkpoint
+    error: str = ""  # the last failure's reason
+    given_up: bool = False  # failed max_failures times in a row: out of the run
     work: JobWork | None = None
     scale: float = 1.0  # trace iterations per executor iteration
 
@@ -554,11 +557,29 @@ class LiveBackend:
         gone): the job goes back to the queue as it was, the executor is replaced."""
         job = segment.job
         self._release(segment)
-        self.failures += 1
-        self.records[job.job_id].failures += 1
-        self.log(f"job {job.job_id}: could not start ({_first_line(exc)}); back to the queue")
-        self._requeue(job, self.now(), preempted=False)
+        self._job_failed(job, f"could not start: {_first_line(exc)}", progressed=False, own=False)
         self._replace_executor(node_slot, node_gone=_node_died(exc))
+
+    def _job_failed(self, job: SimJob, reason: str, *, progressed: bool, own: bool) -> None:
+        """Count a failed segment of ``job`` and send the job back to the queue, or give it up
+        after ``max_failures`` failures of its own in a row with no checkpoint gained (a job
+        that cannot run must not hold GPUs in a loop of restarts)."""
+        record = self.records[job.job_id]
+        self.failures += 1
+        record.failures += 1
+        record.error = reason
+        record.failed_in_a_row = 0 if progressed else record.failed_in_a_row + int(own)
+        if record.failed_in_a_row >= self.config.max_failures:
+            record.given_up = True
+            job.state = JobState.PENDING  # neither queued nor running: out of the run
+            job.placement = ()
+            self.log(
+                f"job {job.job_id}: gave up after {record.failed_in_a_row} failures in a row "
+                f"({reason})"
+            )
+            return
+        self.log(f"job {job.job_id}: a process failed ({reason}); back to the queue")
+        self._requeue(job, self.now(), preempted=False)
 
     def _place_on_links(self, job: SimJob, placement: Placement) -> float:
         """Put the job's flow on the shared links and re-share them: returns its own iteration
@@ -640,6 +661,7 @@ class LiveBackend:
         job.attained_gpu_s += (now - job.changed_s) * job.num_gpus
         job.changed_s = now
         if error is None:
+            record.failed_in_a_row = 0
             first = outcomes[0]
             self._account_times(record, outcomes, segment)
             done = first.iteration * record.scale
@@ -660,14 +682,15 @@ class LiveBackend:
                 self._requeue(job, now, preempted=False)
             return "stopped"
         # A process died or failed: the job goes back to the queue from its last checkpoint.
-        self.failures += 1
-        record.failures += 1
-        self.log(f"job {job.job_id}: a process failed ({_first_line(error)}); back to the queue")
         for node_slot in dead:
             self._replace_executor(node_slot, node_gone=node_slot[0] in gone)
         held = ray.get(self.store.iteration.remote(job.job_id))
         job.done_iters = held * record.scale
-        self._requeue(job, now, preempted=False)
+        # A failure of the node is not the job's: only its own failures count towards giving up.
+        own = not gone
+        self._job_failed(
+            job, _first_line(error), progressed=held > segment.start_iteration, own=own
+        )
         return "failed"
 
     def _account_times(
@@ -693,7 +716,7 @@ class LiveBackend:
         job.state = JobState.DONE
         job.finish_s = now
         job.done_iters = job.work_iters
-        job.placement = ()
+        # The placement stays, as in the simulator: the job table names the GPU type it ended on.
         if self.on_finish is not None:
             self.on_finish(1)
 

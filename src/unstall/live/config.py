@@ -42,6 +42,10 @@ class LiveConfig:
       time that the simulator's prediction beside a live run charges (None: what this run
       measured).
     - ``join_timeout_s``: how long a job's processes wait for each other to form their group.
+    - ``max_failures``: a job whose processes fail this many times in a row without getting
+      past their last checkpoint is given up (outcome ``failed``, its error in the job table)
+      and the run goes on: a job that cannot run (a model that does not fit, a broken data
+      function) must not hold its GPUs in a loop of restarts.
     - ``seed``: seeds the synthetic data, the models' initial weights and the policy's random
       generator.
     """
@@ -57,6 +61,7 @@ class LiveConfig:
     restore_s: float | None = None
     startup_s: float | None = None
     join_timeout_s: float = 60.0
+    max_failures: int = 3
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -81,6 +86,13 @@ class LiveConfig:
             check_number(OWNER, name, value, whole=True)
             check(value >= 1, OWNER, name, f"must be >= 1, got {value!r}")
         check_number(OWNER, "seed", self.seed, whole=True)
+        check_number(OWNER, "max_failures", self.max_failures, whole=True)
+        check(
+            self.max_failures >= 1,
+            OWNER,
+            "max_failures",
+            f"must be >= 1, got {self.max_failures!r}",
+        )
         for name in ("restore_s", "startup_s"):
             value = getattr(self, name)
             check_number(OWNER, name, value, optional=True, wanted="seconds or None")

@@ -345,6 +345,8 @@ def _results(
     table["startup_s"] = [r.startup_s for r in records]
     table["restore_s"] = [_median(r.restore_s) for r in records]
     table["failures"] = np.array([r.failures for r in records], dtype=np.int64)
+    table.loc[[r.given_up for r in records], "outcome"] = "failed"
+    table["error"] = [r.error for r in records]
     jobs = prepared.with_rejected(table)
     rounds = pd.DataFrame(
         [r.__dict__ for r in outcome.rounds],

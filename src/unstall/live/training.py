@@ -131,7 +131,9 @@ def run_segment(
 
     ``on_checkpoint(iteration, blob)`` receives rank 0's periodic checkpoints."""
     started = time.monotonic()
-    backend = "nccl" if plan.device.startswith("cuda") else "gloo"
+    # On GPUs the gradients go over NCCL and the per-step control (stop flags, the emulated
+    # iteration time: small CPU tensors) over gloo, one group with a backend per device type.
+    backend = "cpu:gloo,cuda:nccl" if plan.device.startswith("cuda") else "gloo"
     dist.init_process_group(
         backend,
         init_method=f"tcp://{_host(plan.master_addr)}:{plan.master_port}",

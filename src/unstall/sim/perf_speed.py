@@ -99,7 +99,13 @@ class PerfSpeedModel:
         """The model of the regular ``device`` cluster equivalent to this one."""
         found = self._references.get(device)
         if found is None:
-            found = PerfSpeedModel(regular_equivalent(self.topology, device), spec_source=self.spec)
+            # Its own durations are on ``device``: its consolidated time is that type's (left to
+            # the default reference it would answer with the duration GPU's time instead).
+            found = PerfSpeedModel(
+                regular_equivalent(self.topology, device),
+                spec_source=self.spec,
+                duration_gpu=device,
+            )
             self._references[device] = found
         return found
 
