@@ -207,3 +207,45 @@ def test_a_job_that_keeps_failing_is_given_up_and_leaves_the_queue() -> None:
     backend._job_failed(job, "CUDA out of memory", progressed=False, own=True)
     assert record.given_up and record.failures == 6 and record.error == "CUDA out of memory"
     assert job.index not in backend.queued and job.state != JobState.DONE
+
+
+def test_an_emulated_job_that_fell_behind_catches_up_with_its_schedule() -> None:
+    # The emulating machine's cores may be busy elsewhere for a moment (a test suite, other
+    # emulated GPUs): the job's processes catch up instead of losing that time for good.
+    import socket
+
+    import torch.distributed as dist
+
+    from unstall.live.training import (
+        JobWork,
+        SegmentControl,
+        SegmentPlan,
+        _EmulatedTrainer,
+    )
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    try:
+        work = JobWork(job_id="j", model="mlp", iterations=1000.0, emulated=True)
+        plan = SegmentPlan(
+            work=work,
+            rank=0,
+            world_size=1,
+            master_addr="127.0.0.1",
+            master_port=port,
+            iteration_wall_s=0.01,
+            step_wall_s=0.05,
+        )
+        control = SegmentControl()
+        trainer = _EmulatedTrainer(plan, control)
+        began = time.monotonic()
+        done = trainer.step(0.0, control)
+        time.sleep(0.4)  # a stall of 8 steps' worth
+        while done < 80:  # 0.8 s of schedule in all
+            done += trainer.step(done, control)
+        took = time.monotonic() - began
+    finally:
+        dist.destroy_process_group()
+    assert took == pytest.approx(0.8, abs=0.15), took  # not 0.8 + 0.4

@@ -42,6 +42,8 @@ from unstall.workload.zoo_jobs import SyntheticData, zoo_job
 # Elements all-reduced every emulated step: enough to be a real exchange between the job's
 # processes, small enough to cost nothing next to the emulated transfer time.
 SYNC_ELEMENTS = 1024
+# Wall seconds an emulated job's processes may fall behind their schedule and still catch up.
+CATCH_UP_S = 2.0
 Batch = tuple[Any, Any]
 
 
@@ -247,10 +249,12 @@ class _EmulatedTrainer(_Trainer):
         count = min(float(count), left)
         # Steps keep to a schedule rather than each waiting its full time after the last one
         # ended: the perf model's iteration time already holds the job's communication, so
-        # the real all-reduce's own time (and Python's) is hidden while it fits the budget,
-        # and shows only where it does not (a late step starts the schedule again from now).
+        # the real all-reduce's own time (and Python's) is hidden while it fits the budget.
+        # A process that fell behind (the emulating machine's cores were busy elsewhere: an
+        # artefact of many emulated GPUs on few cores, not of the cluster) catches up, by up
+        # to CATCH_UP_S; further behind, the schedule starts again from now and the loss shows.
         now = time.monotonic()
-        self.deadline = max(self.deadline, now - count * per_iteration) + count * per_iteration
+        self.deadline = max(self.deadline, now - CATCH_UP_S) + count * per_iteration
         time.sleep(max(0.0, self.deadline - now))
         return count
 
