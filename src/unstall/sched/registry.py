@@ -15,6 +15,7 @@ from typing import Any
 from unstall.errors import ConfigError, a_or_an
 from unstall.sched.base import Policy
 from unstall.sched.dally import Dally, DallyConfig
+from unstall.sched.dally.lookahead_config import LookaheadConfig
 from unstall.sched.fifo import Consolidate, Fifo, FirstFit
 from unstall.sched.gandiva import Gandiva
 from unstall.sched.gavel import Gavel, GavelConfig
@@ -37,6 +38,14 @@ class PolicyEntry:
 
 def _dally(**options: Any) -> Dally:
     return Dally(DallyConfig(**options))
+
+
+def _dally_tuned(**options: Any) -> Policy:
+    # The look-ahead tuner runs the simulator, so it lives in ``sim``, above ``sched``: it is
+    # imported here, when such a policy is built, never when ``sched`` is (layering).
+    from unstall.sim.lookahead import make_lookahead_dally
+
+    return make_lookahead_dally(**options)
 
 
 def _gavel(**options: Any) -> Gavel:
@@ -76,6 +85,12 @@ POLICIES: dict[str, PolicyEntry] = {
         description="network-sensitive: delay timers per locality level, a fixed factor of "
         "expected run time (autotune=on tunes it), preemption",
         options=DallyConfig,
+    ),
+    "dally-tuned": PolicyEntry(
+        factory=_dally_tuned,
+        description="dally whose settings (delay factor, queue order, preemption for service) "
+        "a look-ahead with the simulator chooses every period, from learnt run times",
+        options=LookaheadConfig,
     ),
     "gavel": PolicyEntry(
         factory=_gavel,

@@ -92,6 +92,22 @@ class DelayTuner:
             mean_longer = memo[at] = sum(longer) / len(longer)
         return max(mean_longer - ran_s, 1.0)
 
+    def runtimes_for(self, gpus: int) -> list[float]:
+        """The sorted run times learnt for a job of ``gpus`` GPUs: its size class's, else every
+        class's (empty before any job finished). Read-only: the tuner keeps them."""
+        runtimes = self._runtimes.get(self.size_class(gpus))
+        return runtimes if runtimes else self._all()
+
+    def adopt_learnt(self, other: DelayTuner) -> None:
+        """Take ``other``'s learnt run times and waits (copies), keeping this tuner's own
+        factor and switches: a model of a policy starts from what the policy has learnt."""
+        self._runtimes = {k: list(v) for k, v in other._runtimes.items()}
+        self._residual_memo = {}
+        self._all_sorted = None
+        self.mean_wait_s = other.mean_wait_s
+        self.mean_requeue_wait_s = other.mean_requeue_wait_s
+        self.requeues_seen = other.requeues_seen
+
     def _all(self) -> list[float]:
         if self._all_sorted is None:
             self._all_sorted = sorted(t for ts in self._runtimes.values() for t in ts)

@@ -1,0 +1,73 @@
+"""The knobs of Dally's look-ahead tuner (the policy ``dally-tuned``), and its candidate
+settings. Plain data: the tuner itself simulates, so it lives above ``sched``
+(:mod:`unstall.sim.lookahead`); the registry reaches it through a factory that imports it only
+when such a policy is built."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from unstall.config import check, check_positive
+
+# Each candidate: DallyConfig options over the defaults. "default" is Dally as it is; the
+# others move one knob the issue names (#39): the delay factor, the queue order, preemption
+# for service (Tiresias-like).
+CANDIDATES: dict[str, dict[str, Any]] = {
+    "default": {},
+    "eager": {"wait_factor": 1.0},
+    "patient": {"wait_factor": 30.0},
+    "las-service": {"order": "las", "service_preemption": True},
+    "gittins-service": {"service_preemption": True},
+}
+TARGETS = ("jct", "makespan")
+
+
+@dataclass(frozen=True, kw_only=True)
+class LookaheadConfig:
+    """Options of ``make_policy("dally-tuned", ...)``: every ``period_s`` (trace seconds) the
+    tuner simulates the next ``horizon_s`` from the cluster as it is under each of
+    ``candidates`` (names of :data:`CANDIDATES`) with run times drawn from finished jobs
+    (``samples`` draws, the same for every candidate), and adopts the best by ``target``
+    (``jct``: the time jobs spend in the system over the horizon, what average JCT sums;
+    ``makespan``: when the jobs there now are all done) when it beats the current setting by
+    ``margin`` (a share). A period that keeps the setting doubles the next (up to
+    ``max_period_s``): the look-ahead is redone less often while its answer holds.
+    ``max_jobs``: waiting jobs beyond this many (the newest) are left out of the look-ahead."""
+
+    # Comma-separated names of CANDIDATES (text, so that a command line can name them); the
+    # first is the setting a run starts with.
+    candidates: str = ",".join(CANDIDATES)
+    target: str = "jct"
+    period_s: float = 3600.0
+    max_period_s: float = 4 * 3600.0
+    horizon_s: float = 4 * 3600.0
+    samples: int = 1
+    margin: float = 0.02
+    max_jobs: int = 300
+    seed: int = 0
+    # Passed to every candidate's Dally (and so the same as the simulator's restore_s).
+    restore_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        check(isinstance(self.candidates, str), self, "candidates", "comma-separated names")
+        check(bool(self.names), self, "candidates", "name at least one")
+        check(len(set(self.names)) == len(self.names), self, "candidates", "named twice")
+        unknown = [c for c in self.names if c not in CANDIDATES]
+        check(not unknown, self, "candidates", f"unknown {unknown}; known: {list(CANDIDATES)}")
+        check(self.target in TARGETS, self, "target", f"must be one of {TARGETS}")
+        check_positive(
+            self,
+            period_s=self.period_s,
+            horizon_s=self.horizon_s,
+            samples=self.samples,
+            max_jobs=self.max_jobs,
+        )
+        check(self.max_period_s >= self.period_s, self, "max_period_s", "must be >= period_s")
+        check(self.margin >= 0, self, "margin", "must be >= 0")
+        check(self.restore_s >= 0, self, "restore_s", "must be >= 0")
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The candidates' names, in the order given."""
+        return tuple(n.strip() for n in self.candidates.split(",") if n.strip())

@@ -1,0 +1,375 @@
+"""Dally with a look-ahead tuner (the policy ``dally-tuned``): every tuning period it takes the
+cluster as it is (running jobs with their placements and service, the queue), simulates the
+next horizon under each candidate setting with this package's own engine as its model, and
+adopts the best by the target (average JCT, or makespan).
+
+What the model knows is what a live cluster knows: the snapshots the policy was shown. A job's
+remaining run time is drawn from the run times of the jobs that have finished so far (its size
+class's, longer than what it has run already; Dally's tuner keeps them), never from the trace;
+jobs arriving in the horizon are the last horizon's arrivals over again (their sizes, models and
+network sensitivity), with run times drawn the same way; a job's speed on a placement is its
+network sensitivity from its view (:class:`ViewSpeed`). The draws are the same for every
+candidate (common random numbers), seeded by the tuner's seed and the tuning's count, so a run
+is deterministic. It lives in ``sim`` because it runs the engine; ``sched`` reaches it through
+the registry's factory, which imports this module only when such a policy is built.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+import random
+from collections import deque
+from dataclasses import dataclass, field, replace
+
+from unstall.sched.base import (
+    ClusterLayout,
+    ClusterSnapshot,
+    Decision,
+    Placement,
+    PolicyBase,
+    Sensitivity,
+    Start,
+)
+from unstall.sched.dally import Dally, DallyConfig
+from unstall.sched.dally.autotune import DelayTuner
+from unstall.sched.dally.lookahead_config import CANDIDATES, LookaheadConfig
+from unstall.sim.congestion import CongestionSchedule
+from unstall.sim.engine import Engine, EngineSettings
+from unstall.sim.speed import Flow
+from unstall.sim.state import JobState, SimJob
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlannedJob:
+    """One job of a look-ahead: what the snapshots showed of it, and its drawn remaining run
+    time (``remaining_s``, consolidated). ``arrive_s`` is relative to the tuning instant (0 for
+    the jobs there now); ``placement`` is set for a running job (it keeps it)."""
+
+    job_id: str
+    num_gpus: int
+    model: str
+    sensitivity: Sensitivity
+    arrive_s: float
+    remaining_s: float
+    attained_gpu_s: float = 0.0
+    placement: Placement = ()
+    submit_rel_s: float = 0.0  # the real submit time, relative to the tuning instant
+    changed_rel_s: float = 0.0
+    preemptions: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    """A job as it arrived (what the look-ahead replays as the next horizon's arrivals)."""
+
+    submit_s: float
+    num_gpus: int
+    model: str
+    sensitivity: Sensitivity
+
+
+@dataclass(frozen=True, slots=True)
+class TuneRecord:
+    """One tuning: when, the predicted objective of each candidate, what was chosen, and the
+    predicted gain of the choice over the setting it replaced (a share; 0 when kept)."""
+
+    at_s: float
+    scores: tuple[tuple[str, float], ...]
+    chosen: str
+    gain: float
+
+
+def draw_remaining_s(
+    runtimes: list[float], ran_s: float, prior_s: float, rng: random.Random
+) -> float:
+    """A remaining run time for a job that has run ``ran_s``: a finished job's run time drawn
+    among those longer than ``ran_s`` (sorted ``runtimes``), less ``ran_s``; past all of them
+    (or before any finished) an exponential draw with mean ``ran_s`` (or ``prior_s``)."""
+    at = bisect.bisect_right(runtimes, ran_s)
+    if at < len(runtimes):
+        return max(runtimes[at + int(rng.random() * (len(runtimes) - at))] - ran_s, 1.0)
+    mean = max(ran_s, 60.0) if runtimes else max(prior_s - ran_s, ran_s, 60.0)
+    return max(rng.expovariate(1.0 / mean), 1.0)
+
+
+def plan_jobs(
+    snapshot: ClusterSnapshot,
+    tuner: DelayTuner,
+    arrivals: list[Arrival],
+    config: LookaheadConfig,
+    rng: random.Random,
+) -> list[PlannedJob]:
+    """The jobs of one look-ahead from ``snapshot`` (running ones first, then the oldest
+    ``max_jobs`` waiting), with remaining run times drawn from ``tuner``'s learnt run times,
+    then ``arrivals`` of the last horizon shifted one horizon on (makespan: none)."""
+    now = snapshot.now
+    jobs: list[PlannedJob] = []
+    queued = list(snapshot.queued)[: config.max_jobs]
+    for view in (*snapshot.running, *queued):
+        ran_s = view.attained_gpu_s(now) / view.num_gpus
+        runtimes = tuner.runtimes_for(view.num_gpus)
+        jobs.append(
+            PlannedJob(
+                job_id=view.job_id,
+                num_gpus=view.num_gpus,
+                model=view.model,
+                sensitivity=view.sensitivity,
+                arrive_s=0.0,
+                remaining_s=draw_remaining_s(runtimes, ran_s, tuner.prior_runtime_s, rng),
+                attained_gpu_s=view.attained_gpu_s(now),
+                placement=view.placement if view.running else (),
+                submit_rel_s=view.submit_s - now,
+                changed_rel_s=view.changed_s - now,
+                preemptions=0 if view.running else view.preemptions,
+            )
+        )
+    if config.target == "makespan":
+        return jobs
+    for i, arrival in enumerate(arrivals):
+        at = arrival.submit_s + config.horizon_s - now
+        if at <= 0.0 or at > config.horizon_s:
+            continue
+        runtimes = tuner.runtimes_for(arrival.num_gpus)
+        jobs.append(
+            PlannedJob(
+                job_id=f"lookahead-{i}",
+                num_gpus=arrival.num_gpus,
+                model=arrival.model,
+                sensitivity=arrival.sensitivity,
+                arrive_s=at,
+                remaining_s=draw_remaining_s(runtimes, 0.0, tuner.prior_runtime_s, rng),
+                submit_rel_s=at,
+                changed_rel_s=at,
+            )
+        )
+    return jobs
+
+
+@dataclass
+class ViewSpeed:
+    """The look-ahead's speed model, from what job views carry: a job runs at 1 iteration a
+    second consolidated, and ``sensitivity.at(across racks, congestion)`` times slower spread
+    (no link sharing between jobs: the views do not tell link capacities)."""
+
+    layout: ClusterLayout
+    congestion: float
+    sensitivities: dict[tuple[str, int], Sensitivity] = field(default_factory=dict)
+
+    def consolidated_iter_s(self, model: str, num_gpus: int) -> float:
+        return 1.0
+
+    def sensitivity(self, model: str, num_gpus: int) -> Sensitivity:
+        return self.sensitivities.get((model, num_gpus), Sensitivity.flat(1.0, 1.0))
+
+    def flow(self, model: str, num_gpus: int, placement: Placement) -> Flow | None:
+        return None
+
+    def capacity(self, link: object) -> float:
+        return 1.0
+
+    def iter_s(self, model: str, num_gpus: int, placement: Placement, rate: float | None) -> float:
+        if len(placement) <= 1:
+            return 1.0
+        racks = {self.layout.node_rack[node] for node, _ in placement}
+        return self.sensitivity(model, num_gpus).at(len(racks) > 1, self.congestion)
+
+
+class _Pinned(PolicyBase):
+    """A candidate Dally in the look-ahead: its first round restarts the running jobs where
+    they run (the cluster as it is); its ``reset`` starts it from what the real one learnt."""
+
+    def __init__(self, inner: Dally, learnt: DelayTuner, pinned: list[PlannedJob]) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self._learnt = learnt
+        self._pinned = pinned
+        self._first = True
+
+    def reset(self) -> None:
+        self.inner.reset()
+        self.inner.tuner.adopt_learnt(self._learnt)
+        self._first = True
+
+    def decide(self, snapshot: ClusterSnapshot, rng: random.Random) -> Decision:
+        if self._first:
+            self._first = False
+            return Decision(starts=tuple(Start(j.job_id, j.placement) for j in self._pinned))
+        return self.inner.decide(snapshot, rng)
+
+
+class _HorizonEngine(Engine):
+    """The engine, stopped at ``stop_s``; jobs arrive with what they had already (their real
+    submit time, service and preemptions, relative to the tuning instant)."""
+
+    def __init__(self, *, stop_s: float, planned: dict[int, PlannedJob], **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self.stop_s = stop_s
+        self.planned = planned
+
+    def _next_instant(self, known):  # type: ignore[no-untyped-def]
+        now, network_finish = super()._next_instant(known)
+        return (math.inf, network_finish) if now > self.stop_s else (now, network_finish)
+
+    def _arrive(self, job: SimJob) -> None:
+        super()._arrive(job)
+        plan = self.planned[job.index]
+        if plan.placement:
+            return  # restarted at once where it runs: its own times start now
+        job.submit_s = plan.submit_rel_s
+        job.changed_s = plan.changed_rel_s
+        self.queued_views[job.index] = job.make_view(self.oracle)
+
+
+def simulate_candidate(
+    jobs: list[PlannedJob],
+    config: DallyConfig,
+    learnt: DelayTuner,
+    snapshot: ClusterSnapshot,
+    lookahead: LookaheadConfig,
+    seed: int,
+) -> float:
+    """The objective of one candidate over one look-ahead (lower is better): ``jct``, the
+    seconds jobs spend in the system within the horizon (jobs there now counted from 0);
+    ``makespan``, when the last of them finishes (past the cap: the cap plus its work left)."""
+    speed = ViewSpeed(snapshot.layout, snapshot.congestion)
+    sim_jobs: list[SimJob] = []
+    planned: dict[int, PlannedJob] = {}
+    for i, plan in enumerate(jobs):
+        speed.sensitivities[(plan.model, plan.num_gpus)] = plan.sensitivity
+        # Waiting jobs arrive just after the running ones restart where they run.
+        arrive = plan.arrive_s if plan.arrive_s > 0 or plan.placement else 1e-6
+        job = SimJob(
+            index=i,
+            job_id=plan.job_id,
+            submit_s=arrive,
+            num_gpus=plan.num_gpus,
+            duration_s=plan.remaining_s,
+            model=plan.model,
+            cons_iter_s=1.0,
+            sensitivity=plan.sensitivity,
+        )
+        job.attained_gpu_s = plan.attained_gpu_s
+        job.preemptions = plan.preemptions
+        sim_jobs.append(job)
+        planned[i] = plan
+    pinned = [p for p in jobs if p.placement]
+    stop = lookahead.horizon_s * (4.0 if lookahead.target == "makespan" else 1.0)
+    engine = _HorizonEngine(
+        stop_s=stop,
+        planned=planned,
+        layout=snapshot.layout,
+        speed=speed,
+        policy=_Pinned(Dally(config, name="lookahead"), learnt, pinned),
+        jobs=sim_jobs,
+        congestion=CongestionSchedule(times_s=(0.0,), fractions=(snapshot.congestion,)),
+        settings=EngineSettings(restore_s=config.restore_s, tick_s=None, seed=seed),
+    )
+    engine.run()
+    return _objective(sim_jobs, jobs, stop, lookahead.target, snapshot.layout.total_gpus)
+
+
+def _objective(
+    sim_jobs: list[SimJob], jobs: list[PlannedJob], stop: float, target: str, gpus: int
+) -> float:
+    if target == "makespan":
+        last = 0.0
+        left = 0.0
+        for job in sim_jobs:
+            if job.state == JobState.DONE:
+                last = max(last, job.finish_s)
+            else:
+                left += (job.work_iters - job.done_iters) * job.num_gpus
+        return last if left == 0.0 else stop + left / max(gpus, 1)
+    total = 0.0
+    for job, plan in zip(sim_jobs, jobs, strict=True):
+        end = job.finish_s if job.state == JobState.DONE else stop
+        total += max(0.0, min(end, stop) - plan.arrive_s)
+    return total
+
+
+class LookaheadDally(PolicyBase):
+    """Dally whose settings a look-ahead chooses online (see the module docstring); the
+    settings' course is in the run's telemetry: ``tuner.choice`` (the index of the chosen
+    candidate in ``config.names``), ``tuner.predicted_gain`` and ``tuner.score.NAME`` (each
+    candidate's predicted objective over the current setting's, at the latest tuning)."""
+
+    def __init__(
+        self, config: LookaheadConfig | None = None, base: DallyConfig | None = None
+    ) -> None:
+        self.config = config or LookaheadConfig()
+        self.base = base or DallyConfig(restore_s=self.config.restore_s)
+        self.name = "dally-tuned"
+        self.reset()
+
+    def reset(self) -> None:
+        self.inner = Dally(self.base, name=self.name)
+        self.tick_s = self.inner.tick_s
+        self.current = self.config.names[0]
+        self.inner.retune(self.settings_of(self.current))
+        self.history: list[TuneRecord] = []
+        self._arrivals: deque[Arrival] = deque()
+        self._seen: set[str] = set()
+        self._period_s = self.config.period_s
+        self._next_tune_s = self.config.period_s
+        self._telemetry: tuple[tuple[str, float], ...] = (("tuner.choice", 0.0),)
+
+    def settings_of(self, candidate: str) -> DallyConfig:
+        """The Dally settings of the candidate called ``candidate``."""
+        return replace(self.base, **CANDIDATES[candidate])
+
+    def decide(self, snapshot: ClusterSnapshot, rng: random.Random) -> Decision:
+        self._note_arrivals(snapshot)
+        if snapshot.now >= self._next_tune_s and snapshot.queued:
+            self._tune(snapshot)
+        decision = self.inner.decide(snapshot, rng)
+        return replace(decision, telemetry=decision.telemetry + self._telemetry)
+
+    def _note_arrivals(self, snapshot: ClusterSnapshot) -> None:
+        """Keep the last horizon's arrivals: the jobs new to the queue, from its newest end."""
+        fresh: list[Arrival] = []
+        for view in reversed(snapshot.queued):
+            if view.job_id in self._seen:
+                break
+            self._seen.add(view.job_id)
+            fresh.append(Arrival(view.submit_s, view.num_gpus, view.model, view.sensitivity))
+        self._arrivals.extend(reversed(fresh))
+        oldest = snapshot.now - self.config.horizon_s
+        while self._arrivals and self._arrivals[0].submit_s < oldest:
+            self._arrivals.popleft()
+
+    def _tune(self, snapshot: ClusterSnapshot) -> None:
+        c = self.config
+        tuning = len(self.history)
+        totals = dict.fromkeys(c.names, 0.0)
+        for sample in range(c.samples):
+            rng = random.Random(c.seed * 1_000_003 + tuning * 1_009 + sample)
+            jobs = plan_jobs(snapshot, self.inner.tuner, list(self._arrivals), c, rng)
+            for name in c.names:
+                totals[name] += simulate_candidate(
+                    jobs, self.settings_of(name), self.inner.tuner, snapshot, c, c.seed + sample
+                )
+        now_score = totals[self.current]
+        best = min(c.names, key=lambda n: (totals[n], n != self.current))
+        gain = (now_score - totals[best]) / now_score if now_score > 0 else 0.0
+        chosen = best if best != self.current and gain > c.margin else self.current
+        if chosen == self.current:
+            gain = 0.0
+            self._period_s = min(2 * self._period_s, c.max_period_s)
+        else:
+            self._period_s = c.period_s
+            self.current = chosen
+            self.inner.retune(self.settings_of(chosen))
+        self._next_tune_s = snapshot.now + self._period_s
+        scores = tuple((n, totals[n] / now_score if now_score > 0 else 1.0) for n in c.names)
+        self.history.append(TuneRecord(snapshot.now, scores, chosen, gain))
+        self._telemetry = (
+            ("tuner.choice", float(c.names.index(chosen))),
+            ("tuner.predicted_gain", gain),
+            *((f"tuner.score.{n}", s) for n, s in scores),
+        )
+
+
+def make_lookahead_dally(**options: object) -> LookaheadDally:
+    """The registry's factory of ``dally-tuned`` (options: :class:`LookaheadConfig`'s)."""
+    return LookaheadDally(LookaheadConfig(**options))  # type: ignore[arg-type]

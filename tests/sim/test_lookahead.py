@@ -1,0 +1,193 @@
+"""Dally's look-ahead tuner (``dally-tuned``): it picks what a planted scenario makes best, it
+never reads true durations, its course is in the telemetry, it is deterministic, and it needs
+nothing a live backend does not give (plain snapshots through ``decide``)."""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+import subprocess
+import sys
+
+import pytest
+
+from unstall.errors import ConfigError
+from unstall.sched import make_policy, resolve_policy
+from unstall.sched.base import ClusterLayout, ClusterSnapshot, JobView, Sensitivity
+from unstall.sched.dally import Dally, DallyConfig
+from unstall.sched.dally.lookahead_config import LookaheadConfig
+from unstall.sched.options import missing_policy_members
+from unstall.sim import simulate
+from unstall.sim.lookahead import LookaheadDally, draw_remaining_s, plan_jobs
+from unstall.traces import SyntheticTraceConfig, generate
+
+LAYOUT = ClusterLayout.regular(racks=1, nodes_per_rack=1, gpus_per_node=4)
+FLAT = Sensitivity.flat(1.0, 1.0)
+
+
+def view(jid: str, gpus: int, *, running: bool, attained: float = 0.0, **extra: float) -> JobView:
+    return JobView(
+        job_id=jid,
+        index=int(jid[1:]),
+        num_gpus=gpus,
+        submit_s=0.0,
+        model="m",
+        sensitivity=FLAT,
+        attained_gpu_s_at_change=attained,
+        changed_s=100_000.0 if running else 90_000.0,  # the running one: just seen
+        running=running,
+        placement=((0, gpus),) if running else (),
+        **extra,  # type: ignore[arg-type]
+    )
+
+
+def long_job_holds_the_cluster(now: float = 100_000.0, **extra: float) -> ClusterSnapshot:
+    """One 4-GPU job has held the whole cluster for a day; eight 1-GPU jobs wait."""
+    running = (view("j0", 4, running=True, attained=4 * 90_000.0, **extra),)
+    queued = tuple(view(f"j{i}", 1, running=False, **extra) for i in range(1, 9))
+    return ClusterSnapshot(
+        now=now,
+        layout=LAYOUT,
+        free_by_node=(0,),
+        free_by_rack=(0,),
+        queued=queued,
+        running=running,
+    )
+
+
+def taught(policy: LookaheadDally) -> LookaheadDally:
+    """What finished jobs taught it: 1-GPU jobs run a minute, 4-GPU ones about two days."""
+    for _ in range(20):
+        policy.inner.tuner.observe_finish(60.0, 1)
+    for hours in (40, 45, 50, 55):
+        policy.inner.tuner.observe_finish(hours * 3600.0, 4)
+    return policy
+
+
+def test_it_picks_preemption_for_service_where_it_clearly_pays() -> None:
+    policy = taught(LookaheadDally(LookaheadConfig(horizon_s=3600.0)))
+    decision = policy.decide(long_job_holds_the_cluster(), random.Random(0))
+    (record,) = policy.history
+    assert record.chosen in ("las-service", "gittins-service")
+    assert record.gain > 0.5  # eight one-minute jobs instead of waiting a day
+    # It acts on it in the same round: the long job yields to the short ones.
+    assert [p.job_id for p in decision.preemptions] == ["j0"]
+    assert policy.inner.config.service_preemption
+
+
+def test_it_keeps_the_setting_where_none_is_better() -> None:
+    """The running job has run 100 s of the 130 s such jobs are learnt to run: no candidate
+    preempts it, none does better, and the setting stays."""
+    policy = LookaheadDally(LookaheadConfig(horizon_s=3600.0))
+    for _ in range(20):
+        policy.inner.tuner.observe_finish(60.0, 1)
+        policy.inner.tuner.observe_finish(130.0, 4)
+    snap = long_job_holds_the_cluster()
+    running = (dataclasses.replace(snap.running[0], attained_gpu_s_at_change=400.0),)
+    decision = policy.decide(dataclasses.replace(snap, running=running), random.Random(0))
+    assert policy.history[0].chosen == "default"
+    assert policy.history[0].gain == 0.0
+    assert not decision.preemptions
+
+
+def test_the_look_ahead_reads_no_oracle_figures() -> None:
+    """Job views that carry (wrong) oracle figures give the same look-ahead as views without:
+    lengths come from what finished jobs taught it only."""
+    config = LookaheadConfig(horizon_s=3600.0)
+    policy = taught(LookaheadDally(config))
+    plain = long_job_holds_the_cluster()
+    oracle = long_job_holds_the_cluster(oracle_remaining_s=1.0, oracle_rate=1.0)
+    a = plan_jobs(plain, policy.inner.tuner, [], config, random.Random(5))
+    b = plan_jobs(oracle, policy.inner.tuner, [], config, random.Random(5))
+    assert a == b
+    assert not LookaheadDally().needs_oracle
+
+
+def test_remaining_lengths_are_drawn_from_learnt_run_times_longer_than_the_service() -> None:
+    rng = random.Random(1)
+    runtimes = [10.0, 100.0, 1000.0]
+    draws = {draw_remaining_s(runtimes, 50.0, 3600.0, rng) for _ in range(200)}
+    assert draws == {50.0, 950.0}
+
+
+def _trace():  # type: ignore[no-untyped-def]
+    return generate(
+        SyntheticTraceConfig(
+            jobs=80, seed=4, load=0.9, cluster_gpus=32, multi_gpu_share=0.3, max_gpus=8
+        )
+    )
+
+
+def _tuned_run(trace, seed: int = 0):  # type: ignore[no-untyped-def]
+    policy = LookaheadDally(LookaheadConfig(period_s=1800.0, horizon_s=3600.0, seed=seed))
+    return policy, simulate(trace, "small", policy, seed=seed)
+
+
+def test_telemetry_and_determinism() -> None:
+    trace = _trace()
+    policy, run = _tuned_run(trace)
+    names = set(run.telemetry["name"])
+    assert {"tuner.choice", "tuner.predicted_gain", "tuner.score.las-service"} <= names
+    assert policy.history, "it tuned at least once"
+    again_policy, again = _tuned_run(trace)
+    assert again_policy.history == policy.history
+    assert again.jobs.equals(run.jobs)
+    assert run.result.jobs_finished == len(run.jobs)
+
+
+def test_it_never_reads_true_durations() -> None:
+    """Jobs not finished at the first tuning run 10 times longer in a second trace: up to that
+    tuning both runs are the same, so a tuner that read no duration tunes the same there (and
+    runs the changed trace to the end)."""
+    trace = _trace()
+    policy, run = _tuned_run(trace)
+    first = policy.history[0]
+    later = run.jobs.set_index("job_id")["finish_s"] > first.at_s
+    frame = trace.jobs.copy()
+    longer = frame["job_id"].map(later).fillna(False).astype(bool)
+    assert longer.any()
+    frame.loc[longer, "duration_s"] *= 10
+    changed_policy, changed = _tuned_run(dataclasses.replace(trace, jobs=frame))
+    assert changed_policy.history[0] == first
+    assert changed.result.jobs_finished == len(changed.jobs)
+
+
+def test_it_needs_only_what_a_live_backend_gives() -> None:
+    """The live backend builds snapshots of plain tuples of fresh views each round and calls
+    ``decide``; the policy declares nothing it must be given beyond that."""
+    policy = make_policy("dally-tuned", horizon_s=3600.0)
+    assert not missing_policy_members(policy)
+    taught(policy)  # type: ignore[arg-type]
+    snap = long_job_holds_the_cluster()
+    # Fresh view objects, as a live backend builds them every round.
+    again = dataclasses.replace(snap, queued=tuple(dataclasses.replace(v) for v in snap.queued))
+    assert policy.decide(snap, random.Random(0)).preemptions
+    policy.decide(again, random.Random(0))
+
+
+def test_selected_by_name_with_text_options() -> None:
+    policy = resolve_policy(
+        "dally-tuned", (("candidates", "default,las-service"), ("target", "makespan"))
+    )
+    assert isinstance(policy, LookaheadDally)
+    assert policy.config.names == ("default", "las-service")
+    with pytest.raises(ConfigError, match="candidates"):
+        make_policy("dally-tuned", candidates="default,nope")
+
+
+def test_sched_does_not_import_sim() -> None:
+    code = (
+        "import sys, unstall.sched; from unstall.sched import make_policy; "
+        "assert not [m for m in sys.modules if m.startswith('unstall.sim')]"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_service_preemption_is_what_makes_the_difference() -> None:
+    """Dally itself: with las order and preemption for service, a new short job preempts a
+    long-running one (Tiresias-like); without it (the default), it waits."""
+    snap = long_job_holds_the_cluster()
+    on = Dally(DallyConfig(order="las", service_preemption=True))
+    off = Dally(DallyConfig(order="las"))
+    assert [p.job_id for p in on.decide(snap, random.Random(0)).preemptions] == ["j0"]
+    assert not off.decide(snap, random.Random(0)).preemptions
