@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from unstall.sched.base import ClusterSnapshot, Decision, Placement, PolicyBase, Start
 from unstall.sched.free import FreeGpus
+from unstall.sched.placement import TypeClaims
 
 
 @dataclass
@@ -18,7 +20,11 @@ class _ArrivalOrder(PolicyBase):
     needs_oracle: bool = False
     head_of_line_blocking: bool = True
 
-    def place(self, free: FreeGpus, num_gpus: int) -> Placement | None:
+    def place(
+        self, free: FreeGpus, num_gpus: int, types: Sequence[str] | None = None
+    ) -> Placement | None:
+        """Where a job of ``num_gpus`` GPUs starts now, on the first of ``types`` with room (a
+        cluster of several GPU types; None: any)."""
         raise NotImplementedError
 
     def decide(self, snapshot: ClusterSnapshot, rng: random.Random) -> Decision:
@@ -26,12 +32,19 @@ class _ArrivalOrder(PolicyBase):
         starts: list[Start] = []
         # Free GPUs only shrink during a round, so a size that found no room stays without.
         blocked: set[int] = set()
+        # Several GPU types: the fast GPUs go to the jobs that gain most from them.
+        claims = (
+            None if free.layout.one_type else TypeClaims(snapshot.queued, free.by_node, free.layout)
+        )
         for job in snapshot.queued:
             if free.total == 0:
                 break
             if job.num_gpus in blocked:
                 continue
-            placement = self.place(free, job.num_gpus)
+            types = None if claims is None else claims.types_for(job, free.by_node)
+            placement = self.place(free, job.num_gpus, types)
+            if claims is not None:
+                claims.done(job)
             if placement is None:
                 if self.head_of_line_blocking:
                     break  # the head waits and so does everyone behind it
@@ -48,8 +61,10 @@ class Fifo(_ArrivalOrder):
 
     name: str = "fifo"
 
-    def place(self, free: FreeGpus, num_gpus: int) -> Placement | None:
-        return free.best(num_gpus)
+    def place(
+        self, free: FreeGpus, num_gpus: int, types: Sequence[str] | None = None
+    ) -> Placement | None:
+        return free.best(num_gpus, types)
 
 
 @dataclass
@@ -58,8 +73,10 @@ class FirstFit(_ArrivalOrder):
 
     name: str = "first-fit"
 
-    def place(self, free: FreeGpus, num_gpus: int) -> Placement | None:
-        return free.first_fit(num_gpus)
+    def place(
+        self, free: FreeGpus, num_gpus: int, types: Sequence[str] | None = None
+    ) -> Placement | None:
+        return free.first_fit(num_gpus)  # blind to locality and to GPU types
 
 
 @dataclass
@@ -70,5 +87,7 @@ class Consolidate(_ArrivalOrder):
     name: str = "consolidate"
     head_of_line_blocking: bool = False
 
-    def place(self, free: FreeGpus, num_gpus: int) -> Placement | None:
-        return free.consolidated(num_gpus)
+    def place(
+        self, free: FreeGpus, num_gpus: int, types: Sequence[str] | None = None
+    ) -> Placement | None:
+        return free.consolidated(num_gpus, types)

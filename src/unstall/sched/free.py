@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from unstall.sched import placement as pl
 from unstall.sched.base import ClusterLayout, ClusterSnapshot, Placement
 
@@ -31,19 +33,33 @@ class FreeGpus:
             self.by_rack[rack[node]] += k
             self.total += k
 
-    def at_level(self, level: pl.Locality, num_gpus: int) -> Placement | None:
+    def at_level(
+        self, level: pl.Locality, num_gpus: int, types: Sequence[str] | None = None
+    ) -> Placement | None:
+        """The most consolidated placement no worse than ``level``. ``types`` (a cluster of
+        several GPU types): on the first of these types that holds the job alone (see
+        :func:`~unstall.sched.placement.on_types`; none when empty); None: the helpers' own
+        choice."""
         if num_gpus > self.total:
             return None
+        if types is not None and not self.layout.one_type:
+            return pl.on_types(level, self.by_node, self.layout, num_gpus, types)
         return pl.at_level(level, self.by_node, self.by_rack, self.layout, num_gpus)
 
-    def best(self, num_gpus: int) -> Placement | None:
-        """The most consolidated placement the free GPUs allow now (any level)."""
-        return self.at_level(pl.Locality.CLUSTER, num_gpus)
+    def best(self, num_gpus: int, types: Sequence[str] | None = None) -> Placement | None:
+        """The most consolidated placement the free GPUs allow now (any level; ``types`` as
+        in :meth:`at_level`)."""
+        return self.at_level(pl.Locality.CLUSTER, num_gpus, types)
 
-    def consolidated(self, num_gpus: int) -> Placement | None:
-        """Only the job's best possible level with the fewest nodes, or None."""
+    def consolidated(self, num_gpus: int, types: Sequence[str] | None = None) -> Placement | None:
+        """Only the job's best possible level with the fewest nodes, or None (``types`` as in
+        :meth:`at_level`)."""
         if num_gpus > self.total:
             return None
+        if types is not None and not self.layout.one_type:
+            return pl.on_types(
+                pl.Locality.CLUSTER, self.by_node, self.layout, num_gpus, types, strict=True
+            )
         return pl.most_consolidated(self.by_node, self.by_rack, self.layout, num_gpus)
 
     def first_fit(self, num_gpus: int) -> Placement | None:

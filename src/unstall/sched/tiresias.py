@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import bisect
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from unstall.config import check
 from unstall.sched.base import ClusterSnapshot, Decision, JobView, PolicyBase, Preempt, Start
 from unstall.sched.free import FreeGpus
+from unstall.sched.placement import TypeClaims
 
 # Models whose largest tensor holds most of the parameters; from the zoo's static facts
 # (vgg16's and alexnet's first fully connected layers, the LM's embedding and decoder).
@@ -62,12 +64,17 @@ class Tiresias(PolicyBase):
         )
         starts: list[Start] = []
         preempts: list[Preempt] = []
+        # Several GPU types: the fast GPUs go to the jobs that gain most from them.
+        claims = None if free.layout.one_type else TypeClaims(waiting, free.by_node, free.layout)
         for job in waiting:
             level = self.level(job, now)
-            placement = self._place(free, job)
+            types = None if claims is None else claims.types_for(job, free.by_node)
+            placement = self._place(free, job, types)
+            if claims is not None:
+                claims.done(job)
             if placement is None:
                 chosen = self._make_room(free, job, level, victims, now)
-                placement = self._place(free, job) if chosen else None
+                placement = self._place(free, job, types) if chosen else None
                 if placement is None:
                     for victim in chosen:  # room was not enough: nobody is preempted
                         free.take(victim.placement)
@@ -79,10 +86,12 @@ class Tiresias(PolicyBase):
             starts.append(Start(job.job_id, placement))
         return Decision(starts=tuple(starts), preemptions=tuple(preempts))
 
-    def _place(self, free: FreeGpus, job: JobView) -> tuple[tuple[int, int], ...] | None:
+    def _place(
+        self, free: FreeGpus, job: JobView, types: Sequence[str] | None = None
+    ) -> tuple[tuple[int, int], ...] | None:
         if job.model in self.skewed_models:
-            return free.consolidated(job.num_gpus)
-        return free.best(job.num_gpus)
+            return free.consolidated(job.num_gpus, types)
+        return free.best(job.num_gpus, types)
 
     def _make_room(
         self, free: FreeGpus, job: JobView, level: int, victims: list[JobView], now: float

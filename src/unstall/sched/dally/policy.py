@@ -9,7 +9,7 @@ import bisect
 import functools
 import heapq
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from unstall.sched.base import (
@@ -30,10 +30,10 @@ from unstall.sched.dally.expected_runtimes import ExpectedRemaining
 from unstall.sched.dally.preemption import RoomPlan, cheapest_node_room, reconsolidation
 from unstall.sched.dally.queue_index import Group, QueueIndex, group_of
 from unstall.sched.dally.sensitivity import is_consolidated, is_sensitive, placement_slowdown
-from unstall.sched.dally.service import service_room
+from unstall.sched.dally.types import consolidated_option, spread_option, upgrade_target
 from unstall.sched.dally.victim_figures import VictimFigures
 from unstall.sched.free import FreeGpus
-from unstall.sched.placement import Locality
+from unstall.sched.placement import Locality, TypeClaims
 
 
 @dataclass
@@ -54,6 +54,8 @@ class _Round:
     attempts: int = 0  # jobs for which a node was sought by preemption this round
     # Groups (size, service) for which priority preemption failed this round.
     priority_failed: set[Group] = field(default_factory=set)
+    # Several GPU types: which waiting jobs the fast GPUs are kept for (see ``_place_typed``).
+    claims: TypeClaims | None = None
 
 
 class Dally(PolicyBase):
@@ -157,10 +159,19 @@ class Dally(PolicyBase):
         now = snapshot.now
         fresh = self._queue.sync(snapshot.queued)
         due = self._due_retries(now)
+        typed = not snapshot.layout.one_type
+        if typed and c.preemption:
+            # Several GPU types: running jobs move to a faster type (or a consolidated block)
+            # first, so that the slower GPUs they leave go to the waiting jobs this round.
+            self._retype(snapshot, free, plan)
         if self._waiting_version != self._version:
             # The tenancy changed: any waiting job may start now, so the whole queue is gone
             # through in order.
             self._waiting_version = self._version
+            if typed:
+                plan.claims = self._claims(
+                    (j for members, _ in self._queue_in_order(now) for j in members), free
+                )
             self._pass_all(snapshot, free, plan)
         else:
             todo = {j.job_id: j for j in fresh}
@@ -170,12 +181,15 @@ class Dally(PolicyBase):
                     todo.setdefault(view.job_id, view)
             for view in due:
                 todo.setdefault(view.job_id, view)
-            for job in self._in_priority_order(list(todo.values()), now):
+            ordered = self._in_priority_order(list(todo.values()), now)
+            if typed:
+                plan.claims = self._claims(ordered, free)
+            for job in ordered:
                 if free.total == 0 and not c.preemption:
                     break
                 if self._may_start(job, free, snapshot):
                     self._place(job, snapshot, free, plan)
-        if c.preemption and snapshot.spread_running:
+        if c.preemption and snapshot.spread_running and not typed:
             self._reconsolidate(snapshot, free, plan)
         self._acted = bool(plan.starts or plan.preempts or plan.migrations)
         return Decision(
@@ -236,8 +250,6 @@ class Dally(PolicyBase):
         if job.num_gpus <= free.total:
             return True
         if self._may_try_priority(job, free, snapshot.now):
-            return True
-        if self._may_try_service(job, free, snapshot.now):
             return True
         return self._may_try_preemption(job, free, snapshot.now) and self._sensitive(
             job, snapshot.congestion
@@ -303,6 +315,11 @@ class Dally(PolicyBase):
 
     def _place(self, job: JobView, snapshot: ClusterSnapshot, free: FreeGpus, plan: _Round) -> bool:
         """Start ``job`` if it should start now (True), else leave it waiting (False)."""
+        if plan.claims is not None:
+            try:
+                return self._place_typed(job, snapshot, free, plan)
+            finally:
+                plan.claims.done(job)
         c = self.config
         now = snapshot.now
         placement = free.consolidated(job.num_gpus)
@@ -318,11 +335,6 @@ class Dally(PolicyBase):
             and group_of(job) not in plan.priority_failed
         ):
             placement = self._preempt_for_priority(job, snapshot, free, plan)
-            if placement is not None:
-                self._start(job, placement, 1.0, free, plan, now)
-                return True
-        if fallback is None and self._may_try_service(job, free, now):
-            placement = self._preempt_for_service(job, snapshot, free, plan)
             if placement is not None:
                 self._start(job, placement, 1.0, free, plan, now)
                 return True
@@ -423,61 +435,6 @@ class Dally(PolicyBase):
             and job.num_gpus > free.layout.gpus_per_node
             and now >= self._retry_at.get(job.job_id, now)
         )
-
-    def _may_try_service(self, job: JobView, free: FreeGpus, now: float) -> bool:
-        """Whether ``job`` may seek GPUs by preemption for service now (``service_preemption``,
-        see :mod:`~unstall.sched.dally.service`): it finds too few GPUs free, the order ranks
-        by service (not fifo), and it is not waiting out a retry after a failed attempt."""
-        c = self.config
-        return (
-            c.service_preemption
-            and c.preemption
-            and c.order != "fifo"
-            and job.num_gpus > free.total
-            and now >= self._retry_at.get(job.job_id, now)
-        )
-
-    def _preempt_for_service(
-        self, job: JobView, snapshot: ClusterSnapshot, free: FreeGpus, plan: _Round
-    ) -> Placement | None:
-        """Preemption for service: the running jobs ``job`` outranks (lowest first) make room
-        for it; their preemptions are added to ``plan``. None (and a retry later) when they
-        cannot, or this round's preemption budget is spent."""
-        now = snapshot.now
-        if self._preemptions_spent(plan):
-            return None
-        plan.attempts += 1
-        c = self.config
-        found = service_room(
-            job,
-            snapshot.running,
-            free,
-            outranks=lambda j, v: self._outranks(j, v, now),
-            rank=lambda v: self._priority(v, now)[0],
-            taken=plan.taken,
-            max_victims=c.max_preemptions_per_round - len(plan.preempts) - len(plan.migrations),
-        )
-        if found is None:
-            self._retry_after_failure(job, now)
-            return None
-        victims, placement = found
-        for victim in victims:
-            plan.taken.add(victim.job_id)
-            self._moved[victim.job_id] = self._moved.get(victim.job_id, 0) + 1
-            plan.preempts.append(Preempt(victim.job_id, f"service for {job.job_id}"))
-        return placement
-
-    def retune(self, config: DallyConfig) -> None:
-        """Adopt ``config``'s settings from the next round on, keeping what was learnt (run
-        times, waits, the queue): the look-ahead tuner (:mod:`unstall.sim.lookahead`) switches
-        settings this way. The delay factor restarts at ``config.wait_factor``; the whole queue
-        is gone through again in the next round."""
-        self.config = config
-        self.tick_s = config.tick_s
-        self.tuner.factor = config.wait_factor
-        self.tuner.enabled = config.autotune
-        self._version += 1
-        self._expected = ExpectedRemaining(self.tuner)
 
     def _preemptions_spent(self, plan: _Round) -> bool:
         """Whether this round's preemption budget is spent (moves made, or jobs that sought
@@ -722,6 +679,121 @@ class Dally(PolicyBase):
                 plan.taken.add(job.job_id)
                 self._moved[job.job_id] = times_moved + 1
                 plan.migrations.append(Migrate(job.job_id, target, "re-consolidate"))
+
+    # --- several GPU types (sched/dally/types.py) -----------------------------------------------
+
+    def _claims(self, ordered: Iterable[JobView], free: FreeGpus) -> TypeClaims:
+        """The round's :class:`TypeClaims` over the waiting jobs in priority order (``ordered``;
+        only those the free GPUs can hold are looked at)."""
+        queue = self._queue.by_id
+        starting: list[JobView] = []
+        budget = free.total
+        for job in ordered:
+            if queue.get(job.job_id) is not job:
+                continue
+            if job.num_gpus > budget:
+                break
+            budget -= job.num_gpus
+            starting.append(job)
+        return TypeClaims(starting, free.by_node, free.layout)
+
+    def _place_typed(
+        self, job: JobView, snapshot: ClusterSnapshot, free: FreeGpus, plan: _Round
+    ) -> bool:
+        """:meth:`_place` on a cluster of several GPU types. The candidates are the most
+        consolidated placement on each type the job may take (its claim first, see
+        :class:`TypeClaims`) and the best spread one; each is weighed by its predicted time per
+        unit of work over the job's best (1 / its speed on the type, times its network slowdown
+        there: :mod:`~unstall.sched.dally.types`). The cheapest consolidated one starts at once
+        unless a spread one is cheaper still; that one is taken when the delay timer (on its
+        network slowdown) says so, and until then the job runs consolidated on a slower type if
+        one is free (it moves up when a faster block frees and the move pays, ``_retype``), else
+        waits. Priority preemption is as on one type; preemption for locality is not tried (it
+        clears a node whatever its type)."""
+        c = self.config
+        now = snapshot.now
+        assert plan.claims is not None
+        kinds = plan.claims.types_for(job, free.by_node) or ()
+        congestion = snapshot.congestion
+        cons = consolidated_option(job, free, kinds, congestion)
+        spread = spread_option(
+            job, free, kinds, congestion, snapshot.spread_jobs_by_node, span_racks=c.span_racks
+        )
+        if cons is not None and (spread is None or cons.cost <= spread.cost):
+            self._start(job, cons.placement, 1.0, free, plan, now)
+            return True
+        if spread is None:
+            if self._may_try_priority(job, free, now) and group_of(job) not in plan.priority_failed:
+                placement = self._preempt_for_priority(job, snapshot, free, plan)
+                if placement is not None:
+                    self._start(job, placement, 1.0, free, plan, now)
+                    return True
+            return False  # no room on any type it may take: wait for GPUs
+        after = 0.0
+        if c.delay:
+            after = accept_after_s(
+                spread.net,
+                factor=self.tuner.factor,
+                expected_runtime_s=self._expected.of(job, now),
+                max_wait_s=c.max_wait_s,
+                insensitive_below=c.insensitive_below,
+            )
+        held = self._held.get(job.job_id)
+        if (0.0 if held is None else now - held.since_s) >= after:
+            if spread.net >= c.insensitive_below:
+                self.gave_up += 1
+            self._start(job, spread.placement, spread.net, free, plan, now)
+            return True
+        if cons is not None:
+            # Held back from the spread placement: meanwhile it runs consolidated on a slower
+            # type, and moves up when a faster block frees (``_retype``).
+            self._start(job, cons.placement, 1.0, free, plan, now)
+            return True
+        held = self._held.setdefault(job.job_id, _Held(since_s=now, turned_down=1.0))
+        held.turned_down = max(held.turned_down, spread.net)
+        wake = held.since_s + after
+        wakes = self._timers_set.setdefault(job.job_id, set())
+        if wake not in wakes:
+            wakes.add(wake)
+            plan.timers.append(SetTimer(at_s=wake, key=f"dally:{job.job_id}"))
+        return False
+
+    def _retype(self, snapshot: ClusterSnapshot, free: FreeGpus, plan: _Round) -> None:
+        """Type upgrades and re-consolidation on a cluster of several GPU types: a running job
+        moves to the cheapest consolidated placement free (a faster type, or its own type
+        consolidated) when the time it saves beats its restore by ``gain_margin``: its
+        expected remaining run time times ``1 - new cost / current cost`` (costs as in
+        :mod:`~unstall.sched.dally.types`) against ``restore_s`` times one more than its moves
+        so far. Those that save the most a GPU move first, at most ``max_migrations_per_round``."""
+        c = self.config
+        now = snapshot.now
+        if free.total == 0:
+            return
+        candidates: list[tuple[float, int, JobView]] = []
+        for job in snapshot.running:
+            if job.job_id in plan.taken:
+                continue
+            found = upgrade_target(job, free, snapshot.congestion, snapshot.spread_jobs_by_node)
+            if found is None:
+                continue
+            current, target = found
+            saved = self._expected.of(job, now) * (1.0 - target.cost / current.cost)
+            if saved > c.gain_margin * c.restore_s * (1 + self._moved.get(job.job_id, 0)):
+                candidates.append((-saved / job.num_gpus, job.index, job))
+        candidates.sort(key=lambda item: item[:2])
+        for _, _, job in candidates:
+            if len(plan.migrations) >= c.max_migrations_per_round:
+                return
+            found = upgrade_target(job, free, snapshot.congestion, snapshot.spread_jobs_by_node)
+            if found is None:
+                continue  # an earlier move took its block
+            current, target = found
+            free.give(job.placement)
+            free.take(target.placement)
+            plan.taken.add(job.job_id)
+            self._moved[job.job_id] = self._moved.get(job.job_id, 0) + 1
+            why = "re-consolidate" if target.kind == current.kind else f"faster type {target.kind}"
+            plan.migrations.append(Migrate(job.job_id, target.placement, why))
 
 
 def _expected_wait(by_remaining: list[tuple[float, int]], free_gpus: int, need: int) -> float:

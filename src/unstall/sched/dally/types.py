@@ -1,0 +1,162 @@
+"""Dally on a cluster of several GPU types: which type, weighed together with the network.
+
+A job's predicted time per unit of work on a placement is ``1 / speed`` of the placement's type
+(``JobView.speed_on``: the model family's speed there, on that type's most consolidated
+placement, communication included) times its network slowdown there (its sensitivity at the
+congestion now, with the NICs it would share, when it is spread over more nodes than that type
+needs; 1 otherwise). Dally compares placements by that time over the job's best (its fastest
+type, consolidated): its *cost*. So a network-sensitive job consolidated on a slow type beats
+the same job spread over fast GPUs exactly when ``speed_fast / speed_slow`` is below its spread
+slowdown, and a job that gains little from the fast type leaves it to one that gains more
+(:class:`~unstall.sched.placement.TypeClaims`).
+
+On a cluster of one type none of this runs: the policy answers as it did before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from unstall.sched import placement as pl
+from unstall.sched.base import ClusterLayout, JobView, Placement
+from unstall.sched.free import FreeGpus
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    """A placement on one type with its cost (time per unit of work over the job's best) and
+    the network part of it (1 when consolidated on its type)."""
+
+    placement: Placement
+    kind: str
+    cost: float
+    net: float
+
+
+def best_speed(job: JobView, layout: ClusterLayout) -> float:
+    """``job``'s speed on its fastest type (1 when the backend gives no speeds)."""
+    return max((job.speed_on(t) for t in layout.types), default=1.0)
+
+
+def type_of(job: JobView, placement: Placement, layout: ClusterLayout) -> str:
+    """The type ``job`` computes at on ``placement``: the slowest for it among its nodes'."""
+    kinds = {layout.node_type[node] for node, _ in placement}
+    return min(kinds, key=lambda t: (job.speed_on(t), t))
+
+
+def best_level_on_type(layout: ClusterLayout, kind: str, num_gpus: int) -> pl.Locality:
+    """The best locality an empty cluster's ``kind`` nodes could give a job of ``num_gpus``."""
+    nodes = [n for n, t in enumerate(layout.node_type) if t == kind]
+    if any(layout.node_gpus[n] >= num_gpus for n in nodes):
+        return pl.Locality.NODE
+    by_rack: dict[int, int] = {}
+    for n in nodes:
+        rack = layout.node_rack[n]
+        by_rack[rack] = by_rack.get(rack, 0) + layout.node_gpus[n]
+    return pl.Locality.RACK if max(by_rack.values(), default=0) >= num_gpus else pl.Locality.CLUSTER
+
+
+def consolidated_on_type(
+    placement: Placement, kind: str, num_gpus: int, layout: ClusterLayout
+) -> bool:
+    """Whether ``placement`` is as consolidated as ``kind``'s nodes allow: its fewest nodes, at
+    its best level."""
+    if len(placement) > pl.min_nodes_on_type(layout, kind, num_gpus):
+        return False
+    return pl.locality_of(placement, layout) <= best_level_on_type(layout, kind, num_gpus)
+
+
+def cost_of(
+    job: JobView,
+    placement: Placement,
+    layout: ClusterLayout,
+    congestion: float,
+    spread_jobs_by_node: Sequence[int] = (),
+    *,
+    own_share: bool = False,
+) -> Option:
+    """``placement``'s :class:`Option` for ``job`` (``own_share``: the job runs there already,
+    so it is among the NIC counts)."""
+    kind = type_of(job, placement, layout)
+    speed = job.speed_on(kind)
+    net = 1.0
+    if not consolidated_on_type(placement, kind, job.num_gpus, layout):
+        across = pl.locality_of(placement, layout) == pl.Locality.CLUSTER
+        sharing = 0
+        if spread_jobs_by_node:
+            sharing = max(spread_jobs_by_node[n] for n, _ in placement)
+            if own_share:
+                sharing = max(0, sharing - 1)
+        net = max(1.0, job.sensitivity.spread_slowdown(across, congestion, sharing))
+    cost = best_speed(job, layout) / speed * net if speed > 0.0 else float("inf")
+    return Option(placement, kind, cost, net)
+
+
+def consolidated_option(
+    job: JobView, free: FreeGpus, kinds: Sequence[str], congestion: float
+) -> Option | None:
+    """The cheapest placement consolidated on one of ``kinds`` that the free GPUs hold (the
+    first of ``kinds`` among equals)."""
+    best: Option | None = None
+    layout = free.layout
+    for kind in kinds:
+        by_node, by_rack = pl.only_type(free.by_node, layout, kind)
+        if sum(by_rack) < job.num_gpus:
+            continue
+        found = pl.at_level(pl.Locality.CLUSTER, by_node, by_rack, layout, job.num_gpus)
+        if found is None or not consolidated_on_type(found, kind, job.num_gpus, layout):
+            continue
+        option = cost_of(job, found, layout, congestion)
+        if best is None or option.cost < best.cost:
+            best = option
+    return best
+
+
+def spread_option(
+    job: JobView,
+    free: FreeGpus,
+    kinds: Sequence[str],
+    congestion: float,
+    spread_jobs_by_node: Sequence[int],
+    *,
+    span_racks: bool,
+) -> Option | None:
+    """The cheapest placement on one of ``kinds`` at any level Dally accepts (within one rack,
+    over racks only when ``span_racks`` or no rack of the type holds the job)."""
+    best: Option | None = None
+    layout = free.layout
+    for kind in kinds:
+        by_node, by_rack = pl.only_type(free.by_node, layout, kind)
+        if sum(by_rack) < job.num_gpus:
+            continue
+        level = pl.Locality.RACK
+        if span_racks or best_level_on_type(layout, kind, job.num_gpus) == pl.Locality.CLUSTER:
+            level = pl.Locality.CLUSTER
+        found = pl.at_level(level, by_node, by_rack, layout, job.num_gpus)
+        if found is None:
+            continue
+        option = cost_of(job, found, layout, congestion, spread_jobs_by_node)
+        if best is None or option.cost < best.cost:
+            best = option
+    return best
+
+
+def upgrade_target(
+    job: JobView, free: FreeGpus, congestion: float, spread_jobs_by_node: Sequence[int]
+) -> tuple[Option, Option] | None:
+    """Where running ``job`` would run faster: its current :class:`Option` and the cheapest
+    consolidated one the free GPUs (with its own given back) hold, when that is cheaper; None
+    otherwise. ``free`` is left as it was."""
+    layout = free.layout
+    now = cost_of(job, job.placement, layout, congestion, spread_jobs_by_node, own_share=True)
+    if now.cost <= 1.0:
+        return None
+    free.give(job.placement)
+    try:
+        target = consolidated_option(job, free, pl.types_by_speed(job, layout), congestion)
+    finally:
+        free.take(job.placement)
+    if target is None or target.cost >= now.cost:
+        return None
+    return now, target

@@ -1,0 +1,195 @@
+"""Placements that know GPU types (issue #38 item 2): the shared placement rules and Dally keep
+a job on one type, give the fast GPUs to the jobs that gain most from them, weigh a type's speed
+against the network, and move a job to a faster type only when the move pays."""
+
+from __future__ import annotations
+
+import random
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from unstall.sched import placement as pl
+from unstall.sched.base import (
+    ClusterLayout,
+    ClusterSnapshot,
+    JobView,
+    Migrate,
+    Placement,
+    Sensitivity,
+)
+from unstall.sched.dally import Dally, DallyConfig
+from unstall.sched.fifo import Consolidate, Fifo
+from unstall.sched.free import FreeGpus
+from unstall.sched.tiresias import Tiresias
+
+RNG = random.Random(0)
+INSENSITIVE = Sensitivity.flat(1.0, 1.0)
+
+# One rack: node 0 holds 4 V100s, node 1 4 K80s.
+SMALL = ClusterLayout.from_nodes(node_rack=(0, 0), node_gpus=(4, 4), node_type=("v100", "k80"))
+# One rack: nodes 0-1 of 4 V100s, node 2 of 8 K80s.
+WIDE = ClusterLayout.from_nodes(
+    node_rack=(0, 0, 0), node_gpus=(4, 4, 8), node_type=("v100", "v100", "k80")
+)
+
+# One rack: nodes 0-1 of 8 V100s, node 2 of 8 K80s.
+BIG = ClusterLayout.from_nodes(
+    node_rack=(0, 0, 0), node_gpus=(8, 8, 8), node_type=("v100", "v100", "k80")
+)
+
+
+def job(
+    jid: str,
+    gpus: int,
+    k80: float,
+    *,
+    placement: Placement = (),
+    sens: Sensitivity = INSENSITIVE,
+    submit: float = 0.0,
+) -> JobView:
+    return JobView(
+        job_id=jid,
+        index=int(jid[1:]),
+        num_gpus=gpus,
+        submit_s=submit,
+        model="m",
+        sensitivity=sens,
+        attained_gpu_s_at_change=0.0,
+        changed_s=0.0,
+        running=bool(placement),
+        placement=placement,
+        type_speeds=(("v100", 1.0), ("k80", k80)),
+    )
+
+
+def snap(
+    layout: ClusterLayout,
+    free: tuple[int, ...],
+    queued: list[JobView],
+    running: list[JobView] = (),  # type: ignore[assignment]
+    now: float = 0.0,
+) -> ClusterSnapshot:
+    spread = [0] * layout.num_nodes
+    for r in running:
+        if len(r.placement) > 1:
+            for node, _ in r.placement:
+                spread[node] += 1
+    by_rack = [sum(free[n] for n in nodes) for nodes in layout.rack_nodes]
+    return ClusterSnapshot(
+        now=now,
+        layout=layout,
+        free_by_node=free,
+        free_by_rack=tuple(by_rack),
+        queued=tuple(queued),
+        running=tuple(running),
+        spread_jobs_by_node=tuple(spread),
+        spread_running=tuple(r for r in running if len(r.placement) > 1),
+    )
+
+
+def starts_of(decision: object) -> dict[str, Placement]:
+    return {s.job_id: s.placement for s in decision.starts}  # type: ignore[attr-defined]
+
+
+def test_the_job_that_gains_most_gets_the_fast_gpu_under_every_policy() -> None:
+    # One V100 and one K80 free, two 1-GPU jobs: the first in every order loses little on a
+    # K80 (0.8 of its V100 speed), the second much (0.1). The second gets the V100.
+    queued = [job("j0", 1, 0.8), job("j1", 1, 0.1, submit=1.0)]
+    free = (1, 1)
+    for policy in (Fifo(), Consolidate(), Tiresias(), Dally()):
+        got = starts_of(policy.decide(snap(SMALL, free, queued), RNG))
+        assert got == {"j0": ((1, 1),), "j1": ((0, 1),)}, (policy.name, got)
+
+
+def test_uncontended_a_job_takes_its_fastest_type() -> None:
+    # One job, both types free: the V100, even though best fit alone would pick either node.
+    queued = [job("j0", 1, 0.5)]
+    for policy in (Fifo(), Consolidate(), Tiresias(), Dally()):
+        assert starts_of(policy.decide(snap(SMALL, (4, 1), queued), RNG)) == {"j0": ((0, 1),)}
+
+
+def test_a_job_faster_on_the_other_type_takes_that_one() -> None:
+    queued = [job("j0", 1, 1.5)]  # faster on K80 than on V100 (the speeds decide, not names)
+    for policy in (Fifo(), Consolidate(), Dally()):
+        assert starts_of(policy.decide(snap(SMALL, (1, 1), queued), RNG)) == {"j0": ((1, 1),)}
+
+
+def test_a_job_is_never_placed_across_types() -> None:
+    # 2 V100s and 2 K80s free, a 4-GPU job: it waits rather than span both types.
+    queued = [job("j0", 4, 0.5)]
+    for policy in (Fifo(), Consolidate(), Tiresias(), Dally()):
+        assert starts_of(policy.decide(snap(SMALL, (2, 2), queued), RNG)) == {}, policy.name
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    free=st.tuples(*(st.integers(0, 4),) * 2, st.integers(0, 8)),
+    gpus=st.integers(1, 8),
+    k80=st.sampled_from([0.1, 0.5, 2.0]),
+)
+def test_the_shared_rules_keep_a_job_on_one_type(
+    free: tuple[int, int, int], gpus: int, k80: float
+) -> None:
+    view = job("j0", gpus, k80)
+    s = snap(WIDE, free, [view])
+    kinds = pl.types_by_speed(view, WIDE)
+    for strict in (False, True):
+
+        def place(types: tuple[str, ...], strict: bool = strict) -> Placement | None:
+            scratch = FreeGpus(s)
+            return scratch.consolidated(gpus, types) if strict else scratch.best(gpus, types)
+
+        placement = place(kinds)
+        # The fastest type for the job that holds it alone, or none at all (no mixed types).
+        first = next((t for t in kinds if place((t,)) is not None), None)
+        if first is None:
+            assert placement is None
+            continue
+        assert placement is not None and sum(k for _, k in placement) == gpus
+        assert {WIDE.node_type[n] for n, _ in placement} == {first}
+
+
+def test_dally_consolidated_on_a_slow_type_beats_spread_over_fast_ones() -> None:
+    # An 8-GPU job, 1.5x slower spread over two V100 nodes (4 free on each) than on one; the
+    # K80 node holds it whole.
+    sensitive = Sensitivity.flat(1.5, 2.0)
+    free = (4, 4, 8)
+    # K80 at 0.8 of the V100 speed: 1 / 0.8 = 1.25 < 1.5, so the K80 node.
+    near = [job("j0", 8, 0.8, sens=sensitive)]
+    assert starts_of(Dally().decide(snap(BIG, free, near), RNG)) == {"j0": ((2, 8),)}
+    # K80 at 0.5: 2 > 1.5, so spread over the V100s (delay timers off: no waiting for a block).
+    far = [job("j0", 8, 0.5, sens=sensitive)]
+    no_delay = Dally(DallyConfig(delay=False))
+    assert starts_of(no_delay.decide(snap(BIG, free, far), RNG)) == {"j0": ((0, 4), (1, 4))}
+    # With its delay timer it holds out for a whole V100 node, running on the K80s meanwhile.
+    assert starts_of(Dally().decide(snap(BIG, free, far), RNG)) == {"j0": ((2, 8),)}
+    # An insensitive job takes the spread V100s at once.
+    flat = [job("j0", 8, 0.5)]
+    assert starts_of(Dally().decide(snap(BIG, free, flat), RNG)) == {"j0": ((0, 4), (1, 4))}
+
+
+def upgrade(k80: float, prior_runtime_s: float) -> list[Migrate]:
+    """A 1-GPU job has run 100 s on the K80 node; the V100s are free."""
+    running = [job("j0", 1, k80, placement=((1, 1),))]
+    dally = Dally(DallyConfig(prior_runtime_s=prior_runtime_s))
+    decision = dally.decide(snap(SMALL, (4, 3), [], running, now=100.0), RNG)
+    return list(decision.migrations)
+
+
+def test_an_upgrade_happens_when_the_time_saved_beats_the_restore() -> None:
+    # Expected 3,500 s more at half speed: 1,750 s saved > 2 x 60 s restore.
+    assert upgrade(0.5, 3600.0) == [Migrate("j0", ((0, 1),), "faster type v100")]
+
+
+def test_no_upgrade_when_the_time_saved_does_not_beat_the_restore() -> None:
+    # Expected 100 s more: 50 s saved < 120 s.
+    assert upgrade(0.5, 100.0) == []
+    # Long to go but hardly faster: 3,500 x (1 - 0.98) = 70 s < 120 s.
+    assert upgrade(0.98, 3600.0) == []
+
+
+def test_one_type_clusters_claim_nothing() -> None:
+    layout = ClusterLayout.regular(racks=1, nodes_per_rack=2, gpus_per_node=4)
+    claims = pl.TypeClaims([job("j0", 1, 0.1)], (4, 4), layout)
+    assert claims.claims == {} and claims.types_for(job("j0", 1, 0.1), (4, 4)) is None
