@@ -30,6 +30,7 @@ from unstall.sched.dally.expected_runtimes import ExpectedRemaining
 from unstall.sched.dally.preemption import RoomPlan, cheapest_node_room, reconsolidation
 from unstall.sched.dally.queue_index import Group, QueueIndex, group_of
 from unstall.sched.dally.sensitivity import is_consolidated, is_sensitive, placement_slowdown
+from unstall.sched.dally.service import service_room
 from unstall.sched.dally.types import consolidated_option, spread_option, upgrade_target
 from unstall.sched.dally.victim_figures import VictimFigures
 from unstall.sched.free import FreeGpus
@@ -251,6 +252,8 @@ class Dally(PolicyBase):
             return True
         if self._may_try_priority(job, free, snapshot.now):
             return True
+        if self._may_try_service(job, free, snapshot.now):
+            return True
         return self._may_try_preemption(job, free, snapshot.now) and self._sensitive(
             job, snapshot.congestion
         )
@@ -335,6 +338,11 @@ class Dally(PolicyBase):
             and group_of(job) not in plan.priority_failed
         ):
             placement = self._preempt_for_priority(job, snapshot, free, plan)
+            if placement is not None:
+                self._start(job, placement, 1.0, free, plan, now)
+                return True
+        if fallback is None and self._may_try_service(job, free, now):
+            placement = self._preempt_for_service(job, snapshot, free, plan)
             if placement is not None:
                 self._start(job, placement, 1.0, free, plan, now)
                 return True
@@ -435,6 +443,61 @@ class Dally(PolicyBase):
             and job.num_gpus > free.layout.gpus_per_node
             and now >= self._retry_at.get(job.job_id, now)
         )
+
+    def _may_try_service(self, job: JobView, free: FreeGpus, now: float) -> bool:
+        """Whether ``job`` may seek GPUs by preemption for service now (``service_preemption``,
+        see :mod:`~unstall.sched.dally.service`): it finds too few GPUs free, the order ranks
+        by service (not fifo), and it is not waiting out a retry after a failed attempt."""
+        c = self.config
+        return (
+            c.service_preemption
+            and c.preemption
+            and c.order != "fifo"
+            and job.num_gpus > free.total
+            and now >= self._retry_at.get(job.job_id, now)
+        )
+
+    def _preempt_for_service(
+        self, job: JobView, snapshot: ClusterSnapshot, free: FreeGpus, plan: _Round
+    ) -> Placement | None:
+        """Preemption for service: the running jobs ``job`` outranks (lowest first) make room
+        for it; their preemptions are added to ``plan``. None (and a retry later) when they
+        cannot, or this round's preemption budget is spent."""
+        now = snapshot.now
+        if self._preemptions_spent(plan):
+            return None
+        plan.attempts += 1
+        c = self.config
+        found = service_room(
+            job,
+            snapshot.running,
+            free,
+            outranks=lambda j, v: self._outranks(j, v, now),
+            rank=lambda v: self._priority(v, now)[0],
+            taken=plan.taken,
+            max_victims=c.max_preemptions_per_round - len(plan.preempts) - len(plan.migrations),
+        )
+        if found is None:
+            self._retry_after_failure(job, now)
+            return None
+        victims, placement = found
+        for victim in victims:
+            plan.taken.add(victim.job_id)
+            self._moved[victim.job_id] = self._moved.get(victim.job_id, 0) + 1
+            plan.preempts.append(Preempt(victim.job_id, f"service for {job.job_id}"))
+        return placement
+
+    def retune(self, config: DallyConfig) -> None:
+        """Adopt ``config``'s settings from the next round on, keeping what was learnt (run
+        times, waits, the queue): the look-ahead tuner (:mod:`unstall.sim.lookahead`) switches
+        settings this way. The delay factor restarts at ``config.wait_factor``; the whole queue
+        is gone through again in the next round."""
+        self.config = config
+        self.tick_s = config.tick_s
+        self.tuner.factor = config.wait_factor
+        self.tuner.enabled = config.autotune
+        self._version += 1
+        self._expected = ExpectedRemaining(self.tuner)
 
     def _preemptions_spent(self, plan: _Round) -> bool:
         """Whether this round's preemption budget is spent (moves made, or jobs that sought
