@@ -115,13 +115,13 @@ def _dally_over_like_traces(per_trace: list[list[Any]], oracles: Collection[str]
 
     if not per_trace:
         return
-    from unstall.cli.sim_run import CONTEXT_METRICS
+    from unstall.cli.sim_run import CONTEXT_METRICS, DALLY_FAMILY
 
     ratios: dict[str, list[float]] = {metric: [] for metric, _ in CONTEXT_METRICS}
     best_by: dict[str, Counter[str]] = {metric: Counter() for metric, _ in CONTEXT_METRICS}
     for results in per_trace:
         dally = next((r for r in results if r.policy == "dally"), None)
-        others = [r for r in results if r.policy != "dally"]
+        others = [r for r in results if r.policy not in DALLY_FAMILY]
         if dally is None or not others:
             return
         for metric, _ in CONTEXT_METRICS:

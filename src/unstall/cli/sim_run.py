@@ -432,6 +432,10 @@ CONTEXT_METRICS = (
 )
 
 
+# Dally and its look-ahead tuned form: neither is "another policy" of the other's comparison.
+DALLY_FAMILY = frozenset({"dally", "dally-tuned"})
+
+
 def dally_in_context(
     results: Sequence[SimResult], trace: Trace, *, demo_hint: bool = False
 ) -> None:
@@ -440,7 +444,7 @@ def dally_in_context(
     (``demo_hint``: say that `unstall demo` sets it against traces generated like it)."""
     by_name = {r.policy: r for r in results}
     dally = by_name.get("dally")
-    others = [r for r in results if r.policy != "dally"]
+    others = [r for r in results if r.policy not in DALLY_FAMILY]
     if dally is None or not others:
         return
     parts = []
@@ -541,7 +545,8 @@ def write_comparison(
             frame.to_parquet(tmp, index=False)
     summary = out / "summary.json"
     write_result(summary, _ResultList(results), {"runs": list(requests), "trace": trace_label})
-    plots = write_plots(results, jobs, timelines, out)
+    telemetry = {r.result.policy: r.telemetry for r in runs}
+    plots = write_plots(results, jobs, timelines, out, telemetry)
     report = write_html(results, plots, out, "unstall sim compare")
     console.print(
         f"wrote {len(files) + len(plots) + 3} files to {out}/: {summary.name} (config beside "

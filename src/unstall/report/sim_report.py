@@ -73,6 +73,39 @@ def plot_gpu_time_by_type(results: Sequence[SimResult], path: Path) -> Path:
     return save(fig, path)
 
 
+def plot_tuner_course(telemetry: Mapping[str, pd.DataFrame], path: Path) -> Path | None:
+    """The look-ahead tuner's course (``dally-tuned``): the candidate each run chose over time
+    (a step per choice, labelled by the run) and the gain its look-ahead predicted for each
+    switch (dots, right axis). None when no run reported ``tuner.choice``."""
+    courses = {
+        policy: frame
+        for policy, frame in telemetry.items()
+        if len(frame) and (frame["name"] == "tuner.choice").any()
+    }
+    if not courses:
+        return None
+    fig, ax = new_figure()
+    gain_ax = ax.twinx()
+    # The candidates' names, in their order: the tuner reports a score for each (in order).
+    names: list[str] = []
+    for frame in courses.values():
+        scored = frame.loc[frame["name"].str.startswith("tuner.score."), "name"]
+        names = names or list(dict.fromkeys(n.removeprefix("tuner.score.") for n in scored))
+    for policy, frame in courses.items():
+        choice = frame[frame["name"] == "tuner.choice"]
+        ax.step(choice["time_s"] / HOUR, choice["value"], where="post", label=policy, lw=0.8)
+        gain = frame[(frame["name"] == "tuner.predicted_gain") & (frame["value"] > 0)]
+        gain_ax.plot(gain["time_s"] / HOUR, gain["value"], ".", ms=4, alpha=0.6)
+    ax.set_xlabel("time (hours)")
+    ax.set_ylabel("candidate chosen")
+    if names:
+        ax.set_yticks(range(len(names)), names)
+    gain_ax.set_ylabel("predicted gain of a switch (share)")
+    ax.set_title("look-ahead tuner: setting chosen over time")
+    ax.legend()
+    return save(fig, path)
+
+
 def gpu_types_of(results: Sequence[SimResult]) -> list[str]:
     """The GPU types the results hold time for, in the order first met."""
     return list(dict.fromkeys(kind for r in results for kind in r.gpu_s_by_type))
@@ -83,8 +116,12 @@ def write_plots(
     jobs_by_policy: Mapping[str, pd.DataFrame],
     timelines: Mapping[str, pd.DataFrame],
     out: Path,
+    telemetry: Mapping[str, pd.DataFrame] | None = None,
 ) -> list[Path]:
+    """Every figure of a comparison; ``telemetry`` (what each policy reported over time, by
+    policy) adds the look-ahead tuner's course when a run has one."""
     total = float(results[0].total_gpus) if results else 1.0
+    tuner = plot_tuner_course(telemetry or {}, out / "tuner_course.png")
     return [
         plot_jct_cdf(jobs_by_policy, out / "jct_cdf.png"),
         plot_over_time(timelines, "queued", "jobs waiting", out / "queue_over_time.png"),
@@ -103,6 +140,7 @@ def write_plots(
             if len(gpu_types_of(results)) > 1
             else []
         ),
+        *([tuner] if tuner is not None else []),
     ]
 
 

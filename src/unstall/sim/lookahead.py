@@ -39,6 +39,11 @@ from unstall.sim.engine import Engine, EngineSettings
 from unstall.sim.speed import Flow
 from unstall.sim.state import JobState, SimJob
 
+# A candidate that tied the current setting this many tunings in a row is simulated again only
+# every REFRESH_EVERY-th tuning (see ``LookaheadDally._tune``).
+TIES_TO_SKIP = 2
+REFRESH_EVERY = 4
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PlannedJob:
@@ -310,6 +315,7 @@ class LookaheadDally(PolicyBase):
         self.history: list[TuneRecord] = []
         self._arrivals: deque[Arrival] = deque()
         self._seen: set[str] = set()
+        self._ties: dict[str, int] = {}  # tunings in a row a candidate tied the current one
         self._period_s = self.config.period_s
         self._next_tune_s = self.config.period_s
         self._telemetry: tuple[tuple[str, float], ...] = (("tuner.choice", 0.0),)
@@ -341,14 +347,31 @@ class LookaheadDally(PolicyBase):
     def _tune(self, snapshot: ClusterSnapshot) -> None:
         c = self.config
         tuning = len(self.history)
+        # Reuse between periods: a candidate that scored exactly as the current setting in
+        # the last TIES_TO_SKIP tunings (it makes the same decisions on this trace: the delay
+        # factor, say, where no job is held back) is taken to tie again, and simulated only
+        # every REFRESH_EVERY-th tuning.
+        names = [
+            n
+            for n in c.names
+            if n == self.current
+            or self._ties.get(n, 0) < TIES_TO_SKIP
+            or tuning % REFRESH_EVERY == 0
+        ]
         totals = dict.fromkeys(c.names, 0.0)
         for sample in range(c.samples):
             rng = random.Random(c.seed * 1_000_003 + tuning * 1_009 + sample)
             jobs = plan_jobs(snapshot, self.inner.tuner, list(self._arrivals), c, rng)
-            for name in c.names:
+            for name in names:
                 totals[name] += simulate_candidate(
                     jobs, self.settings_of(name), self.inner.tuner, snapshot, c, c.seed + sample
                 )
+        for name in c.names:
+            if name not in names:
+                totals[name] = totals[self.current]
+            elif name != self.current:
+                tied = totals[name] == totals[self.current]
+                self._ties[name] = self._ties.get(name, 0) + 1 if tied else 0
         now_score = totals[self.current]
         best = min(c.names, key=lambda n: (totals[n], n != self.current))
         gain = (now_score - totals[best]) / now_score if now_score > 0 else 0.0
@@ -359,6 +382,7 @@ class LookaheadDally(PolicyBase):
         else:
             self._period_s = c.period_s
             self.current = chosen
+            self._ties = {}
             self.inner.retune(self.settings_of(chosen))
         self._next_tune_s = snapshot.now + self._period_s
         scores = tuple((n, totals[n] / now_score if now_score > 0 else 1.0) for n in c.names)

@@ -1,0 +1,36 @@
+"""The comparison report plots the look-ahead tuner's course (issue #39 item 5): the setting
+``dally-tuned`` chose over time, from the run's telemetry; no such plot for runs without it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from unstall.report.sim_report import write_html, write_plots
+from unstall.sched.dally.lookahead_config import LookaheadConfig
+from unstall.sim import simulate
+from unstall.sim.lookahead import LookaheadDally
+from unstall.traces import default_trace
+
+
+def test_the_report_plots_the_tuners_choices(tmp_path: Path) -> None:
+    tuned = LookaheadDally(LookaheadConfig(period_s=600.0, horizon_s=1800.0))
+    runs = {
+        "dally-tuned": simulate(default_trace(), "small", tuned, max_jobs=60),
+        "fifo": simulate(default_trace(), "small", "fifo", max_jobs=60),
+    }
+    assert tuned.history
+    assert (runs["dally-tuned"].telemetry["name"] == "tuner.choice").any()
+    results = [r.result for r in runs.values()]
+    plots = write_plots(
+        results,
+        {p: r.jobs for p, r in runs.items()},
+        {p: r.timeline for p, r in runs.items()},
+        tmp_path,
+        {p: r.telemetry for p, r in runs.items()},
+    )
+    assert tmp_path / "tuner_course.png" in plots
+    assert "tuner_course.png" in write_html(results, plots, tmp_path, "tuned").read_text()
+    without = write_plots(
+        results[1:], {"fifo": runs["fifo"].jobs}, {"fifo": runs["fifo"].timeline}, tmp_path
+    )
+    assert not any(p.name == "tuner_course.png" for p in without)
