@@ -10,7 +10,7 @@ ratio to consolidate's. Churn: preemptions and migrations per job (mean, and the
 job had), and how many single-node jobs were migrated at all.
 
     .venv/bin/python benchmarks/dally_speed.py [--jobs 2000,20000,100000] [--skip-philly]
-        [--json bench-results/dally_speed.json]
+        [--policies consolidate,dally,dally-tuned] [--json bench-results/dally_speed.json]
 
 Goal (issue 22): dally within 5x of consolidate on every trace, the 100,000-job trace in under
 two minutes.
@@ -77,6 +77,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", default="2000,20000,100000", help="sizes of the heavy traces")
     parser.add_argument("--skip-philly", action="store_true")
+    parser.add_argument(
+        "--policies",
+        default=",".join(POLICIES),
+        help="comma-separated, consolidate first (the ratios are to it); e.g. "
+        "consolidate,dally,dally-tuned (the look-ahead tuner, issue 39)",
+    )
     parser.add_argument("--json", type=Path, default=REPO / "bench-results" / "dally_speed.json")
     args = parser.parse_args()
     run(heavy_trace(200), "medium", "high", "dally")  # warm-up: zoo facts, imports
@@ -99,7 +105,7 @@ def main() -> None:
         else:
             trace = heavy_trace(jobs)
         base = None
-        for policy in POLICIES:
+        for policy in [p for p in args.policies.split(",") if p]:
             row = run(trace, cluster, congestion, policy)
             row["trace"] = label
             base = base or float(row["sim_wall_s"])  # type: ignore[arg-type]

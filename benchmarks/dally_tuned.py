@@ -85,7 +85,9 @@ def run_one(task: tuple[str, int, int, str, str]) -> dict[str, object]:
     return row
 
 
-def summarise(runs: list[dict[str, object]], metric: str, tuned: list[str]) -> str:
+def summarise(
+    runs: list[dict[str, object]], metric: str, tuned: list[str], baselines: list[str]
+) -> str:
     by = {(int(r["trace"]), str(r["policy"])): r for r in runs}  # type: ignore[call-overload]
     traces = sorted({t for t, _ in by})
     fixed = fixed_policies()
@@ -97,14 +99,14 @@ def summarise(runs: list[dict[str, object]], metric: str, tuned: list[str]) -> s
         return min(value(t, p) for p in group)
 
     lines = [
-        f"{len(traces)} traces; {metric} over the best other policy's ({', '.join(BASELINES)}) "
+        f"{len(traces)} traces; {metric} over the best other policy's ({', '.join(baselines)}) "
         "and over the best fixed Dally setting's, per trace: mean ± sd (below 1: better)",
         "",
         "| policy | / best other | / best fixed | / dally (off) | sim time / consolidate's |",
         "|---|---:|---:|---:|---:|",
     ]
     for p in ["dally", *tuned, *fixed]:
-        other = [value(t, p) / best(t, list(BASELINES)) for t in traces]
+        other = [value(t, p) / best(t, baselines) for t in traces]
         hind = [value(t, p) / best(t, fixed) for t in traces]
         off = [value(t, p) / value(t, "dally") for t in traces]
         wall = [value(t, p, "sim_wall_s") / value(t, "consolidate", "sim_wall_s") for t in traces]
@@ -132,6 +134,9 @@ def main() -> None:
     parser.add_argument("--metric", default="avg_jct_s", choices=("avg_jct_s", "makespan_s"))
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument(
+        "--baselines", default=",".join(BASELINES), help="the other policies, comma-separated"
+    )
+    parser.add_argument(
         "--tuned",
         default="dally-tuned",
         help="tuner variants, separated by ;: dally-tuned?KEY=VALUE&KEY=VALUE",
@@ -142,7 +147,8 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=REPO / "bench-results" / "dally_tuned.json")
     args = parser.parse_args()
     tuned = [v for v in args.tuned.split(";") if v]
-    policies = ["dally", *tuned, *fixed_policies(), *BASELINES]
+    baselines = [b for b in args.baselines.split(",") if b]
+    policies = ["dally", *tuned, *fixed_policies(), *baselines]
     runs: list[dict[str, object]] = []
     if args.reuse:
         runs = [r for r in json.loads(args.reuse.read_text()) if r["policy"] in policies]
@@ -161,7 +167,7 @@ def main() -> None:
                 print(f"{i}/{len(tasks)} runs, {time.perf_counter() - started:.0f} s", flush=True)
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(runs, indent=1))
-    print(summarise(runs, args.metric, tuned))
+    print(summarise(runs, args.metric, tuned, baselines))
 
 
 if __name__ == "__main__":

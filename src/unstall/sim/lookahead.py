@@ -43,6 +43,10 @@ from unstall.sim.state import JobState, SimJob
 # every REFRESH_EVERY-th tuning (see ``LookaheadDally._tune``).
 TIES_TO_SKIP = 2
 REFRESH_EVERY = 4
+# Setting a look-ahead up (its jobs, engine and policy) costs about as much as this many of
+# its rounds (measured on the 2,000-job trace of benchmarks/dally_speed.py): counted in the
+# tuner's cost (``LookaheadConfig.cost_share``).
+SIM_OVERHEAD_ROUNDS = 10
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -233,8 +237,9 @@ def simulate_candidate(
     snapshot: ClusterSnapshot,
     lookahead: LookaheadConfig,
     seed: int,
-) -> float:
-    """The objective of one candidate over one look-ahead (lower is better): ``jct``, the
+) -> tuple[float, int]:
+    """The objective of one candidate over one look-ahead (lower is better), and the rounds
+    its simulation took (what it cost): ``jct``, the
     seconds jobs spend in the system within the horizon (jobs there now counted from 0);
     ``makespan``, when the last of them finishes (past the cap: the cap plus its work left)."""
     speed = ViewSpeed(snapshot.layout, snapshot.congestion)
@@ -270,8 +275,9 @@ def simulate_candidate(
         congestion=CongestionSchedule(times_s=(0.0,), fractions=(snapshot.congestion,)),
         settings=EngineSettings(restore_s=config.restore_s, tick_s=None, seed=seed),
     )
-    engine.run()
-    return _objective(sim_jobs, jobs, stop, lookahead.target, snapshot.layout.total_gpus)
+    outcome = engine.run()
+    score = _objective(sim_jobs, jobs, stop, lookahead.target, snapshot.layout.total_gpus)
+    return score, outcome.rounds
 
 
 def _objective(
@@ -316,6 +322,10 @@ class LookaheadDally(PolicyBase):
         self._arrivals: deque[Arrival] = deque()
         self._seen: set[str] = set()
         self._ties: dict[str, int] = {}  # tunings in a row a candidate tied the current one
+        # Its cost, in scheduling rounds: the run's own so far, and its look-aheads' (each with
+        # its set-up: SIM_OVERHEAD_ROUNDS; a deterministic measure of work, unlike wall time).
+        self.rounds = 0
+        self.lookahead_rounds = 0
         self._period_s = self.config.period_s
         self._next_tune_s = self.config.period_s
         self._telemetry: tuple[tuple[str, float], ...] = (("tuner.choice", 0.0),)
@@ -326,8 +336,13 @@ class LookaheadDally(PolicyBase):
 
     def decide(self, snapshot: ClusterSnapshot, rng: random.Random) -> Decision:
         self._note_arrivals(snapshot)
+        self.rounds += 1
         if snapshot.now >= self._next_tune_s and snapshot.queued:
-            self._tune(snapshot)
+            c = self.config
+            if self.lookahead_rounds <= c.free_rounds + c.cost_share * self.rounds:
+                self._tune(snapshot)
+            else:  # over its budget: the setting stays a period longer
+                self._next_tune_s = snapshot.now + self._period_s
         decision = self.inner.decide(snapshot, rng)
         return replace(decision, telemetry=decision.telemetry + self._telemetry)
 
@@ -363,9 +378,11 @@ class LookaheadDally(PolicyBase):
             rng = random.Random(c.seed * 1_000_003 + tuning * 1_009 + sample)
             jobs = plan_jobs(snapshot, self.inner.tuner, list(self._arrivals), c, rng)
             for name in names:
-                totals[name] += simulate_candidate(
+                score, rounds = simulate_candidate(
                     jobs, self.settings_of(name), self.inner.tuner, snapshot, c, c.seed + sample
                 )
+                totals[name] += score
+                self.lookahead_rounds += rounds + SIM_OVERHEAD_ROUNDS
         for name in c.names:
             if name not in names:
                 totals[name] = totals[self.current]

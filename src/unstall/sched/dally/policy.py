@@ -468,11 +468,13 @@ class Dally(PolicyBase):
             return None
         plan.attempts += 1
         c = self.config
+        moved, cap = self._moved, c.max_moves_per_job
         found = service_room(
             job,
             snapshot.running,
             free,
-            outranks=lambda j, v: self._outranks(j, v, now),
+            # A job moved max_moves_per_job times is not moved again for another (churn).
+            outranks=lambda j, v: moved.get(v.job_id, 0) < cap and self._outranks(j, v, now),
             rank=lambda v: self._priority(v, now)[0],
             taken=plan.taken,
             max_victims=c.max_preemptions_per_round - len(plan.preempts) - len(plan.migrations),
@@ -483,7 +485,7 @@ class Dally(PolicyBase):
         victims, placement = found
         for victim in victims:
             plan.taken.add(victim.job_id)
-            self._moved[victim.job_id] = self._moved.get(victim.job_id, 0) + 1
+            moved[victim.job_id] = moved.get(victim.job_id, 0) + 1
             plan.preempts.append(Preempt(victim.job_id, f"service for {job.job_id}"))
         return placement
 
