@@ -106,6 +106,8 @@ def compare(policy: str, trace, address: str, minutes: float, seed: int) -> dict
         "checkpoint_s": run.facts.checkpoint_s_median,
         "decide_ms_median": 1000 * run.facts.decide_wall_s_median,
         "decide_ms_max": 1000 * run.facts.decide_wall_s_max,
+        # The share of run time the emulation fell behind the perf model's pace (a busy machine).
+        "behind_frac": run.facts.emulation_behind_frac,
         "jobs_finished": [live.jobs_finished, sim.jobs_finished],
         "wall_s": wall,
         "jct_pairs": done[["job_id", "jct_s_live", "jct_s_sim"]].to_dict("records"),
@@ -182,7 +184,8 @@ def main() -> None:
             f"{r['policy']}: speedup {r['speedup']:.1f}, start-up {r['startup_s']:.1f} s, restore "
             f"{r['restore_s']:.1f} s, checkpoint {r['checkpoint_s']:.2f} s (trace seconds, "
             f"medians), decisions {r['decide_ms_median']:.2f} ms median / "
-            f"{r['decide_ms_max']:.1f} ms max, {r['wall_s'] / 60:.1f} min wall"
+            f"{r['decide_ms_max']:.1f} ms max, {r['wall_s'] / 60:.1f} min wall, emulation "
+            f"behind pace {100 * float(r['behind_frac']):.1f}% of run time"
         )
     if args.plot is not None:
         plot(rows, args.plot)

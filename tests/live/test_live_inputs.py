@@ -249,3 +249,41 @@ def test_an_emulated_job_that_fell_behind_catches_up_with_its_schedule() -> None
     finally:
         dist.destroy_process_group()
     assert took == pytest.approx(0.8, abs=0.15), took  # not 0.8 + 0.4
+    assert trainer.behind_s == 0.0
+
+
+def test_an_emulated_job_further_behind_than_it_may_catch_up_says_by_how_much(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import socket
+
+    import torch.distributed as dist
+
+    from unstall.live import training
+    from unstall.live.training import JobWork, SegmentControl, SegmentPlan, _EmulatedTrainer
+
+    monkeypatch.setattr(training, "CATCH_UP_S", 0.1)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
+    try:
+        work = JobWork(job_id="j", model="mlp", iterations=1000.0, emulated=True)
+        plan = SegmentPlan(
+            work=work,
+            rank=0,
+            world_size=1,
+            master_addr="127.0.0.1",
+            master_port=port,
+            iteration_wall_s=0.01,
+            step_wall_s=0.05,
+        )
+        control = SegmentControl()
+        trainer = _EmulatedTrainer(plan, control)
+        done = trainer.step(0.0, control)
+        time.sleep(0.5)  # 0.45 s late for its next step: 0.1 s caught up, the rest lost
+        while done < 40:
+            done += trainer.step(done, control)
+    finally:
+        dist.destroy_process_group()
+    assert trainer.behind_s == pytest.approx(0.35, abs=0.1), trainer.behind_s

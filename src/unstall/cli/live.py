@@ -38,6 +38,10 @@ if TYPE_CHECKING:
 
 app = typer.Typer(no_args_is_help=True, add_completion=False)
 
+# Above this share of their run time lost to an emulating machine that could not keep the pace,
+# a run's times say more about the machine than about the cluster: the user is told.
+BEHIND_WARN_FRAC = 0.01
+
 # The rows of the live-vs-simulated table: label, SimResult field, whether it is a duration.
 COMPARED: tuple[tuple[str, str, bool], ...] = (
     ("jobs finished", "jobs_finished", False),
@@ -298,9 +302,22 @@ def print_live(run: LiveRun) -> None:
         f"(medians); decisions {1000 * f.decide_wall_s_median:.2f} ms median, "
         f"{1000 * f.decide_wall_s_max:.1f} ms max (wall); "
         f"{f.process_failures} process failures"
-        + (f", nodes lost {f.nodes_lost}" if f.nodes_lost else ""),
+        + (f", nodes lost {f.nodes_lost}" if f.nodes_lost else "")
+        + (
+            f"; emulated jobs behind pace {100 * f.emulation_behind_frac:.1f}% of their run time"
+            if f.compute == "emulated"
+            else ""
+        ),
         highlight=False,
     )
+    if f.emulation_behind_frac > BEHIND_WARN_FRAC:
+        err_console.print(
+            f"warning: the emulated jobs fell behind the perf model's pace by "
+            f"{100 * f.emulation_behind_frac:.1f}% of their run time (this machine's cores could "
+            "not keep up): the live times are slower than the emulated cluster would be; use a "
+            "lower --speedup or a quieter machine",
+            highlight=False,
+        )
     if r.jobs_rejected:
         console.print(
             f"{r.jobs_rejected} jobs need more GPUs than the cluster has: rejected, as in "

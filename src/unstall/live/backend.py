@@ -93,6 +93,7 @@ class JobRecord:
     placements: list[str] = field(default_factory=list)
     start_progress: list[float] = field(default_factory=list)  # share of the work done at each
     failures: int = 0
+    behind_s: float = 0.0  # emulated: trace seconds its processes fell behind the perf model
     failed_in_a_row: int = 0  # failures since the job last got past a checkpoint
     error: str = ""  # the last failure's reason
     given_up: bool = False  # failed max_failures times in a row: out of the run
@@ -664,6 +665,7 @@ class LiveBackend:
             record.failed_in_a_row = 0
             first = outcomes[0]
             self._account_times(record, outcomes, segment)
+            record.behind_s += max(o.behind_s for o in outcomes) * self.config.speedup
             done = first.iteration * record.scale
             if self.config.emulated:
                 # Time beyond what the iterations take at the consolidated placement: the

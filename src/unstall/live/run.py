@@ -20,7 +20,7 @@ import pandas as pd
 
 from unstall.config import check
 from unstall.errors import ConfigError, UnstallError
-from unstall.live.backend import LiveBackend, LiveInterrupted, LiveOutcome
+from unstall.live.backend import JobRecord, LiveBackend, LiveInterrupted, LiveOutcome
 from unstall.live.cluster import LiveCluster, LocalRayCluster, discover
 from unstall.live.config import LiveConfig
 from unstall.live.training import JobWork, UserWork
@@ -31,6 +31,7 @@ from unstall.sched import resolve_policy
 from unstall.sched.base import Policy
 from unstall.sim.metrics import SimResult, job_table, summarise, timeline_table
 from unstall.sim.run import RunJobs, SimRun, gpu_type_of, run_jobs, simulate, speed_model
+from unstall.sim.state import SimJob
 from unstall.traces import resolve_trace
 from unstall.traces.schema import Trace
 
@@ -55,6 +56,9 @@ class LiveFacts(JsonResult):
     decide_wall_s_max: float
     apply_wall_s_median: float  # carrying a round's decision out (stops wait for checkpoints)
     process_failures: int  # segments whose processes died or failed (jobs resumed)
+    # Emulated compute: the share of the jobs' run time their processes fell behind the perf
+    # model's pace (the emulating machine's cores could not keep up; 0 when they did).
+    emulation_behind_frac: float
     nodes_lost: list[int]
     run_wall_s: float
     interrupted: bool
@@ -311,6 +315,14 @@ def _work(
     )
 
 
+def _behind_frac(jobs: list[SimJob], records: list[JobRecord]) -> float:
+    """Trace seconds the jobs' processes fell behind the emulated pace, over the trace
+    seconds they ran (their GPU-less 'service': attained GPU-seconds over GPUs)."""
+    ran = sum(job.attained_gpu_s / job.num_gpus for job in jobs)
+    behind = sum(record.behind_s for record in records)
+    return behind / ran if ran > 0 else 0.0
+
+
 def _median(values: list[float]) -> float:
     return float(statistics.median(values)) if values else float("nan")
 
@@ -347,6 +359,7 @@ def _results(
     table["failures"] = np.array([r.failures for r in records], dtype=np.int64)
     table.loc[[r.given_up for r in records], "outcome"] = "failed"
     table["error"] = [r.error for r in records]
+    table["behind_s"] = [r.behind_s for r in records]
     jobs = prepared.with_rejected(table)
     rounds = pd.DataFrame(
         [r.__dict__ for r in outcome.rounds],
@@ -366,6 +379,7 @@ def _results(
         decide_wall_s_max=float(decide.max()) if len(decide) else 0.0,
         apply_wall_s_median=float(rounds["apply_wall_s"].median()) if len(rounds) else 0.0,
         process_failures=outcome.failures,
+        emulation_behind_frac=_behind_frac(outcome.engine.jobs, records),
         nodes_lost=outcome.nodes_lost,
         run_wall_s=wall,
         interrupted=outcome.interrupted,

@@ -122,6 +122,9 @@ class SegmentOutcome:
     train_s: float
     save_s: float
     checkpoint: bytes | None = None
+    # Emulated compute: wall seconds the process fell behind the perf model's pace for good
+    # (beyond what it could catch up): the emulating machine was too busy to keep it.
+    behind_s: float = 0.0
 
 
 def run_segment(
@@ -165,6 +168,7 @@ def run_segment(
         train_s=trained - restored,
         save_s=saved - trained,
         checkpoint=blob,
+        behind_s=trainer.behind_s,
     )
 
 
@@ -176,6 +180,7 @@ class _Trainer:
     """The steps of one segment; subclasses say what a step is."""
 
     plan: SegmentPlan
+    behind_s: float = 0.0  # emulated: wall seconds lost to a schedule that could not be kept
 
     def step(self, iteration: float, control: SegmentControl) -> float:
         """Do one step from ``iteration``; return the iterations it did."""
@@ -254,7 +259,10 @@ class _EmulatedTrainer(_Trainer):
         # artefact of many emulated GPUs on few cores, not of the cluster) catches up, by up
         # to CATCH_UP_S; further behind, the schedule starts again from now and the loss shows.
         now = time.monotonic()
-        self.deadline = max(self.deadline, now - CATCH_UP_S) + count * per_iteration
+        if self.deadline < now - CATCH_UP_S:
+            self.behind_s += now - CATCH_UP_S - self.deadline
+            self.deadline = now - CATCH_UP_S
+        self.deadline += count * per_iteration
         time.sleep(max(0.0, self.deadline - now))
         return count
 
