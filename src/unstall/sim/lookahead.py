@@ -339,7 +339,10 @@ class LookaheadDally(PolicyBase):
         self.rounds += 1
         if snapshot.now >= self._next_tune_s and snapshot.queued:
             c = self.config
-            if self.lookahead_rounds <= c.free_rounds + c.cost_share * self.rounds:
+            if (
+                len(self.history) < c.free_tunings
+                or self.lookahead_rounds <= c.cost_share * self.rounds
+            ):
                 self._tune(snapshot)
             else:  # over its budget: the setting stays a period longer
                 self._next_tune_s = snapshot.now + self._period_s
