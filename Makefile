@@ -18,15 +18,18 @@ $(STAMP): pyproject.toml
 demo: install
 	$(BIN)/unstall demo
 
-# The default run: every test not marked slow (well under ten minutes on two cores).
+# The default run: every test not marked slow (well under ten minutes on two cores). Two
+# processes (pytest-xdist): much of the suite waits on Ray clusters, subprocesses and emulated
+# GPUs rather than computing, so two share two cores well. PYTEST_WORKERS=0 runs in one.
+PYTEST_WORKERS ?= 2
 test: install
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS)
 
 test-slow: install
-	$(BIN)/python -m pytest -q -m slow
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) -m slow
 
 test-all: install
-	$(BIN)/python -m pytest -q -m "slow or not slow"
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) -m "slow or not slow"
 
 lint: install
 	$(BIN)/ruff check src tests benchmarks examples

@@ -209,19 +209,15 @@ def test_a_job_that_keeps_failing_is_given_up_and_leaves_the_queue() -> None:
     assert job.index not in backend.queued and job.state != JobState.DONE
 
 
-def test_an_emulated_job_that_fell_behind_catches_up_with_its_schedule() -> None:
-    # The emulating machine's cores may be busy elsewhere for a moment (a test suite, other
-    # emulated GPUs): the job's processes catch up instead of losing that time for good.
+def _stalled_emulated_job(stall_s: float, iterations: int) -> tuple[float, float]:
+    """An emulated job of one process (10 ms iterations, 50 ms steps) that stalls ``stall_s``
+    after its first step, then runs to ``iterations``: the wall seconds it took in all and the
+    seconds it reports it fell behind for good."""
     import socket
 
     import torch.distributed as dist
 
-    from unstall.live.training import (
-        JobWork,
-        SegmentControl,
-        SegmentPlan,
-        _EmulatedTrainer,
-    )
+    from unstall.live.training import JobWork, SegmentControl, SegmentPlan, _EmulatedTrainer
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -242,48 +238,28 @@ def test_an_emulated_job_that_fell_behind_catches_up_with_its_schedule() -> None
         trainer = _EmulatedTrainer(plan, control)
         began = time.monotonic()
         done = trainer.step(0.0, control)
-        time.sleep(0.4)  # a stall of 8 steps' worth
-        while done < 80:  # 0.8 s of schedule in all
+        time.sleep(stall_s)
+        while done < iterations:
             done += trainer.step(done, control)
-        took = time.monotonic() - began
+        return time.monotonic() - began, trainer.behind_s
     finally:
         dist.destroy_process_group()
+
+
+def test_an_emulated_job_that_fell_behind_catches_up_with_its_schedule() -> None:
+    # The emulating machine's cores may be busy elsewhere for a moment (a test suite, other
+    # emulated GPUs): the job's processes catch up instead of losing that time for good.
+    took, behind = _stalled_emulated_job(0.4, 80)  # a stall of 8 steps; 0.8 s of schedule
     assert took == pytest.approx(0.8, abs=0.15), took  # not 0.8 + 0.4
-    assert trainer.behind_s == 0.0
+    assert behind == 0.0
 
 
 def test_an_emulated_job_further_behind_than_it_may_catch_up_says_by_how_much(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    import socket
-
-    import torch.distributed as dist
-
     from unstall.live import training
-    from unstall.live.training import JobWork, SegmentControl, SegmentPlan, _EmulatedTrainer
 
     monkeypatch.setattr(training, "CATCH_UP_S", 0.1)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
-    try:
-        work = JobWork(job_id="j", model="mlp", iterations=1000.0, emulated=True)
-        plan = SegmentPlan(
-            work=work,
-            rank=0,
-            world_size=1,
-            master_addr="127.0.0.1",
-            master_port=port,
-            iteration_wall_s=0.01,
-            step_wall_s=0.05,
-        )
-        control = SegmentControl()
-        trainer = _EmulatedTrainer(plan, control)
-        done = trainer.step(0.0, control)
-        time.sleep(0.5)  # 0.45 s late for its next step: 0.1 s caught up, the rest lost
-        while done < 40:
-            done += trainer.step(done, control)
-    finally:
-        dist.destroy_process_group()
-    assert trainer.behind_s == pytest.approx(0.35, abs=0.1), trainer.behind_s
+    # 0.45 s late for its next step: 0.1 s caught up, the rest lost.
+    _, behind = _stalled_emulated_job(0.5, 40)
+    assert behind == pytest.approx(0.35, abs=0.1), behind
