@@ -20,6 +20,13 @@ CORE = {"unstall", "checks", "config", "errors", "results", "usercode", "ray_con
 # Entry points that may import anything (they only start the command line).
 ENTRY = {"__main__"}
 
+# Imports upward that a function makes only when it is called, each with its reason: the one
+# exception to the layers below. The policy registry builds ``dally-tuned`` (the look-ahead
+# tuner runs the simulator, so it lives in ``sim``) by importing it in the factory: importing
+# ``sched`` loads no ``sim`` module (tests/sim/test_lookahead.py checks that), and a user names
+# the policy like any other.
+CALLED_UPWARD = {"unstall.sched.registry -> unstall.sim.lookahead"}
+
 # part -> the parts it may import. Anything not listed here is a layering error.
 ALLOWED: dict[str, set[str]] = {
     "net": set(),
@@ -159,7 +166,7 @@ def test_parts_import_only_the_parts_below_them() -> None:
             target_part = part_of(target)
             if target_part not in CORE and target_part not in allowed:
                 wrong.append(f"{module} -> {target}")
-    assert wrong == []
+    assert sorted(set(wrong) - CALLED_UPWARD) == []
 
 
 def test_core_modules_import_no_part() -> None:
