@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 from interrupting import interrupt_when
 
 SLOW_POLICY = """
@@ -103,6 +105,7 @@ def test_ctrl_c_in_a_policy_that_never_returns_names_its_decide(tmp_path: Path) 
     ), res.stderr
 
 
+@pytest.mark.slow  # sim run's Ctrl-C (above) takes the same path
 def test_ctrl_c_in_sim_compare_prints_the_policies_that_finished(tmp_path: Path) -> None:
     policy, marker = _slow_policy(tmp_path)
     out = tmp_path / "cmp"

@@ -44,6 +44,7 @@ class Waits:
 """
 
 
+@pytest.mark.slow  # a sweep on a Ray pool; sim's Ctrl-C tests stay in the default run
 def test_ctrl_c_in_a_sweep_reports_the_finished_cells_and_leaves_no_process(
     tmp_path: Path,
 ) -> None:

@@ -143,6 +143,7 @@ class Mine:
 """
 
 
+@pytest.mark.slow  # the two-node sweep above ships user code the same way
 def test_a_policy_that_imports_its_own_module_runs_with_its_working_dir(
     two_nodes: str, tmp_path: Path
 ) -> None:

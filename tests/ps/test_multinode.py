@@ -148,6 +148,9 @@ print(json.dumps({
 """
 
 
+# The command line's run on two nodes (above) takes the same path through fit(): the default
+# suite keeps that one.
+@pytest.mark.slow
 def test_fit_on_two_nodes_from_python(two_nodes: Any, user_dir: Path, tmp_path: Path) -> None:
     script = tmp_path / "fit_on_cluster.py"
     script.write_text(FIT_SCRIPT)
@@ -182,6 +185,7 @@ def test_without_working_dir_the_missing_module_is_one_line(
     assert "Traceback" not in out.stderr
 
 
+@pytest.mark.slow  # `make test-slow`; ray_connect's own tests cover the local start
 def test_a_local_run_while_a_cluster_is_up_starts_its_own_ray(
     two_nodes: Any, tmp_path: Path
 ) -> None:

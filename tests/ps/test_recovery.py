@@ -132,6 +132,7 @@ def test_without_recovery_a_killed_server_ends_the_run_naming_it(
         tiny_run(fast_scenario, pool=pool, iterations=5, progress=killer(pool, "server"))
 
 
+@pytest.mark.slow  # waits out the timeout on purpose
 def test_a_stopped_server_ends_the_run_after_the_timeout_not_twice_it(
     pool: RecordingPool, fast_scenario: Scenario
 ) -> None:

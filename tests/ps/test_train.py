@@ -206,6 +206,7 @@ def test_a_step_that_takes_too_long_stops_the_run_naming_who(
     assert again.params_match_reference is True
 
 
+@pytest.mark.slow  # waits out a slow start on purpose
 def test_starting_actors_is_not_held_to_an_iterations_time_limit(ray_session: Any) -> None:
     """A fresh pool starts its actors (processes importing torch: seconds) within the set-up's
     own allowance; the 1 s limit is an iteration's, and iteration 0 is what it stops."""

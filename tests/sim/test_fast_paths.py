@@ -126,6 +126,7 @@ sys.stdout.write(run.jobs[["finish_s", "comm_overhead_s"]].to_csv(float_format="
 """
 
 
+@pytest.mark.slow  # several interpreters, one per hash seed
 def test_a_seed_gives_the_same_bits_whatever_the_string_hashing() -> None:
     # Link ids hold strings, whose hashes change per process unless PYTHONHASHSEED is fixed. A
     # sharing step that visited links in hash order would sum floats in another order, and
