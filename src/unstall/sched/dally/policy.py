@@ -351,34 +351,51 @@ class Dally(PolicyBase):
         slowdown = placement_slowdown(
             job, fallback, free.layout, snapshot.congestion, snapshot.spread_jobs_by_node
         )
-        after = 0.0
-        if c.delay:
-            after = accept_after_s(
-                slowdown,
-                factor=self.tuner.factor,
-                expected_runtime_s=self._expected.of(job, now),
-                max_wait_s=c.max_wait_s,
-                insensitive_below=c.insensitive_below,
-            )
-        # The timer runs from when the job was first held back for locality, not from when it
-        # queued: a job that waited behind higher-priority jobs (long, on a loaded cluster, and
-        # longest for the large jobs the aging of the order then lifts) has not yet waited for
-        # a better placement, and would otherwise take the first spread one it is offered,
-        # sharing NICs with other spread jobs it slows too.
-        held = self._held.get(job.job_id)
-        if (0.0 if held is None else now - held.since_s) >= after:
+        after = self._delay_s(job, slowdown, now)
+        if self._waited(job, after, now):
             if slowdown >= c.insensitive_below:
                 self.gave_up += 1  # a sensitive job accepted a worse level
             self._start(job, fallback, slowdown, free, plan, now)
             return True
+        self._hold(job, slowdown, after, now, plan)
+        return False
+
+    def _delay_s(self, job: JobView, slowdown: float, now: float) -> float:
+        """How long ``job`` waits for a better placement before it takes one ``slowdown``
+        times slower (0 with the delay off)."""
+        c = self.config
+        if not c.delay:
+            return 0.0
+        return accept_after_s(
+            slowdown,
+            factor=self.tuner.factor,
+            expected_runtime_s=self._expected.of(job, now),
+            max_wait_s=c.max_wait_s,
+            insensitive_below=c.insensitive_below,
+        )
+
+    def _waited(self, job: JobView, after_s: float, now: float) -> bool:
+        """Whether ``job`` has been held back for locality ``after_s`` already. The timer runs
+        from when it was first held back, not from when it queued: a job that waited behind
+        higher-priority jobs (long, on a loaded cluster, and longest for the large jobs the
+        aging of the order then lifts) has not yet waited for a better placement, and would
+        otherwise take the first spread one it is offered, sharing NICs with other spread jobs
+        it slows too."""
+        held = self._held.get(job.job_id)
+        return (0.0 if held is None else now - held.since_s) >= after_s
+
+    def _hold(
+        self, job: JobView, slowdown: float, after_s: float, now: float, plan: _Round
+    ) -> None:
+        """Hold ``job`` back from a placement ``slowdown`` times slower, with a timer for when
+        it may take one (set once per wake-up time)."""
         held = self._held.setdefault(job.job_id, _Held(since_s=now, turned_down=1.0))
         held.turned_down = max(held.turned_down, slowdown)
-        wake = held.since_s + after
+        wake = held.since_s + after_s
         wakes = self._timers_set.setdefault(job.job_id, set())
         if wake not in wakes:
             wakes.add(wake)
             plan.timers.append(SetTimer(at_s=wake, key=f"dally:{job.job_id}"))
-        return False
 
     def _fallback(self, job: JobView, free: FreeGpus) -> Placement | None:
         """The least-bad placement free now: within one rack if possible, else anywhere, but
@@ -796,17 +813,8 @@ class Dally(PolicyBase):
                     self._start(job, placement, 1.0, free, plan, now)
                     return True
             return False  # no room on any type it may take: wait for GPUs
-        after = 0.0
-        if c.delay:
-            after = accept_after_s(
-                spread.net,
-                factor=self.tuner.factor,
-                expected_runtime_s=self._expected.of(job, now),
-                max_wait_s=c.max_wait_s,
-                insensitive_below=c.insensitive_below,
-            )
-        held = self._held.get(job.job_id)
-        if (0.0 if held is None else now - held.since_s) >= after:
+        after = self._delay_s(job, spread.net, now)
+        if self._waited(job, after, now):
             if spread.net >= c.insensitive_below:
                 self.gave_up += 1
             self._start(job, spread.placement, spread.net, free, plan, now)
@@ -816,13 +824,7 @@ class Dally(PolicyBase):
             # type, and moves up when a faster block frees (``_retype``).
             self._start(job, cons.placement, 1.0, free, plan, now)
             return True
-        held = self._held.setdefault(job.job_id, _Held(since_s=now, turned_down=1.0))
-        held.turned_down = max(held.turned_down, spread.net)
-        wake = held.since_s + after
-        wakes = self._timers_set.setdefault(job.job_id, set())
-        if wake not in wakes:
-            wakes.add(wake)
-            plan.timers.append(SetTimer(at_s=wake, key=f"dally:{job.job_id}"))
+        self._hold(job, spread.net, after, now, plan)
         return False
 
     def _retype(self, snapshot: ClusterSnapshot, free: FreeGpus, plan: _Round) -> None:
