@@ -66,13 +66,12 @@ class Cell:
         )
 
 
-def run_one(task: tuple[Cell, int, str, int]) -> dict[str, object]:
+def cell_workload(cell: Cell, seed: int, jobs: int):  # type: ignore[no-untyped-def]
+    """The trace (generator seed ``seed``) and cluster of one regime: what every policy of the
+    cell runs on (``dally_tuned.py --shape map`` runs the same)."""
     from unstall.net.topology import topology_preset
-    from unstall.sched import Dally, DallyConfig, resolve_policy
-    from unstall.sim import resolve_congestion, simulate
     from unstall.traces import SyntheticTraceConfig, generate
 
-    cell, seed, policy_name, jobs = task
     trace = generate(
         SyntheticTraceConfig(
             jobs=jobs,
@@ -86,6 +85,17 @@ def run_one(task: tuple[Cell, int, str, int]) -> dict[str, object]:
     cluster = topology_preset("medium")
     if cell.efficiency == "line-rate":
         cluster = dataclasses.replace(cluster, network_efficiency=1.0)
+    return trace, cluster
+
+
+def run_one(task: tuple[Cell, int, str, int]) -> dict[str, object]:
+    from unstall.sched import Dally, DallyConfig, resolve_policy
+    from unstall.sched.base import Policy
+    from unstall.sim import resolve_congestion, simulate
+
+    cell, seed, policy_name, jobs = task
+    trace, cluster = cell_workload(cell, seed, jobs)
+    policy: Policy
     if policy_name in ABLATIONS:
         policy = Dally(DallyConfig(**ABLATIONS[policy_name]), name=policy_name)
     else:

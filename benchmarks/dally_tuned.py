@@ -16,6 +16,7 @@ setting's; mean ± sd over the traces, and each run's simulation time over conso
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
 import time
@@ -32,7 +33,7 @@ def fixed_policies() -> list[str]:
     return [f"fixed:{name}" for name in CANDIDATES]
 
 
-def run_one(task: tuple[str, int, int, str, str]) -> dict[str, object]:
+def run_one(task: tuple[str, int, int, str, str, dict[str, object] | None]) -> dict[str, object]:
     import dataclasses
 
     from unstall.net import resolve_cluster
@@ -44,15 +45,19 @@ def run_one(task: tuple[str, int, int, str, str]) -> dict[str, object]:
     from unstall.sim.lookahead import LookaheadDally
     from unstall.traces import SyntheticTraceConfig, generate, lookalike_trace_config
 
-    shape, jobs, index, policy, congestion = task
-    if shape == "default":
+    shape, jobs, index, policy, congestion, cell = task
+    if shape == "map":
+        from dally_regimes import Cell, cell_workload
+
+        trace, cluster = cell_workload(Cell(**cell), index, jobs)  # type: ignore[arg-type]
+    elif shape == "default":
         config = dataclasses.replace(lookalike_trace_config(index), jobs=jobs)
-        cluster = "small"
+        trace, cluster = generate(config), resolve_cluster("small")
     else:
         config = SyntheticTraceConfig(
             jobs=jobs, seed=index, load=0.9, cluster_gpus=256, multi_gpu_share=0.5, max_gpus=64
         )
-        cluster = "medium"
+        trace, cluster = generate(config), resolve_cluster("medium")
     built: Policy
     if policy.startswith("fixed:"):
         built = Dally(LookaheadDally().settings_of(policy.removeprefix("fixed:")), name=policy)
@@ -63,14 +68,15 @@ def run_one(task: tuple[str, int, int, str, str]) -> dict[str, object]:
         options = tuple(tuple(o.split("=", 1)) for o in text.split("&") if o)
         built = resolve_policy(name, options)  # type: ignore[arg-type]
     sim = simulate(
-        generate(config),
-        resolve_cluster(cluster),
+        trace,
+        cluster,
         built,
         congestion=resolve_congestion(congestion),
         seed=index,
     )
     r = sim.result
     row: dict[str, object] = {
+        "cell": cell,
         "trace": index,
         "policy": policy,
         "avg_jct_s": r.avg_jct_s,
@@ -124,13 +130,114 @@ def _ms(values: list[float]) -> str:
     return f"{statistics.fmean(values):.3f} ± {sd:.3f}"
 
 
+def cell_label(cell: dict[str, object]) -> str:
+    from dally_regimes import Cell
+
+    return Cell(**cell).label  # type: ignore[arg-type]
+
+
+def summarise_map(runs: list[dict[str, object]], metric: str, tuned: list[str]) -> str:
+    """Per regime of the map: each tuner variant's ``metric`` over the best fixed setting's
+    (the setting best on average over the regime's seeds, chosen in hindsight: which one it is
+    in the last column), over the best fixed setting per trace, over Dally's (tuner off) and
+    over consolidate's; mean ± sd over seeds; then how many regimes are within 2%."""
+    fixed = fixed_policies()
+    by_cell: dict[str, dict[tuple[int, str], float]] = {}
+    for r in runs:
+        cell = by_cell.setdefault(cell_label(r["cell"]), {})  # type: ignore[arg-type]
+        cell[int(r["trace"]), str(r["policy"])] = float(r[metric])  # type: ignore[call-overload, arg-type]
+    lines = [
+        f"{metric} per regime, mean ± sd over seeds (below 1: the tuner better)",
+        "",
+        "| regime | tuner | / best fixed (regime) | / best fixed (trace) | / dally (off) "
+        "| / consolidate | best fixed (regime) |",
+        "|---|---|---:|---:|---:|---:|---|",
+    ]
+    within = dict.fromkeys(tuned, 0)
+    worst = dict.fromkeys(tuned, 0.0)
+    for label, values in by_cell.items():
+        seeds = sorted({t for t, _ in values})
+        regime_best = min(fixed, key=lambda f: statistics.fmean(values[t, f] for t in seeds))
+        for p in tuned:
+            hind = [values[t, p] / values[t, regime_best] for t in seeds]
+            per = [values[t, p] / min(values[t, f] for f in fixed) for t in seeds]
+            off = [values[t, p] / values[t, "fixed:default"] for t in seeds]
+            cons = [values[t, p] / values[t, "consolidate"] for t in seeds]
+            mean = statistics.fmean(hind)
+            within[p] += mean <= 1.02
+            worst[p] = max(worst[p], mean)
+            lines.append(
+                f"| {label} | {p} | {_ms(hind)} | {_ms(per)} | {_ms(off)} | {_ms(cons)} "
+                f"| {regime_best.removeprefix('fixed:')} |"
+            )
+    lines.append("")
+    for p in tuned:
+        lines.append(
+            f"{p}: within 2% of the regime's best fixed setting in {within[p]} of "
+            f"{len(by_cell)} regimes (worst {worst[p]:.3f})"
+        )
+    return "\n".join(lines)
+
+
+def heat_map(runs: list[dict[str, object]], metric: str, tuner: str, out: Path) -> Path:
+    """The map's cells coloured by ``tuner``'s ``metric`` over the regime's best fixed
+    setting's (left) and over Dally's with the tuner off (right)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from dally_regimes import CONGESTIONS, EFFICIENCIES, LOADS, MAX_GPUS, MULTI_GPU_SHARES, Cell
+
+    fixed = fixed_policies()
+    values: dict[tuple[Cell, int, str], float] = {}
+    for r in runs:
+        values[Cell(**r["cell"]), int(r["trace"]), str(r["policy"])] = float(r[metric])  # type: ignore[arg-type, call-overload]
+    rows = list(itertools.product(LOADS, MULTI_GPU_SHARES))
+    cols = list(itertools.product(MAX_GPUS, EFFICIENCIES, CONGESTIONS))
+    fig, axes = plt.subplots(1, 2, figsize=(14, 4.2), constrained_layout=True)
+    for ax, against in zip(axes, ("best fixed setting", "dally (tuner off)"), strict=True):
+        grid = np.full((len(rows), len(cols)), np.nan)
+        for i, (load, share) in enumerate(rows):
+            for j, (max_gpus, eff, cong) in enumerate(cols):
+                cell = Cell(load, share, max_gpus, eff, cong)
+                seeds = sorted({t for c, t, p in values if c == cell and p == tuner})
+                if not seeds:
+                    continue
+                if against == "dally (tuner off)":
+                    base = "fixed:default"
+                else:
+                    base = min(
+                        fixed, key=lambda f: statistics.fmean(values[cell, t, f] for t in seeds)
+                    )
+                grid[i, j] = statistics.fmean(
+                    values[cell, t, tuner] / values[cell, t, base] for t in seeds
+                )
+        image = ax.imshow(grid, cmap="RdYlGn_r", vmin=0.9, vmax=1.1)
+        for (i, j), value in np.ndenumerate(grid):
+            ax.text(j, i, f"{value:.3f}", ha="center", va="center", fontsize=7)
+        ax.set_xticks(range(len(cols)))
+        ax.set_xticklabels([f"max {m}\n{e}\n{c}" for m, e, c in cols], fontsize=7)
+        ax.set_yticks(range(len(rows)))
+        ax.set_yticklabels([f"load {lo:g}\nmulti {s:g}" for lo, s in rows], fontsize=8)
+        ax.set_title(f"{tuner} {metric} / {against}'s (below 1: tuner better)", fontsize=9)
+    fig.colorbar(image, ax=axes, shrink=0.8)
+    path = out.with_suffix(".png")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shape", choices=("default", "heavy"), default="default")
-    parser.add_argument("--traces", type=int, default=20)
+    parser.add_argument("--shape", choices=("default", "heavy", "map"), default="default")
+    parser.add_argument(
+        "--traces", type=int, default=20, help="traces (with --shape map: seeds per regime)"
+    )
     parser.add_argument("--first", type=int, default=0, help="index of the first trace")
     parser.add_argument("--jobs", type=int, default=400)
-    parser.add_argument("--congestion", default="medium")
+    parser.add_argument("--congestion", default="medium", help="(--shape map: each regime's)")
     parser.add_argument("--metric", default="avg_jct_s", choices=("avg_jct_s", "makespan_s"))
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument(
@@ -144,29 +251,60 @@ def main() -> None:
     parser.add_argument(
         "--reuse", type=Path, help="a former --json: runs of the same traces not done again"
     )
+    parser.add_argument(
+        "--only",
+        help="run only these of the policies (comma-separated; --reuse gives the others)",
+    )
     parser.add_argument("--json", type=Path, default=REPO / "bench-results" / "dally_tuned.json")
     args = parser.parse_args()
     tuned = [v for v in args.tuned.split(";") if v]
     baselines = [b for b in args.baselines.split(",") if b]
-    policies = ["dally", *tuned, *fixed_policies(), *baselines]
+    if args.shape == "map":
+        # The map compares the tuner with fixed settings; fixed:default is Dally (tuner off).
+        baselines = ["consolidate"]
+        policies = [*tuned, *fixed_policies(), "consolidate"]
+    else:
+        policies = ["dally", *tuned, *fixed_policies(), *baselines]
     runs: list[dict[str, object]] = []
     if args.reuse:
         runs = [r for r in json.loads(args.reuse.read_text()) if r["policy"] in policies]
-    done = {(r["trace"], r["policy"]) for r in runs}
+    only = set(args.only.split(",")) if args.only else set(policies)
+    runs = [r for r in runs if r["policy"] not in only or not args.only]  # --only: run anew
+
+    def key(cell: object, trace: object, policy: object) -> str:
+        return json.dumps([cell, trace, policy], sort_keys=True)
+
+    done = {key(r.get("cell"), r["trace"], r["policy"]) for r in runs}
+    workloads: list[tuple[dict[str, object] | None, str]] = [(None, args.congestion)]
+    if args.shape == "map":
+        import dataclasses
+
+        from dally_regimes import cells
+
+        workloads = [(dataclasses.asdict(c), c.congestion) for c in cells()]
     tasks = [
-        (args.shape, args.jobs, t, p, args.congestion)
+        (args.shape, args.jobs, t, p, congestion, cell)
+        for cell, congestion in workloads
         for t in range(args.first, args.first + args.traces)
         for p in policies
-        if (t, p) not in done
+        if p in only and key(cell, t, p) not in done
     ]
     started = time.perf_counter()
+    args.json.parent.mkdir(parents=True, exist_ok=True)
     with ProcessPoolExecutor(args.workers) as pool:
         for i, row in enumerate(pool.map(run_one, tasks), 1):
             runs.append(row)
             if i % 10 == 0 or i == len(tasks):
                 print(f"{i}/{len(tasks)} runs, {time.perf_counter() - started:.0f} s", flush=True)
-    args.json.parent.mkdir(parents=True, exist_ok=True)
+                args.json.write_text(json.dumps(runs, indent=1))  # a long map survives a stop
     args.json.write_text(json.dumps(runs, indent=1))
+    if args.shape == "map":
+        print(summarise_map(runs, args.metric, tuned))
+        for tuner in tuned:
+            name = tuner.replace("?", "_").replace("&", "_").replace("=", "-")
+            out = args.json.with_name(f"{args.json.stem}_{name}")
+            print(f"wrote {heat_map(runs, args.metric, tuner, out)}")
+        return
     print(summarise(runs, args.metric, tuned, baselines))
 
 

@@ -172,3 +172,20 @@ def test_sim_run_takes_a_policy_class_from_a_file(tmp_path: Path) -> None:
     bad = CliRunner().invoke(app, [*args, "--policy-option", "largest_first=sometimes"])
     assert bad.exit_code == 2
     assert "Greedy.largest_first: 'sometimes' is not a bool" in bad.output
+
+
+def test_a_tuned_run_says_what_its_tuner_chose(tmp_path: Path) -> None:
+    """`sim run --policy dally-tuned` prints the tuner's course in a line (tunings, switches);
+    a policy without a tuner prints none."""
+    runner = CliRunner()
+    res = runner.invoke(
+        app,
+        ["sim", "run", "--policy", "dally-tuned", "--json", str(tmp_path / "t.json")],
+    )
+    assert res.exit_code == 0, res.output
+    assert "dally-tuned's tuner: " in res.output and " tunings, started default" in res.output
+    plain = runner.invoke(
+        app, ["sim", "run", "--policy", "dally", "--json", str(tmp_path / "p.json")]
+    )
+    assert plain.exit_code == 0, plain.output
+    assert "tuner:" not in plain.output

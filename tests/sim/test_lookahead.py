@@ -18,7 +18,7 @@ from unstall.sched.dally import Dally, DallyConfig
 from unstall.sched.dally.lookahead_config import LookaheadConfig
 from unstall.sched.options import missing_policy_members
 from unstall.sim import simulate
-from unstall.sim.lookahead import LookaheadDally, draw_remaining_s, plan_jobs
+from unstall.sim.lookahead import LookaheadDally, draw_remaining_s, plan_jobs, tuner_course
 from unstall.traces import SyntheticTraceConfig, generate
 
 LAYOUT = ClusterLayout.regular(racks=1, nodes_per_rack=1, gpus_per_node=4)
@@ -133,6 +133,29 @@ def test_telemetry_and_determinism() -> None:
     assert again_policy.history == policy.history
     assert again.jobs.equals(run.jobs)
     assert run.result.jobs_finished == len(run.jobs)
+
+
+def test_the_course_read_back_from_telemetry_is_the_policys_history() -> None:
+    """What ``sim run``/``sim compare`` and ``make demo`` print: the tunings, and each switch
+    with its time, candidate and predicted gain, as the policy recorded them (on the embedded
+    trace, where it switches)."""
+    from unstall.traces import default_trace
+
+    policy = LookaheadDally()
+    run = simulate(default_trace(), "small", policy)
+    course = tuner_course(run.telemetry)
+    assert course is not None
+    assert course.tunings == len(policy.history)
+    switched = [(h.at_s, h.chosen, h.gain) for h in policy.history if h.gain > 0]
+    assert course.switches == tuple(switched)
+    assert switched, "the planted trace makes it switch"
+    assert course.final == policy.current
+    text = course.describe()
+    assert text.startswith(f"{len(policy.history)} tunings, started default, switched to ")
+    assert f"{switched[0][1]} at {switched[0][0] / 3600:.1f} h" in text
+    # A run without the tuner has no course.
+    plain = simulate(_trace(), "small", make_policy("dally"))
+    assert tuner_course(plain.telemetry) is None
 
 
 def test_it_never_reads_true_durations() -> None:

@@ -63,7 +63,12 @@ def _trace(out: Path, quiet: bool) -> None:
 
 
 def _sim(out: Path, quiet: bool) -> None:
-    from unstall.cli.sim_run import dally_in_context, simulate_all, write_comparison
+    from unstall.cli.sim_run import (
+        dally_in_context,
+        print_tuner_courses,
+        simulate_all,
+        write_comparison,
+    )
     from unstall.sched import POLICIES, make_policy
     from unstall.sim import SimRequest
     from unstall.traces import resolve_trace
@@ -72,6 +77,7 @@ def _sim(out: Path, quiet: bool) -> None:
     trace = resolve_trace(None)
     runs = simulate_all(requests, trace, quiet)
     write_comparison(runs, requests, "embedded", out / "sim")
+    print_tuner_courses(runs)
     dally_in_context([r.result for r in runs], trace)
     oracles = {name for name in POLICIES if make_policy(name).needs_oracle}
     _dally_over_like_traces(_simulate_like_traces(list(POLICIES), "medium", quiet), oracles)

@@ -208,6 +208,7 @@ def run(
         f"{r.events:,} events in {r.sim_wall_s:.2f} s ({r.events_per_s:,.0f} events/s)",
         highlight=False,
     )
+    print_tuner_courses([outcome])
     if jobs_out is not None:
         _write_table(outcome.jobs, jobs_out)
     save_json(json_path, r, {"sim": request, "trace": str(trace or "embedded default")})
@@ -417,11 +418,23 @@ def compare(
     report_unused_models(runs[0], requests[0], loaded)
     label = str(trace or "embedded")
     write_comparison(runs, requests, label, out)
+    print_tuner_courses(runs)
     if trace is None and max_jobs is None:
         # One draw of its generator, on which dally can lose: said, not hidden (issue 22).
         dally_in_context([r.result for r in runs], loaded, demo_hint=True)
     results = _ResultList([r.result for r in runs])
     save_json(json_path, results, {"runs": list(requests), "trace": label})
+
+
+def print_tuner_courses(runs: Sequence[SimRun]) -> None:
+    """A line for each run whose policy tuned itself by looking ahead (``dally-tuned``): what
+    it chose and when (the plot: ``tuner_course.png``)."""
+    from unstall.sim.lookahead import tuner_course
+
+    for run in runs:
+        course = tuner_course(run.telemetry)
+        if course is not None:
+            console.print(f"{run.result.policy}'s tuner: {course.describe()}", highlight=False)
 
 
 # What Dally is set against the other policies on, where the embedded trace is compared.

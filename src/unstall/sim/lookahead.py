@@ -21,6 +21,7 @@ import math
 import random
 from collections import deque
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from unstall.sched.base import (
     ClusterLayout,
@@ -38,6 +39,9 @@ from unstall.sim.congestion import CongestionSchedule
 from unstall.sim.engine import Engine, EngineSettings
 from unstall.sim.speed import Flow
 from unstall.sim.state import JobState, SimJob
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # A candidate that tied the current setting this many tunings in a row is simulated again only
 # every REFRESH_EVERY-th tuning (see ``LookaheadDally._tune``).
@@ -302,8 +306,9 @@ def _objective(
 class LookaheadDally(PolicyBase):
     """Dally whose settings a look-ahead chooses online (see the module docstring); the
     settings' course is in the run's telemetry: ``tuner.choice`` (the index of the chosen
-    candidate in ``config.names``), ``tuner.predicted_gain`` and ``tuner.score.NAME`` (each
-    candidate's predicted objective over the current setting's, at the latest tuning)."""
+    candidate in ``config.names``), ``tuner.tunings`` (how many so far), ``tuner.predicted_gain``
+    and ``tuner.score.NAME`` (each candidate's predicted objective over the current setting's,
+    at the latest tuning); :func:`tuner_course` reads it back."""
 
     def __init__(
         self, config: LookaheadConfig | None = None, base: DallyConfig | None = None
@@ -408,10 +413,70 @@ class LookaheadDally(PolicyBase):
         scores = tuple((n, totals[n] / now_score if now_score > 0 else 1.0) for n in c.names)
         self.history.append(TuneRecord(snapshot.now, scores, chosen, gain))
         self._telemetry = (
+            ("tuner.tunings", float(len(self.history))),
             ("tuner.choice", float(c.names.index(chosen))),
             ("tuner.predicted_gain", gain),
             *((f"tuner.score.{n}", s) for n, s in scores),
         )
+
+
+@dataclass(frozen=True, slots=True)
+class TunerCourse:
+    """What a run's look-ahead tuner did, from its telemetry: how many tunings, each switch
+    (trace seconds, the candidate chosen, the predicted gain of the switch) and the setting it
+    started with."""
+
+    tunings: int
+    first: str
+    switches: tuple[tuple[float, str, float], ...]
+
+    @property
+    def final(self) -> str:
+        """The setting the run ended with."""
+        return self.switches[-1][1] if self.switches else self.first
+
+    def describe(self) -> str:
+        """One line: what the tuner chose, and when."""
+        if not self.switches:
+            return f"{self.tunings} tunings, kept {self.first} (no candidate predicted 2% better)"
+        moves = ", ".join(
+            f"{name} at {at_s / 3600:.1f} h (predicted {gain:.1%} better)"
+            for at_s, name, gain in self.switches
+        )
+        return f"{self.tunings} tunings, started {self.first}, switched to {moves}"
+
+
+def tuner_course(telemetry: pd.DataFrame) -> TunerCourse | None:
+    """The tuner's course in a run's telemetry (``time_s, name, value`` rows, the engine's step
+    functions); None when the run had no look-ahead tuner. The candidates' names come from the
+    ``tuner.score.NAME`` rows, in the order the tuner reports them (its ``names``)."""
+    if not len(telemetry) or not (telemetry["name"] == "tuner.choice").any():
+        return None
+    names = list(
+        dict.fromkeys(
+            str(n).removeprefix("tuner.score.")
+            for n in telemetry["name"]
+            if str(n).startswith("tuner.score.")
+        )
+    )
+    candidates = names or list(CANDIDATES)
+
+    def name_of(value: float) -> str:
+        index = int(value)
+        return candidates[index] if 0 <= index < len(candidates) else str(index)
+
+    choices = telemetry[telemetry["name"] == "tuner.choice"]
+    gains = telemetry[telemetry["name"] == "tuner.predicted_gain"]
+    tunings = telemetry.loc[telemetry["name"] == "tuner.tunings", "value"]
+    switches = []
+    for at_s, value in zip(choices["time_s"].iloc[1:], choices["value"].iloc[1:], strict=True):
+        gain = gains.loc[gains["time_s"] <= at_s, "value"]  # the gain of the latest tuning
+        switches.append((float(at_s), name_of(value), float(gain.iloc[-1]) if len(gain) else 0.0))
+    return TunerCourse(
+        tunings=int(tunings.max()) if len(tunings) else 0,
+        first=name_of(choices["value"].iloc[0]),
+        switches=tuple(switches),
+    )
 
 
 def make_lookahead_dally(**options: object) -> LookaheadDally:

@@ -52,11 +52,15 @@ class LookaheadConfig:
     # Cost cap: past its first ``free_tunings`` tunings, a tuning that falls due is skipped (the
     # setting stays a period longer) while the rounds simulated by the look-aheads so far
     # exceed ``cost_share`` times the run's own rounds (rounds measure simulation work
-    # deterministically, wall time does not): on long traces the look-ahead then costs a
-    # bounded share of the run, while short ones (a few tunings, each dear: many short jobs in
-    # a horizon) are tuned in full. Measured: BENCHMARKS.md, "Dally's look-ahead tuner".
+    # deterministically, wall time does not). A tuning costs about the same on a trace of 1,500
+    # jobs as on one of 20,000 (some 130 look-ahead rounds), so 30 free ones cost a long trace
+    # little (1.3 s of 20 s on the 20,000-job trace of benchmarks/dally_speed.py), while a
+    # shorter one is tuned in full: with 10, the tuner of a 1,500-job trace spent them all on
+    # its first, idle days (every candidate tied) and was stopped before the queue built up
+    # (1.052 of the best fixed setting at high congestion, against 1.010 with 30). Measured:
+    # BENCHMARKS.md, "Dally's look-ahead tuner".
     cost_share: float = 0.1
-    free_tunings: int = 10
+    free_tunings: int = 30
     # Passed to every candidate's Dally (and so the same as the simulator's restore_s).
     restore_s: float = 60.0
 
