@@ -70,6 +70,56 @@ def test_groups_keep_arrival_order_and_leave_compacts_them() -> None:
     assert set(index.by_id) == {"other"}
 
 
+def test_ranks_keep_arrival_order_per_rank_and_follow_rank_by() -> None:
+    index = QueueIndex(rank=lambda job: 0 if job.attained_gpu_s_at_change < 100.0 else 1)
+    late = view("late", 2, submit=5.0, index=5)
+    early = view("early", 4, submit=1.0, index=1)
+    served = view("served", 1, submit=0.0, index=0, attained=500.0)
+    index.sync([late])
+    index.sync([late, early, served])  # joins out of arrival order: inserted by arrival
+    assert index.ranks == {0: [early, late], 1: [served]}
+    index.leave(early)  # half of the rank started: kept until more than half have
+    assert index.ranks[0] == [early, late]
+    index.leave(served)
+    assert index.ranks == {0: [early, late]}
+    index.rank_by(lambda job: job.num_gpus)  # new lists, from the jobs still waiting
+    assert index.ranks == {2: [late]}
+    index.rank_by(None)
+    assert index.ranks == {} and set(index.by_id) == {"late"}
+
+
+def test_dally_las_pass_goes_by_level_then_arrival_as_its_priority_sorts() -> None:
+    policy = Dally(DallyConfig(order="las", las_thresholds_gpu_s=(100.0, 1000.0)))
+    jobs = [
+        view(
+            f"j{i}",
+            1 + i % 3,
+            submit=float(i % 7),
+            index=i,
+            attained=(0.0, 50.0, 500.0, 5e3)[i % 4],
+        )
+        for i in range(40)
+    ]
+    policy._queue.sync(sorted(jobs, key=lambda j: (j.submit_s, j.index)))
+    for job in jobs[::5]:
+        policy._queue.leave(job)
+    waiting = [
+        j
+        for members, _ in policy._queue_in_order(0.0)
+        for j in members
+        if j.job_id in policy._queue.by_id
+    ]
+    assert waiting == sorted(policy._queue.by_id.values(), key=lambda j: policy._priority(j, 0.0))
+    policy.retune(DallyConfig(order="las", las_thresholds_gpu_s=(10.0,)))  # new levels
+    waiting = [
+        j
+        for members, _ in policy._queue_in_order(0.0)
+        for j in members
+        if j.job_id in policy._queue.by_id
+    ]
+    assert waiting == sorted(policy._queue.by_id.values(), key=lambda j: policy._priority(j, 0.0))
+
+
 def test_victim_figures_are_kept_for_a_round_and_tenants_for_a_tenancy() -> None:
     tuner = Dally(DallyConfig(prior_runtime_s=1000.0)).tuner
     figures = VictimFigures(tuner)

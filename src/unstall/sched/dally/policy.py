@@ -97,7 +97,7 @@ class Dally(PolicyBase):
         self._waiting_version = -1
         self._acted = False
         # The queue as this policy knows it, kept in step with the snapshot's.
-        self._queue = QueueIndex()
+        self._queue = QueueIndex(self._queue_rank())
         self._sensitive_at: dict[str, tuple[float, bool]] = {}  # by job: (congestion, answer)
         # Preemption retries: the earliest time each job tries again, and a heap of them.
         self._retry_at: dict[str, float] = {}
@@ -108,12 +108,30 @@ class Dally(PolicyBase):
     # --- helpers -------------------------------------------------------------------------------
 
     def _priority(self, job: JobView, now: float) -> tuple[float, float, int]:
-        if self.config.order == "fifo":
-            return (0, job.submit_s, job.index)
         if self.config.order == "gittins":
             return (self._expected_gpu_s(job, now), job.submit_s, job.index)
-        level = bisect.bisect_right(self.config.las_thresholds_gpu_s, job.attained_gpu_s(now))
-        return (level, job.submit_s, job.index)
+        return (self._level(job, now), job.submit_s, job.index)
+
+    def _level(self, job: JobView, now: float) -> int:
+        """:meth:`_priority`'s rank in the fifo and las orders: 0 in fifo (no job ranks above
+        another), the attained-service level in las."""
+        if self.config.order == "fifo":
+            return 0
+        return _las_level(self.config.las_thresholds_gpu_s, job.attained_gpu_s(now))
+
+    def _queue_rank(self) -> Callable[[JobView], int] | None:
+        """What the queue index keeps the waiting jobs by besides their groups: :meth:`_level`
+        in the fifo and las orders (a waiting job's service, so its level, is fixed while it
+        waits: the index keeps each level's jobs in arrival order, which is the priority
+        order, and a pass over the queue needs no sort); nothing in gittins (it ranks groups).
+        The thresholds are bound now: a job leaves the index under the rank it joined it with
+        (:meth:`retune` brings in new ones)."""
+        c = self.config
+        if c.order == "gittins":
+            return None
+        if c.order == "fifo":
+            return lambda job: 0
+        return functools.partial(_las_waiting_level, c.las_thresholds_gpu_s)
 
     def _expected_gpu_s(self, job: JobView, now: float) -> float:
         """GPU-seconds the job is expected to hold still, from finished jobs of its size."""
@@ -126,7 +144,7 @@ class Dally(PolicyBase):
             return self._expected_gpu_s(victim, now) > self.config.preempt_ratio * (
                 self._expected_gpu_s(job, now)
             )
-        return self._priority(victim, now)[0] > self._priority(job, now)[0]
+        return self._level(victim, now) > self._level(job, now)
 
     def _observe_finishes(self, snapshot: ClusterSnapshot) -> None:
         self._expected.forget_learnt(snapshot.finished)
@@ -250,11 +268,16 @@ class Dally(PolicyBase):
         jobs)."""
         if job.num_gpus <= free.total:
             return True
-        if self._may_try_priority(job, free, snapshot.now):
+        now = snapshot.now
+        if now < self._retry_at.get(job.job_id, now):
+            # Waiting out a retry, it may try no kind of preemption (each ``_may_try_*`` says
+            # so): most of a long queue is, and this is asked of every job of a pass.
+            return False
+        if self._may_try_priority(job, free, now):
             return True
-        if self._may_try_service(job, free, snapshot.now):
+        if self._may_try_service(job, free, now):
             return True
-        return self._may_try_preemption(job, free, snapshot.now) and self._sensitive(
+        return self._may_try_preemption(job, free, now) and self._sensitive(
             job, snapshot.congestion
         )
 
@@ -270,8 +293,9 @@ class Dally(PolicyBase):
         """The kept queue in :meth:`_priority` order as lists of jobs, each with whether its
         jobs are all of one size."""
         if self.config.order != "gittins":
-            jobs = sorted(self._queue.by_id.values(), key=lambda j: self._priority(j, now))
-            return [(jobs, False)]
+            # Each level's jobs in arrival order, kept by the index (see ``_queue_rank``).
+            levels = self._queue.ranks
+            return [(levels[level], False) for level in sorted(levels)]
         return self._groups_in_order(self._queue.groups, now, kept=True)
 
     def _groups_in_order(
@@ -486,6 +510,15 @@ class Dally(PolicyBase):
         plan.attempts += 1
         c = self.config
         moved = self._moved
+        # _outranks and _priority's rank, with the job's side worked out once: every running
+        # job is asked about.
+        rank: Callable[[JobView], float]
+        if c.order == "gittins":
+            bar = c.preempt_ratio * self._expected_gpu_s(job, now)
+            rank = functools.partial(self._expected_gpu_s, now=now)
+        else:
+            bar = self._level(job, now)
+            rank = functools.partial(self._level, now=now)
         found = service_room(
             job,
             snapshot.running,
@@ -493,8 +526,8 @@ class Dally(PolicyBase):
             # As in Tiresias, rank alone decides: max_moves_per_job does not spare a victim
             # here (it did, measured: 1.064 of the best fixed setting per trace against 1.019
             # on the traces like the embedded one; BENCHMARKS.md, "Dally's look-ahead tuner").
-            outranks=lambda j, v: self._outranks(j, v, now),
-            rank=lambda v: self._priority(v, now)[0],
+            outranks=lambda _job, victim: rank(victim) > bar,
+            rank=rank,
             taken=plan.taken,
             max_victims=c.max_preemptions_per_round - len(plan.preempts) - len(plan.migrations),
         )
@@ -519,6 +552,7 @@ class Dally(PolicyBase):
         self.tuner.enabled = config.autotune
         self._version += 1
         self._expected = ExpectedRemaining(self.tuner)
+        self._queue.rank_by(self._queue_rank())  # the order or its levels may have changed
 
     def _preemptions_spent(self, plan: _Round) -> bool:
         """Whether this round's preemption budget is spent (moves made, or jobs that sought
@@ -690,6 +724,7 @@ class Dally(PolicyBase):
         figures = self._victims
         gittins = c.order == "gittins"
         threshold = c.preempt_ratio * self._expected_gpu_s(job, now) if gittins else 0.0
+        level = 0 if gittins else self._level(job, now)
 
         def may_move(victim: JobView) -> bool:
             if not c.move_victims or victim.job_id in taken or moved.get(victim.job_id, 0) >= cap:
@@ -700,7 +735,7 @@ class Dally(PolicyBase):
             if victim.job_id in taken or moved.get(victim.job_id, 0) >= cap:
                 return False
             if not gittins:
-                return self._outranks(job, victim, now)
+                return self._level(victim, now) > level  # _outranks, the job's level found once
             return figures.expected_gpu_s(victim, now) > threshold  # _outranks, kept figures
 
         return may_move, may_preempt
@@ -863,6 +898,17 @@ class Dally(PolicyBase):
             self._moved[job.job_id] = self._moved.get(job.job_id, 0) + 1
             why = "re-consolidate" if target.kind == current.kind else f"faster type {target.kind}"
             plan.migrations.append(Migrate(job.job_id, target.placement, why))
+
+
+def _las_level(thresholds: tuple[float, ...], attained_gpu_s: float) -> int:
+    """The las order's level of a job with ``attained_gpu_s`` of service: how many of the
+    ``thresholds`` (ascending) it has reached."""
+    return bisect.bisect_right(thresholds, attained_gpu_s)
+
+
+def _las_waiting_level(thresholds: tuple[float, ...], job: JobView) -> int:
+    """:func:`_las_level` of a waiting job (its service is fixed while it waits)."""
+    return _las_level(thresholds, job.attained_gpu_s_at_change)
 
 
 def _expected_wait(by_remaining: list[tuple[float, int]], free_gpus: int, need: int) -> float:

@@ -1,19 +1,22 @@
 """Dally's index of the waiting jobs: the queue as the policy knows it, kept in step with each
-round's snapshot, and its jobs grouped by size and service (the groups the gittins order ranks).
+round's snapshot, and its jobs grouped by size and service (the groups the gittins order ranks)
+and, for the other orders, by rank (their levels: each rank's jobs go in arrival order).
 
 A round must not cost the length of the queue: the snapshot's queue is in arrival order, so the
-jobs new to it are found from its newest end, and a job that starts leaves its group's list
-lazily (the list is compacted once more than half of it has started).
+jobs new to it are found from its newest end, and a job that starts leaves its group's and its
+rank's lists lazily (a list is compacted once more than half of it has started).
 """
 
 from __future__ import annotations
 
 import bisect
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Hashable, Iterator, Mapping
+from typing import Generic, TypeVar
 
 from unstall.sched.base import JobView
 
 Group = tuple[int, float]  # (GPU count, service attained): the jobs of one rank in gittins
+Key = TypeVar("Key", bound=Hashable)
 
 
 def group_of(job: JobView) -> Group:
@@ -26,27 +29,79 @@ def _arrival(job: JobView) -> tuple[float, int]:
     return (job.submit_s, job.index)
 
 
-class QueueIndex:
-    """The waiting jobs by id, and by :func:`group_of`, each group's list in arrival order. A
-    group's list keeps jobs that have started until it is compacted (see :attr:`by_id`)."""
+class _Lists(Generic[Key]):
+    """Waiting jobs split by a key, each key's list in arrival order; a started job stays in its
+    list until more than half of the list has started (then a new list replaces it)."""
 
     def __init__(self) -> None:
+        self.lists: dict[Key, list[JobView]] = {}
+        self._started: dict[Key, int] = {}
+
+    def join(self, key: Key, job: JobView) -> bool:
+        """Add ``job`` under ``key``; whether it went before the list's end (its first job may
+        have changed)."""
+        members = self.lists.setdefault(key, [])
+        if members and _arrival(members[-1]) > _arrival(job):
+            bisect.insort(members, job, key=_arrival)
+            return True
+        members.append(job)
+        return False
+
+    def leave(self, key: Key, waiting: Mapping[str, JobView]) -> bool:
+        """A job of ``key``'s list started (``waiting``: the jobs that still wait); whether the
+        list was compacted."""
+        started = self._started.get(key, 0) + 1
+        members = self.lists.get(key, [])
+        if 2 * started <= len(members):
+            self._started[key] = started
+            return False
+        # A new list: a pass may be going through the old one.
+        alive = [m for m in members if waiting.get(m.job_id) is m]
+        if alive:
+            self.lists[key] = alive
+        else:
+            self.lists.pop(key, None)
+        self._started.pop(key, None)
+        return True
+
+
+class QueueIndex:
+    """The waiting jobs by id, by :func:`group_of` and, when given ``rank`` (a waiting job's
+    rank, fixed while it waits), by rank; each list in arrival order. A list keeps jobs that
+    have started until it is compacted (see :attr:`by_id`)."""
+
+    def __init__(self, rank: Callable[[JobView], int] | None = None) -> None:
+        self._rank = rank
         self._jobs: dict[str, JobView] = {}
-        self._groups: dict[Group, list[JobView]] = {}
-        self._started_in_group: dict[Group, int] = {}
+        self._groups: _Lists[Group] = _Lists()
+        self._ranks: _Lists[int] = _Lists()
         self._head_of_group: dict[Group, int] = {}  # index of its oldest waiting job
 
     @property
     def by_id(self) -> Mapping[str, JobView]:
-        """The waiting jobs by id, as last seen (a job of a group's list still waits when
-        ``by_id.get(job.job_id) is job``); the mapping is replaced when :meth:`sync` starts
-        over, so it is read afresh each round."""
+        """The waiting jobs by id, as last seen (a job of a group's or a rank's list still
+        waits when ``by_id.get(job.job_id) is job``); the mapping is replaced when :meth:`sync`
+        starts over, so it is read afresh each round."""
         return self._jobs
 
     @property
     def groups(self) -> dict[Group, list[JobView]]:
         """Each group's list (arrival order, started jobs not yet compacted away)."""
-        return self._groups
+        return self._groups.lists
+
+    @property
+    def ranks(self) -> dict[int, list[JobView]]:
+        """Each rank's list (arrival order, started jobs not yet compacted away); empty without
+        ``rank``."""
+        return self._ranks.lists
+
+    def rank_by(self, rank: Callable[[JobView], int] | None) -> None:
+        """Keep the jobs by ``rank`` from now on (None: not at all): the lists are made anew."""
+        self._rank = rank
+        self._ranks = _Lists()
+        if rank is not None:
+            for job in self._jobs.values():
+                self._ranks.join(rank(job), job)
 
     def sync(self, queued: Collection[JobView]) -> list[JobView]:
         """Bring the index in step with ``queued`` (the snapshot's queue, arrival order) and
@@ -71,7 +126,7 @@ class QueueIndex:
                     self._join(view)
                 return fresh
         fresh = [v for v in queued if known.get(v.job_id) is not v]
-        self._jobs, self._groups, self._started_in_group = {}, {}, {}
+        self._jobs, self._groups, self._ranks = {}, _Lists(), _Lists()
         self._head_of_group = {}
         for view in queued:
             self._join(view)
@@ -80,32 +135,21 @@ class QueueIndex:
     def _join(self, job: JobView) -> None:
         self._jobs[job.job_id] = job
         key = group_of(job)
-        members = self._groups.setdefault(key, [])
-        if members and _arrival(members[-1]) > _arrival(job):
-            bisect.insort(members, job, key=_arrival)
+        if self._groups.join(key, job):
             self._head_of_group.pop(key, None)  # it may now come first
-        else:
-            members.append(job)
+        if self._rank is not None:
+            self._ranks.join(self._rank(job), job)
 
     def leave(self, job: JobView) -> None:
-        """``job`` starts: out of the index; its group's list is compacted once more than half
-        of it has started."""
+        """``job`` starts: out of the index; its group's and rank's lists are compacted once
+        more than half of them has started."""
         if self._jobs.pop(job.job_id, None) is None:
             return
         key = group_of(job)
-        started = self._started_in_group.get(key, 0) + 1
-        members = self._groups.get(key, [])
-        if 2 * started > len(members):
-            # A new list: a pass may be going through the old one.
-            alive = [m for m in members if self._jobs.get(m.job_id) is m]
-            if alive:
-                self._groups[key] = alive
-            else:
-                self._groups.pop(key, None)
-            self._started_in_group.pop(key, None)
+        if self._groups.leave(key, self._jobs):
             self._head_of_group.pop(key, None)
-        else:
-            self._started_in_group[key] = started
+        if self._rank is not None:
+            self._ranks.leave(self._rank(job), self._jobs)
 
     def oldest_waiting(self, key: Group, members: list[JobView]) -> JobView:
         """The first job of group ``key``'s list ``members`` that still waits (an index a
