@@ -111,15 +111,24 @@ class Tenants(dict[int, list[JobView]]):
 
 
 def single_node_tenants(running: Iterable[JobView]) -> Tenants:
-    """The :class:`Tenants` of ``running``."""
+    """The :class:`Tenants` of ``running``. (Built again whenever the tenancy changes: one
+    sort of them all, smallest first, leaves each node's list in that order, and the GPUs are
+    counted on the way.)"""
     by_node: dict[int, list[JobView]] = {}
-    for r in running:
-        if len(r.placement) == 1:
-            by_node.setdefault(r.placement[0][0], []).append(r)
+    gpus: dict[int, int] = {}
+    single = [r for r in running if len(r.placement) == 1]
+    single.sort(key=lambda v: (v.num_gpus, v.index))
+    for r in single:
+        node = r.placement[0][0]
+        victims = by_node.get(node)
+        if victims is None:
+            by_node[node] = [r]
+            gpus[node] = r.num_gpus
+        else:
+            victims.append(r)
+            gpus[node] += r.num_gpus
     tenants = Tenants(sorted(by_node.items()))
-    for victims in tenants.values():
-        victims.sort(key=lambda v: (v.num_gpus, v.index))
-    tenants.gpus = {node: sum(v.num_gpus for v in victims) for node, victims in tenants.items()}
+    tenants.gpus = gpus
     return tenants
 
 
@@ -204,13 +213,19 @@ def _nodes_by_bound(
     by_node = free.by_node
     total = free.total
     order: list[tuple[float, int, int]] = []
+    # A node's bound depends on its free GPUs alone (the job's and the cluster's are the same
+    # for every node): worked out once for each count.
+    bounds: dict[int, float] = {}
     for node, candidates in tenants.items():
         free_here = by_node[node]
         short = need - free_here
         gpus = tenant_gpus[node] if tenant_gpus is not None else sum(v.num_gpus for v in candidates)
         if gpus < short:
             continue  # even clearing every single-node tenant would not make room
-        bound = _least_cost(short, total - free_here, move_cost_s, preempt_cost_s)
+        bound = bounds.get(free_here)
+        if bound is None:
+            bound = _least_cost(short, total - free_here, move_cost_s, preempt_cost_s)
+            bounds[free_here] = bound
         order.append((bound, node, gpus))
     order.sort()
     return order
