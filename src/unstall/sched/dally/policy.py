@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from unstall.sched.base import (
+    ClusterLayout,
     ClusterSnapshot,
     Decision,
     JobView,
@@ -89,6 +90,11 @@ class Dally(PolicyBase):
         self._moved: dict[str, int] = {}  # preemptions and migrations this policy made, by job
         # Spread jobs for which no consolidated block was free, and the tenancy version then.
         self._no_block: dict[str, int] = {}
+        # Spread running jobs' slowdown where they run, with what it was worked out from (see
+        # ``_slowdown_where_running``).
+        self._slowdown_where: dict[
+            str, tuple[JobView, ClusterLayout, float, tuple[int, ...], float]
+        ] = {}
         self._expected = ExpectedRemaining(self.tuner)  # memoised expected run times
         # Incremental rounds (see ``decide``): the tenancy's version and what it was, and the
         # version under which the whole queue was last gone through.
@@ -152,6 +158,7 @@ class Dally(PolicyBase):
             self._consolidated_since.pop(view.job_id, None)
             self._moved.pop(view.job_id, None)
             self._no_block.pop(view.job_id, None)
+            self._slowdown_where.pop(view.job_id, None)
             self.tuner.observe_finish(
                 view.attained_gpu_s(snapshot.now) / view.num_gpus, view.num_gpus
             )
@@ -792,12 +799,36 @@ class Dally(PolicyBase):
                 on_no_block=functools.partial(
                     self._no_block.__setitem__, job.job_id, self._version
                 ),
+                slowdown=self._slowdown_where_running(job, snapshot),
             )
             if target is not None:
                 free.take(target)
                 plan.taken.add(job.job_id)
                 self._moved[job.job_id] = times_moved + 1
                 plan.migrations.append(Migrate(job.job_id, target, "re-consolidate"))
+
+    def _slowdown_where_running(self, job: JobView, snapshot: ClusterSnapshot) -> float:
+        """What :func:`reconsolidation` works out first: the running, spread ``job``'s
+        slowdown where it runs (its own NIC use among the counts). Asked of every spread job in
+        every round, it is kept while what it depends on stays the same: the job's view (its
+        placement), the cluster, the congestion and the spread jobs by node."""
+        layout, congestion = snapshot.layout, snapshot.congestion
+        spread = snapshot.spread_jobs_by_node
+        known = self._slowdown_where.get(job.job_id)
+        if (
+            known is not None
+            and known[0] is job
+            and known[1] is layout
+            and known[2] == congestion
+            and known[3] == spread
+        ):
+            return known[4]
+        slowdown = placement_slowdown(
+            job, job.placement, layout, congestion, spread, own_share=True
+        )
+        # A copy of the counts (a tuple's is itself): the snapshot's may be a list reused.
+        self._slowdown_where[job.job_id] = (job, layout, congestion, tuple(spread), slowdown)
+        return slowdown
 
     # --- several GPU types (sched/dally/types.py) -----------------------------------------------
 

@@ -112,22 +112,21 @@ class Tenants(dict[int, list[JobView]]):
 
 def single_node_tenants(running: Iterable[JobView]) -> Tenants:
     """The :class:`Tenants` of ``running``. (Built again whenever the tenancy changes: one
-    sort of them all, smallest first, leaves each node's list in that order, and the GPUs are
-    counted on the way.)"""
-    by_node: dict[int, list[JobView]] = {}
+    sort of them all, by node and then smallest first, gives the nodes and each node's list in
+    their order, and the GPUs are counted on the way.)"""
+    tenants = Tenants()
     gpus: dict[int, int] = {}
     single = [r for r in running if len(r.placement) == 1]
-    single.sort(key=lambda v: (v.num_gpus, v.index))
+    single.sort(key=lambda v: (v.placement[0][0], v.num_gpus, v.index))
     for r in single:
         node = r.placement[0][0]
-        victims = by_node.get(node)
+        victims = tenants.get(node)
         if victims is None:
-            by_node[node] = [r]
+            tenants[node] = [r]
             gpus[node] = r.num_gpus
         else:
             victims.append(r)
             gpus[node] += r.num_gpus
-    tenants = Tenants(sorted(by_node.items()))
     tenants.gpus = gpus
     return tenants
 
@@ -254,16 +253,19 @@ def reconsolidation(
     congestion: float,
     spread_jobs_by_node: Sequence[int] = (),
     on_no_block: Callable[[], None] | None = None,
+    slowdown: float | None = None,
 ) -> Placement | None:
     """A consolidated placement to move ``job`` to, if one is free and the move pays.
     ``expected_remaining_s`` is asked only when the job is slowed down at all (it is the costly
     part, and most spread jobs are already consolidated over a rack). ``on_no_block`` is called
     when the move would pay but no consolidated block is free (fewer free GPUs cannot change
-    that; time can change whether the move pays)."""
-    # The job's own NIC use is among the counts: the others on its busiest NIC are one fewer.
-    slowdown = placement_slowdown(
-        job, job.placement, free.layout, congestion, spread_jobs_by_node, own_share=True
-    )
+    that; time can change whether the move pays). ``slowdown``: the job's where it runs, if the
+    caller knows it (else worked out here, as below)."""
+    if slowdown is None:
+        # The job's own NIC use is among the counts: the others on its busiest NIC are one fewer.
+        slowdown = placement_slowdown(
+            job, job.placement, free.layout, congestion, spread_jobs_by_node, own_share=True
+        )
     if slowdown <= 1.0:
         return None
     saved_s = expected_remaining_s() * (1.0 - 1.0 / slowdown)
