@@ -201,6 +201,25 @@ def summarise(runs: list[dict], out: Path) -> str:  # type: ignore[type-arg]
     return text
 
 
+def draw_grid(ax, grid, title: str, *, spread: float, digits: int):  # type: ignore[no-untyped-def]
+    """One heat map of the regime map on ``ax``: ``grid`` rows (load, multi-GPU share) by
+    columns (max GPUs, efficiency, congestion), coloured from 1 - ``spread`` (green) to
+    1 + ``spread`` (red), each cell's value written in it; the image, for a colour bar."""
+    import numpy as np
+
+    image = ax.imshow(grid, cmap="RdYlGn_r", vmin=1.0 - spread, vmax=1.0 + spread)
+    for (i, j), value in np.ndenumerate(grid):
+        ax.text(j, i, f"{value:.{digits}f}", ha="center", va="center", fontsize=7)
+    cols = list(itertools.product(MAX_GPUS, EFFICIENCIES, CONGESTIONS))
+    rows = list(itertools.product(LOADS, MULTI_GPU_SHARES))
+    ax.set_xticks(range(len(cols)))
+    ax.set_xticklabels([f"max {m}\n{e}\n{c}" for m, e, c in cols], fontsize=7)
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels([f"load {lo:g}\nmulti {s:g}" for lo, s in rows], fontsize=8)
+    ax.set_title(title, fontsize=9)
+    return image
+
+
 def heat_maps(runs: list[dict], out: Path) -> list[Path]:  # type: ignore[type-arg]
     import matplotlib
 
@@ -224,14 +243,8 @@ def heat_maps(runs: list[dict], out: Path) -> list[Path]:  # type: ignore[type-a
                         per = [ratios(runs, cell, b, metric) for b in BASELINES]
                         values = max(per, key=lambda v: statistics.mean(v) if v else 0.0)
                     grid[i, j] = statistics.mean(values) if values else np.nan
-            image = ax.imshow(grid, cmap="RdYlGn_r", vmin=0.5, vmax=1.5)
-            for (i, j), value in np.ndenumerate(grid):
-                ax.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=8)
-            ax.set_xticks(range(len(cols)))
-            ax.set_xticklabels([f"max {m}\n{e}\n{c}" for m, e, c in cols], fontsize=7)
-            ax.set_yticks(range(len(rows)))
-            ax.set_yticklabels([f"load {lo:g}\nmulti {s:g}" for lo, s in rows], fontsize=8)
-            ax.set_title(f"Dally {metric} / {baseline}'s (below 1: Dally better)", fontsize=9)
+            title = f"Dally {metric} / {baseline}'s (below 1: Dally better)"
+            image = draw_grid(ax, grid, title, spread=0.5, digits=2)
         fig.colorbar(image, ax=axes, shrink=0.8)
         path = out / f"regimes_{metric}.png"
         fig.savefig(path, dpi=110)

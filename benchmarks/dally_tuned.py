@@ -188,7 +188,15 @@ def heat_map(runs: list[dict[str, object]], metric: str, tuner: str, out: Path) 
     import matplotlib.pyplot as plt
     import numpy as np
 
-    from dally_regimes import CONGESTIONS, EFFICIENCIES, LOADS, MAX_GPUS, MULTI_GPU_SHARES, Cell
+    from dally_regimes import (
+        CONGESTIONS,
+        EFFICIENCIES,
+        LOADS,
+        MAX_GPUS,
+        MULTI_GPU_SHARES,
+        Cell,
+        draw_grid,
+    )
 
     fixed = fixed_policies()
     values: dict[tuple[Cell, int, str], float] = {}
@@ -214,14 +222,8 @@ def heat_map(runs: list[dict[str, object]], metric: str, tuner: str, out: Path) 
                 grid[i, j] = statistics.fmean(
                     values[cell, t, tuner] / values[cell, t, base] for t in seeds
                 )
-        image = ax.imshow(grid, cmap="RdYlGn_r", vmin=0.9, vmax=1.1)
-        for (i, j), value in np.ndenumerate(grid):
-            ax.text(j, i, f"{value:.3f}", ha="center", va="center", fontsize=7)
-        ax.set_xticks(range(len(cols)))
-        ax.set_xticklabels([f"max {m}\n{e}\n{c}" for m, e, c in cols], fontsize=7)
-        ax.set_yticks(range(len(rows)))
-        ax.set_yticklabels([f"load {lo:g}\nmulti {s:g}" for lo, s in rows], fontsize=8)
-        ax.set_title(f"{tuner} {metric} / {against}'s (below 1: tuner better)", fontsize=9)
+        title = f"{tuner} {metric} / {against}'s (below 1: tuner better)"
+        image = draw_grid(ax, grid, title, spread=0.1, digits=3)
     fig.colorbar(image, ax=axes, shrink=0.8)
     path = out.with_suffix(".png")
     fig.savefig(path, dpi=110)
