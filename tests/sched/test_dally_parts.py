@@ -156,3 +156,24 @@ def test_expected_run_times_are_kept_until_the_tuner_learns_of_the_size() -> Non
     tuner.observe_finish(10.0, gpus=2)
     assert expected.of(two, 0.0) != prior
     assert expected.of(four, 0.0) == tuner.expected_remaining_s(0.0, 4)
+
+
+def test_outranked_by_answers_as_outranks_in_every_order() -> None:
+    running = [
+        view(f"r{i}", 1 + i % 4, index=i, attained=a, placement=((i % 3, 1 + i % 4),))
+        for i, a in enumerate((0.0, 99.0, 100.0, 101.0, 999.0, 1000.0, 5e3, 7e4))
+    ]
+    waiting = [view(f"w{i}", 2, index=10 + i, attained=a) for i, a in enumerate((0.0, 100.0, 2e3))]
+    for config in (
+        DallyConfig(order="las", las_thresholds_gpu_s=(100.0, 1000.0)),
+        DallyConfig(order="las", las_thresholds_gpu_s=(1000.0, 100.0)),  # not ascending
+        DallyConfig(order="las", las_thresholds_gpu_s=(100.0, 100.0)),
+        DallyConfig(order="fifo"),
+        DallyConfig(order="gittins", prior_runtime_s=1000.0),
+    ):
+        policy = Dally(config)
+        for job in waiting:
+            outranked = policy._outranked_by(job, 0.0)  # service as given: some at a threshold
+            assert [outranked(v) for v in running] == [
+                policy._outranks(job, v, 0.0) for v in running
+            ]

@@ -8,6 +8,7 @@ from __future__ import annotations
 import bisect
 import functools
 import heapq
+import itertools
 import random
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -124,6 +125,25 @@ class Dally(PolicyBase):
         if self.config.order == "fifo":
             return 0
         return _las_level(self.config.las_thresholds_gpu_s, job.attained_gpu_s(now))
+
+    def _outranked_by(self, job: JobView, now: float) -> Callable[[JobView], bool]:
+        """Which running jobs ``job`` outranks: :meth:`_outranks` with the job's side worked
+        out once (every running job may be asked about). In las with its thresholds
+        ascending, as they are meant to be, a job of level L outranks the jobs whose service
+        has reached the L-th threshold (where the level's bisect passes L): one comparison a
+        victim. Otherwise their levels are compared (fifo: all 0, none outranks another)."""
+        c = self.config
+        if c.order == "gittins":
+            bar = c.preempt_ratio * self._expected_gpu_s(job, now)
+            return lambda victim: self._expected_gpu_s(victim, now) > bar
+        level = self._level(job, now)
+        thresholds = c.las_thresholds_gpu_s
+        if c.order == "las" and all(lo < hi for lo, hi in itertools.pairwise(thresholds)):
+            if level >= len(thresholds):
+                return lambda victim: False  # no level above the top one
+            bar = thresholds[level]
+            return lambda victim: victim.attained_gpu_s(now) >= bar
+        return lambda victim: self._level(victim, now) > level
 
     def _queue_rank(self) -> Callable[[JobView], int] | None:
         """What the queue index keeps the waiting jobs by besides their groups: :meth:`_level`
@@ -517,14 +537,13 @@ class Dally(PolicyBase):
         plan.attempts += 1
         c = self.config
         moved = self._moved
-        # _outranks and _priority's rank, with the job's side worked out once: every running
-        # job is asked about.
+        # _priority's rank of the victims (the job's side of _outranks is worked out once:
+        # every running job is asked about).
+        outranked = self._outranked_by(job, now)
         rank: Callable[[JobView], float]
         if c.order == "gittins":
-            bar = c.preempt_ratio * self._expected_gpu_s(job, now)
             rank = functools.partial(self._expected_gpu_s, now=now)
         else:
-            bar = self._level(job, now)
             rank = functools.partial(self._level, now=now)
         found = service_room(
             job,
@@ -533,7 +552,7 @@ class Dally(PolicyBase):
             # As in Tiresias, rank alone decides: max_moves_per_job does not spare a victim
             # here (it did, measured: 1.064 of the best fixed setting per trace against 1.019
             # on the traces like the embedded one; BENCHMARKS.md, "Dally's look-ahead tuner").
-            outranks=lambda _job, victim: rank(victim) > bar,
+            outranks=lambda _job, victim: outranked(victim),
             rank=rank,
             taken=plan.taken,
             max_victims=c.max_preemptions_per_round - len(plan.preempts) - len(plan.migrations),
@@ -731,7 +750,7 @@ class Dally(PolicyBase):
         figures = self._victims
         gittins = c.order == "gittins"
         threshold = c.preempt_ratio * self._expected_gpu_s(job, now) if gittins else 0.0
-        level = 0 if gittins else self._level(job, now)
+        outranked = None if gittins else self._outranked_by(job, now)
 
         def may_move(victim: JobView) -> bool:
             if not c.move_victims or victim.job_id in taken or moved.get(victim.job_id, 0) >= cap:
@@ -741,8 +760,8 @@ class Dally(PolicyBase):
         def may_preempt(victim: JobView) -> bool:
             if victim.job_id in taken or moved.get(victim.job_id, 0) >= cap:
                 return False
-            if not gittins:
-                return self._level(victim, now) > level  # _outranks, the job's level found once
+            if outranked is not None:
+                return outranked(victim)
             return figures.expected_gpu_s(victim, now) > threshold  # _outranks, kept figures
 
         return may_move, may_preempt
