@@ -111,7 +111,17 @@ def compare(policy: str, trace, address: str, minutes: float, seed: int) -> dict
         "jobs_finished": [live.jobs_finished, sim.jobs_finished],
         "wall_s": wall,
         "jct_pairs": done[["job_id", "jct_s_live", "jct_s_sim"]].to_dict("records"),
+        # A look-ahead tuner's course (dally-tuned), live and simulated; None without one.
+        "tuner_live": _course(run.telemetry),
+        "tuner_sim": _course(run.prediction.telemetry),
     }
+
+
+def _course(telemetry: pd.DataFrame) -> str | None:
+    from unstall.sim.lookahead import tuner_course
+
+    course = tuner_course(telemetry)
+    return course.describe() if course is not None else None
 
 
 def plot(rows: list[dict[str, object]], path: Path) -> None:
@@ -187,6 +197,9 @@ def main() -> None:
             f"{r['decide_ms_max']:.1f} ms max, {r['wall_s'] / 60:.1f} min wall, emulation "
             f"behind pace {100 * float(r['behind_frac']):.1f}% of run time"
         )
+        if r["tuner_live"] is not None:
+            print(f"{r['policy']}'s tuner live: {r['tuner_live']}")
+            print(f"{r['policy']}'s tuner simulated: {r['tuner_sim']}")
     if args.plot is not None:
         plot(rows, args.plot)
     if args.json is not None:

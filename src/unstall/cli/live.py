@@ -277,6 +277,22 @@ def _gap(live: float, simulated: float) -> str:
     return f"{100 * (live - simulated) / simulated:+.1f}%"
 
 
+def _print_tuner_course(run: LiveRun) -> None:
+    """What a look-ahead tuner (``dally-tuned``) chose live, and in the simulator's prediction:
+    a tuning sees the cluster as it is, so a small difference in timing can make it choose
+    otherwise live than simulated."""
+    from unstall.sim.lookahead import tuner_course
+
+    live = tuner_course(run.telemetry)
+    if live is None:
+        return
+    console.print(f"tuner live: {live.describe()}", highlight=False)
+    if run.prediction is not None:
+        simulated = tuner_course(run.prediction.telemetry)
+        if simulated is not None:
+            console.print(f"tuner simulated: {simulated.describe()}", highlight=False)
+
+
 def print_live(run: LiveRun) -> None:
     """The live run beside the simulator's prediction, then what only a live run measures."""
     r = run.result
@@ -310,6 +326,7 @@ def print_live(run: LiveRun) -> None:
         ),
         highlight=False,
     )
+    _print_tuner_course(run)
     if f.emulation_behind_frac > BEHIND_WARN_FRAC:
         err_console.print(
             f"warning: the emulated jobs fell behind the perf model's pace by "

@@ -437,13 +437,14 @@ class TunerCourse:
 
     def describe(self) -> str:
         """One line: what the tuner chose, and when."""
+        count = f"{self.tunings} tuning{'' if self.tunings == 1 else 's'}"
         if not self.switches:
-            return f"{self.tunings} tunings, kept {self.first} (no candidate predicted 2% better)"
+            return f"{count}, kept {self.first} (no candidate predicted better by the margin)"
         moves = ", ".join(
             f"{name} at {at_s / 3600:.1f} h (predicted {gain:.1%} better)"
             for at_s, name, gain in self.switches
         )
-        return f"{self.tunings} tunings, started {self.first}, switched to {moves}"
+        return f"{count}, started {self.first}, switched to {moves}"
 
 
 def tuner_course(telemetry: pd.DataFrame) -> TunerCourse | None:
