@@ -7,7 +7,11 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING, cast
 
 from unstall.cli.common import console
-from unstall.cli.demo import _dally_over_like_traces, _simulate_like_traces
+from unstall.cli.demo import (
+    _dally_over_like_traces,
+    _simulate_like_traces,
+    _tuner_over_like_traces,
+)
 from unstall.cli.sim_run import dally_in_context
 from unstall.traces import default_trace
 
@@ -135,3 +139,22 @@ def test_over_like_traces_says_why_when_tiresias_has_the_lower_average_jct() -> 
     with console.capture() as captured:
         _dally_over_like_traces(per_trace)
     assert "Tiresias preempts" not in captured.get()
+
+
+def test_over_like_traces_the_tuned_dally_gets_its_line_and_its_tuners_choices() -> None:
+    courses: list[object] = []
+    per_trace = _simulate_like_traces(
+        ["consolidate", "dally-tuned"], "medium", quiet=True, traces=2, courses=courses
+    )
+    assert len(courses) == 2  # one course a trace, from the tuned runs only
+    with console.capture() as captured:
+        _dally_over_like_traces(per_trace, policy="dally-tuned")
+        _tuner_over_like_traces(courses)
+    text = " ".join(captured.get().split())
+    assert text.startswith("dally-tuned on the same traces: average JCT ")
+    assert "Tiresias preempts" not in text  # dally's own line says that
+    tunings = [c.tunings for c in courses]  # type: ignore[attr-defined]
+    switched = sum(1 for c in courses if c.switches)  # type: ignore[attr-defined]
+    assert f"its tuner there: {min(tunings)}-{max(tunings)} tunings a run; " in text
+    assert f"switched on {switched} of 2 traces" in text
+    assert f"kept Dally's defaults on {2 - switched}." in text

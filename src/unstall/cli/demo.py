@@ -80,7 +80,11 @@ def _sim(out: Path, quiet: bool) -> None:
     print_tuner_courses(runs)
     dally_in_context([r.result for r in runs], trace)
     oracles = {name for name in POLICIES if make_policy(name).needs_oracle}
-    _dally_over_like_traces(_simulate_like_traces(list(POLICIES), "medium", quiet), oracles)
+    courses: list[Any] = []
+    per_trace = _simulate_like_traces(list(POLICIES), "medium", quiet, courses=courses)
+    _dally_over_like_traces(per_trace, oracles)
+    _dally_over_like_traces(per_trace, oracles, policy="dally-tuned")
+    _tuner_over_like_traces(courses)
     console.print("on a real trace: `unstall sim compare --trace philly_jobs.csv --cluster philly`")
 
 
@@ -91,12 +95,18 @@ LIKE_TRACES = 8
 
 
 def _simulate_like_traces(
-    policies: list[str], congestion: str, quiet: bool, traces: int = LIKE_TRACES
+    policies: list[str],
+    congestion: str,
+    quiet: bool,
+    traces: int = LIKE_TRACES,
+    courses: list[Any] | None = None,
 ) -> list[list[Any]]:
     """Every policy on each of ``traces`` traces generated like the embedded one: a list of
-    results per trace."""
+    results per trace (``courses``, when given, gets the course of each run that had a
+    look-ahead tuner)."""
     from unstall.cli.common import progress_bar
     from unstall.sim import SimRequest, simulate_request
+    from unstall.sim.lookahead import tuner_course
     from unstall.traces import generate, lookalike_trace_config
 
     per_trace: list[list[Any]] = []
@@ -106,16 +116,22 @@ def _simulate_like_traces(
             results = []
             for name in policies:
                 request = SimRequest(policy=name, cluster="small", congestion=congestion, seed=i)
-                results.append(simulate_request(request, trace).result)
+                run = simulate_request(request, trace)
+                results.append(run.result)
+                course = tuner_course(run.telemetry) if courses is not None else None
+                if course is not None:
+                    courses.append(course)  # type: ignore[union-attr]
                 advance(1)
             per_trace.append(results)
     return per_trace
 
 
-def _dally_over_like_traces(per_trace: list[list[Any]], oracles: Collection[str] = ()) -> None:
-    """Dally against the best other policy of each trace, per metric, as the mean and spread
-    over the traces, and which policy was that best how often (``oracles``: policies that know
-    each job's run time, marked so)."""
+def _dally_over_like_traces(
+    per_trace: list[list[Any]], oracles: Collection[str] = (), policy: str = "dally"
+) -> None:
+    """Dally (or ``policy``, one of its family) against the best other policy of each trace,
+    per metric, as the mean and spread over the traces, and which policy was that best how
+    often (``oracles``: policies that know each job's run time, marked so)."""
     import statistics
     from collections import Counter
 
@@ -126,7 +142,7 @@ def _dally_over_like_traces(per_trace: list[list[Any]], oracles: Collection[str]
     ratios: dict[str, list[float]] = {metric: [] for metric, _ in CONTEXT_METRICS}
     best_by: dict[str, Counter[str]] = {metric: Counter() for metric, _ in CONTEXT_METRICS}
     for results in per_trace:
-        dally = next((r for r in results if r.policy == "dally"), None)
+        dally = next((r for r in results if r.policy == policy), None)
         others = [r for r in results if r.policy not in DALLY_FAMILY]
         if dally is None or not others:
             return
@@ -151,6 +167,12 @@ def _dally_over_like_traces(per_trace: list[list[Any]], oracles: Collection[str]
 
     n = len(per_trace)
     why = ""
+    if policy != "dally":  # a second line, after dally's: the traces and the reading are said
+        console.print(
+            f"{policy} on the same traces: {'; '.join(parts)}.",
+            highlight=False,
+        )
+        return
     if best_by["avg_jct_s"].get("tiresias"):
         why = (
             " Tiresias preempts running jobs to start every new one; dally preempts only to"
@@ -161,6 +183,28 @@ def _dally_over_like_traces(per_trace: list[list[Any]], oracles: Collection[str]
         f"{LOOKALIKE_FIRST_SEED + n - 1}, same congestion), dally over the best other policy of "
         f"each trace, mean ± sd: {'; '.join(parts)}. Below 1: dally better.{why} More seeds and "
         "levels: `benchmarks/dally_long.py --shape default`.",
+        highlight=False,
+    )
+
+
+def _tuner_over_like_traces(courses: list[Any]) -> None:
+    """What the look-ahead tuner chose over the traces generated like the embedded one."""
+    from collections import Counter
+
+    if not courses:
+        return
+    finals = Counter(c.final for c in courses if c.switches)
+    switched = sum(finals.values())
+    tunings = [c.tunings for c in courses]
+    console.print(
+        f"its tuner there: {min(tunings)}-{max(tunings)} tunings a run; switched on {switched} of "
+        f"{len(courses)} traces"
+        + (
+            " (ending on " + ", ".join(f"{name} {n}" for name, n in finals.most_common()) + ")"
+            if switched
+            else ""
+        )
+        + f", kept Dally's defaults on {len(courses) - switched}.",
         highlight=False,
     )
 
