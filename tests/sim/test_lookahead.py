@@ -198,6 +198,30 @@ def test_selected_by_name_with_text_options() -> None:
         make_policy("dally-tuned", candidates="default,nope")
 
 
+def test_dallys_own_knobs_set_the_base_that_each_candidate_moves_one_knob_of() -> None:
+    policy = resolve_policy(
+        "dally-tuned",
+        (
+            ("wait_factor", "4"),
+            ("max_moves_per_job", "5"),
+            ("horizon_s", "1800"),
+            ("restore_s", "30"),
+        ),
+    )
+    assert isinstance(policy, LookaheadDally)
+    assert policy.base.wait_factor == 4.0 and policy.base.max_moves_per_job == 5
+    assert policy.config.horizon_s == 1800.0
+    assert policy.base.restore_s == policy.config.restore_s == 30.0  # one meaning, both sides
+    assert policy.settings_of("default") == policy.base
+    eager = policy.settings_of("eager")
+    assert eager.wait_factor == 1.0 and eager.max_moves_per_job == 5
+    assert policy.inner.config == policy.base  # it starts on the base setting
+    las = resolve_policy("dally-tuned", (("order", "las"),))
+    assert las.settings_of("gittins-service").order == "gittins"  # type: ignore[attr-defined]
+    with pytest.raises(ConfigError, match=r"DallyTunedOptions\.order"):
+        make_policy("dally-tuned", order="nope")
+
+
 def test_sched_does_not_import_sim() -> None:
     code = (
         "import sys, unstall.sched; from unstall.sched import make_policy; "

@@ -15,7 +15,7 @@ from typing import Any
 from unstall.errors import ConfigError, a_or_an
 from unstall.sched.base import Policy
 from unstall.sched.dally import Dally, DallyConfig
-from unstall.sched.dally.lookahead_config import LookaheadConfig
+from unstall.sched.dally.lookahead_config import DallyTunedOptions
 from unstall.sched.fifo import Consolidate, Fifo, FirstFit
 from unstall.sched.gandiva import Gandiva
 from unstall.sched.gavel import Gavel, GavelConfig
@@ -90,7 +90,7 @@ POLICIES: dict[str, PolicyEntry] = {
         factory=_dally_tuned,
         description="dally whose settings (delay factor, queue order, preemption for service) "
         "a look-ahead with the simulator chooses every period, from learnt run times",
-        options=LookaheadConfig,
+        options=DallyTunedOptions,
     ),
     "gavel": PolicyEntry(
         factory=_gavel,

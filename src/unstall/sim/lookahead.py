@@ -34,7 +34,7 @@ from unstall.sched.base import (
 )
 from unstall.sched.dally import Dally, DallyConfig
 from unstall.sched.dally.autotune import DelayTuner
-from unstall.sched.dally.lookahead_config import CANDIDATES, LookaheadConfig
+from unstall.sched.dally.lookahead_config import CANDIDATES, DallyTunedOptions, LookaheadConfig
 from unstall.sim.congestion import CongestionSchedule
 from unstall.sim.engine import Engine, EngineSettings
 from unstall.sim.speed import Flow
@@ -481,5 +481,7 @@ def tuner_course(telemetry: pd.DataFrame) -> TunerCourse | None:
 
 
 def make_lookahead_dally(**options: object) -> LookaheadDally:
-    """The registry's factory of ``dally-tuned`` (options: :class:`LookaheadConfig`'s)."""
-    return LookaheadDally(LookaheadConfig(**options))  # type: ignore[arg-type]
+    """The registry's factory of ``dally-tuned`` (options: :class:`DallyTunedOptions`'s, the
+    tuner's and the base Dally setting's)."""
+    tuner, base = DallyTunedOptions(**options).split()  # type: ignore[arg-type]
+    return LookaheadDally(tuner, base=base)

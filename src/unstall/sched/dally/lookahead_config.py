@@ -5,10 +5,11 @@ when such a policy is built."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from unstall.config import check, check_positive
+from unstall.sched.dally.config import DallyConfig
 
 # Each candidate: DallyConfig options over the defaults. "default" is Dally as it is; the
 # others move one knob the issue names (#39): the delay factor, the queue order, preemption
@@ -18,7 +19,8 @@ CANDIDATES: dict[str, dict[str, Any]] = {
     "eager": {"wait_factor": 1.0},
     "patient": {"wait_factor": 30.0},
     "las-service": {"order": "las", "service_preemption": True},
-    "gittins-service": {"service_preemption": True},
+    # The order named, not left to the base setting's: the name says which order it is.
+    "gittins-service": {"order": "gittins", "service_preemption": True},
 }
 TARGETS = ("jct", "makespan")
 
@@ -88,3 +90,22 @@ class LookaheadConfig:
     def names(self) -> tuple[str, ...]:
         """The candidates' names, in the order given."""
         return tuple(n.strip() for n in self.candidates.split(",") if n.strip())
+
+
+@dataclass(frozen=True, kw_only=True)
+class DallyTunedOptions(LookaheadConfig, DallyConfig):
+    """Options of ``make_policy("dally-tuned", ...)``: the tuner's (:class:`LookaheadConfig`)
+    and Dally's own (:class:`DallyConfig`), the base setting whose knobs each candidate moves
+    (``default`` is the base as given). ``restore_s`` is both's, with one meaning: what a restore
+    from a checkpoint costs, to Dally's decisions and to the look-ahead's engine."""
+
+    def __post_init__(self) -> None:
+        DallyConfig.__post_init__(self)
+        LookaheadConfig.__post_init__(self)
+
+    def split(self) -> tuple[LookaheadConfig, DallyConfig]:
+        """The tuner's options and the base Dally setting."""
+        return (
+            LookaheadConfig(**{f.name: getattr(self, f.name) for f in fields(LookaheadConfig)}),
+            DallyConfig(**{f.name: getattr(self, f.name) for f in fields(DallyConfig)}),
+        )
