@@ -154,7 +154,7 @@ class Gavel(PolicyBase):
         if ids == books.solved_for:
             return
         types = snapshot.layout.types
-        capacity = type_gpus(snapshot.layout)
+        capacity = pl.free_by_type(snapshot.layout.node_gpus, snapshot.layout)
         x = las_allocation(
             [job.num_gpus for job in active],
             [[self.speed(job, t) for t in types] for job in active],
@@ -220,7 +220,7 @@ class Gavel(PolicyBase):
         """Whether running ``job`` is spread over nodes at a slowdown above
         ``repack_slowdown`` (see :class:`GavelConfig`)."""
         layout = snapshot.layout
-        if len(job.placement) <= min_nodes_on(layout, job_type(job, layout), job.num_gpus):
+        if len(job.placement) <= pl.min_nodes_on_type(layout, job_type(job, layout), job.num_gpus):
             return False  # as consolidated as its type allows
         racks = {snapshot.layout.node_rack[node] for node, _ in job.placement}
         slowdown = job.sensitivity.at(len(racks) > 1, snapshot.congestion)
@@ -231,7 +231,7 @@ class Gavel(PolicyBase):
         GPUs (counted, not placed) last; dict order is the order chosen."""
         layout = snapshot.layout
         now = snapshot.now
-        left = type_gpus(layout)
+        left = pl.free_by_type(layout.node_gpus, layout)
         pairs = []
         for job in active:
             current = job_type(job, layout) if job.running else ""
@@ -270,7 +270,7 @@ class Gavel(PolicyBase):
                 placement = on_type(free, kind, job.num_gpus)
                 if placement is not None:
                     break
-            if placement is None and job.num_gpus > max(type_gpus(layout).values(), default=0):
+            if placement is None and not pl.fits_one_type(layout, job.num_gpus):
                 placement = free.best(job.num_gpus)
             if placement is not None:
                 free.take(placement)
@@ -286,25 +286,6 @@ class Gavel(PolicyBase):
         if not snapshot.queued or snapshot.free_gpus == 0:
             return ()
         return tuple(self._fill(FreeGpus(snapshot), snapshot.queued, snapshot.now))
-
-
-def type_gpus(layout: ClusterLayout) -> dict[str, int]:
-    """GPUs of each type, types in node order."""
-    gpus = dict.fromkeys(layout.types, 0)
-    for kind, count in zip(layout.node_type, layout.node_gpus, strict=True):
-        gpus[kind] += count
-    return gpus
-
-
-def min_nodes_on(layout: ClusterLayout, kind: str, num_gpus: int) -> int:
-    """The fewest nodes of type ``kind`` that hold ``num_gpus`` GPUs (all of them if none do)."""
-    kinds = zip(layout.node_gpus, layout.node_type, strict=True)
-    sizes = sorted(gpus for gpus, t in kinds if t == kind)
-    count = 0
-    while num_gpus > 0 and sizes:
-        num_gpus -= sizes.pop()
-        count += 1
-    return count
 
 
 def one_type(job: JobView, layout: ClusterLayout) -> bool:
