@@ -15,7 +15,7 @@ On a cluster of one type none of this runs: the policy answers as it did before.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 from unstall.sched import placement as pl
@@ -98,19 +98,13 @@ def consolidated_option(
 ) -> Option | None:
     """The cheapest placement consolidated on one of ``kinds`` that the free GPUs hold (the
     first of ``kinds`` among equals)."""
-    best: Option | None = None
     layout = free.layout
-    for kind in kinds:
-        by_node, by_rack = pl.only_type(free.by_node, layout, kind)
-        if sum(by_rack) < job.num_gpus:
-            continue
+    options = []
+    for kind, by_node, by_rack in _types_with_room(job, free, kinds):
         found = pl.at_level(pl.Locality.CLUSTER, by_node, by_rack, layout, job.num_gpus)
-        if found is None or not consolidated_on_type(found, kind, job.num_gpus, layout):
-            continue
-        option = cost_of(job, found, layout, congestion)
-        if best is None or option.cost < best.cost:
-            best = option
-    return best
+        if found is not None and consolidated_on_type(found, kind, job.num_gpus, layout):
+            options.append(cost_of(job, found, layout, congestion))
+    return _cheapest(options)
 
 
 def spread_option(
@@ -124,22 +118,32 @@ def spread_option(
 ) -> Option | None:
     """The cheapest placement on one of ``kinds`` at any level Dally accepts (within one rack,
     over racks only when ``span_racks`` or no rack of the type holds the job)."""
-    best: Option | None = None
     layout = free.layout
-    for kind in kinds:
-        by_node, by_rack = pl.only_type(free.by_node, layout, kind)
-        if sum(by_rack) < job.num_gpus:
-            continue
+    options = []
+    for kind, by_node, by_rack in _types_with_room(job, free, kinds):
         level = pl.Locality.RACK
         if span_racks or best_level_on_type(layout, kind, job.num_gpus) == pl.Locality.CLUSTER:
             level = pl.Locality.CLUSTER
         found = pl.at_level(level, by_node, by_rack, layout, job.num_gpus)
-        if found is None:
-            continue
-        option = cost_of(job, found, layout, congestion, spread_jobs_by_node)
-        if best is None or option.cost < best.cost:
-            best = option
-    return best
+        if found is not None:
+            options.append(cost_of(job, found, layout, congestion, spread_jobs_by_node))
+    return _cheapest(options)
+
+
+def _types_with_room(
+    job: JobView, free: FreeGpus, kinds: Sequence[str]
+) -> Iterator[tuple[str, list[int], list[int]]]:
+    """Each of ``kinds`` whose free GPUs are enough for ``job``, with the free GPUs of that
+    type alone, by node and by rack."""
+    for kind in kinds:
+        by_node, by_rack = pl.only_type(free.by_node, free.layout, kind)
+        if sum(by_rack) >= job.num_gpus:
+            yield kind, by_node, by_rack
+
+
+def _cheapest(options: Sequence[Option]) -> Option | None:
+    """The option of least cost (the first among equals: the types' order decides ties)."""
+    return min(options, key=lambda option: option.cost, default=None)
 
 
 def upgrade_target(
