@@ -7,6 +7,7 @@ import random
 
 import pytest
 
+from snapshots import cluster_snapshot
 from unstall.errors import ConfigError
 from unstall.sched.base import (
     ClusterLayout,
@@ -50,21 +51,7 @@ def job(
 
 
 def snap(free: tuple[int, ...], queued: list[JobView], running: list[JobView], now: float):
-    spread = [0] * LAYOUT.num_nodes
-    for r in running:
-        if len(r.placement) > 1:
-            for node, _ in r.placement:
-                spread[node] += 1
-    return ClusterSnapshot(
-        now=now,
-        layout=LAYOUT,
-        free_by_node=free,
-        free_by_rack=(sum(free),),
-        queued=tuple(queued),
-        running=tuple(running),
-        spread_jobs_by_node=tuple(spread),
-        spread_running=tuple(r for r in running if len(r.placement) > 1),
-    )
+    return cluster_snapshot(LAYOUT, free, queued, running, now)
 
 
 def quiet_dally(**overrides: object) -> Dally:

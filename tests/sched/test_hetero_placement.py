@@ -9,6 +9,7 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from snapshots import cluster_snapshot
 from unstall.sched import placement as pl
 from unstall.sched.base import (
     ClusterLayout,
@@ -70,22 +71,7 @@ def snap(
     running: list[JobView] = (),  # type: ignore[assignment]
     now: float = 0.0,
 ) -> ClusterSnapshot:
-    spread = [0] * layout.num_nodes
-    for r in running:
-        if len(r.placement) > 1:
-            for node, _ in r.placement:
-                spread[node] += 1
-    by_rack = [sum(free[n] for n in nodes) for nodes in layout.rack_nodes]
-    return ClusterSnapshot(
-        now=now,
-        layout=layout,
-        free_by_node=free,
-        free_by_rack=tuple(by_rack),
-        queued=tuple(queued),
-        running=tuple(running),
-        spread_jobs_by_node=tuple(spread),
-        spread_running=tuple(r for r in running if len(r.placement) > 1),
-    )
+    return cluster_snapshot(layout, free, queued, running, now)
 
 
 def starts_of(decision: object) -> dict[str, Placement]:
