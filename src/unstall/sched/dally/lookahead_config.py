@@ -40,8 +40,8 @@ class LookaheadConfig:
     # Comma-separated names of CANDIDATES (text, so that a command line can name them); the
     # first is the setting a run starts with. "patient" is left out by default: it won no trace
     # that "default" did not (benchmarks/BENCHMARKS.md, "Dally's look-ahead tuner"). The other
-    # defaults were measured there too (2 samples: 1.019 of the best fixed setting against
-    # 1.028 with 1; a 4 h horizon with 300 jobs: 1.046, and 3 times the cost).
+    # defaults were chosen there against variants (fewer samples, a longer horizon with more
+    # jobs: no closer to the best fixed setting, and dearer).
     candidates: str = "default,eager,las-service,gittins-service"
     target: str = "jct"
     period_s: float = 3600.0
@@ -54,13 +54,11 @@ class LookaheadConfig:
     # Cost cap: past its first ``free_tunings`` tunings, a tuning that falls due is skipped (the
     # setting stays a period longer) while the rounds simulated by the look-aheads so far
     # exceed ``cost_share`` times the run's own rounds (rounds measure simulation work
-    # deterministically, wall time does not). A tuning costs about the same on a trace of 1,500
-    # jobs as on one of 20,000 (some 130 look-ahead rounds), so 30 free ones cost a long trace
-    # little (1.3 s of 20 s on the 20,000-job trace of benchmarks/dally_speed.py), while a
-    # shorter one is tuned in full: with 10, the tuner of a 1,500-job trace spent them all on
-    # its first, idle days (every candidate tied) and was stopped before the queue built up
-    # (1.052 of the best fixed setting at high congestion, against 1.010 with 30). Measured:
-    # BENCHMARKS.md, "Dally's look-ahead tuner".
+    # deterministically, wall time does not). A tuning costs about as much on a short trace as
+    # on a long one, so the free tunings are a small share of a long run, while a shorter one
+    # is tuned in full. They must outlast a trace's idle start: tunings where every candidate
+    # ties (the cluster has room) count too, and too few free ones left a tuner capped before
+    # its queue built up. Measured: BENCHMARKS.md, "Dally's look-ahead tuner".
     cost_share: float = 0.1
     free_tunings: int = 30
     # Passed to every candidate's Dally (and so the same as the simulator's restore_s).
