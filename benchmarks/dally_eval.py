@@ -1,14 +1,19 @@
 """Dally against every baseline: the Philly trace and a synthetic trace with more multi-GPU jobs,
 under congestion none, low, medium and high; plus an ablation of Dally's three mechanisms.
 
+Dally here is ``dally-fixed``: Dally with fixed settings, without the look-ahead tuner that the
+policy ``dally`` adds (``dally_tuned.py`` compares the two); each ablation variant is
+``dally-fixed`` with one setting changed.
+
     .venv/bin/python benchmarks/dally_eval.py [--out bench-results/dally] [--workers 2]
         [--congestion none,low,medium,high] [--philly-congestion none,low,medium,high]
-        [--skip-philly] [--synthetic-jobs 3000] [--only fifo,dally] [--no-ablation]
+        [--skip-philly] [--synthetic-jobs 3000] [--only fifo,dally-fixed] [--no-ablation]
         [--skip-synthetic] [--append] [--merge dir1,dir2]
 
 ``--only`` runs just those policies/variants, ``--append`` merges into an existing results.json
 (a run replaces the earlier one of the same trace, congestion and variant), so the long
-baseline runs on Philly and Dally's own runs can happen at different times.
+baseline runs on Philly and Dally's own runs can happen at different times. Results saved
+before 2026-11-28 label Dally ``dally``: ``--append`` and ``--merge`` read them as ``dally-fixed``.
 
 Writes ``results.json`` (every run's SimResult), ``summary.md`` (the tables BENCHMARKS.md shows)
 and plots into ``--out``. Runs go to a pool of worker processes, one simulation each.
@@ -28,8 +33,9 @@ REPO = Path(__file__).resolve().parents[1]
 PHILLY = REPO / ".." / "shared" / "data" / "traces" / "philly_jobs.csv"
 PHILLY_CLUSTER = str(Path(__file__).resolve().parent / "philly_960.toml")
 BASELINES = ("fifo", "first-fit", "consolidate", "srtf", "tiresias", "gandiva")
+DALLY = "dally-fixed"  # Dally without the look-ahead tuner: the figures' policy
 ABLATIONS = {
-    "dally": {},
+    DALLY: {},
     "dally-no-delay": {"delay": False},
     "dally-no-preemption": {"preemption": False},
     "dally-no-priority-preemption": {"priority_preemption": False},
@@ -74,7 +80,8 @@ def run_one(job: Job) -> dict[str, object]:
     from unstall.sim import resolve_congestion, simulate
 
     if job.policy in ABLATIONS:
-        # Built here, not by name: each variant labels its results with its own name.
+        # Built here, not by name: each variant labels its results with its own name (Dally
+        # with fixed settings, as the registry's ``dally-fixed`` builds it).
         policy = Dally(DallyConfig(**ABLATIONS[job.policy]), name=job.policy)  # type: ignore[arg-type]
     else:
         policy = resolve_policy(job.policy)
@@ -106,7 +113,7 @@ def plan(args: argparse.Namespace) -> list[Job]:
     levels = {"philly": args.philly_congestion, "synthetic-multi-gpu": args.congestion}
     for trace, cluster in traces:
         for congestion in levels[trace].split(","):
-            for policy in (*BASELINES, "dally"):
+            for policy in (*BASELINES, DALLY):
                 jobs.append(Job(trace, cluster, congestion, policy, args.synthetic_jobs))
     ablation = (
         []
@@ -115,13 +122,13 @@ def plan(args: argparse.Namespace) -> list[Job]:
             Job("synthetic-multi-gpu", "medium", congestion, variant, args.synthetic_jobs)
             for congestion in ("medium", "high")
             for variant in ABLATIONS
-            if variant != "dally"
+            if variant != DALLY
         ]
     )
     # The synthetic runs and the ablation first: they are quick, Philly's are the long ones.
     quick = [j for j in jobs if j.trace != "philly"]
     # On Philly the locality-blind baselines drown in spread jobs and take many minutes: last.
-    slow_last = ("consolidate", "dally", "gandiva", "tiresias", "srtf", "fifo", "first-fit")
+    slow_last = ("consolidate", DALLY, "gandiva", "tiresias", "srtf", "fifo", "first-fit")
     philly = sorted(
         (j for j in jobs if j.trace == "philly"), key=lambda j: slow_last.index(j.policy)
     )
@@ -130,6 +137,22 @@ def plan(args: argparse.Namespace) -> list[Job]:
         wanted = set(args.only.split(","))
         ordered = [j for j in ordered if j.policy in wanted]
     return ordered
+
+
+# Labels of results saved before 2026-11-28, when ``dally`` was Dally without the tuner (now
+# ``dally-fixed``) and ``dally-tuned`` Dally with it (now ``dally``).
+OLD_LABELS = {"dally": "dally-fixed", "dally-tuned": "dally"}
+
+
+def load_results(path: Path) -> list[dict[str, object]]:
+    """A saved ``results.json``, old labels read as today's. This script never labels a run
+    ``dally`` (its Dally is ``dally-fixed``), so a ``dally`` there is always an old label."""
+    results: list[dict[str, object]] = json.loads(path.read_text())
+    for r in results:
+        for field in ("variant", "policy"):
+            if r.get(field) in OLD_LABELS:
+                r[field] = OLD_LABELS[str(r[field])]
+    return results
 
 
 def key(result: dict[str, object]) -> tuple[str, str, str]:
@@ -146,14 +169,14 @@ def summarise(results: list[dict[str, object]]) -> str:
     for r in results:
         groups.setdefault((str(r["trace_kind"]), str(r["congestion"])), []).append(r)
     for (trace, congestion), rows in sorted(groups.items()):
-        main = [r for r in rows if r["variant"] in (*BASELINES, "dally")]
-        dally = next((r for r in main if r["variant"] == "dally"), None)
+        main = [r for r in rows if r["variant"] in (*BASELINES, DALLY)]
+        dally = next((r for r in main if r["variant"] == DALLY), None)
         if dally is None:
             continue
         lines.append(f"\n**{trace}, congestion {congestion}**\n")
         lines.append(
             "| policy | makespan h | avg JCT h | p99 JCT h | comm overhead | "
-            "dally vs it: makespan | avg JCT | p99 JCT | comm overhead |"
+            f"{DALLY} vs it: makespan | avg JCT | p99 JCT | comm overhead |"
         )
         lines.append("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
         for r in sorted(
@@ -196,7 +219,7 @@ def plot(results: list[dict[str, object]], out: Path) -> None:
 
     for trace in sorted({str(r["trace_kind"]) for r in results}):
         rows = [
-            r for r in results if r["trace_kind"] == trace and r["variant"] in (*BASELINES, "dally")
+            r for r in results if r["trace_kind"] == trace and r["variant"] in (*BASELINES, DALLY)
         ]
         congestions = [
             c for c in ("none", "low", "medium", "high") if any(r["congestion"] == c for r in rows)
@@ -207,7 +230,7 @@ def plot(results: list[dict[str, object]], out: Path) -> None:
         ):
             fig, ax = new_figure(8, 4)
             width = 0.8 / (len(BASELINES) + 1)
-            for i, policy in enumerate((*BASELINES, "dally")):
+            for i, policy in enumerate((*BASELINES, DALLY)):
                 ys = []
                 for c in congestions:
                     r = next(
@@ -223,7 +246,7 @@ def plot(results: list[dict[str, object]], out: Path) -> None:
             ax.set_title(trace)
             ax.legend(fontsize=7, ncol=2)
             save(fig, out / f"{trace}_{metric}.png")
-    tuned = [r for r in results if r["variant"] == "dally" and r.get("wait_factor_over_time")]
+    tuned = [r for r in results if r["variant"] == DALLY and r.get("wait_factor_over_time")]
     if tuned:
         fig, ax = new_figure()
         for r in tuned:
@@ -268,19 +291,19 @@ def main() -> None:
     if args.merge:
         merged: dict[tuple[str, str, str], dict[str, object]] = {}
         for folder in args.merge.split(","):
-            for r in json.loads((Path(folder) / "results.json").read_text()):
+            for r in load_results(Path(folder) / "results.json"):
                 merged[key(r)] = r
         write_outputs(list(merged.values()), args.out)
         return
     jobs = plan(args)
     results: list[dict[str, object]] = []
     if args.append and (args.out / "results.json").exists():
-        results = json.loads((args.out / "results.json").read_text())
+        results = load_results(args.out / "results.json")
     with ProcessPoolExecutor(max_workers=args.workers) as pool:
         for i, result in enumerate(pool.map(run_one, jobs), start=1):
             # Re-read before merging: another invocation may be appending to the same file.
             if args.append and (args.out / "results.json").exists():
-                results = json.loads((args.out / "results.json").read_text())
+                results = load_results(args.out / "results.json")
             results = [r for r in results if key(r) != key(result)] + [result]
             # Saved after every run, so a long evaluation cut short keeps what it has.
             (args.out / "results.json").write_text(json.dumps(results, indent=1))
@@ -320,7 +343,7 @@ def versus_published(results: list[dict[str, object]]) -> str:
     by_key = {key(r): r for r in results}
     for trace in sorted({str(r["trace_kind"]) for r in results}):
         for congestion in ("none", "low", "medium", "high"):
-            dally = by_key.get((trace, congestion, "dally"))
+            dally = by_key.get((trace, congestion, DALLY))
             bases = [by_key.get((trace, congestion, b)) for b in CONSOLIDATING]
             if dally is None or any(b is None for b in bases):
                 continue

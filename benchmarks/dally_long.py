@@ -9,6 +9,8 @@ default (``--congestion`` takes several levels). On such traces the makespan is 
 of large, long jobs and where in the run each policy starts them, so one trace says little: the
 figure is Dally's ratio to each baseline per seed (below 1: Dally better), and to the best of
 the baselines on each metric and seed, with the mean and standard deviation over the seeds.
+Dally here is ``dally-fixed``: Dally with fixed settings, without the look-ahead tuner that the
+policy ``dally`` adds (``dally_tuned.py`` measures the tuner).
 
     .venv/bin/python benchmarks/dally_long.py [--shape heavy] [--jobs 20000] [--seeds 8]
         [--workers 2] [--policies consolidate,gandiva,fifo] [--congestion high]
@@ -29,6 +31,11 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 METRICS = ("makespan_s", "avg_jct_s", "p99_jct_s", "comm_overhead_frac")
+DALLY = "dally-fixed"  # Dally without the look-ahead tuner: the figures' policy
+# Labels of runs saved before 2026-11-28, when ``dally`` was Dally without the tuner (now
+# ``dally-fixed``) and ``dally-tuned`` Dally with it (now ``dally``). This script never runs the
+# tuner, so a ``dally`` among the runs it summarises is always an old label.
+OLD_LABELS = {"dally": "dally-fixed", "dally-tuned": "dally"}
 
 
 def run_one(task: tuple[str, int, int, str, str]) -> dict[str, object]:
@@ -74,12 +81,16 @@ def run_one(task: tuple[str, int, int, str, str]) -> dict[str, object]:
 
 
 def summarise(runs: list[dict[str, object]], baselines: list[str], congestion: str) -> str:
-    """The tables for one congestion level."""
-    by = {(r["seed"], r["policy"]): r for r in runs if r["congestion"] == congestion}
+    """The tables for one congestion level (runs saved with old labels read as today's)."""
+    by = {
+        (r["seed"], OLD_LABELS.get(str(r["policy"]), r["policy"])): r
+        for r in runs
+        if r["congestion"] == congestion
+    }
     seeds = sorted({int(s) for s, _ in by})  # type: ignore[call-overload]
     lines = [
-        f"Congestion {congestion}: Dally over each baseline on the same trace (mean ± sd over "
-        f"{len(seeds)} seeds; below 1: Dally better)",
+        f"Congestion {congestion}: Dally ({DALLY}) over each baseline on the same trace (mean ± "
+        f"sd over {len(seeds)} seeds; below 1: Dally better)",
         "",
         "| baseline | " + " | ".join(METRICS) + " | worst seed's makespan |",
         "|---|" + "---:|" * (len(METRICS) + 1),
@@ -87,18 +98,16 @@ def summarise(runs: list[dict[str, object]], baselines: list[str], congestion: s
     for base in baselines:
         cells = []
         for metric in METRICS:
-            ratios = [_ratio(by[s, "dally"], by[s, base], metric) for s in seeds]
+            ratios = [_ratio(by[s, DALLY], by[s, base], metric) for s in seeds]
             cells.append(_mean_sd(ratios))
-        worst = max(_ratio(by[s, "dally"], by[s, base], "makespan_s") for s in seeds)
+        worst = max(_ratio(by[s, DALLY], by[s, base], "makespan_s") for s in seeds)
         lines.append(f"| {base} | " + " | ".join(cells) + f" | {worst:.3f} |")
     if len(baselines) > 1:
         # Per seed and metric, the baseline that did best on it (it may differ by metric):
         # Dally's largest ratio.
         cells, worst = [], 0.0
         for metric in METRICS:
-            ratios = [
-                max(_ratio(by[s, "dally"], by[s, b], metric) for b in baselines) for s in seeds
-            ]
+            ratios = [max(_ratio(by[s, DALLY], by[s, b], metric) for b in baselines) for s in seeds]
             cells.append(_mean_sd(ratios))
             if metric == "makespan_s":
                 worst = max(ratios)
@@ -112,7 +121,7 @@ def summarise(runs: list[dict[str, object]], baselines: list[str], congestion: s
     ]
     first = baselines[0]
     for s in seeds:
-        d, b = by[s, "dally"], by[s, first]
+        d, b = by[s, DALLY], by[s, first]
         lines.append(
             f"| {s} | "
             + " | ".join(f"{_ratio(d, b, m):.3f}" for m in METRICS)
@@ -154,7 +163,7 @@ def main() -> None:
         (args.shape, jobs, seed, p, level)
         for level in levels
         for seed in range(args.seeds)
-        for p in ("dally", *baselines)
+        for p in (DALLY, *baselines)
     ]
     runs: list[dict[str, object]] = []
     started = time.perf_counter()

@@ -1,6 +1,7 @@
 """Per-job comparison of Dally with strict consolidation on the synthetic trace of
 ``dally_eval.py``: by size class, the mean JCT difference and queue times, and the jobs Dally
-preempted against the rest (where does Dally win or lose against ``consolidate``?).
+preempted against the rest (where does Dally win or lose against ``consolidate``?). Dally here
+is ``dally-fixed``: fixed settings, without the look-ahead tuner that the policy ``dally`` adds.
 
     .venv/bin/python benchmarks/dally_perjob.py --congestion high [--order las]
 """
@@ -12,13 +13,13 @@ import argparse
 import numpy as np
 import pandas as pd
 
-from dally_eval import Job, load_trace
+from dally_eval import DALLY, Job, load_trace
 
 
 def jobs_of(policy: str, congestion: str, order: str | None) -> pd.DataFrame:
     from unstall.sim import SimRequest, simulate_request
 
-    options = (("order", order),) if (policy == "dally" and order) else ()
+    options = (("order", order),) if (policy == DALLY and order) else ()
     trace = load_trace(Job("synthetic-multi-gpu", "medium", congestion, policy, 3000))
     request = SimRequest(
         policy=policy, policy_options=options, cluster="medium", congestion=congestion, seed=1
@@ -31,7 +32,7 @@ def main() -> None:
     parser.add_argument("--congestion", default="high")
     parser.add_argument("--order", default=None, help="Dally's queue order (default: its own)")
     args = parser.parse_args()
-    ours = jobs_of("dally", args.congestion, args.order)
+    ours = jobs_of(DALLY, args.congestion, args.order)
     theirs = jobs_of("consolidate", args.congestion, None)
     d = ours.join(theirs[["jct_s", "queue_s"]].add_suffix("_consolidate"))
     d["diff_h"] = (d["jct_s"] - d["jct_s_consolidate"]) / 3600
@@ -43,7 +44,7 @@ def main() -> None:
         queue_consolidate_h=("queue_s_consolidate", lambda x: x.mean() / 3600),
         preemptions=("preemptions", "sum"),
     )
-    print(f"average JCT difference (dally - consolidate): {d['diff_h'].mean():+.2f} h a job")
+    print(f"average JCT difference ({DALLY} - consolidate): {d['diff_h'].mean():+.2f} h a job")
     print(by_class.round(2).to_string())
     hit = d["preemptions"] > 0
     print(

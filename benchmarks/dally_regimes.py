@@ -8,7 +8,10 @@ preemption, the auto-tuner on) and the baselines. For each baseline, Dally's ave
 makespan and communication overhead are reported as ratios to the baseline's on the same
 trace (below 1: Dally better), mean and standard deviation over the seeds; the variants give
 each mechanism's share of the gain (how much worse, or better, Dally's JCT gets with the
-mechanism switched).
+mechanism switched). Dally here is ``dally-fixed``: fixed settings, without the look-ahead tuner
+that the policy ``dally`` adds (``dally_tuned.py --shape map`` runs the tuner on the same map);
+each variant is ``dally-fixed`` with one setting changed. ``--summarise-only`` reads a
+``results.json`` saved before 2026-11-28, whose Dally is labelled ``dally``, as ``dally-fixed``.
 
     .venv/bin/python benchmarks/dally_regimes.py [--jobs 1500] [--seeds 3] [--workers 2]
         [--out bench-results/dally_regimes]
@@ -38,7 +41,12 @@ ABLATIONS: dict[str, dict[str, bool]] = {
     "dally-no-priority-preemption": {"priority_preemption": False},
     "dally-autotune": {"autotune": True},
 }
-POLICIES = ("dally", *ABLATIONS, *BASELINES)
+DALLY = "dally-fixed"  # Dally without the look-ahead tuner: the figures' policy
+POLICIES = (DALLY, *ABLATIONS, *BASELINES)
+# Labels of runs saved before 2026-11-28, when ``dally`` was Dally without the tuner (now
+# ``dally-fixed``) and ``dally-tuned`` Dally with it (now ``dally``). This script never runs the
+# tuner, so a ``dally`` in its saved runs is always an old label.
+OLD_LABELS = {"dally": "dally-fixed", "dally-tuned": "dally"}
 LOADS = (0.7, 0.9)  # below ~0.7 nothing queues on 1,500 jobs: every policy ties
 MULTI_GPU_SHARES = (0.2, 0.5)
 MAX_GPUS = (16, 64)  # job-size tail: up to two nodes, or up to eight
@@ -130,7 +138,7 @@ def cells() -> list[Cell]:
 def ratios(runs: list[dict], cell: Cell, other: str, metric: str) -> list[float]:  # type: ignore[type-arg]
     """Dally's ``metric`` over ``other``'s, per seed, on this cell (communication overheads both
     below :data:`NEGLIGIBLE_COMM` count as a tie)."""
-    mine = {r["seed"]: r for r in runs if r["policy"] == "dally" and Cell(**r["cell"]) == cell}
+    mine = {r["seed"]: r for r in runs if r["policy"] == DALLY and Cell(**r["cell"]) == cell}
     theirs = {r["seed"]: r for r in runs if r["policy"] == other and Cell(**r["cell"]) == cell}
     out = []
     for seed, r in mine.items():
@@ -152,15 +160,13 @@ def mean_sd(values: list[float]) -> str:
 def summarise(runs: list[dict], out: Path) -> str:  # type: ignore[type-arg]
     lines = []
     for metric in METRICS:
-        lines.append(f"\n#### Dally's {metric} / each baseline's (mean ± sd over seeds)\n")
-        lines.append("| regime | " + " | ".join(BASELINES) + " | dally's own (mean) |")
+        lines.append(f"\n#### {DALLY}'s {metric} / each baseline's (mean ± sd over seeds)\n")
+        lines.append("| regime | " + " | ".join(BASELINES) + f" | {DALLY}'s own (mean) |")
         lines.append("|---|" + "---:|" * (len(BASELINES) + 1))
         for cell in cells():
             row = [mean_sd(ratios(runs, cell, b, metric)) for b in BASELINES]
             own = [
-                float(r[metric])
-                for r in runs
-                if r["policy"] == "dally" and Cell(**r["cell"]) == cell
+                float(r[metric]) for r in runs if r["policy"] == DALLY and Cell(**r["cell"]) == cell
             ]
             scale = 3600.0 if metric.endswith("_s") else 1.0
             unit = " h" if metric.endswith("_s") else ""
@@ -180,7 +186,7 @@ def summarise(runs: list[dict], out: Path) -> str:  # type: ignore[type-arg]
     for cell in cells():
         row = []
         for variant in ABLATIONS:
-            inverse = ratios(runs, cell, variant, "avg_jct_s")  # dally / variant
+            inverse = ratios(runs, cell, variant, "avg_jct_s")  # dally-fixed / variant
             row.append(mean_sd([1.0 / v for v in inverse if v > 0]))
         lines.append(f"| {cell.label} | " + " | ".join(row) + " |")
     lines.append("\n#### Largest reductions by Dally, per baseline (mean over seeds) and where\n")
@@ -268,6 +274,8 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     if args.summarise_only:
         runs = json.loads((args.out / "results.json").read_text())
+        for r in runs:
+            r["policy"] = OLD_LABELS.get(r["policy"], r["policy"])
         print(summarise(runs, args.out))
         for path in heat_maps(runs, args.out):
             print(f"wrote {path}")

@@ -4,15 +4,18 @@ The traces are the ones where Dally's decisions cost the most: long queues of mu
 (generated at 90% offered load of the 256-GPU ``medium`` cluster, half of the jobs multi-GPU,
 up to 64 GPUs, high congestion), at 2,000, 20,000 and 100,000 jobs, and the full Philly trace
 on its 960-GPU cluster (short queues) when it is present. Each trace is simulated by
-``consolidate`` and ``dally`` in turn in one process (a small warm-up run first, so neither pays
-for loading the zoo); the figure is the event loop's wall time (``sim_wall_s``) and dally's
-ratio to consolidate's. Churn: preemptions and migrations per job (mean, and the most any one
-job had), and how many single-node jobs were migrated at all.
+``consolidate`` and ``dally-fixed`` (Dally with fixed settings, without the look-ahead tuner) in
+turn in one process (a small warm-up run first, so neither pays for loading the zoo); the figure
+is the event loop's wall time (``sim_wall_s``) and each policy's ratio to consolidate's.
+Churn: preemptions and migrations per job (mean, and the most any one job had), and how many
+single-node jobs were migrated at all.
 
     .venv/bin/python benchmarks/dally_speed.py [--jobs 2000,20000,100000] [--skip-philly]
-        [--policies consolidate,dally,dally-tuned] [--json bench-results/dally_speed.json]
+        [--policies consolidate,dally-fixed,dally] [--json bench-results/dally_speed.json]
 
-Goal (issue 22): dally within 5x of consolidate on every trace, the 100,000-job trace in under
+``--policies consolidate,dally-fixed,dally`` adds ``dally``, Dally with its look-ahead tuner.
+
+Goal (issue 22): dally-fixed within 5x of consolidate on every trace, the 100,000-job trace in under
 two minutes.
 """
 
@@ -28,7 +31,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 PHILLY = REPO / ".." / "shared" / "data" / "traces" / "philly_jobs.csv"
 PHILLY_CLUSTER = str(Path(__file__).resolve().parent / "philly_960.toml")
-POLICIES = ("consolidate", "dally")
+POLICIES = ("consolidate", "dally-fixed")
 
 
 def heavy_trace(jobs: int):  # type: ignore[no-untyped-def]
@@ -81,11 +84,11 @@ def main() -> None:
         "--policies",
         default=",".join(POLICIES),
         help="comma-separated, consolidate first (the ratios are to it); e.g. "
-        "consolidate,dally,dally-tuned (the look-ahead tuner, issue 39)",
+        "consolidate,dally-fixed,dally (dally: Dally with its look-ahead tuner, issue 39)",
     )
     parser.add_argument("--json", type=Path, default=REPO / "bench-results" / "dally_speed.json")
     args = parser.parse_args()
-    run(heavy_trace(200), "medium", "high", "dally")  # warm-up: zoo facts, imports
+    run(heavy_trace(200), "medium", "high", "dally-fixed")  # warm-up: zoo facts, imports
     cases = [(f"heavy-{n}", int(n), "medium", "high") for n in args.jobs.split(",")]
     if not args.skip_philly:
         if PHILLY.exists():

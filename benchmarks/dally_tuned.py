@@ -1,5 +1,6 @@
-"""Dally's look-ahead tuner (``dally-tuned``, issue 39) against Dally as it is, each fixed
-candidate setting (the best of them in hindsight, per trace), and the other policies.
+"""Dally's look-ahead tuner (the policy ``dally``, issue 39) against Dally with the tuner off
+(``dally-fixed``), each fixed candidate setting (the best of them in hindsight, per trace), and
+the other policies.
 
 Traces generated like the embedded default one (its config, on the 32-GPU ``small`` cluster)
 with generator seeds 1000, 1001, ... (``--shape default``; congestion medium, as ``make
@@ -10,7 +11,10 @@ setting's; mean ± sd over the traces, and each run's simulation time over conso
 
     .venv/bin/python benchmarks/dally_tuned.py [--shape default] [--traces 20] [--jobs 400]
         [--congestion medium] [--workers 2] [--json bench-results/dally_tuned.json]
-        [--tuned 'dally-tuned;dally-tuned?horizon_s=7200'] [--reuse FORMER.json]
+        [--tuned 'dally;dally?horizon_s=7200'] [--reuse FORMER.json]
+
+A ``--reuse`` file saved before 2026-11-28, with the labels of then, is read with today's: the
+tuner ``dally``, Dally with it off ``dally-fixed`` (:func:`relabel`).
 """
 
 from __future__ import annotations
@@ -25,6 +29,20 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 BASELINES = ("tiresias", "consolidate", "gandiva", "fifo", "first-fit", "gavel")
+OFF = "dally-fixed"  # Dally with the tuner off (its default settings: fixed:default decides alike)
+
+
+def relabel(row: dict[str, object]) -> dict[str, object]:
+    """A run saved before 2026-11-28, given today's label: ``dally-tuned[?OPTIONS]`` (the tuner)
+    is now ``dally[?OPTIONS]``, and ``dally`` (the tuner off) ``dally-fixed``. Only the tuner's
+    runs have ``tunings``, so a new ``dally`` run (the tuner) is told from an old one."""
+    policy = str(row["policy"])
+    name, mark, options = policy.partition("?")
+    if name == "dally-tuned":
+        row["policy"] = f"dally{mark}{options}"
+    elif policy == "dally" and "tunings" not in row:
+        row["policy"] = OFF
+    return row
 
 
 def fixed_policies() -> list[str]:
@@ -63,7 +81,7 @@ def run_one(task: tuple[str, int, int, str, str, dict[str, object] | None]) -> d
         built = Dally(LookaheadDally().settings_of(policy.removeprefix("fixed:")), name=policy)
         assert policy.removeprefix("fixed:") in CANDIDATES
     else:
-        # "dally-tuned?horizon_s=7200&max_jobs=150": a variant of the tuner's options.
+        # "dally?horizon_s=7200&max_jobs=150": a variant of the tuner's options.
         name, _, text = policy.partition("?")
         options = tuple(tuple(o.split("=", 1)) for o in text.split("&") if o)
         built = resolve_policy(name, options)  # type: ignore[arg-type]
@@ -83,8 +101,8 @@ def run_one(task: tuple[str, int, int, str, str, dict[str, object] | None]) -> d
         "makespan_s": r.makespan_s,
         "sim_wall_s": r.sim_wall_s,
     }
-    if policy.startswith("dally-tuned"):
-        history = getattr(built, "history", [])
+    if isinstance(built, LookaheadDally):
+        history = built.history
         row["tunings"] = len(history)
         row["switches"] = sum(1 for h in history if h.gain > 0)
         row["chosen"] = [h.chosen for h in history if h.gain > 0]
@@ -108,13 +126,13 @@ def summarise(
         f"{len(traces)} traces; {metric} over the best other policy's ({', '.join(baselines)}) "
         "and over the best fixed Dally setting's, per trace: mean ± sd (below 1: better)",
         "",
-        "| policy | / best other | / best fixed | / dally (off) | sim time / consolidate's |",
+        f"| policy | / best other | / best fixed | / {OFF} | sim time / consolidate's |",
         "|---|---:|---:|---:|---:|",
     ]
-    for p in ["dally", *tuned, *fixed]:
+    for p in [OFF, *tuned, *fixed]:
         other = [value(t, p) / best(t, baselines) for t in traces]
         hind = [value(t, p) / best(t, fixed) for t in traces]
-        off = [value(t, p) / value(t, "dally") for t in traces]
+        off = [value(t, p) / value(t, OFF) for t in traces]
         wall = [value(t, p, "sim_wall_s") / value(t, "consolidate", "sim_wall_s") for t in traces]
         lines.append(f"| {p} | {_ms(other)} | {_ms(hind)} | {_ms(off)} | {_ms(wall)} |")
     wins = {p: sum(1 for t in traces if value(t, p) == best(t, fixed)) for p in fixed}
@@ -139,8 +157,9 @@ def cell_label(cell: dict[str, object]) -> str:
 def summarise_map(runs: list[dict[str, object]], metric: str, tuned: list[str]) -> str:
     """Per regime of the map: each tuner variant's ``metric`` over the best fixed setting's
     (the setting best on average over the regime's seeds, chosen in hindsight: which one it is
-    in the last column), over the best fixed setting per trace, over Dally's (tuner off) and
-    over consolidate's; mean ± sd over seeds; then how many regimes are within 2%."""
+    in the last column), over the best fixed setting per trace, over Dally's with the tuner off
+    (``fixed:default``, which decides as ``dally-fixed``) and over consolidate's; mean ± sd over
+    seeds; then how many regimes are within 2%."""
     fixed = fixed_policies()
     by_cell: dict[str, dict[tuple[int, str], float]] = {}
     for r in runs:
@@ -149,7 +168,7 @@ def summarise_map(runs: list[dict[str, object]], metric: str, tuned: list[str]) 
     lines = [
         f"{metric} per regime, mean ± sd over seeds (below 1: the tuner better)",
         "",
-        "| regime | tuner | / best fixed (regime) | / best fixed (trace) | / dally (off) "
+        f"| regime | tuner | / best fixed (regime) | / best fixed (trace) | / {OFF} "
         "| / consolidate | best fixed (regime) |",
         "|---|---|---:|---:|---:|---:|---|",
     ]
@@ -181,7 +200,8 @@ def summarise_map(runs: list[dict[str, object]], metric: str, tuned: list[str]) 
 
 def heat_map(runs: list[dict[str, object]], metric: str, tuner: str, out: Path) -> Path:
     """The map's cells coloured by ``tuner``'s ``metric`` over the regime's best fixed
-    setting's (left) and over Dally's with the tuner off (right)."""
+    setting's (left) and over Dally's with the tuner off (right: ``fixed:default``, which decides
+    as ``dally-fixed``)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -205,7 +225,7 @@ def heat_map(runs: list[dict[str, object]], metric: str, tuner: str, out: Path) 
     rows = list(itertools.product(LOADS, MULTI_GPU_SHARES))
     cols = list(itertools.product(MAX_GPUS, EFFICIENCIES, CONGESTIONS))
     fig, axes = plt.subplots(1, 2, figsize=(14, 4.2), constrained_layout=True)
-    for ax, against in zip(axes, ("best fixed setting", "dally (tuner off)"), strict=True):
+    for ax, against in zip(axes, ("best fixed setting", f"{OFF} (tuner off)"), strict=True):
         grid = np.full((len(rows), len(cols)), np.nan)
         for i, (load, share) in enumerate(rows):
             for j, (max_gpus, eff, cong) in enumerate(cols):
@@ -213,7 +233,7 @@ def heat_map(runs: list[dict[str, object]], metric: str, tuner: str, out: Path) 
                 seeds = sorted({t for c, t, p in values if c == cell and p == tuner})
                 if not seeds:
                     continue
-                if against == "dally (tuner off)":
+                if against != "best fixed setting":
                     base = "fixed:default"
                 else:
                     base = min(
@@ -247,8 +267,8 @@ def main() -> None:
     )
     parser.add_argument(
         "--tuned",
-        default="dally-tuned",
-        help="tuner variants, separated by ;: dally-tuned?KEY=VALUE&KEY=VALUE",
+        default="dally",
+        help="tuner variants, separated by ;: dally?KEY=VALUE&KEY=VALUE",
     )
     parser.add_argument(
         "--reuse", type=Path, help="a former --json: runs of the same traces not done again"
@@ -262,14 +282,16 @@ def main() -> None:
     tuned = [v for v in args.tuned.split(";") if v]
     baselines = [b for b in args.baselines.split(",") if b]
     if args.shape == "map":
-        # The map compares the tuner with fixed settings; fixed:default is Dally (tuner off).
+        # The map compares the tuner with fixed settings; fixed:default is Dally with the tuner
+        # off (it decides as dally-fixed).
         baselines = ["consolidate"]
         policies = [*tuned, *fixed_policies(), "consolidate"]
     else:
-        policies = ["dally", *tuned, *fixed_policies(), *baselines]
+        policies = [OFF, *tuned, *fixed_policies(), *baselines]
     runs: list[dict[str, object]] = []
     if args.reuse:
-        runs = [r for r in json.loads(args.reuse.read_text()) if r["policy"] in policies]
+        former = [relabel(r) for r in json.loads(args.reuse.read_text())]
+        runs = [r for r in former if r["policy"] in policies]
     only = set(args.only.split(",")) if args.only else set(policies)
     runs = [r for r in runs if r["policy"] not in only or not args.only]  # --only: run anew
 

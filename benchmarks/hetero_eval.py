@@ -1,5 +1,8 @@
 """Heterogeneous clusters: Gavel, Dally and the baselines on mixed V100/K80 clusters.
 
+Dally here is ``dally-fixed``: Dally with fixed settings, without the look-ahead tuner that the
+policy ``dally`` adds (``--policies`` takes ``dally`` too).
+
 Each cluster holds ``--gpus`` GPUs (64) in two node groups, each its own rack behind a 25 Gbit/s
 NIC per node and a 2:1 oversubscribed uplink: nodes of 8 V100s and nodes of 4 K80s, the V100s being
 25%, 50% or 75% of the GPUs (``--fast-shares``). Traces are generated (Philly's arrival pattern and
@@ -36,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-POLICIES = ("dally", "gavel", "gavel-blind", "consolidate", "tiresias", "fifo")
+POLICIES = ("dally-fixed", "gavel", "gavel-blind", "consolidate", "tiresias", "fifo")
 K80_EQUIVALENT = 0.2  # a K80 GPU's work in V100s, roughly (relative_speed("k80", family))
 
 

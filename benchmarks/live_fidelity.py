@@ -12,9 +12,12 @@ Reported per policy: average JCT, makespan and per-job JCT, live against simulat
 %, the per-job median absolute error), the order of the policies by average JCT in each, and
 what the live run measured (job start-up, restore, checkpoint, decision times).
 
-    .venv/bin/python benchmarks/live_fidelity.py [--policies fifo,consolidate,tiresias,dally]
+    .venv/bin/python benchmarks/live_fidelity.py [--policies fifo,consolidate,tiresias,dally-fixed]
         [--jobs 40] [--minutes 10] [--seed 0] [--json bench-results/live_fidelity.json]
         [--plot benchmarks/live_fidelity.png]
+
+``dally-fixed`` is Dally with fixed settings; ``--policies dally`` runs Dally with its look-ahead
+tuner (its course, live and simulated, is printed too).
 
 Goal (issue 40): average JCT and makespan within 5% of the simulator's, per-job JCT within 10%
 (median absolute error), every policy ranked in the same order.
@@ -35,7 +38,7 @@ import numpy as np
 import pandas as pd
 
 REPO = Path(__file__).resolve().parents[1]
-POLICIES = ("fifo", "consolidate", "tiresias", "dally")
+POLICIES = ("fifo", "consolidate", "tiresias", "dally-fixed")
 MODELS = ("resnet50", "vgg16", "transformer", "lstm_lm", "resnet18", "mobilenet_v2")
 
 
@@ -111,7 +114,7 @@ def compare(policy: str, trace, address: str, minutes: float, seed: int) -> dict
         "jobs_finished": [live.jobs_finished, sim.jobs_finished],
         "wall_s": wall,
         "jct_pairs": done[["job_id", "jct_s_live", "jct_s_sim"]].to_dict("records"),
-        # A look-ahead tuner's course (dally-tuned), live and simulated; None without one.
+        # A look-ahead tuner's course (dally), live and simulated; None without one.
         "tuner_live": _course(run.telemetry),
         "tuner_sim": _course(run.prediction.telemetry),
     }

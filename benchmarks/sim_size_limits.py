@@ -12,7 +12,10 @@ Sizes above the limits in force are measured too: the child lifts the limits for
 shown as such.
 
     .venv/bin/python benchmarks/sim_size_limits.py [--nodes 1000 10000 100000 1000000]
-        [--policies fifo,dally] [--jobs 400] [--timeout 600] [--json OUT]
+        [--policies fifo,dally-fixed] [--jobs 400] [--timeout 600] [--json OUT]
+
+``dally-fixed`` is Dally with fixed settings, the Dally of the published figures (``dally`` adds
+the look-ahead tuner).
 """
 
 from __future__ import annotations
@@ -81,13 +84,13 @@ def main() -> None:
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, nargs="+", default=[1_000, 10_000, 100_000, 1_000_000])
-    parser.add_argument("--policies", default="fifo,dally")
+    parser.add_argument("--policies", default="fifo,dally-fixed")
     parser.add_argument("--jobs", type=int, default=400)
     parser.add_argument("--timeout", type=float, default=600.0)
     parser.add_argument("--json", type=Path)
     a = parser.parse_args()
     print(
-        f"{'policy':8} {'nodes':>9} {'GPUs':>10} {'done':>5} {'rounds':>6} {'ms/round':>9}"
+        f"{'policy':11} {'nodes':>9} {'GPUs':>10} {'done':>5} {'rounds':>6} {'ms/round':>9}"
         f" {'total s':>8} {'peak MB':>8}"
     )
     rows = []
@@ -96,10 +99,10 @@ def main() -> None:
             row = spawn(policy, nodes, a.jobs, a.timeout)
             rows.append(row)
             if row.get("timeout"):
-                print(f"{policy:8} {nodes:>9,} {row['gpus']:>10,}  stopped after {a.timeout:g} s")
+                print(f"{policy:11} {nodes:>9,} {row['gpus']:>10,}  stopped after {a.timeout:g} s")
                 continue
             print(
-                f"{policy:8} {row['nodes']:>9,} {row['gpus']:>10,} {row['jobs_finished']:>5} "
+                f"{policy:11} {row['nodes']:>9,} {row['gpus']:>10,} {row['jobs_finished']:>5} "
                 f"{row['rounds']:>6,} {row['ms_per_round']:>9.3f} {row['total_s']:>8.1f} "
                 f"{row['peak_rss_mb']:>8,}",
                 flush=True,
