@@ -21,7 +21,7 @@ CORE = {"unstall", "checks", "config", "errors", "results", "usercode", "ray_con
 ENTRY = {"__main__"}
 
 # Imports upward that a function makes only when it is called, each with its reason: the one
-# exception to the layers below. The policy registry builds ``dally-tuned`` (the look-ahead
+# exception to the layers below. The policy registry builds ``dally`` (its look-ahead
 # tuner runs the simulator, so it lives in ``sim``) by importing it in the factory: importing
 # ``sched`` loads no ``sim`` module (tests/sim/test_lookahead.py checks that), and a user names
 # the policy like any other.

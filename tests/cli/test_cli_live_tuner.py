@@ -1,4 +1,4 @@
-"""`unstall live run` says what a look-ahead tuner (``dally-tuned``) chose, live and in the
+"""`unstall live run` says what a look-ahead tuner (``dally``'s) chose, live and in the
 simulator's prediction."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ def test_a_live_run_says_what_its_tuner_chose_live_and_simulated(
     from unstall.traces import default_trace
 
     tuned = simulate(default_trace(), "small", LookaheadDally(), max_jobs=120)
-    plain = simulate(default_trace(), "small", make_policy("dally"), max_jobs=20)
+    plain = simulate(default_trace(), "small", make_policy("dally-fixed"), max_jobs=20)
     run = SimpleNamespace(telemetry=tuned.telemetry, prediction=plain)
     _print_tuner_course(run)  # type: ignore[arg-type]
     out = capsys.readouterr().out

@@ -84,7 +84,7 @@ def test_cli_policy_options_reach_the_policy_and_bad_ones_are_named(tmp_path: Pa
     assert json.loads(out.read_text())["jobs_finished"] == 40
     bad = runner.invoke(app, [*args, "--policy-option", "delay=sometimes"])
     assert bad.exit_code == 2
-    assert "DallyConfig.delay" in bad.output
+    assert "DallyOptions.delay" in bad.output
     malformed = runner.invoke(app, [*args, "--policy-option", "order"])
     assert malformed.exit_code == 2
     assert "KEY=VALUE" in malformed.output
@@ -175,17 +175,17 @@ def test_sim_run_takes_a_policy_class_from_a_file(tmp_path: Path) -> None:
 
 
 def test_a_tuned_run_says_what_its_tuner_chose(tmp_path: Path) -> None:
-    """`sim run --policy dally-tuned` prints the tuner's course in a line (tunings, switches);
-    a policy without a tuner prints none."""
+    """`sim run --policy dally` prints the tuner's course in a line (tunings, switches); a
+    policy without a tuner (``dally-fixed``) prints none."""
     runner = CliRunner()
     res = runner.invoke(
         app,
-        ["sim", "run", "--policy", "dally-tuned", "--json", str(tmp_path / "t.json")],
+        ["sim", "run", "--policy", "dally", "--json", str(tmp_path / "t.json")],
     )
     assert res.exit_code == 0, res.output
-    assert "dally-tuned's tuner: " in res.output and " tunings, started default" in res.output
+    assert "dally's tuner: " in res.output and " tunings, started default" in res.output
     plain = runner.invoke(
-        app, ["sim", "run", "--policy", "dally", "--json", str(tmp_path / "p.json")]
+        app, ["sim", "run", "--policy", "dally-fixed", "--json", str(tmp_path / "p.json")]
     )
     assert plain.exit_code == 0, plain.output
     assert "tuner:" not in plain.output

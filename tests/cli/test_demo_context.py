@@ -116,10 +116,10 @@ def test_over_like_traces_says_nothing_without_dally_or_traces() -> None:
 
 
 def test_like_traces_are_generated_like_the_embedded_one_with_other_seeds() -> None:
-    per_trace = _simulate_like_traces(["consolidate", "dally"], "none", quiet=True, traces=2)
+    per_trace = _simulate_like_traces(["consolidate", "dally-fixed"], "none", quiet=True, traces=2)
     assert [[r.policy for r in results] for results in per_trace] == [
-        ["consolidate", "dally"],
-        ["consolidate", "dally"],
+        ["consolidate", "dally-fixed"],
+        ["consolidate", "dally-fixed"],
     ]
     embedded = default_trace()
     for results in per_trace:
@@ -141,17 +141,17 @@ def test_over_like_traces_says_why_when_tiresias_has_the_lower_average_jct() -> 
     assert "Tiresias preempts" not in captured.get()
 
 
-def test_over_like_traces_the_tuned_dally_gets_its_line_and_its_tuners_choices() -> None:
+def test_over_like_traces_fixed_dally_gets_its_line_and_the_tuner_its_choices() -> None:
     courses: list[object] = []
     per_trace = _simulate_like_traces(
-        ["consolidate", "dally-tuned"], "medium", quiet=True, traces=2, courses=courses
+        ["consolidate", "dally", "dally-fixed"], "medium", quiet=True, traces=2, courses=courses
     )
     assert len(courses) == 2  # one course a trace, from the tuned runs only
     with console.capture() as captured:
-        _dally_over_like_traces(per_trace, policy="dally-tuned")
+        _dally_over_like_traces(per_trace, policy="dally-fixed")
         _tuner_over_like_traces(courses)
     text = " ".join(captured.get().split())
-    assert text.startswith("dally-tuned on the same traces: average JCT ")
+    assert text.startswith("dally-fixed on the same traces: average JCT ")
     assert "Tiresias preempts" not in text  # dally's own line says that
     tunings = [c.tunings for c in courses]  # type: ignore[attr-defined]
     switched = sum(1 for c in courses if c.switches)  # type: ignore[attr-defined]

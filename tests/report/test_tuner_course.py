@@ -1,5 +1,5 @@
 """The comparison report plots the look-ahead tuner's course (issue #39 item 5): the setting
-``dally-tuned`` chose over time, from the run's telemetry; no such plot for runs without it."""
+``dally`` chose over time, from the run's telemetry; no such plot for runs without it."""
 
 from __future__ import annotations
 
@@ -15,11 +15,11 @@ from unstall.traces import default_trace
 def test_the_report_plots_the_tuners_choices(tmp_path: Path) -> None:
     tuned = LookaheadDally(LookaheadConfig(period_s=600.0, horizon_s=1800.0))
     runs = {
-        "dally-tuned": simulate(default_trace(), "small", tuned, max_jobs=60),
+        "dally": simulate(default_trace(), "small", tuned, max_jobs=60),
         "fifo": simulate(default_trace(), "small", "fifo", max_jobs=60),
     }
     assert tuned.history
-    assert (runs["dally-tuned"].telemetry["name"] == "tuner.choice").any()
+    assert (runs["dally"].telemetry["name"] == "tuner.choice").any()
     results = [r.result for r in runs.values()]
     plots = write_plots(
         results,

@@ -371,12 +371,12 @@ def test_a_victim_moved_before_costs_more() -> None:
 def test_dally_schedules_only_on_events_unless_asked_for_ticks() -> None:
     from unstall.sched import resolve_policy
 
-    assert resolve_policy("dally").tick_s is None
-    assert resolve_policy("dally", (("tick_s", "300"),)).tick_s == 300.0
-    assert resolve_policy("dally", (("tick_s", "none"),)).tick_s is None
+    assert resolve_policy("dally-fixed").tick_s is None
+    assert resolve_policy("dally-fixed", (("tick_s", "300"),)).tick_s == 300.0
+    assert resolve_policy("dally-fixed", (("tick_s", "none"),)).tick_s is None
     bad = r"DallyConfig\.tick_s: 'soon' is not a number \(or none\)"
     with pytest.raises(ConfigError, match=bad):
-        resolve_policy("dally", (("tick_s", "soon"),))
+        resolve_policy("dally-fixed", (("tick_s", "soon"),))
     with pytest.raises(ConfigError, match=r"DallyConfig\.tick_s"):
         DallyConfig(tick_s=0.0)
 

@@ -22,10 +22,10 @@ def _run(seed: int, policy: str, makespan: float, jct: float) -> dict[str, objec
 
 def test_the_best_of_the_baselines_is_the_one_that_did_best_on_each_seed_and_metric() -> None:
     runs = [
-        _run(0, "dally", 110.0, 50.0),
+        _run(0, "dally-fixed", 110.0, 50.0),
         _run(0, "consolidate", 100.0, 100.0),
         _run(0, "tiresias", 200.0, 40.0),
-        _run(1, "dally", 90.0, 60.0),
+        _run(1, "dally-fixed", 90.0, 60.0),
         _run(1, "consolidate", 100.0, 50.0),
         _run(1, "tiresias", 120.0, 100.0),
     ]

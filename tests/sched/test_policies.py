@@ -193,12 +193,12 @@ def test_gandiva_leaves_the_free_count_intact_when_defragmenting_fails() -> None
 
 
 def test_policy_options_reach_the_policy_config() -> None:
-    policy = make_policy("dally", order="las", preemption=False, wait_factor=4.0)
+    policy = make_policy("dally-fixed", order="las", preemption=False, wait_factor=4.0)
     assert isinstance(policy, Dally)
     assert policy.config.order == "las"
     assert policy.config.preemption is False
     assert policy.config.wait_factor == 4.0
-    thresholds = make_policy("dally", las_thresholds_gpu_s=(10.0, 20.0))
+    thresholds = make_policy("dally-fixed", las_thresholds_gpu_s=(10.0, 20.0))
     assert isinstance(thresholds, Dally)
     assert thresholds.config.las_thresholds_gpu_s == (10.0, 20.0)
 
@@ -206,9 +206,9 @@ def test_policy_options_reach_the_policy_config() -> None:
 @pytest.mark.parametrize(
     ("name", "options", "named"),
     [
-        ("dally", {"no_such_knob": 1}, "DallyConfig.no_such_knob"),
-        ("dally", {"order": "random"}, "DallyConfig.order"),
-        ("dally", {"wait_factor": -1.0}, "DallyConfig.wait_factor"),
+        ("dally-fixed", {"no_such_knob": 1}, "DallyConfig.no_such_knob"),
+        ("dally-fixed", {"order": "random"}, "DallyConfig.order"),
+        ("dally-fixed", {"wait_factor": -1.0}, "DallyConfig.wait_factor"),
         ("fifo", {"order": "las"}, "policy.options"),
         ("nope", {}, "unknown policy 'nope'"),
     ],
@@ -333,12 +333,12 @@ def test_an_option_of_the_wrong_type_names_the_options_class_and_field(
     options: dict[str, object], named: str
 ) -> None:
     with pytest.raises(ConfigError) as err:
-        make_policy("dally", **options)
+        make_policy("dally-fixed", **options)
     assert str(err.value) == named
 
 
 def test_options_of_the_right_type_pass_as_given() -> None:
-    dally = make_policy("dally", age_weight=0, max_wait_s=60, tune_every=5, preemption=False)
+    dally = make_policy("dally-fixed", age_weight=0, max_wait_s=60, tune_every=5, preemption=False)
     assert isinstance(dally, Dally)
     assert (dally.config.age_weight, dally.config.max_wait_s) == (0, 60)
     assert (dally.config.tune_every, dally.config.preemption) == (5, False)
@@ -355,6 +355,6 @@ def test_dally_is_described_as_its_defaults_run_it() -> None:
     from unstall.sched import DallyConfig
 
     assert DallyConfig().autotune is False
-    described = describe_policies()["dally"]
+    described = describe_policies()["dally-fixed"]
     assert "auto-tuned" not in described
     assert "fixed factor" in described and "autotune=on" in described

@@ -19,30 +19,36 @@ from unstall.sched import (
     policy_text_options,
     resolve_policy,
 )
+from unstall.sched.dally.lookahead_config import DallyOptions
 from unstall.usercode import UserCodeError
 
 
 def test_registered_policies_take_typed_text_options() -> None:
-    policy = resolve_policy("dally", (("order", "las"), ("preemption", "no"), ("wait_factor", "4")))
+    policy = resolve_policy(
+        "dally-fixed", (("order", "las"), ("preemption", "no"), ("wait_factor", "4"))
+    )
     assert isinstance(policy, Dally)
     assert policy.config.order == "las"
     assert policy.config.preemption is False
     assert policy.config.wait_factor == 4.0
-    thresholds = resolve_policy("dally", (("las_thresholds_gpu_s", "10,20"),))
+    thresholds = resolve_policy("dally-fixed", (("las_thresholds_gpu_s", "10,20"),))
     assert isinstance(thresholds, Dally)
     assert thresholds.config.las_thresholds_gpu_s == (10.0, 20.0)
     assert resolve_policy("fifo").name == "fifo"
-    assert policy_options_class("dally") is DallyConfig and policy_options_class("fifo") is None
-    assert policy_text_options("dally", (("order", "las"),)) == {"order": "las"}
+    assert (
+        policy_options_class("dally-fixed") is DallyConfig and policy_options_class("fifo") is None
+    )
+    assert policy_text_options("dally-fixed", (("order", "las"),)) == {"order": "las"}
+    assert policy_options_class("dally") is DallyOptions  # Dally's knobs and its tuner's
 
 
 @pytest.mark.parametrize(
     ("name", "options", "named"),
     [
-        ("dally", [("no_such_knob", "1")], "DallyConfig.no_such_knob"),
-        ("dally", [("preemption", "maybe")], "DallyConfig.preemption"),
-        ("dally", [("wait_factor", "fast")], "DallyConfig.wait_factor"),
-        ("dally", [("order", "random")], "DallyConfig.order"),
+        ("dally-fixed", [("no_such_knob", "1")], "DallyConfig.no_such_knob"),
+        ("dally-fixed", [("preemption", "maybe")], "DallyConfig.preemption"),
+        ("dally-fixed", [("wait_factor", "fast")], "DallyConfig.wait_factor"),
+        ("dally-fixed", [("order", "random")], "DallyConfig.order"),
         ("fifo", [("order", "las")], "policy.options"),
         ("nope", [], "unknown policy 'nope'"),
     ],

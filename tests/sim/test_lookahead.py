@@ -1,4 +1,4 @@
-"""Dally's look-ahead tuner (``dally-tuned``): it picks what a planted scenario makes best, it
+"""Dally's look-ahead tuner (``dally``): it picks what a planted scenario makes best, it
 never reads true durations, its course is in the telemetry, it is deterministic, and it needs
 nothing a live backend does not give (plain snapshots through ``decide``)."""
 
@@ -154,7 +154,7 @@ def test_the_course_read_back_from_telemetry_is_the_policys_history() -> None:
     assert text.startswith(f"{len(policy.history)} tunings, started default, switched to ")
     assert f"{switched[0][1]} at {switched[0][0] / 3600:.1f} h" in text
     # A run without the tuner has no course.
-    plain = simulate(_trace(), "small", make_policy("dally"))
+    plain = simulate(_trace(), "small", make_policy("dally-fixed"))
     assert tuner_course(plain.telemetry) is None
 
 
@@ -178,7 +178,7 @@ def test_it_never_reads_true_durations() -> None:
 def test_it_needs_only_what_a_live_backend_gives() -> None:
     """The live backend builds snapshots of plain tuples of fresh views each round and calls
     ``decide``; the policy declares nothing it must be given beyond that."""
-    policy = make_policy("dally-tuned", horizon_s=3600.0)
+    policy = make_policy("dally", horizon_s=3600.0)
     assert not missing_policy_members(policy)
     taught(policy)  # type: ignore[arg-type]
     snap = long_job_holds_the_cluster()
@@ -188,19 +188,31 @@ def test_it_needs_only_what_a_live_backend_gives() -> None:
     policy.decide(again, random.Random(0))
 
 
+def test_dally_is_tuned_by_default_and_dally_fixed_is_not() -> None:
+    """The registry's ``dally`` has the tuner on with its defaults; ``dally-fixed`` is Dally
+    without it, taking Dally's own knobs only; both decide alike until a tuning switches."""
+    tuned, fixed = make_policy("dally"), make_policy("dally-fixed")
+    assert isinstance(tuned, LookaheadDally) and tuned.config == LookaheadConfig()
+    assert tuned.base == DallyConfig() and tuned.name == "dally"
+    assert isinstance(fixed, Dally) and fixed.config == DallyConfig()
+    assert fixed.name == "dally-fixed"
+    with pytest.raises(ConfigError, match=r"DallyConfig\.horizon_s"):
+        make_policy("dally-fixed", horizon_s=600.0)
+
+
 def test_selected_by_name_with_text_options() -> None:
     policy = resolve_policy(
-        "dally-tuned", (("candidates", "default,las-service"), ("target", "makespan"))
+        "dally", (("candidates", "default,las-service"), ("target", "makespan"))
     )
     assert isinstance(policy, LookaheadDally)
     assert policy.config.names == ("default", "las-service")
     with pytest.raises(ConfigError, match="candidates"):
-        make_policy("dally-tuned", candidates="default,nope")
+        make_policy("dally", candidates="default,nope")
 
 
 def test_dallys_own_knobs_set_the_base_that_each_candidate_moves_one_knob_of() -> None:
     policy = resolve_policy(
-        "dally-tuned",
+        "dally",
         (
             ("wait_factor", "4"),
             ("max_moves_per_job", "5"),
@@ -216,10 +228,10 @@ def test_dallys_own_knobs_set_the_base_that_each_candidate_moves_one_knob_of() -
     eager = policy.settings_of("eager")
     assert eager.wait_factor == 1.0 and eager.max_moves_per_job == 5
     assert policy.inner.config == policy.base  # it starts on the base setting
-    las = resolve_policy("dally-tuned", (("order", "las"),))
+    las = resolve_policy("dally", (("order", "las"),))
     assert las.settings_of("gittins-service").order == "gittins"  # type: ignore[attr-defined]
-    with pytest.raises(ConfigError, match=r"DallyTunedOptions\.order"):
-        make_policy("dally-tuned", order="nope")
+    with pytest.raises(ConfigError, match=r"DallyOptions\.order"):
+        make_policy("dally", order="nope")
 
 
 def test_sched_does_not_import_sim() -> None:

@@ -83,7 +83,7 @@ def _sim(out: Path, quiet: bool) -> None:
     courses: list[Any] = []
     per_trace = _simulate_like_traces(list(POLICIES), "medium", quiet, courses=courses)
     _dally_over_like_traces(per_trace, oracles)
-    _dally_over_like_traces(per_trace, oracles, policy="dally-tuned")
+    _dally_over_like_traces(per_trace, oracles, policy="dally-fixed")
     _tuner_over_like_traces(courses)
     console.print("on a real trace: `unstall sim compare --trace philly_jobs.csv --cluster philly`")
 

@@ -278,8 +278,8 @@ def _gap(live: float, simulated: float) -> str:
 
 
 def _print_tuner_course(run: LiveRun) -> None:
-    """What a look-ahead tuner (``dally-tuned``) chose live, and in the simulator's prediction:
-    a tuning sees the cluster as it is, so a small difference in timing can make it choose
+    """What a look-ahead tuner (``dally``'s) chose live, and in the simulator's prediction: a
+    tuning sees the cluster as it is, so a small difference in timing can make it choose
     otherwise live than simulated."""
     from unstall.sim.lookahead import tuner_course
 

@@ -114,7 +114,7 @@ PolicyOptionOpt = Annotated[
     typer.Option(
         "--policy-option",
         help="A knob of the policy as KEY=VALUE, repeatable (e.g. dally: order=las, "
-        "preemption=false, wait_factor=4).",
+        "period_s=1800; dally-fixed: preemption=false, wait_factor=4).",
     ),
 ]
 
@@ -371,7 +371,8 @@ def compare(
         typer.Option(
             "--policy-option",
             help="A knob of one policy as POLICY.KEY=VALUE, repeatable, POLICY as written in "
-            "--policies (e.g. dally.order=las, my_policy.py:Mine.patience_s=600).",
+            "--policies (e.g. dally.period_s=1800, dally-fixed.order=las, "
+            "my_policy.py:Mine.patience_s=600).",
         ),
     ] = None,
     job_profile: JobProfileOpt = None,
@@ -427,8 +428,8 @@ def compare(
 
 
 def print_tuner_courses(runs: Sequence[SimRun]) -> None:
-    """A line for each run whose policy tuned itself by looking ahead (``dally-tuned``): what
-    it chose and when (the plot: ``tuner_course.png``)."""
+    """A line for each run whose policy tuned itself by looking ahead (``dally``): what it
+    chose and when (the plot: ``tuner_course.png``)."""
     from unstall.sim.lookahead import tuner_course
 
     for run in runs:
@@ -445,8 +446,9 @@ CONTEXT_METRICS = (
 )
 
 
-# Dally and its look-ahead tuned form: neither is "another policy" of the other's comparison.
-DALLY_FAMILY = frozenset({"dally", "dally-tuned"})
+# Dally and its fixed form (no look-ahead tuner): neither is "another policy" of the other's
+# comparison.
+DALLY_FAMILY = frozenset({"dally", "dally-fixed"})
 
 
 def dally_in_context(
@@ -456,7 +458,7 @@ def dally_in_context(
     metric, and what kind of trace this is: its gains are elsewhere, and the user should know
     (``demo_hint``: say that `unstall demo` sets it against traces generated like it)."""
     by_name = {r.policy: r for r in results}
-    dally = by_name.get("dally")
+    dally = by_name.get("dally") or by_name.get("dally-fixed")
     others = [r for r in results if r.policy not in DALLY_FAMILY]
     if dally is None or not others:
         return
@@ -471,7 +473,8 @@ def dally_in_context(
         parts.append(f"{label} {change} vs {best.policy}")
     summary = trace.summary(top=0)
     console.print(
-        f"dally against the best other policy on each metric: {'; '.join(parts)}. This trace is "
+        f"{dally.policy} against the best other policy on each metric: {'; '.join(parts)}. "
+        "This trace is "
         f"{summary.jobs} jobs with a median run time of {summary.duration_s['p50']:.0f} s "
         f"and {summary.multi_gpu_share:.0%} multi-GPU jobs on {dally.total_gpus} GPUs; dally's "
         "gains are in long queues of multi-GPU jobs (the regime map: benchmarks/BENCHMARKS.md, "

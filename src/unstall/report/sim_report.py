@@ -74,9 +74,9 @@ def plot_gpu_time_by_type(results: Sequence[SimResult], path: Path) -> Path:
 
 
 def plot_tuner_course(telemetry: Mapping[str, pd.DataFrame], path: Path) -> Path | None:
-    """The look-ahead tuner's course (``dally-tuned``): the candidate each run chose over time
-    (a step per choice, labelled by the run) and the gain its look-ahead predicted for each
-    switch (dots, right axis). None when no run reported ``tuner.choice``."""
+    """The look-ahead tuner's course (``dally``'s): the candidate each run chose over time (a
+    step per choice, labelled by the run) and the gain its look-ahead predicted for each switch
+    (dots, right axis). None when no run reported ``tuner.choice``."""
     courses = {
         policy: frame
         for policy, frame in telemetry.items()

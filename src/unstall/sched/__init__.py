@@ -17,7 +17,8 @@ What this part offers:
   placement rules the built-in policies use (best locality, consolidated only, first fit).
 - The built-in policies :class:`Fifo`, :class:`FirstFit`, :class:`Consolidate`, :class:`Srtf`,
   :class:`Tiresias`, :class:`Gandiva` and :class:`Dally` (network-sensitive, knobs in
-  :class:`DallyConfig`).
+  :class:`DallyConfig`; registered as ``dally-fixed``, while ``dally`` adds the look-ahead tuner
+  of :mod:`unstall.sim.lookahead`, its knobs and Dally's in ``DallyOptions``).
 - The registry: :data:`POLICIES` (name -> :class:`PolicyEntry`), ``make_policy(name, **options)``
   (a registered name, or a policy class in user code, ``FILE.py:Class`` or
   ``package.module:Class``), ``register_policy(name, factory, description=...)`` and
@@ -44,7 +45,7 @@ Example: the fifo policy starts the job at the head of the queue on one node.
 ... )
 >>> make_policy("fifo").decide(snapshot, random.Random(0)).starts
 (Start(job_id='a', placement=((1, 4),)),)
->>> dally = make_policy("dally", order="las", preemption=False)
+>>> dally = make_policy("dally-fixed", order="las", preemption=False)
 >>> isinstance(dally, Policy), dally.config.order
 (True, 'las')
 """

@@ -15,7 +15,7 @@ from typing import Any
 from unstall.errors import ConfigError, a_or_an
 from unstall.sched.base import Policy
 from unstall.sched.dally import Dally, DallyConfig
-from unstall.sched.dally.lookahead_config import DallyTunedOptions
+from unstall.sched.dally.lookahead_config import DallyOptions
 from unstall.sched.fifo import Consolidate, Fifo, FirstFit
 from unstall.sched.gandiva import Gandiva
 from unstall.sched.gavel import Gavel, GavelConfig
@@ -36,16 +36,16 @@ class PolicyEntry:
     options: type[Any] | None = None
 
 
-def _dally(**options: Any) -> Dally:
-    return Dally(DallyConfig(**options))
-
-
-def _dally_tuned(**options: Any) -> Policy:
+def _dally(**options: Any) -> Policy:
     # The look-ahead tuner runs the simulator, so it lives in ``sim``, above ``sched``: it is
     # imported here, when such a policy is built, never when ``sched`` is (layering).
-    from unstall.sim.lookahead import make_lookahead_dally
+    from unstall.sim.lookahead import LookaheadDally
 
-    return make_lookahead_dally(**options)
+    return LookaheadDally(*DallyOptions(**options).split())
+
+
+def _dally_fixed(**options: Any) -> Dally:
+    return Dally(DallyConfig(**options), name="dally-fixed")
 
 
 def _gavel(**options: Any) -> Gavel:
@@ -80,17 +80,21 @@ POLICIES: dict[str, PolicyEntry] = {
     ),
     "dally": PolicyEntry(
         factory=_dally,
-        # The timer tuner is off by default (DallyConfig.autotune says why): a listing that
-        # promised it would describe runs the defaults never make.
-        description="network-sensitive: delay timers per locality level, a fixed factor of "
+        description="network-sensitive: delay timers per locality level, preemption; its "
+        "settings (delay factor, queue order, preemption for service) chosen every period by a "
+        "look-ahead with the simulator, from learnt run times",
+        options=DallyOptions,
+    ),
+    # Dally's fixed settings, without the look-ahead: beside ``dally`` in one comparison it
+    # shows what the tuner earns, and it is the cheaper choice (BENCHMARKS.md, "Dally's
+    # look-ahead tuner").
+    "dally-fixed": PolicyEntry(
+        factory=_dally_fixed,
+        # The timer tuner (autotune) is off by default (DallyConfig.autotune says why): a
+        # listing that promised it would describe runs the defaults never make.
+        description="dally with fixed settings (no look-ahead): delay timers, a fixed factor of "
         "expected run time (autotune=on tunes it), preemption",
         options=DallyConfig,
-    ),
-    "dally-tuned": PolicyEntry(
-        factory=_dally_tuned,
-        description="dally whose settings (delay factor, queue order, preemption for service) "
-        "a look-ahead with the simulator chooses every period, from learnt run times",
-        options=DallyTunedOptions,
     ),
     "gavel": PolicyEntry(
         factory=_gavel,

@@ -1,7 +1,7 @@
-"""Dally with a look-ahead tuner (the policy ``dally-tuned``): every tuning period it takes the
-cluster as it is (running jobs with their placements and service, the queue), simulates the
-next horizon under each candidate setting with this package's own engine as its model, and
-adopts the best by the target (average JCT, or makespan).
+"""Dally with a look-ahead tuner (the policy ``dally``): every tuning period it takes the
+cluster as it is (running jobs with their placements and service, the queue), simulates the next
+horizon under each candidate setting with this package's own engine as its model, and adopts
+the best by the target (average JCT, or makespan).
 
 What the model knows is what a live cluster knows: the snapshots the policy was shown. A job's
 remaining run time is drawn from the run times of the jobs that have finished so far (its size
@@ -34,7 +34,7 @@ from unstall.sched.base import (
 )
 from unstall.sched.dally import Dally, DallyConfig
 from unstall.sched.dally.autotune import DelayTuner
-from unstall.sched.dally.lookahead_config import CANDIDATES, DallyTunedOptions, LookaheadConfig
+from unstall.sched.dally.lookahead_config import CANDIDATES, LookaheadConfig
 from unstall.sim.congestion import CongestionSchedule
 from unstall.sim.engine import Engine, EngineSettings
 from unstall.sim.speed import Flow
@@ -70,6 +70,7 @@ class PlannedJob:
     submit_rel_s: float = 0.0  # the real submit time, relative to the tuning instant
     changed_rel_s: float = 0.0
     preemptions: int = 0
+    type_speeds: tuple[tuple[str, float], ...] = ()  # as its view says (JobView.type_speeds)
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +81,7 @@ class Arrival:
     num_gpus: int
     model: str
     sensitivity: Sensitivity
+    type_speeds: tuple[tuple[str, float], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +137,7 @@ def plan_jobs(
                 submit_rel_s=view.submit_s - now,
                 changed_rel_s=view.changed_s - now,
                 preemptions=0 if view.running else view.preemptions,
+                type_speeds=view.type_speeds,
             )
         )
     if config.target == "makespan":
@@ -154,6 +157,7 @@ def plan_jobs(
                 remaining_s=draw_remaining_s(runtimes, 0.0, tuner.prior_runtime_s, rng),
                 submit_rel_s=at,
                 changed_rel_s=at,
+                type_speeds=arrival.type_speeds,
             )
         )
     return jobs
@@ -162,15 +166,32 @@ def plan_jobs(
 @dataclass
 class ViewSpeed:
     """The look-ahead's speed model, from what job views carry: a job runs at 1 iteration a
-    second consolidated, and ``sensitivity.at(across racks, congestion)`` times slower spread
-    (no link sharing between jobs: the views do not tell link capacities)."""
+    second consolidated on the GPU type its run times were measured on, over its speed on the
+    slowest GPU type of its placement on a cluster of several types (``type_speeds``), and
+    ``sensitivity.at(across racks, congestion)`` times slower spread (no link sharing between
+    jobs: the views do not tell link capacities)."""
 
     layout: ClusterLayout
     congestion: float
     sensitivities: dict[tuple[str, int], Sensitivity] = field(default_factory=dict)
+    type_speeds: dict[tuple[str, int], tuple[tuple[str, float], ...]] = field(default_factory=dict)
+
+    @property
+    def heterogeneous(self) -> bool:
+        """Whether a job's speed depends on the GPU types of its placement (read by the
+        engine: see ``speed_capabilities``)."""
+        return not self.layout.one_type
 
     def consolidated_iter_s(self, model: str, num_gpus: int) -> float:
         return 1.0
+
+    def base_iter_s(self, model: str, num_gpus: int, placement: Placement) -> float:
+        """The consolidated iteration time on the slowest GPU type of ``placement``."""
+        if self.layout.one_type:
+            return 1.0
+        speeds = dict(self.type_speeds.get((model, num_gpus), ()))
+        slowest = min(speeds.get(self.layout.node_type[node], 1.0) for node, _ in placement)
+        return 1.0 / slowest if slowest > 0 else math.inf
 
     def sensitivity(self, model: str, num_gpus: int) -> Sensitivity:
         return self.sensitivities.get((model, num_gpus), Sensitivity.flat(1.0, 1.0))
@@ -182,10 +203,11 @@ class ViewSpeed:
         return 1.0
 
     def iter_s(self, model: str, num_gpus: int, placement: Placement, rate: float | None) -> float:
+        base = self.base_iter_s(model, num_gpus, placement)
         if len(placement) <= 1:
-            return 1.0
+            return base
         racks = {self.layout.node_rack[node] for node, _ in placement}
-        return self.sensitivity(model, num_gpus).at(len(racks) > 1, self.congestion)
+        return base * self.sensitivity(model, num_gpus).at(len(racks) > 1, self.congestion)
 
 
 class _Pinned(PolicyBase):
@@ -251,6 +273,7 @@ def simulate_candidate(
     planned: dict[int, PlannedJob] = {}
     for i, plan in enumerate(jobs):
         speed.sensitivities[(plan.model, plan.num_gpus)] = plan.sensitivity
+        speed.type_speeds[(plan.model, plan.num_gpus)] = plan.type_speeds
         # Waiting jobs arrive just after the running ones restart where they run.
         arrive = plan.arrive_s if plan.arrive_s > 0 or plan.placement else 1e-6
         job = SimJob(
@@ -262,6 +285,7 @@ def simulate_candidate(
             model=plan.model,
             cons_iter_s=1.0,
             sensitivity=plan.sensitivity,
+            type_speeds=plan.type_speeds,
         )
         job.attained_gpu_s = plan.attained_gpu_s
         job.preemptions = plan.preemptions
@@ -311,11 +335,15 @@ class LookaheadDally(PolicyBase):
     at the latest tuning); :func:`tuner_course` reads it back."""
 
     def __init__(
-        self, config: LookaheadConfig | None = None, base: DallyConfig | None = None
+        self,
+        config: LookaheadConfig | None = None,
+        base: DallyConfig | None = None,
+        *,
+        name: str = "dally",
     ) -> None:
         self.config = config or LookaheadConfig()
         self.base = base or DallyConfig(restore_s=self.config.restore_s)
-        self.name = "dally-tuned"
+        self.name = name
         self.reset()
 
     def reset(self) -> None:
@@ -361,7 +389,11 @@ class LookaheadDally(PolicyBase):
             if view.job_id in self._seen:
                 break
             self._seen.add(view.job_id)
-            fresh.append(Arrival(view.submit_s, view.num_gpus, view.model, view.sensitivity))
+            fresh.append(
+                Arrival(
+                    view.submit_s, view.num_gpus, view.model, view.sensitivity, view.type_speeds
+                )
+            )
         self._arrivals.extend(reversed(fresh))
         oldest = snapshot.now - self.config.horizon_s
         while self._arrivals and self._arrivals[0].submit_s < oldest:
@@ -478,10 +510,3 @@ def tuner_course(telemetry: pd.DataFrame) -> TunerCourse | None:
         first=name_of(choices["value"].iloc[0]),
         switches=tuple(switches),
     )
-
-
-def make_lookahead_dally(**options: object) -> LookaheadDally:
-    """The registry's factory of ``dally-tuned`` (options: :class:`DallyTunedOptions`'s, the
-    tuner's and the base Dally setting's)."""
-    tuner, base = DallyTunedOptions(**options).split()  # type: ignore[arg-type]
-    return LookaheadDally(tuner, base=base)

@@ -38,7 +38,8 @@ class DallyConfig:
     # Preemption for service (Tiresias-like, off by default): a waiting job that finds too few
     # GPUs free preempts running jobs ranked strictly below it by ``order`` (las: a higher
     # service level; gittins: as ``preempt_ratio``), without weighing their cost
-    # (sched/dally/service.py). The look-ahead tuner (``dally-tuned``) turns it on per trace.
+    # (sched/dally/service.py). The look-ahead tuner (``dally``; ``dally-fixed`` is without it)
+    # turns it on per trace.
     service_preemption: bool = False
     # Preemption cost counts the wait that preempted jobs were seen to pay before running again
     # (else the mean wait of all starts).

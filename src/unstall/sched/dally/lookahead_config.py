@@ -1,5 +1,5 @@
-"""The knobs of Dally's look-ahead tuner (the policy ``dally-tuned``), and its candidate
-settings. Plain data: the tuner itself simulates, so it lives above ``sched``
+"""The knobs of Dally's look-ahead tuner (the policy ``dally``; ``dally-fixed`` is Dally without
+it), and its candidate settings. Plain data: the tuner itself simulates, so it lives above ``sched``
 (:mod:`unstall.sim.lookahead`); the registry reaches it through a factory that imports it only
 when such a policy is built."""
 
@@ -27,13 +27,13 @@ TARGETS = ("jct", "makespan")
 
 @dataclass(frozen=True, kw_only=True)
 class LookaheadConfig:
-    """Options of ``make_policy("dally-tuned", ...)``: every ``period_s`` (trace seconds) the
-    tuner simulates the next ``horizon_s`` from the cluster as it is under each of
-    ``candidates`` (names of :data:`CANDIDATES`) with run times drawn from finished jobs
-    (``samples`` draws, the same for every candidate), and adopts the best by ``target``
-    (``jct``: the time jobs spend in the system over the horizon, what average JCT sums;
-    ``makespan``: when the jobs there now are all done) when it beats the current setting by
-    ``margin`` (a share). A period that keeps the setting doubles the next (up to
+    """The look-ahead tuner's options (part of ``make_policy("dally", ...)``'s): every
+    ``period_s`` (trace seconds) the tuner simulates the next ``horizon_s`` from the cluster as
+    it is under each of ``candidates`` (names of :data:`CANDIDATES`) with run times drawn from
+    finished jobs (``samples`` draws, the same for every candidate), and adopts the best by
+    ``target`` (``jct``: the time jobs spend in the system over the horizon, what average JCT
+    sums; ``makespan``: when the jobs there now are all done) when it beats the current setting
+    by ``margin`` (a share). A period that keeps the setting doubles the next (up to
     ``max_period_s``): the look-ahead is redone less often while its answer holds.
     ``max_jobs``: waiting jobs beyond this many (the newest) are left out of the look-ahead."""
 
@@ -91,11 +91,13 @@ class LookaheadConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
-class DallyTunedOptions(LookaheadConfig, DallyConfig):
-    """Options of ``make_policy("dally-tuned", ...)``: the tuner's (:class:`LookaheadConfig`)
-    and Dally's own (:class:`DallyConfig`), the base setting whose knobs each candidate moves
-    (``default`` is the base as given). ``restore_s`` is both's, with one meaning: what a restore
-    from a checkpoint costs, to Dally's decisions and to the look-ahead's engine."""
+class DallyOptions(LookaheadConfig, DallyConfig):
+    """Options of ``make_policy("dally", ...)``: Dally's own (:class:`DallyConfig`), the base
+    setting whose knobs each candidate of the look-ahead tuner moves (``default`` is the base as
+    given), and the tuner's (:class:`LookaheadConfig`). ``restore_s`` is both's, with one
+    meaning: what a restore from a checkpoint costs, to Dally's decisions and to the
+    look-ahead's engine. Dally without the tuner, the base setting throughout, is the policy
+    ``dally-fixed`` (options: :class:`DallyConfig`)."""
 
     def __post_init__(self) -> None:
         DallyConfig.__post_init__(self)
