@@ -250,3 +250,27 @@ def test_service_preemption_is_what_makes_the_difference() -> None:
     off = Dally(DallyConfig(order="las"))
     assert [p.job_id for p in on.decide(snap, random.Random(0)).preemptions] == ["j0"]
     assert not off.decide(snap, random.Random(0)).preemptions
+
+
+def test_on_several_gpu_types_the_look_ahead_runs_a_job_at_its_slowest_types_speed() -> None:
+    """As the simulator does: a job's iteration on a placement takes its consolidated time over
+    its speed on the slowest GPU type there (``JobView.type_speeds``), times the network
+    slowdown when spread; on one GPU type the types change nothing."""
+    from unstall.sim.lookahead import ViewSpeed
+
+    mixed = ClusterLayout.from_nodes(
+        node_rack=(0, 0, 1), node_gpus=(4, 4, 4), node_type=("v100", "v100", "k80")
+    )
+    speed = ViewSpeed(mixed, 0.0)
+    speed.type_speeds[("m", 2)] = (("v100", 1.0), ("k80", 0.25))
+    speed.sensitivities[("m", 2)] = Sensitivity.flat(1.5, 2.0)
+    assert speed.heterogeneous
+    assert speed.iter_s("m", 2, ((0, 2),), None) == 1.0
+    assert speed.iter_s("m", 2, ((2, 2),), None) == 4.0
+    assert speed.iter_s("m", 2, ((0, 1), (1, 1)), None) == 1.5  # spread in a rack
+    assert speed.iter_s("m", 2, ((0, 1), (2, 1)), None) == 4.0 * 2.0  # over racks, on a K80
+    assert speed.iter_s("other", 1, ((2, 1),), None) == 1.0  # speeds unknown: 1.0
+    one_type = ViewSpeed(ClusterLayout.regular(racks=1, nodes_per_rack=2, gpus_per_node=4), 0.0)
+    one_type.type_speeds[("m", 2)] = (("v100", 0.5),)
+    assert not one_type.heterogeneous
+    assert one_type.iter_s("m", 2, ((0, 2),), None) == 1.0

@@ -175,8 +175,10 @@ def _dally_over_like_traces(
         return
     if best_by["avg_jct_s"].get("tiresias"):
         why = (
-            " Tiresias preempts running jobs to start every new one; dally preempts only to"
-            " consolidate a sensitive job or to start a job larger than a node."
+            " Tiresias preempts running jobs to start every new one; dally's fixed settings"
+            " preempt only to consolidate a sensitive job or to start a job larger than a node,"
+            " and its tuner turns preemption for service on where its look-ahead predicts a"
+            " gain."
         )
     console.print(
         f"on {n} traces generated like it (generator seeds {LOOKALIKE_FIRST_SEED}-"
