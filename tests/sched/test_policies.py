@@ -211,6 +211,7 @@ def test_policy_options_reach_the_policy_config() -> None:
         ("dally-fixed", {"wait_factor": -1.0}, "DallyConfig.wait_factor"),
         ("fifo", {"order": "las"}, "policy.options"),
         ("nope", {}, "unknown policy 'nope'"),
+        ("dally-tuned", {}, "unknown policy 'dally-tuned'; its look-ahead tuner is on in 'dally'"),
     ],
 )
 def test_bad_policy_options_name_the_field(

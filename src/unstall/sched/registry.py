@@ -158,11 +158,21 @@ def _check_factory(factory: object) -> None:
     )
 
 
+# Names that were registered once, with what took their place: a saved command or config that
+# names one is told where it went, not only that it is unknown.
+RENAMED: dict[str, str] = {
+    "dally-tuned": "its look-ahead tuner is on in 'dally' now (Dally without it: 'dally-fixed')",
+}
+
+
 def policy_entry(name: str) -> PolicyEntry:
     """The registered entry called ``name``, with an error listing the known ones."""
     entry = POLICIES.get(name)
     if entry is None:
-        raise ConfigError("policy", "name", f"unknown policy {name!r}; known: {sorted(POLICIES)}")
+        moved = f"; {RENAMED[name]}" if name in RENAMED else ""
+        raise ConfigError(
+            "policy", "name", f"unknown policy {name!r}{moved}; known: {sorted(POLICIES)}"
+        )
     return entry
 
 
