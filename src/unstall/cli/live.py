@@ -41,6 +41,11 @@ app = typer.Typer(no_args_is_help=True, add_completion=False)
 # Above this share of their run time lost to an emulating machine that could not keep the pace,
 # a run's times say more about the machine than about the cluster: the user is told.
 BEHIND_WARN_FRAC = 0.01
+# Above this share of the median JCT, a job's start-up (wall seconds times the speedup) is what
+# the live times are made of: it varies from job to job as the machine does, which no
+# prediction follows (at --speedup 2000 on the tiny preset, 2 min of a 5 min median JCT, and
+# gaps of 30-60% to the simulator). The user is told to lower --speedup.
+STARTUP_WARN_FRAC = 0.2
 
 # The rows of the live-vs-simulated table: label, SimResult field, whether it is a duration.
 COMPARED: tuple[tuple[str, str, bool], ...] = (
@@ -333,6 +338,15 @@ def print_live(run: LiveRun) -> None:
             f"{100 * f.emulation_behind_frac:.1f}% of their run time (this machine's cores could "
             "not keep up): the live times are slower than the emulated cluster would be; use a "
             "lower --speedup or a quieter machine",
+            highlight=False,
+        )
+    if f.startup_s_median > STARTUP_WARN_FRAC * r.p50_jct_s > 0:
+        err_console.print(
+            f"warning: a job's start-up took {_trace(f.startup_s_median)} of trace time (median), "
+            f"{f.startup_s_median / r.p50_jct_s:.0%} of the median JCT: at --speedup "
+            f"{f.speedup:g} each wall second of start-up is {f.speedup:g} trace seconds, and how "
+            "it varies from job to job is the machine's, not the cluster's; use a lower "
+            "--speedup for live times that tell about the scheduler",
             highlight=False,
         )
     if r.jobs_rejected:
