@@ -61,12 +61,35 @@ def test_sim_compare_json_holds_every_policy_with_its_own_options(
     assert "expected POLICY.KEY=VALUE with POLICY one of" in bad.output
 
 
+def test_sim_compare_runs_one_policy_twice_under_labels(tmp_path: Path) -> None:
+    """``LABEL=POLICY`` in --policies: a second run of one policy, its options keyed by the
+    label, its row, per-job file and saved request named by it."""
+    out = tmp_path / "cmp.json"
+    args = ["sim", "compare", "--policies", "dally-fixed,las=dally-fixed", "--max-jobs", "60"]
+    args += ["--out", str(tmp_path / "cmp"), "--json", str(out), "-q"]
+    res = CliRunner().invoke(app, [*args, "--policy-option", "las.order=las"])
+    assert res.exit_code == 0, res.output
+    assert [r["policy"] for r in json.loads(out.read_text())] == ["dally-fixed", "las"]
+    runs = json.loads((tmp_path / "cmp.config.json").read_text())["config"]["runs"]
+    assert [(r["policy"], r["label"], r["policy_options"]) for r in runs] == [
+        ("dally-fixed", None, []),
+        ("dally-fixed", "las", [["order", "las"]]),
+    ]
+    assert (tmp_path / "cmp" / "jobs_las.parquet").exists()
+    twice = CliRunner().invoke(app, ["sim", "compare", "--policies", "fifo,fifo=dally-fixed"])
+    assert twice.exit_code != 0
+    assert "'fifo' is named twice (LABEL=POLICY names a second run" in twice.output
+
+
 def test_policy_options_split_by_the_longest_policy_named() -> None:
     names = ["a", "a.py:B", "dally"]
     split = split_policy_options((("a.py:B.x", "1"), ("a.y", "2"), ("dally.order", "las")), names)
     assert split == {"a": (("y", "2"),), "a.py:B": (("x", "1"),), "dally": (("order", "las"),)}
     with pytest.raises(ConfigError, match=r"POLICY\.KEY=VALUE"):
         split_policy_options((("dally", "1"),), names)
+    # A LABEL=POLICY entry's options are named by its label, and keyed by the entry.
+    labelled = split_policy_options((("x.order", "las"),), ["dally", "x=dally"])
+    assert labelled == {"dally": (), "x=dally": (("order", "las"),)}
 
 
 def test_sim_run_prints_the_cluster_and_names_jobs_that_can_never_fit(tmp_path: Path) -> None:
@@ -314,4 +337,7 @@ def test_compare_keeps_every_run_of_policies_that_share_a_name(
     assert v2["comm_overhead_s"].sum() > v1["comm_overhead_s"].sum() == 0
     twice = CliRunner().invoke(app, ["sim", "compare", "--policies", "fifo,fifo", "-q"])
     assert twice.exit_code == 1
-    assert twice.output.strip() == "error: --policies fifo,fifo: 'fifo' is named twice"
+    assert twice.output.strip() == (
+        "error: --policies fifo,fifo: 'fifo' is named twice (LABEL=POLICY names a second run of "
+        "one policy, e.g. nodelay=dally-fixed)"
+    )

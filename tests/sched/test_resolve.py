@@ -14,6 +14,7 @@ from unstall.sched import (
     Dally,
     DallyConfig,
     Fifo,
+    labelled_policy,
     make_policy,
     policy_options_class,
     policy_text_options,
@@ -21,6 +22,22 @@ from unstall.sched import (
 )
 from unstall.sched.dally.lookahead_config import DallyOptions
 from unstall.usercode import UserCodeError
+
+
+@pytest.mark.parametrize(
+    ("entry", "split"),
+    [
+        ("nodelay=dally-fixed", ("nodelay", "dally-fixed")),
+        (" a_b-2 = my.py:Mine ", ("a_b-2", "my.py:Mine")),
+        ("dally", ("dally", "dally")),
+        ("dir.x=y.py:C", ("dir.x=y.py:C", "dir.x=y.py:C")),  # no label: a file name with "="
+        ("a/b=c.py:D", ("a/b=c.py:D", "a/b=c.py:D")),
+        ("=fifo", ("=fifo", "=fifo")),
+        ("x=", ("x=", "x=")),
+    ],
+)
+def test_a_labelled_entry_splits_into_label_and_policy(entry: str, split: tuple[str, str]) -> None:
+    assert labelled_policy(entry) == split
 
 
 def test_registered_policies_take_typed_text_options() -> None:

@@ -92,6 +92,13 @@ def test_a_request_runs_as_the_objects_it_names_and_saves_as_the_text_it_holds()
     saved = json.loads(json.dumps(to_jsonable(request)))
     assert list(saved) == [f.name for f in dataclasses.fields(SimRequest)]
     assert saved["congestion"] == "low" and saved["policy_options"] == []
+    # A label names the result (a comparison's second run of one policy); the run is the same.
+    labelled = dataclasses.replace(request, label="t2")
+    via_label = simulate_request(labelled, trace).result.to_dict()
+    assert via_label.pop("policy") == "t2" and via_request.pop("policy") == "tiresias"
+    assert {k: v for k, v in via_label.items() if k not in wall} == {
+        k: v for k, v in via_request.items() if k not in wall
+    }
 
 
 def test_a_congestion_object_passes_and_a_number_is_a_type_error() -> None:

@@ -39,6 +39,7 @@ def test_the_grid_has_every_combination_seeds_innermost() -> None:
         ({"policies": ("fifo",), "seeds": (1, 1)}, "seeds"),
         ({"policies": ("fifo",), "seeds": (-1,)}, "seeds"),
         ({"policies": ("fifo", "fifo")}, "policies"),
+        ({"policies": ("fifo", "fifo=dally-fixed")}, "policies"),  # one label twice
     ],
 )
 def test_bad_grids_name_the_axis(axes: dict[str, tuple[object, ...]], field: str) -> None:
@@ -98,3 +99,16 @@ def test_a_failed_cell_says_what_the_policy_raised_and_where_as_sim_run_does() -
     raised = f"ZeroDivisionError: division by zero (test_sweep.py:{line}, in decide)"
     assert str(cell.value) == raised
     assert str(direct.value) == f"policy 'crash' failed: {cell.value}"
+
+
+def test_a_labelled_entry_runs_its_policy_and_is_summarised_under_its_label() -> None:
+    """``LABEL=POLICY`` names a second run of one policy (with other options): its rows and its
+    summary say the label; the cell's file name keeps the whole entry."""
+    grid = SweepGrid(policies=("dally-fixed", "nodelay=dally-fixed"))
+    cells = grid.cells()
+    assert [c.label for c in cells] == ["dally-fixed", "nodelay"]
+    assert "nodelay-dally-fixed" in cells[1].key
+    result = simulate(default_trace(), small(), make_policy("fifo"), max_jobs=10).result
+    rows = sweep_rows([CellOutcome(c, result) for c in cells])
+    assert list(rows["policy"]) == ["dally-fixed", "nodelay"]
+    assert list(summarise_sweep(rows)["policy"]) == ["dally-fixed", "nodelay"]

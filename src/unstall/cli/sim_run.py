@@ -356,7 +356,9 @@ def compare(
         typer.Option(
             "--policies",
             callback=named_in_file("policy class", "MyPolicy"),
-            help="Comma-separated policies, built-in or FILE.py:Class (default: all built-in).",
+            help="Comma-separated policies, built-in or FILE.py:Class (default: all built-in); "
+            "LABEL=POLICY runs one again under a label (nodelay=dally-fixed, options "
+            "nodelay.KEY=VALUE).",
         ),
     ] = "",
     trace: TraceOpt = None,
@@ -385,17 +387,23 @@ def compare(
     quiet: QuietOpt = False,
 ) -> None:
     """Simulate several policies on the same trace; write a table, plots and an HTML report."""
-    from unstall.sched import POLICIES
+    from unstall.sched import POLICIES, labelled_policy
 
     names = comma_list(policies) or list(POLICIES)
-    twice = next((name for i, name in enumerate(names) if name in names[:i]), None)
+    labelled = [labelled_policy(name) for name in names]  # LABEL=POLICY: (LABEL, POLICY)
+    labels = [label for label, _ in labelled]
+    twice = next((label for i, label in enumerate(labels) if label in labels[:i]), None)
     if twice is not None:
-        raise UnstallError(f"--policies {policies}: {twice!r} is named twice")
+        raise UnstallError(
+            f"--policies {policies}: {twice!r} is named twice (LABEL=POLICY names a second run "
+            "of one policy, e.g. nodelay=dally-fixed)"
+        )
     pairs = parse_pairs(policy_option or [], "--policy-option", "POLICY.KEY=VALUE")
     options = split_policy_options(pairs, names)
     requests = [
         SimRequest(
-            policy=name,
+            policy=policy,
+            label=label if policy != name else None,
             policy_options=options[name],
             cluster=cluster,
             congestion=congestion,
@@ -406,7 +414,7 @@ def compare(
             model_mix=parse_model_mix(model_mix),
             duration_gpu=duration_gpu,
         )
-        for name in names
+        for name, (label, policy) in zip(names, labelled, strict=True)
     ]
     check_folder_writable(out)
     check_writable(json_path)
@@ -415,7 +423,7 @@ def compare(
     runs = distinct_names(simulate_all(requests, loaded, quiet), requests)
     report_rejected(runs[0])  # the same jobs in every run: the cluster decides
     for request, outcome in zip(requests, runs, strict=True):
-        report_unfinished(outcome, request.policy)
+        report_unfinished(outcome, request.label or request.policy)
     report_unused_models(runs[0], requests[0], loaded)
     label = str(trace or "embedded")
     write_comparison(runs, requests, label, out)
@@ -509,7 +517,9 @@ def distinct_names(runs: Sequence[SimRun], requests: Sequence[SimRequest]) -> li
     return [
         run
         if counts[run.result.policy] == 1
-        else dataclasses.replace(run, result=dataclasses.replace(run.result, policy=request.policy))
+        else dataclasses.replace(
+            run, result=dataclasses.replace(run.result, policy=request.label or request.policy)
+        )
         for run, request in zip(runs, requests, strict=True)
     ]
 

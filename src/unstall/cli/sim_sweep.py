@@ -67,7 +67,8 @@ def sweep(
         typer.Option(
             "--policies",
             callback=named_in_file("policy class", "MyPolicy"),
-            help="Comma-separated policies, built-in or FILE.py:Class.",
+            help="Comma-separated policies, built-in or FILE.py:Class; LABEL=POLICY runs one "
+            "again under a label (as sim compare).",
         ),
     ],
     congestion: Annotated[

@@ -27,21 +27,29 @@ def split_policy_options(
 ) -> dict[str, tuple[tuple[str, str], ...]]:
     """``POLICY.KEY=VALUE`` pairs (``sim compare --policy-option``) by policy: ``(("dally.order",
     "las"),)`` -> ``{"dally": (("order", "las"),)}``. ``POLICY`` is written as in ``--policies``
-    (a name or ``FILE.py:Class``, which may itself hold dots: the longest match wins)."""
-    by_policy: dict[str, list[tuple[str, str]]] = {name: [] for name in policies}
+    (a name or ``FILE.py:Class``, which may itself hold dots: the longest match wins), or is the
+    label of a ``LABEL=POLICY`` entry there (``nodelay.delay=off``); the result is keyed by the
+    entries as written."""
+    from unstall.sched.resolve import labelled_policy
+
+    labels = {entry: labelled_policy(entry)[0] for entry in policies}
+    by_policy: dict[str, list[tuple[str, str]]] = {entry: [] for entry in policies}
     for key, value in pairs:
         owners = [
-            name for name in policies if key.startswith(f"{name}.") and len(key) > len(name) + 1
+            entry
+            for entry, name in labels.items()
+            if key.startswith(f"{name}.") and len(key) > len(name) + 1
         ]
         if not owners:
             raise ConfigError(
                 "--policy-option",
                 f"{key}={value}",
-                f"expected POLICY.KEY=VALUE with POLICY one of {list(dict.fromkeys(policies))}",
+                "expected POLICY.KEY=VALUE with POLICY one of "
+                f"{list(dict.fromkeys(labels.values()))}",
             )
-        owner = max(owners, key=len)
-        by_policy[owner].append((key[len(owner) + 1 :], value))
-    return {name: tuple(options) for name, options in by_policy.items()}
+        owner = max(owners, key=lambda entry: len(labels[entry]))
+        by_policy[owner].append((key[len(labels[owner]) + 1 :], value))
+    return {entry: tuple(options) for entry, options in by_policy.items()}
 
 
 def parse_model_mix(text: str | None) -> tuple[tuple[str, float], ...] | None:

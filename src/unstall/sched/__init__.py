@@ -26,7 +26,8 @@ What this part offers:
 - ``resolve_policy(policy, options=())``: a policy object as it is, or the policy a name or
   ``FILE.py:Class`` names, with ``(key, text)`` options typed by its options dataclass
   (``policy_options_class(name)``, ``policy_text_options(name, pairs)``); what every front door
-  and command that takes a policy calls.
+  and command that takes a policy calls. ``labelled_policy("nodelay=dally-fixed")`` splits a
+  comparison's entry that names a policy under a label of its own.
 
 Example: the fifo policy starts the job at the head of the queue on one node.
 
@@ -83,7 +84,7 @@ from unstall.sched.registry import (
     policy_options_class,
     register_policy,
 )
-from unstall.sched.resolve import policy_text_options, resolve_policy
+from unstall.sched.resolve import labelled_policy, policy_text_options, resolve_policy
 from unstall.sched.srtf import Srtf
 from unstall.sched.tiresias import Tiresias
 
@@ -117,6 +118,7 @@ __all__ = [
     "Start",
     "Tiresias",
     "describe_policies",
+    "labelled_policy",
     "make_policy",
     "policy_capabilities",
     "policy_entry",

@@ -9,6 +9,7 @@ command) resolves it here, so that a name means the same everywhere.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -47,6 +48,21 @@ def resolve_policy(
             "name the policy instead, or build it with its options",
         )
     return policy
+
+
+# A label: letters, digits, "_" and "-" (no "." or ":", so that it reads as no file or module).
+_LABEL = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def labelled_policy(entry: str) -> tuple[str, str]:
+    """``LABEL=POLICY`` (a comparison's entry naming one policy twice with other options, e.g.
+    ``nodelay=dally-fixed``) as ``(LABEL, POLICY)``; an entry without a label is its own label.
+    A text before ``=`` that is no label (it holds a ``.``, ``/`` or ``:``) leaves the entry
+    whole: a file name may hold an ``=``."""
+    label, sep, policy = entry.partition("=")
+    if sep and _LABEL.fullmatch(label.strip()) and policy.strip():
+        return label.strip(), policy.strip()
+    return entry, entry
 
 
 def policy_text_options(name: str, options: Sequence[tuple[str, str]]) -> dict[str, Any]:

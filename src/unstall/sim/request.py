@@ -10,7 +10,7 @@ dataclass), the cluster by :func:`unstall.net.resolve_cluster`, the congestion b
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from unstall.net.topology_files import resolve_cluster
@@ -32,6 +32,9 @@ class SimRequest:
     policy: str = "fifo"
     # The policy's own knobs as (field, text) pairs, e.g. (("order", "las"),) for dally.
     policy_options: tuple[tuple[str, str], ...] = ()
+    # The name the result carries (None: the policy's own): a comparison that runs one policy
+    # twice, with other options, tells the runs apart by it.
+    label: str | None = None
     cluster: str = "small"  # a preset name or a TOML/JSON topology file
     congestion: str = "none"  # a level or a CSV schedule file (time_s,fraction)
     seed: int = 0
@@ -64,7 +67,7 @@ def simulate_request(
     congestion = resolve_congestion(request.congestion, owner=REQUEST, field="congestion")
     profiles = read_job_profiles(request.job_profiles)
     try:
-        return simulate(
+        run = simulate(
             trace,
             cluster,
             policy,
@@ -79,4 +82,7 @@ def simulate_request(
             on_finish=on_finish,
         )
     except PolicyCrashError as exc:
-        raise PolicyCrashError(request.policy, exc.error) from exc.__cause__
+        raise PolicyCrashError(request.label or request.policy, exc.error) from exc.__cause__
+    if request.label is None:
+        return run
+    return replace(run, result=replace(run.result, policy=request.label))

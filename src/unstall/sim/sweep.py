@@ -19,6 +19,7 @@ import pandas as pd
 
 from unstall.config import check
 from unstall.results import JsonResult
+from unstall.sched.resolve import labelled_policy
 from unstall.sim.metrics import SimResult
 
 HOUR = 3600.0
@@ -44,6 +45,11 @@ class SweepCell:
     congestion: str
     policy: str
     seed: int
+
+    @property
+    def label(self) -> str:
+        """The policy's label: ``LABEL`` of a ``LABEL=POLICY`` entry, else the entry itself."""
+        return labelled_policy(self.policy)[0]
 
     @property
     def key(self) -> str:
@@ -72,6 +78,8 @@ class SweepGrid:
                 "must be a non-empty tuple",
             )
             check(len(set(values)) == len(values), self, name, f"repeats a value: {list(values)}")
+        labels = [labelled_policy(entry)[0] for entry in self.policies]
+        check(len(set(labels)) == len(labels), self, "policies", f"repeats a label: {labels}")
         check(all(isinstance(s, int) and s >= 0 for s in self.seeds), self, "seeds", "must be >= 0")
 
     def cells(self) -> tuple[SweepCell, ...]:
@@ -108,7 +116,7 @@ def sweep_rows(outcomes: list[CellOutcome]) -> pd.DataFrame:
             "trace": c.trace,
             "cluster": c.cluster,
             "congestion": c.congestion,
-            "policy": c.policy,
+            "policy": c.label,
             "seed": c.seed,
             "ok": outcome.ok,
             "error": outcome.error,

@@ -73,7 +73,10 @@ def run_cells(
         for ref in done:
             cell = pending.pop(ref)
             try:
-                outcome = CellOutcome(cell, ray.get(ref))
+                result = ray.get(ref)
+                if cell.label != cell.policy:  # LABEL=POLICY: the run carries the label
+                    result = dataclasses.replace(result, policy=cell.label)
+                outcome = CellOutcome(cell, result)
             except RayError as exc:  # the task raised, or its worker died
                 cause = exc.cause if isinstance(exc, RayTaskError) else None
                 error = str(cause) if isinstance(cause, SweepCellError) else first_line(exc)

@@ -14,7 +14,7 @@ from typing import Any
 from unstall.net.topology import TopologyConfig
 from unstall.net.topology_files import resolve_cluster
 from unstall.sched.base import Policy
-from unstall.sched.resolve import resolve_policy
+from unstall.sched.resolve import labelled_policy, resolve_policy
 from unstall.sim.congestion import Congestion, resolve_congestion
 from unstall.sim.request import read_job_profiles
 from unstall.sim.sweep import SweepCell, SweepGrid
@@ -64,8 +64,9 @@ def sweep_tasks(
     clusters = {label: resolve_cluster(label, owner=OWNER) for label in grid.clusters}
     congestions = {label: resolve_congestion(label, owner=OWNER) for label in grid.congestions}
     options = {label: tuple(policy_options.get(label, ())) for label in grid.policies}
+    named = {label: labelled_policy(label)[1] for label in grid.policies}  # LABEL=POLICY
     for label in grid.policies:
-        resolve_policy(label, options[label], owner=OWNER)  # a bad name or option stops here
+        resolve_policy(named[label], options[label], owner=OWNER)  # a bad name or option stops
     profiles = read_job_profiles(job_profiles)
     return [
         CellTask(
@@ -73,7 +74,7 @@ def sweep_tasks(
             trace=traces[cell.trace],
             cluster=clusters[cell.cluster],
             # fresh: policies keep state
-            policy=resolve_policy(cell.policy, options[cell.policy], owner=OWNER),
+            policy=resolve_policy(named[cell.policy], options[cell.policy], owner=OWNER),
             congestion=congestions[cell.congestion],
             settings={**settings, "job_profiles": profiles},
         )
