@@ -341,3 +341,15 @@ def test_compare_keeps_every_run_of_policies_that_share_a_name(
         "error: --policies fifo,fifo: 'fifo' is named twice (LABEL=POLICY names a second run of "
         "one policy, e.g. nodelay=dally-fixed)"
     )
+
+
+def test_the_policy_listing_gives_every_name_whole_and_wraps_the_descriptions() -> None:
+    """A long description wraps in its own column; it never cuts the names beside it short (the
+    console is 160 columns wide when not a terminal)."""
+    from unstall.sched import POLICIES
+
+    res = CliRunner().invoke(app, ["sim", "policies"])
+    assert res.exit_code == 0, res.output
+    names = [line.split()[0] for line in res.output.splitlines()[3:] if line[:1].strip()]
+    assert names == list(POLICIES)
+    assert "…" not in res.output

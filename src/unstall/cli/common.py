@@ -327,9 +327,17 @@ def progress_bar(description: str, total: int, quiet: bool) -> Iterator[Callable
         yield advance
 
 
-def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[object]]) -> Table:
+def table(
+    title: str,
+    columns: Sequence[str],
+    rows: Sequence[Sequence[object]],
+    *,
+    wrap: Sequence[str] = (),
+) -> Table:
     """A borderless rich table that does not wrap cells, so wide tables stay readable in 80
-    columns and in logs; numbers right-aligned and shortened by :func:`fmt`."""
+    columns and in logs; numbers right-aligned and shortened by :func:`fmt`. The columns named
+    in ``wrap`` (prose: a description) wrap and take the width left, so that a long text never
+    cuts the names beside it short."""
     t = Table(
         title=title,
         title_justify="left",
@@ -340,7 +348,13 @@ def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[object]]) 
     )
     for i, col in enumerate(columns):
         numeric = bool(rows) and isinstance(rows[0][i], int | float)
-        t.add_column(col, justify="right" if numeric else "left", no_wrap=True)
+        prose = col in wrap
+        t.add_column(
+            col,
+            justify="right" if numeric else "left",
+            no_wrap=not prose,
+            ratio=1 if prose else None,
+        )
     for row in rows:
         t.add_row(*(fmt(v) for v in row))
     return t

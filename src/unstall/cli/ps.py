@@ -534,4 +534,4 @@ def scenarios_cmd() -> None:
     for name, preset in SCENARIOS.items():
         s = preset()
         rows.append([name, s.servers, s.model or "mlp", s.description])
-    console.print(table("ps scenarios", ["name", "servers", "model", "what"], rows))
+    console.print(table("ps scenarios", ["name", "servers", "model", "what"], rows, wrap=["what"]))

@@ -597,7 +597,12 @@ def policies() -> None:
     from unstall.sched import describe_policies
 
     console.print(
-        table("scheduling policies", ["policy", "what it does"], list(describe_policies().items()))
+        table(
+            "scheduling policies",
+            ["policy", "what it does"],
+            list(describe_policies().items()),
+            wrap=["what it does"],
+        )
     )
 
 
