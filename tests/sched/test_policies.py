@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from snapshots import cluster_snapshot
 from unstall.errors import ConfigError
 from unstall.sched import (
     POLICIES,
@@ -65,16 +66,7 @@ def job(
 def snapshot(
     free: tuple[int, ...], queued: list[JobView], running: list[JobView], now: float = 100.0
 ) -> ClusterSnapshot:
-    racks = [sum(free[n] for n in nodes) for nodes in LAYOUT.rack_nodes]
-    return ClusterSnapshot(
-        now=now,
-        layout=LAYOUT,
-        free_by_node=free,
-        free_by_rack=tuple(racks),
-        queued=tuple(queued),
-        running=tuple(running),
-        spread_running=tuple(r for r in running if len(r.placement) > 1),
-    )
+    return cluster_snapshot(LAYOUT, free, queued, running, now)
 
 
 def started(decision: object) -> dict[str, Placement]:
