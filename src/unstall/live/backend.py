@@ -670,8 +670,11 @@ class LiveBackend:
             if self.config.emulated:
                 # Time beyond what the iterations take at the consolidated placement: the
                 # simulator's communication overhead (real compute on other hardware than
-                # the perf model's has no such baseline).
-                run_s = max(o.train_s for o in outcomes) * self.config.speedup
+                # the perf model's has no such baseline). The time the steps were scheduled
+                # to take (the perf model's, links shared as they were), not the wall time:
+                # the emulation's own latencies (its all-reduces, the last step's overrun;
+                # milliseconds a segment, times the speedup) are no communication of the job.
+                run_s = max(o.scheduled_s for o in outcomes) * self.config.speedup
                 job.comm_overhead_s += max(0.0, run_s - (done - job.done_iters) * job.base_iter_s)
             job.done_iters = done
             if first.finished:

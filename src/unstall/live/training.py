@@ -125,6 +125,10 @@ class SegmentOutcome:
     # Emulated compute: wall seconds the process fell behind the perf model's pace for good
     # (beyond what it could catch up): the emulating machine was too busy to keep it.
     behind_s: float = 0.0
+    # Emulated compute: wall seconds its steps were scheduled to take (each step's iterations
+    # at the iteration time the backend set): the perf model's time for what it did, without
+    # the emulation's own latencies, which ``train_s`` holds too.
+    scheduled_s: float = 0.0
 
 
 def run_segment(
@@ -169,6 +173,7 @@ def run_segment(
         save_s=saved - trained,
         checkpoint=blob,
         behind_s=trainer.behind_s,
+        scheduled_s=trainer.scheduled_s,
     )
 
 
@@ -181,6 +186,7 @@ class _Trainer:
 
     plan: SegmentPlan
     behind_s: float = 0.0  # emulated: wall seconds lost to a schedule that could not be kept
+    scheduled_s: float = 0.0  # emulated: wall seconds the steps were scheduled to take
 
     def step(self, iteration: float, control: SegmentControl) -> float:
         """Do one step from ``iteration``; return the iterations it did."""
@@ -263,6 +269,7 @@ class _EmulatedTrainer(_Trainer):
             self.behind_s += now - CATCH_UP_S - self.deadline
             self.deadline = now - CATCH_UP_S
         self.deadline += count * per_iteration
+        self.scheduled_s += count * per_iteration
         time.sleep(max(0.0, self.deadline - now))
         return count
 
