@@ -9,8 +9,10 @@ all-reduce). For each policy the same trace, cluster and policy go through ``uns
 ``unstall.live``; the simulator is given the restore time the live run measured.
 
 Reported per policy: average JCT, makespan and per-job JCT, live against simulated (the gap in
-%, the per-job median absolute error), the order of the policies by average JCT in each, and
-what the live run measured (job start-up, restore, checkpoint, decision times).
+%, the per-job median absolute error), moves and communication overhead (the time jobs ran
+beyond their consolidated placement's pace) live and simulated, the order of the policies by
+average JCT in each, and what the live run measured (job start-up, restore, checkpoint,
+decision times).
 
     .venv/bin/python benchmarks/live_fidelity.py [--policies fifo,consolidate,tiresias,dally-fixed]
         [--jobs 40] [--minutes 10] [--seed 0] [--json bench-results/live_fidelity.json]
@@ -100,6 +102,9 @@ def compare(policy: str, trace, address: str, minutes: float, seed: int) -> dict
         "sim_makespan_s": sim.makespan_s,
         "makespan_gap": live.makespan_s / sim.makespan_s - 1.0,
         "per_job_jct_median_abs_err": float(per_job.median()),
+        # Time jobs ran beyond their consolidated placement's pace (spread, links shared).
+        "live_comm_overhead_s": live.comm_overhead_s,
+        "sim_comm_overhead_s": sim.comm_overhead_s,
         "live_preemptions": live.preemptions,
         "sim_preemptions": sim.preemptions,
         "live_migrations": live.migrations,
@@ -175,7 +180,7 @@ def main() -> None:
         local.shutdown()
     head = (
         f"{'policy':<12} {'avg JCT live/sim (min)':>24} {'gap':>7} {'makespan live/sim (h)':>23} "
-        f"{'gap':>7} {'per-job err':>11} {'moves live/sim':>15}"
+        f"{'gap':>7} {'per-job err':>11} {'moves live/sim':>15} {'comm ovh live/sim (h)':>22}"
     )
     print(head)
     for r in rows:
@@ -186,7 +191,8 @@ def main() -> None:
             f"{r['sim_makespan_s'] / 3600:>10.2f} {100 * r['makespan_gap']:>+6.1f}% "
             f"{100 * r['per_job_jct_median_abs_err']:>10.1f}% "
             f"{r['live_preemptions'] + r['live_migrations']:>7} /"
-            f"{r['sim_preemptions'] + r['sim_migrations']:>6}"
+            f"{r['sim_preemptions'] + r['sim_migrations']:>6} "
+            f"{r['live_comm_overhead_s'] / 3600:>10.2f} /{r['sim_comm_overhead_s'] / 3600:>10.2f}"
         )
     by_live = [r["policy"] for r in sorted(rows, key=lambda r: r["live_avg_jct_s"])]
     by_sim = [r["policy"] for r in sorted(rows, key=lambda r: r["sim_avg_jct_s"])]
