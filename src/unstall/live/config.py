@@ -40,7 +40,7 @@ class LiveConfig:
     - ``lr``: the SGD learning rate of real compute (momentum 0.9).
     - ``restore_s`` and ``startup_s``: the checkpoint-and-restore time and a job's start-up
       time that the simulator's prediction beside a live run charges (None: what this run
-      measured).
+      measured; the start-up each job's own, the median for jobs that never started).
     - ``join_timeout_s``: how long a job's processes wait for each other to form their group.
     - ``max_failures``: a job whose processes fail this many times in a row without getting
       past their last checkpoint is given up (outcome ``failed``, its error in the job table)

@@ -270,9 +270,20 @@ def _run_on(
         # What this run measured (unless the config says otherwise): the simulator's costs.
         restore = config.restore_s if config.restore_s is not None else run.facts.measured_restore_s
         startup = config.startup_s
+        own: dict[str, float] | None = None
         if startup is None:
             measured = run.facts.startup_s_median
             startup = 0.0 if np.isnan(measured) else measured
+            # Each job's own, as measured: start-ups vary from job to job (a group over two
+            # nodes forms slower than one within a node), and a policy that takes whatever is
+            # free at an instant places differently once a start comes later (fifo: one job
+            # consolidated live and spread in a median-charged prediction, its makespan a
+            # third apart). The median stays for jobs that never started live.
+            own = {
+                job_id: float(value)
+                for job_id, value in zip(run.jobs["job_id"], run.jobs["startup_s"], strict=True)
+                if not np.isnan(value)
+            }
         prediction = simulate(
             trace,
             topology,
@@ -280,6 +291,7 @@ def _run_on(
             seed=config.seed,
             restore_s=restore if restore is not None else 60.0,
             startup_s=startup,
+            job_startup_s=own,
             duration_gpu=duration_gpu,
         )
     return LiveRun(

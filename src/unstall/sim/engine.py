@@ -472,7 +472,10 @@ class Engine:
         job.changed_s = now
         job.last_update_s = now
         # A job restarting after a preemption first restores its checkpoint.
-        pause = self.settings.restore_s if job.preemptions else self.settings.startup_s
+        if job.preemptions:
+            pause = self.settings.restore_s
+        else:
+            pause = self.settings.startup_s if job.startup_s is None else job.startup_s
         job.paused_until_s = now + pause
         del self.queued_views[job.index]
         self.running_views[job.index] = job.make_view(self.oracle)

@@ -188,6 +188,7 @@ def simulate(
     job_profiles: Sequence[JobProfile] = (),
     duration_gpu: str | None = None,
     on_finish: Callable[[int], None] | None = None,
+    job_startup_s: Mapping[str, float] | None = None,
 ) -> SimRun:
     """Simulate ``trace`` on ``cluster`` under ``policy``.
 
@@ -196,8 +197,10 @@ def simulate(
     models given to jobs whose trace names none (drawn from ``model_mix``, default uniform over
     the zoo) and the policy's random generator. ``restore_s``: checkpoint + restore paid by each
     preemption and migration; ``startup_s``: set-up paid by each job's first start (0: none;
-    a live run measures it). ``tick_s``: extra scheduling rounds while jobs wait (None: the
-    policy's own ``tick_s``, if it has one). ``max_jobs``: only the first N jobs.
+    a live run measures it); ``job_startup_s``: ``{job_id: seconds}``, the set-up of the jobs
+    named, instead of ``startup_s`` (a live run's prediction: each job's own, as measured).
+    ``tick_s``: extra scheduling rounds while jobs wait (None: the policy's own ``tick_s``, if
+    it has one). ``max_jobs``: only the first N jobs.
     ``job_profiles``: measured jobs; jobs of a profiled model's name run at its measured figures
     instead of the zoo's estimates. ``duration_gpu``: the GPU type on which the trace's durations
     are run times at the most consolidated placement, for every job (default: each job's
@@ -222,6 +225,17 @@ def simulate(
         model_mix=model_mix,
         max_jobs=max_jobs,
     )
+    if job_startup_s is not None:
+        check(
+            isinstance(job_startup_s, Mapping),
+            OWNER,
+            "job_startup_s",
+            f"must be a mapping of job id to seconds, got {type(job_startup_s).__name__}",
+        )
+        for job_id, seconds in job_startup_s.items():
+            field = f"job_startup_s[{job_id!r}]"
+            check_number(OWNER, field, seconds, wanted="a number of seconds")
+            check(seconds >= 0, OWNER, field, f"must be >= 0, got {seconds!r}")
     check(
         on_finish is None or callable(on_finish),
         OWNER,
@@ -253,6 +267,7 @@ def simulate(
         max_jobs=max_jobs,
         on_finish=on_finish,
         job_duration_gpus=per_job,
+        job_startup_s=job_startup_s,
     )
 
 
@@ -343,6 +358,7 @@ def simulate_with_speed(
     on_finish: Callable[[int], None] | None,
     job_duration_gpus: Sequence[str] | None = None,
     startup_s: float = 0.0,
+    job_startup_s: Mapping[str, float] | None = None,
 ) -> SimRun:
     """:func:`simulate` on a given speed model: the tests compare the perf model's fast paths
     with a speed model that lacks them, on the same run. ``job_duration_gpus``: each job's
@@ -357,6 +373,11 @@ def simulate_with_speed(
         job_duration_gpus=job_duration_gpus,
     )
     trace, jobs, fits = prepared.trace, prepared.jobs, prepared.fits
+    if job_startup_s:
+        for job in jobs:
+            own = job_startup_s.get(job.job_id)
+            if own is not None:
+                job.startup_s = float(own)
     arrays = trace.arrays()
     horizon = float(arrays.submit_s.max() + arrays.duration_s.max()) if len(arrays) else 0.0
     tick = tick_s if tick_s is not None else policy_capabilities(policy).tick_s

@@ -53,6 +53,7 @@ class SimJob:
         "queued_total_s",
         "sensitivity",
         "service",
+        "startup_s",
         "state",
         "submit_s",
         "type_speeds",
@@ -94,6 +95,8 @@ class SimJob:
         self.placement: Placement = ()
         self.last_update_s = submit_s
         self.paused_until_s = 0.0
+        # Its own set-up at its first start, where one was measured (None: the run's startup_s).
+        self.startup_s: float | None = None
         self.version = 0
         self.first_start_s = -1.0
         self.finish_s = -1.0
