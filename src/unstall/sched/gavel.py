@@ -142,7 +142,7 @@ class Gavel(PolicyBase):
         for job in snapshot.running:
             since = job.changed_s if last is None or job.changed_s > last else last
             if now > since:
-                kind = job_type(job, snapshot.layout)
+                kind = pl.slowest_type(job, job.placement, snapshot.layout)
                 got = books.received.setdefault(job.job_id, {})
                 got[kind] = got.get(kind, 0.0) + (now - since)
         books.last_now = now
@@ -188,7 +188,7 @@ class Gavel(PolicyBase):
         preempts: list[Preempt] = []
         for job in snapshot.running:
             kind = chosen.get(job.job_id)
-            if kind != job_type(job, layout) or not one_type(job, layout):
+            if kind != pl.slowest_type(job, job.placement, layout) or not one_type(job, layout):
                 why = "not chosen this round" if kind is None else f"moves to {kind} this round"
             elif self._repack(job, snapshot):
                 why = "placed again, more consolidated"
@@ -220,7 +220,8 @@ class Gavel(PolicyBase):
         """Whether running ``job`` is spread over nodes at a slowdown above
         ``repack_slowdown`` (see :class:`GavelConfig`)."""
         layout = snapshot.layout
-        if len(job.placement) <= pl.min_nodes_on_type(layout, job_type(job, layout), job.num_gpus):
+        kind = pl.slowest_type(job, job.placement, layout)
+        if len(job.placement) <= pl.min_nodes_on_type(layout, kind, job.num_gpus):
             return False  # as consolidated as its type allows
         racks = {snapshot.layout.node_rack[node] for node, _ in job.placement}
         slowdown = job.sensitivity.at(len(racks) > 1, snapshot.congestion)
@@ -234,7 +235,7 @@ class Gavel(PolicyBase):
         left = pl.free_by_type(layout.node_gpus, layout)
         pairs = []
         for job in active:
-            current = job_type(job, layout) if job.running else ""
+            current = pl.slowest_type(job, job.placement, layout) if job.running else ""
             for kind in self._books.allocation.get(job.job_id, {}):
                 rank = self.priority(job, kind, now)
                 share = self._books.allocation[job.job_id][kind]
@@ -292,13 +293,6 @@ def one_type(job: JobView, layout: ClusterLayout) -> bool:
     kinds = layout.node_type
     first = kinds[job.placement[0][0]]
     return all(kinds[node] == first for node, _ in job.placement)
-
-
-def job_type(job: JobView, layout: ClusterLayout) -> str:
-    """The type a running job computes at: its placement's, the slowest for this job when the
-    placement spans several."""
-    kinds = {layout.node_type[node] for node, _ in job.placement}
-    return min(kinds, key=lambda t: (job.speed_on(t), t))
 
 
 def on_type(free: FreeGpus, kind: str, num_gpus: int) -> Placement | None:

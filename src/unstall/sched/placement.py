@@ -236,6 +236,13 @@ def min_nodes_on_type(layout: ClusterLayout, kind: str, num_gpus: int) -> int:
     return count
 
 
+def slowest_type(job: JobView, placement: Placement, layout: ClusterLayout) -> str:
+    """The GPU type ``job`` computes at on ``placement``: the slowest for it among its nodes'
+    (the first by name among equals)."""
+    kinds = {layout.node_type[node] for node, _ in placement}
+    return min(kinds, key=lambda t: (job.speed_on(t), t))
+
+
 def fits_one_type(layout: ClusterLayout, num_gpus: int) -> bool:
     """Whether some GPU type has ``num_gpus`` GPUs at all (else the job must span types)."""
     return num_gpus <= max(free_by_type(layout.node_gpus, layout).values(), default=0)

@@ -39,12 +39,6 @@ def best_speed(job: JobView, layout: ClusterLayout) -> float:
     return max((job.speed_on(t) for t in layout.types), default=1.0)
 
 
-def type_of(job: JobView, placement: Placement, layout: ClusterLayout) -> str:
-    """The type ``job`` computes at on ``placement``: the slowest for it among its nodes'."""
-    kinds = {layout.node_type[node] for node, _ in placement}
-    return min(kinds, key=lambda t: (job.speed_on(t), t))
-
-
 def best_level_on_type(layout: ClusterLayout, kind: str, num_gpus: int) -> pl.Locality:
     """The best locality an empty cluster's ``kind`` nodes could give a job of ``num_gpus``."""
     nodes = [n for n, t in enumerate(layout.node_type) if t == kind]
@@ -78,7 +72,7 @@ def cost_of(
 ) -> Option:
     """``placement``'s :class:`Option` for ``job`` (``own_share``: the job runs there already,
     so it is among the NIC counts)."""
-    kind = type_of(job, placement, layout)
+    kind = pl.slowest_type(job, placement, layout)
     speed = job.speed_on(kind)
     net = 1.0
     if not consolidated_on_type(placement, kind, job.num_gpus, layout):
