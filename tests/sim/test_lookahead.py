@@ -262,7 +262,7 @@ def test_on_several_gpu_types_the_look_ahead_runs_a_job_at_its_slowest_types_spe
         node_rack=(0, 0, 1), node_gpus=(4, 4, 4), node_type=("v100", "v100", "k80")
     )
     speed = ViewSpeed(mixed, 0.0)
-    speed.type_speeds[("m", 2)] = (("v100", 1.0), ("k80", 0.25))
+    speed.type_speeds[("m", 2)] = {"v100": 1.0, "k80": 0.25}
     speed.sensitivities[("m", 2)] = Sensitivity.flat(1.5, 2.0)
     assert speed.heterogeneous
     assert speed.iter_s("m", 2, ((0, 2),), None) == 1.0
@@ -271,6 +271,6 @@ def test_on_several_gpu_types_the_look_ahead_runs_a_job_at_its_slowest_types_spe
     assert speed.iter_s("m", 2, ((0, 1), (2, 1)), None) == 4.0 * 2.0  # over racks, on a K80
     assert speed.iter_s("other", 1, ((2, 1),), None) == 1.0  # speeds unknown: 1.0
     one_type = ViewSpeed(ClusterLayout.regular(racks=1, nodes_per_rack=2, gpus_per_node=4), 0.0)
-    one_type.type_speeds[("m", 2)] = (("v100", 0.5),)
+    one_type.type_speeds[("m", 2)] = {"v100": 0.5}
     assert not one_type.heterogeneous
     assert one_type.iter_s("m", 2, ((0, 2),), None) == 1.0

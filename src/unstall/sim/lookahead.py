@@ -174,7 +174,9 @@ class ViewSpeed:
     layout: ClusterLayout
     congestion: float
     sensitivities: dict[tuple[str, int], Sensitivity] = field(default_factory=dict)
-    type_speeds: dict[tuple[str, int], tuple[tuple[str, float], ...]] = field(default_factory=dict)
+    # (model, GPUs) -> its speed by GPU type: a mapping made once a look-ahead, for every
+    # iteration time asks it.
+    type_speeds: dict[tuple[str, int], dict[str, float]] = field(default_factory=dict)
 
     @property
     def heterogeneous(self) -> bool:
@@ -189,7 +191,7 @@ class ViewSpeed:
         """The consolidated iteration time on the slowest GPU type of ``placement``."""
         if self.layout.one_type:
             return 1.0
-        speeds = dict(self.type_speeds.get((model, num_gpus), ()))
+        speeds = self.type_speeds.get((model, num_gpus), {})
         slowest = min(speeds.get(self.layout.node_type[node], 1.0) for node, _ in placement)
         return 1.0 / slowest if slowest > 0 else math.inf
 
@@ -273,7 +275,7 @@ def simulate_candidate(
     planned: dict[int, PlannedJob] = {}
     for i, plan in enumerate(jobs):
         speed.sensitivities[(plan.model, plan.num_gpus)] = plan.sensitivity
-        speed.type_speeds[(plan.model, plan.num_gpus)] = plan.type_speeds
+        speed.type_speeds[(plan.model, plan.num_gpus)] = dict(plan.type_speeds)
         # Waiting jobs arrive just after the running ones restart where they run.
         arrive = plan.arrive_s if plan.arrive_s > 0 or plan.placement else 1e-6
         job = SimJob(
