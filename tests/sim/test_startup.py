@@ -11,17 +11,19 @@ from unstall.sim import simulate
 from unstall.traces import Trace
 
 
-def _one_job() -> Trace:
+def _jobs(*ids: str) -> Trace:
+    """One-GPU jobs of 100 s, all submitted at 0."""
+    n = len(ids)
     frame = pd.DataFrame(
-        {"job_id": ["a"], "submit_s": [0.0], "num_gpus": [1], "duration_s": [100.0]}
+        {"job_id": list(ids), "submit_s": [0.0] * n, "num_gpus": [1] * n, "duration_s": [100.0] * n}
     )
-    return Trace.from_frame(frame.assign(model="resnet50"), source="one")
+    return Trace.from_frame(frame.assign(model="resnet50"), source="jobs")
 
 
 def test_the_first_start_pays_the_start_up_time() -> None:
     cluster = TopologyConfig(name="one", racks=1, nodes_per_rack=1, gpus_per_node=1)
-    plain = simulate(_one_job(), cluster, "fifo").result
-    slow = simulate(_one_job(), cluster, "fifo", startup_s=7.5).result
+    plain = simulate(_jobs("a"), cluster, "fifo").result
+    slow = simulate(_jobs("a"), cluster, "fifo", startup_s=7.5).result
     assert plain.avg_jct_s == pytest.approx(100.0)
     assert slow.avg_jct_s == pytest.approx(107.5)
 
@@ -29,28 +31,16 @@ def test_the_first_start_pays_the_start_up_time() -> None:
 def test_a_negative_start_up_time_is_refused_by_name() -> None:
     cluster = TopologyConfig(name="one", racks=1, nodes_per_rack=1, gpus_per_node=1)
     with pytest.raises(ValueError, match="startup_s"):
-        simulate(_one_job(), cluster, "fifo", startup_s=-1.0)
-
-
-def _two_jobs() -> Trace:
-    frame = pd.DataFrame(
-        {
-            "job_id": ["a", "b"],
-            "submit_s": [0.0, 0.0],
-            "num_gpus": [1, 1],
-            "duration_s": [100.0, 100.0],
-        }
-    )
-    return Trace.from_frame(frame.assign(model="resnet50"), source="two")
+        simulate(_jobs("a"), cluster, "fifo", startup_s=-1.0)
 
 
 def test_a_job_named_pays_its_own_start_up_the_others_the_runs() -> None:
     """``job_startup_s`` (a live run's prediction: each job's start-up as measured) replaces
     ``startup_s`` for the jobs it names."""
     cluster = TopologyConfig(name="two", racks=1, nodes_per_rack=1, gpus_per_node=2)
-    run = simulate(_two_jobs(), cluster, "fifo", startup_s=5.0, job_startup_s={"b": 30.0})
+    run = simulate(_jobs("a", "b"), cluster, "fifo", startup_s=5.0, job_startup_s={"b": 30.0})
     jct = run.jobs.set_index("job_id")["jct_s"]
     assert jct["a"] == pytest.approx(105.0) and jct["b"] == pytest.approx(130.0)
     for bad, named in (({"b": -1.0}, r"job_startup_s\['b'\]: must be >= 0"), ([1.0], "mapping")):
         with pytest.raises(ValueError, match=named):
-            simulate(_two_jobs(), cluster, "fifo", job_startup_s=bad)  # type: ignore[arg-type]
+            simulate(_jobs("a", "b"), cluster, "fifo", job_startup_s=bad)  # type: ignore[arg-type]
