@@ -10,7 +10,7 @@ from concurrent.futures import ProcessPoolExecutor
 import pytest
 
 from unstall.errors import ConfigError, DataFileError, UnstallError
-from unstall.sim.decision_checks import PolicyError
+from unstall.loop.checks import PolicyError
 from unstall.traces.schema import TraceError
 
 ERRORS: list[UnstallError] = [

@@ -187,7 +187,7 @@ def _backend(max_failures: int) -> object:
 
 
 def test_a_job_that_keeps_failing_is_given_up_and_leaves_the_queue() -> None:
-    from unstall.sim.state import JobState
+    from unstall.loop.jobs import JobState
 
     backend: Any = _backend(max_failures=3)
     job = backend.jobs[0]

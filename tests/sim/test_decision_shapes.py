@@ -23,9 +23,9 @@ from unstall.sched.base import (
 )
 from unstall.sched.fifo import Fifo
 from unstall.sim.congestion import CongestionSchedule
-from unstall.sim.decision_checks import PolicyError, check_decision_shape
+from unstall.loop.checks import PolicyError, check_decision_shape
 from unstall.sim.engine import Engine, EngineSettings
-from unstall.sim.state import build_jobs
+from unstall.sim.jobs import build_jobs
 
 LAYOUT = ClusterLayout.regular(racks=1, nodes_per_rack=2, gpus_per_node=2)
 JOBS = [("a", 0.0, 2, 5.0), ("b", 0.0, 1, 5.0)]

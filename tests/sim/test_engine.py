@@ -22,11 +22,12 @@ from unstall.sched.base import (
 )
 from unstall.sched.fifo import Fifo
 from unstall.sim.congestion import CongestionSchedule
-from unstall.sim.decision_checks import PolicyError
+from unstall.loop.checks import PolicyError
 from unstall.sim.engine import Engine, EngineSettings
-from unstall.sim.failures import PolicyCrashError
+from unstall.loop.failures import PolicyCrashError
 from unstall.sim.run import simulate
-from unstall.sim.state import JobState, SimInvariantError, build_jobs
+from unstall.loop.jobs import JobState, SimInvariantError
+from unstall.sim.jobs import build_jobs
 from unstall.traces import default_trace
 
 NO_CONGESTION = CongestionSchedule(times_s=(0.0,), fractions=(0.0,))

@@ -16,7 +16,8 @@ from unstall.sched import POLICIES, ClusterLayout, make_policy
 from unstall.sched.base import ClusterSnapshot, Decision, SetTimer, Start
 from unstall.sim import PolicyError, congestion_level, simulate
 from unstall.sim.engine import Engine, EngineSettings
-from unstall.sim.state import JobState, build_jobs
+from unstall.loop.jobs import JobState
+from unstall.sim.jobs import build_jobs
 from unstall.traces import Trace
 
 LAYOUT = ClusterLayout.regular(racks=2, nodes_per_rack=2, gpus_per_node=4)

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from unstall.sched.base import Sensitivity
 from unstall.sim.network_jobs import NetworkJobs
 from unstall.sim.speed import RateTiming
-from unstall.sim.state import SimJob
+from unstall.loop.jobs import Job
 
 positive = st.floats(1e-3, 1e3)
 term = st.tuples(positive, st.sampled_from([1.0, 2.0, 7.0]), st.floats(0.0, 1e-2), positive)
@@ -26,8 +26,8 @@ timing = st.builds(
 rate = st.one_of(st.just(0.0), st.just(math.inf), st.floats(1e-3, 1e4))
 
 
-def new_job(index: int, cons_iter_s: float = 0.05, duration_s: float = 100.0) -> SimJob:
-    return SimJob(
+def new_job(index: int, cons_iter_s: float = 0.05, duration_s: float = 100.0) -> Job:
+    return Job(
         index=index,
         job_id=f"j{index}",
         submit_s=0.0,
@@ -65,7 +65,7 @@ def test_progress_and_finish_follow_the_per_job_code(
     cons: float, paused_for: float, steps: list[tuple[float, float]], own: RateTiming
 ) -> None:
     """A job's progress through a series of rate changes, re-planned over arrays, and the
-    same series on the ``SimJob`` itself (``advance``, new iteration time, ``finish_time``)."""
+    same series on the ``Job`` itself (``advance``, new iteration time, ``finish_time``)."""
     tracked, plain = new_job(0, cons), new_job(0, cons)
     for job in (tracked, plain):
         job.paused_until_s = paused_for

@@ -1,8 +1,8 @@
 """The live backend: the simulator's rounds on wall-clock events, carried out on Ray.
 
 What it shares with the simulator's engine is the simulator's own code: job state and views
-(:class:`~unstall.sim.state.SimJob`), GPU bookkeeping (:class:`~unstall.sim.state.ClusterState`),
-the decision checks (:mod:`unstall.sim.decision_checks`), link sharing
+(:class:`~unstall.loop.jobs.Job`), GPU bookkeeping (:class:`~unstall.loop.jobs.ClusterState`),
+the decision checks (:mod:`unstall.loop.checks`), link sharing
 (:class:`~unstall.sim.network.NetworkState`) and the metrics. What differs sits here: the clock
 is the wall clock times ``speedup``; a job progresses in its executors, not by arithmetic; a
 decision is carried out by stopping, checkpointing and starting real processes.
@@ -37,6 +37,10 @@ from unstall.live.cluster import LiveCluster
 from unstall.live.config import LiveConfig
 from unstall.live.executor import RemoteExecutor, RemoteStore
 from unstall.live.training import JobWork, SegmentOutcome, SegmentPlan
+from unstall.loop.checks import PolicyError, check_decision_shape, check_placement
+from unstall.loop.failures import PolicyCrashError, policy_crash
+from unstall.loop.jobs import ClusterState, Job, JobState
+from unstall.loop.timeline import Timeline
 from unstall.sched.base import (
     ClusterSnapshot,
     Decision,
@@ -45,13 +49,9 @@ from unstall.sched.base import (
     Policy,
     policy_capabilities,
 )
-from unstall.sim.decision_checks import PolicyError, check_decision_shape, check_placement
 from unstall.sim.engine import EngineOutcome
-from unstall.sim.failures import PolicyCrashError, policy_crash
 from unstall.sim.network import NetworkState
 from unstall.sim.perf_speed import PerfSpeedModel
-from unstall.sim.state import ClusterState, JobState, SimJob
-from unstall.sim.timeline import Timeline
 
 # Seconds a stopping job's processes get to finish their step and checkpoint before they are
 # counted as failed (an emulated step is short; a real one can be a few seconds on a CPU).
@@ -72,7 +72,7 @@ class LiveRunError(UnstallError):
 class Segment:
     """A job's run on one placement: its executors (rank order), their calls, when it began."""
 
-    job: SimJob
+    job: Job
     placement: Placement
     executors: list[tuple[int, int]]  # (node, slot) of each rank
     refs: list[Any]
@@ -148,7 +148,7 @@ class LiveBackend:
         cluster: LiveCluster,
         speed: PerfSpeedModel,
         policy: Policy,
-        jobs: list[SimJob],
+        jobs: list[Job],
         works: dict[str, JobWork],
         config: LiveConfig,
         log: Callable[[str], None] | None = None,
@@ -176,7 +176,7 @@ class LiveBackend:
             work = works[job.job_id]
             record.work = work
             record.scale = job.work_iters / work.iterations if work.iterations > 0 else 1.0
-        self.queued: dict[int, SimJob] = {}
+        self.queued: dict[int, Job] = {}
         self.running: dict[int, Segment] = {}
         self.timers: list[tuple[float, int, str]] = []
         self._timer_seq = 0
@@ -319,7 +319,7 @@ class LiveBackend:
             raise LiveInterrupted(self._outcome(interrupted=True)) from None
         return self._outcome(interrupted=False)
 
-    def _arrival_due(self, arrivals: list[SimJob], next_arrival: int) -> float:
+    def _arrival_due(self, arrivals: list[Job], next_arrival: int) -> float:
         return arrivals[next_arrival].submit_s if next_arrival < len(arrivals) else math.inf
 
     def _wait(self, timeout_wall: float) -> list[Segment]:
@@ -388,7 +388,7 @@ class LiveBackend:
             )
         )
 
-    def _view(self, job: SimJob, now: float) -> JobView:
+    def _view(self, job: Job, now: float) -> JobView:
         view = job.make_view(False)
         if not self.oracle:
             return view
@@ -454,7 +454,7 @@ class LiveBackend:
             )
         return self.running[job.index]
 
-    def _lookup(self, job_id: str) -> SimJob:
+    def _lookup(self, job_id: str) -> Job:
         job = self.by_id.get(job_id)
         if job is None or job.state != JobState.QUEUED:
             state = "not in the trace" if job is None else _STATE_WORDS[job.state]
@@ -485,7 +485,7 @@ class LiveBackend:
                 finished.add(job.index)
         return finished
 
-    def _launch(self, job: SimJob, placement: Placement, now: float, *, migrating: bool) -> None:
+    def _launch(self, job: Job, placement: Placement, now: float, *, migrating: bool) -> None:
         placement = check_placement(self.policy.name, job, placement, self.cluster)
         for node, _ in placement:
             if node in self.down:
@@ -561,7 +561,7 @@ class LiveBackend:
         self._job_failed(job, f"could not start: {_first_line(exc)}", progressed=False, own=False)
         self._replace_executor(node_slot, node_gone=_node_died(exc))
 
-    def _job_failed(self, job: SimJob, reason: str, *, progressed: bool, own: bool) -> None:
+    def _job_failed(self, job: Job, reason: str, *, progressed: bool, own: bool) -> None:
         """Count a failed segment of ``job`` and send the job back to the queue, or give it up
         after ``max_failures`` failures of its own in a row with no checkpoint gained (a job
         that cannot run must not hold GPUs in a loop of restarts)."""
@@ -582,7 +582,7 @@ class LiveBackend:
         self.log(f"job {job.job_id}: a process failed ({reason}); back to the queue")
         self._requeue(job, self.now(), preempted=False)
 
-    def _place_on_links(self, job: SimJob, placement: Placement) -> float:
+    def _place_on_links(self, job: Job, placement: Placement) -> float:
         """Put the job's flow on the shared links and re-share them: returns its own iteration
         time (trace seconds) and updates the jobs whose share changed."""
         flow = self.speed.flow(job.model, job.num_gpus, placement)
@@ -595,7 +595,7 @@ class LiveBackend:
         job.base_iter_s = self._base_iter_s(job, placement)
         return iteration_s
 
-    def _base_iter_s(self, job: SimJob, placement: Placement) -> float:
+    def _base_iter_s(self, job: Job, placement: Placement) -> float:
         if self.speed.heterogeneous:
             return self.speed.base_iter_s(job.model, job.num_gpus, placement)
         return job.cons_iter_s
@@ -716,7 +716,7 @@ class LiveBackend:
         if not outcomes[0].finished:
             record.checkpoint_s.append(max(o.save_s for o in outcomes) * speedup)
 
-    def _finish(self, job: SimJob, now: float) -> None:
+    def _finish(self, job: Job, now: float) -> None:
         self.finished_since_round.append(job.make_view(False))
         job.state = JobState.DONE
         job.finish_s = now
@@ -725,7 +725,7 @@ class LiveBackend:
         if self.on_finish is not None:
             self.on_finish(1)
 
-    def _requeue(self, job: SimJob, now: float, *, preempted: bool) -> None:
+    def _requeue(self, job: Job, now: float, *, preempted: bool) -> None:
         job.state = JobState.QUEUED
         job.placement = ()
         job.queued_since_s = now
@@ -734,7 +734,7 @@ class LiveBackend:
             self.preemptions += 1
         self.queued[job.index] = job
 
-    def _arrive(self, job: SimJob) -> None:
+    def _arrive(self, job: Job) -> None:
         job.state = JobState.QUEUED
         job.queued_since_s = job.submit_s
         job.changed_s = job.submit_s

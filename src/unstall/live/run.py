@@ -24,6 +24,7 @@ from unstall.live.backend import JobRecord, LiveBackend, LiveInterrupted, LiveOu
 from unstall.live.cluster import LiveCluster, LocalRayCluster, discover
 from unstall.live.config import LiveConfig
 from unstall.live.training import JobWork, UserWork
+from unstall.loop.jobs import Job
 from unstall.net import resolve_cluster
 from unstall.net.topology import TopologyConfig
 from unstall.results import JsonResult
@@ -31,7 +32,6 @@ from unstall.sched import resolve_policy
 from unstall.sched.base import Policy
 from unstall.sim.metrics import SimResult, job_table, summarise, timeline_table
 from unstall.sim.run import RunJobs, SimRun, gpu_type_of, run_jobs, simulate, speed_model
-from unstall.sim.state import SimJob
 from unstall.traces import resolve_trace
 from unstall.traces.schema import Trace
 
@@ -327,7 +327,7 @@ def _work(
     )
 
 
-def _behind_frac(jobs: list[SimJob], records: list[JobRecord]) -> float:
+def _behind_frac(jobs: list[Job], records: list[JobRecord]) -> float:
     """Trace seconds the jobs' processes fell behind the emulated pace, over the trace
     seconds they ran (their GPU-less 'service': attained GPU-seconds over GPUs)."""
     ran = sum(job.attained_gpu_s / job.num_gpus for job in jobs)

@@ -58,6 +58,9 @@ profile), under fifo on the small cluster.
 (50, True)
 """
 
+from unstall.loop.checks import PolicyError
+from unstall.loop.failures import PolicyCrashError
+from unstall.loop.jobs import SimInvariantError
 from unstall.sim.congestion import (
     CONGESTION_LEVELS,
     MAX_FRACTION,
@@ -69,13 +72,10 @@ from unstall.sim.congestion import (
     read_congestion_schedule,
     resolve_congestion,
 )
-from unstall.sim.decision_checks import PolicyError
 from unstall.sim.engine import SimInterrupted
-from unstall.sim.failures import PolicyCrashError
 from unstall.sim.metrics import SimResult
 from unstall.sim.request import SimRequest, read_job_profiles, simulate_request
 from unstall.sim.run import SimRun, simulate
-from unstall.sim.state import SimInvariantError
 from unstall.sim.sweep import (
     CellOutcome,
     SweepCell,

@@ -23,6 +23,7 @@ from collections import deque
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
+from unstall.loop.jobs import Job, JobState
 from unstall.sched.base import (
     ClusterLayout,
     ClusterSnapshot,
@@ -38,7 +39,6 @@ from unstall.sched.dally.lookahead_config import CANDIDATES, LookaheadConfig
 from unstall.sim.congestion import CongestionSchedule
 from unstall.sim.engine import Engine, EngineSettings
 from unstall.sim.speed import Flow
-from unstall.sim.state import JobState, SimJob
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -235,29 +235,6 @@ class _Pinned(PolicyBase):
         return self.inner.decide(snapshot, rng)
 
 
-class _HorizonEngine(Engine):
-    """The engine, stopped at ``stop_s``; jobs arrive with what they had already (their real
-    submit time, service and preemptions, relative to the tuning instant)."""
-
-    def __init__(self, *, stop_s: float, planned: dict[int, PlannedJob], **kwargs: object) -> None:
-        super().__init__(**kwargs)  # type: ignore[arg-type]
-        self.stop_s = stop_s
-        self.planned = planned
-
-    def _next_instant(self, known):  # type: ignore[no-untyped-def]
-        now, network_finish = super()._next_instant(known)
-        return (math.inf, network_finish) if now > self.stop_s else (now, network_finish)
-
-    def _arrive(self, job: SimJob) -> None:
-        super()._arrive(job)
-        plan = self.planned[job.index]
-        if plan.placement:
-            return  # restarted at once where it runs: its own times start now
-        job.submit_s = plan.submit_rel_s
-        job.changed_s = plan.changed_rel_s
-        self.queued_views[job.index] = job.make_view(self.oracle)
-
-
 def simulate_candidate(
     jobs: list[PlannedJob],
     config: DallyConfig,
@@ -271,14 +248,14 @@ def simulate_candidate(
     seconds jobs spend in the system within the horizon (jobs there now counted from 0);
     ``makespan``, when the last of them finishes (past the cap: the cap plus its work left)."""
     speed = ViewSpeed(snapshot.layout, snapshot.congestion)
-    sim_jobs: list[SimJob] = []
-    planned: dict[int, PlannedJob] = {}
+    sim_jobs: list[Job] = []
+    arrivals: list[float] = []
     for i, plan in enumerate(jobs):
         speed.sensitivities[(plan.model, plan.num_gpus)] = plan.sensitivity
         speed.type_speeds[(plan.model, plan.num_gpus)] = dict(plan.type_speeds)
         # Waiting jobs arrive just after the running ones restart where they run.
         arrive = plan.arrive_s if plan.arrive_s > 0 or plan.placement else 1e-6
-        job = SimJob(
+        job = Job(
             index=i,
             job_id=plan.job_id,
             submit_s=arrive,
@@ -291,27 +268,32 @@ def simulate_candidate(
         )
         job.attained_gpu_s = plan.attained_gpu_s
         job.preemptions = plan.preemptions
+        if not plan.placement:
+            # A waiting job arrives at ``arrive`` with what it had already: its real submit
+            # time and last change, relative to the tuning instant (restarted running jobs'
+            # own times start now).
+            job.submit_s = plan.submit_rel_s
+            job.changed_s = plan.changed_rel_s
         sim_jobs.append(job)
-        planned[i] = plan
+        arrivals.append(arrive)
     pinned = [p for p in jobs if p.placement]
     stop = lookahead.horizon_s * (4.0 if lookahead.target == "makespan" else 1.0)
-    engine = _HorizonEngine(
-        stop_s=stop,
-        planned=planned,
+    engine = Engine(
         layout=snapshot.layout,
         speed=speed,
         policy=_Pinned(Dally(config, name="lookahead"), learnt, pinned),
         jobs=sim_jobs,
         congestion=CongestionSchedule(times_s=(0.0,), fractions=(snapshot.congestion,)),
         settings=EngineSettings(restore_s=config.restore_s, tick_s=None, seed=seed),
+        arrivals_s=arrivals,
     )
-    outcome = engine.run()
+    outcome = engine.run(until_s=stop)
     score = _objective(sim_jobs, jobs, stop, lookahead.target, snapshot.layout.total_gpus)
     return score, outcome.rounds
 
 
 def _objective(
-    sim_jobs: list[SimJob], jobs: list[PlannedJob], stop: float, target: str, gpus: int
+    sim_jobs: list[Job], jobs: list[PlannedJob], stop: float, target: str, gpus: int
 ) -> float:
     if target == "makespan":
         last = 0.0

@@ -8,11 +8,11 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
+from unstall.loop import RunOutcome
+from unstall.loop.jobs import Job, JobState
+from unstall.loop.timeline import Timeline
 from unstall.results import JsonResult
 from unstall.sched.base import Placement
-from unstall.sim.engine import EngineOutcome
-from unstall.sim.state import JobState, SimJob
-from unstall.sim.timeline import Timeline
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,9 +57,7 @@ class SimResult(JsonResult):
     gpu_s_by_type: dict[str, float] = field(default_factory=dict)
 
 
-def job_table(
-    jobs: list[SimJob], gpu_type: Callable[[Placement], str] | None = None
-) -> pd.DataFrame:
+def job_table(jobs: list[Job], gpu_type: Callable[[Placement], str] | None = None) -> pd.DataFrame:
     """One row per job: what happened to it; ``gpu_type`` names the GPU type(s) of a placement
     (column ``gpu_type``: of the job's last placement, "" for a job that never started)."""
     finished = np.array([j.state == JobState.DONE for j in jobs], dtype=bool)
@@ -130,7 +128,7 @@ def _integral(times: np.ndarray, values: np.ndarray, end: float) -> float:
 
 
 def summarise(
-    outcome: EngineOutcome,
+    outcome: RunOutcome,
     *,
     policy: str,
     cluster: str,
@@ -197,7 +195,7 @@ def summarise(
     )
 
 
-def gpu_s_by_type(jobs: list[SimJob], node_type: tuple[str, ...]) -> dict[str, float]:
+def gpu_s_by_type(jobs: list[Job], node_type: tuple[str, ...]) -> dict[str, float]:
     """GPU-seconds the jobs held on each GPU type (``node_type``: each node's), from the
     stretches of service each job recorded with its placement; types in node order."""
     held = dict.fromkeys(node_type, 0.0)

@@ -9,9 +9,9 @@ in arrays, one slot per job, and a re-plan is a few array operations over the jo
 changed; their finish times stay in an array whose minimum is the next such finish, so no finish
 event is pushed or superseded at all.
 
-Every operation is the one :class:`~unstall.sim.state.SimJob` and
+Every operation is the one :class:`~unstall.loop.jobs.Job` and
 :class:`~unstall.sim.speed.RateTiming` do on Python floats, in the same order, so the
-results are the same to the bit. A job's :class:`SimJob` fields are brought up to date from the
+results are the same to the bit. A job's :class:`Job` fields are brought up to date from the
 arrays when it leaves (``remove``) or when a policy must see its progress (``sync``).
 """
 
@@ -22,8 +22,8 @@ from collections.abc import Callable, Mapping
 
 import numpy as np
 
+from unstall.loop.jobs import Job
 from unstall.sim.speed import RateTiming
-from unstall.sim.state import SimJob
 
 # A link term that never sets the time: at any rate it takes 0 s (with ``weight`` = inf the
 # bandwidth is clamped to ``max_bandwidth`` = inf, and 0 bytes / inf = 0).
@@ -60,7 +60,7 @@ class NetworkJobs:
 
     # --- jobs come and go ------------------------------------------------------------------------
 
-    def add(self, job: SimJob, timing: RateTiming | Callable[[float], float]) -> None:
+    def add(self, job: Job, timing: RateTiming | Callable[[float], float]) -> None:
         """Track a job just placed on shared links; its finish is planned at the next
         ``replan`` (which always includes a new flow's first rate)."""
         if not self._free:
@@ -113,8 +113,8 @@ class NetworkJobs:
         self._callables.extend([None] * (new - old))
         self._free.extend(range(new - 1, old - 1, -1))  # lowest slots first
 
-    def remove(self, job: SimJob) -> None:
-        """Stop tracking the job; its :class:`SimJob` gets its progress back."""
+    def remove(self, job: Job) -> None:
+        """Stop tracking the job; its :class:`Job` gets its progress back."""
         slot = self._slot.pop(job.index)
         self._write_back(job, slot)
         self._job[slot] = -1
@@ -125,11 +125,11 @@ class NetworkJobs:
         self._free.append(slot)
         self._next = None
 
-    def sync(self, job: SimJob) -> None:
-        """Bring the job's :class:`SimJob` progress up to date (it stays tracked)."""
+    def sync(self, job: Job) -> None:
+        """Bring the job's :class:`Job` progress up to date (it stays tracked)."""
         self._write_back(job, self._slot[job.index])
 
-    def _write_back(self, job: SimJob, slot: int) -> None:
+    def _write_back(self, job: Job, slot: int) -> None:
         p = self._progress
         job.done_iters = float(p["done"][slot])
         job.last_update_s = float(p["last"][slot])
@@ -163,7 +163,7 @@ class NetworkJobs:
         return self._job[slots].tolist()
 
     def _advance(self, slots: np.ndarray, now: float) -> None:
-        """``SimJob.advance`` over the slots."""
+        """``Job.advance`` over the slots."""
         p = self._progress
         last, paused = p["last"][slots], p["paused"][slots]
         start = np.where(last > paused, last, paused)

@@ -13,10 +13,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from unstall.loop.failures import PolicyCrashError
 from unstall.net.topology_files import resolve_cluster
 from unstall.sched.resolve import resolve_policy
 from unstall.sim.congestion import resolve_congestion
-from unstall.sim.failures import PolicyCrashError
 from unstall.sim.run import SimRun, simulate
 from unstall.traces.schema import Trace
 from unstall.workload.profiles import JobProfile

@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from unstall.config import check, check_non_negative, check_number
+from unstall.loop.jobs import Job
 from unstall.net.hardware import DEVICE_PRESETS
 from unstall.net.topology import TopologyConfig
 from unstall.sched.base import ClusterLayout, Placement, Policy, policy_capabilities
@@ -26,10 +27,10 @@ from unstall.sim.arguments import resolve_arguments
 from unstall.sim.congestion import NO_CONGESTION, Congestion
 from unstall.sim.duration_gpu import duration_gpus
 from unstall.sim.engine import Engine, EngineSettings
+from unstall.sim.jobs import build_jobs
 from unstall.sim.metrics import SimResult, job_table, summarise, timeline_table, with_rejected
 from unstall.sim.perf_speed import PerfSpeedModel
 from unstall.sim.speed import SpeedModel
-from unstall.sim.state import SimJob, build_jobs
 from unstall.traces.models import assign_models, normalised_mix
 from unstall.traces.schema import Trace, TraceError
 from unstall.workload.job_specs import JobPerfSpec, known_models
@@ -290,7 +291,7 @@ class RunJobs:
     that fit the cluster as the engine keeps them, and which of the trace's jobs those are."""
 
     trace: Trace
-    jobs: list[SimJob]
+    jobs: list[Job]
     fits: np.ndarray  # per job of ``trace``: whether it fits the cluster
     models: np.ndarray  # per job of ``trace``: its model
 

@@ -20,11 +20,11 @@ from ray.exceptions import RayError, RayTaskError
 
 from unstall import ray_connect
 from unstall.errors import UnstallError
+from unstall.loop.failures import PolicyCrashError, describe_failure
 from unstall.net.topology import TopologyConfig
 from unstall.ray_connect import first_line
 from unstall.sched.base import Policy
 from unstall.sim.congestion import Congestion
-from unstall.sim.failures import PolicyCrashError, describe_failure
 from unstall.sim.metrics import SimResult
 from unstall.sim.run import simulate
 from unstall.sim.sweep import CellOutcome

@@ -1,4 +1,8 @@
-"""Mutable state of the simulated cluster and its jobs. Only the engine changes it.
+"""The jobs and GPUs of a run, as the scheduling core keeps them.
+
+A job's lifecycle (its state, placement, queueing and service, its moves and failures) is written
+only by :class:`unstall.loop.core.SchedulingCore`; its progress (iterations done, iteration time,
+pauses) by the driver's progress model, through the methods below.
 
 Invariants are checked on every change (not only in tests): a GPU is never given twice, no node
 holds more than its GPUs, a job runs only after it arrives and finishes exactly once.
@@ -7,12 +11,9 @@ holds more than its GPUs, a job runs only after it arrives and finishes exactly 
 from __future__ import annotations
 
 import enum
-import math
-from collections.abc import Sequence
 
 from unstall.errors import UnstallError
 from unstall.sched.base import ClusterLayout, JobView, Placement, Sensitivity
-from unstall.sim.speed import SpeedModel
 
 
 class SimInvariantError(UnstallError, AssertionError):
@@ -23,10 +24,23 @@ class JobState(enum.IntEnum):
     PENDING = 0  # not arrived yet
     QUEUED = 1
     RUNNING = 2
-    DONE = 3
+    DONE = 3  # finished its work
+    FAILED = 4  # failed ``max_failures`` times in a row without progress: out of the run
+    CANCELLED = 5  # cancelled by its user
 
 
-class SimJob:
+# How a job's state reads in an error ("cannot start it: the job is running").
+STATE_WORDS = {
+    JobState.PENDING: "not yet submitted",
+    JobState.QUEUED: "queued",
+    JobState.RUNNING: "running",
+    JobState.DONE: "finished",
+    JobState.FAILED: "failed",
+    JobState.CANCELLED: "cancelled",
+}
+
+
+class Job:
     """One job's static facts and its progress. Progress is advanced lazily, at rate changes."""
 
     __slots__ = (
@@ -37,6 +51,9 @@ class SimJob:
         "cons_iter_s",
         "done_iters",
         "duration_s",
+        "error",
+        "failed_in_a_row",
+        "failures",
         "finish_s",
         "first_start_s",
         "index",
@@ -109,6 +126,9 @@ class SimJob:
         self.preemptions = 0
         self.migrations = 0
         self.comm_overhead_s = 0.0
+        self.failures = 0  # segments that failed under it (a process or node died)
+        self.failed_in_a_row = 0  # its own failures since it last gained a checkpoint
+        self.error = ""  # the last failure's reason
 
     @property
     def attained_gpu_s(self) -> float:
@@ -172,7 +192,7 @@ class SimJob:
 class ClusterState:
     """Free GPUs per node and rack; allocation and release with capacity checks."""
 
-    __slots__ = ("free_by_node", "free_by_rack", "layout", "spread_by_node", "used_gpus")
+    __slots__ = ("down", "free_by_node", "free_by_rack", "layout", "spread_by_node", "used_gpus")
 
     def __init__(self, layout: ClusterLayout) -> None:
         self.layout = layout
@@ -180,8 +200,23 @@ class ClusterState:
         self.free_by_rack = list(layout.rack_gpus)
         self.used_gpus = 0
         self.spread_by_node = [0] * layout.num_nodes
+        self.down: set[int] = set()  # nodes that left the cluster: their GPUs are lost
 
-    def allocate(self, job: SimJob, placement: Placement) -> None:
+    def withdraw(self, node: int) -> None:
+        """A node that left: its free GPUs are taken from the policies' view for good (jobs
+        still on it are released first, by their failure)."""
+        if node in self.down:
+            return
+        self.down.add(node)
+        free = self.free_by_node[node]
+        self.free_by_node[node] = 0
+        self.free_by_rack[self.layout.node_rack[node]] -= free
+
+    @property
+    def lost_gpus(self) -> int:
+        return sum(self.layout.node_gpus[node] for node in self.down)
+
+    def allocate(self, job: Job, placement: Placement) -> None:
         total = 0
         seen: set[int] = set()
         for node, k in placement:
@@ -219,66 +254,3 @@ class ClusterState:
             if self.free_by_node[node] > node_gpus[node]:
                 raise SimInvariantError(f"node {node} released more GPUs than it has")
             self.used_gpus -= k
-
-
-def build_jobs(
-    *,
-    job_ids: Sequence[str],
-    submit_s: Sequence[float],
-    num_gpus: Sequence[int],
-    duration_s: Sequence[float],
-    models: Sequence[str],
-    speed: SpeedModel,
-    duration_gpus: Sequence[str] | None = None,
-) -> list[SimJob]:
-    """Jobs with their consolidated iteration time, sensitivity and speed on each GPU type,
-    cached per (model, GPUs, duration GPU). ``duration_gpus``: the GPU type each job's duration
-    was measured on, where jobs differ (None: the speed model's ``duration_gpu`` for all; only
-    a speed model with ``reference_iter_s`` can tell them apart)."""
-    cache: dict[tuple[str, int, str | None], _Facts] = {}
-    jobs: list[SimJob] = []
-    gpus: Sequence[str | None] = (
-        duration_gpus if duration_gpus is not None else [None] * len(job_ids)
-    )
-    for i, (jid, sub, n, dur, model, gpu) in enumerate(
-        zip(job_ids, submit_s, num_gpus, duration_s, models, gpus, strict=True)
-    ):
-        key = (model, int(n), gpu)
-        facts = cache.get(key)
-        if facts is None:
-            facts = cache[key] = _facts(speed, model, int(n), gpu)
-        jobs.append(
-            SimJob(
-                index=i,
-                job_id=str(jid),
-                submit_s=float(sub),
-                num_gpus=int(n),
-                duration_s=float(dur),
-                model=model,
-                cons_iter_s=facts[0],
-                sensitivity=facts[1],
-                type_speeds=facts[2],
-            )
-        )
-    return jobs
-
-
-_Facts = tuple[float, Sensitivity, tuple[tuple[str, float], ...]]
-
-
-def _facts(speed: SpeedModel, model: str, num_gpus: int, gpu: str | None) -> _Facts:
-    """A job's consolidated iteration time on its duration GPU, its network sensitivity and its
-    speed on each GPU type (work done per second there over work done per second on the
-    duration GPU, both consolidated; empty when the speed model cannot tell)."""
-    reference = getattr(speed, "reference_iter_s", None)
-    if gpu is not None and reference is not None:
-        cons = float(reference(model, num_gpus, gpu))
-    else:
-        cons = speed.consolidated_iter_s(model, num_gpus)
-    by_type = getattr(speed, "type_iter_s", None)
-    speeds: tuple[tuple[str, float], ...] = ()
-    if by_type is not None:
-        speeds = tuple(
-            (t, cons / it if it < math.inf else 0.0) for t, it in by_type(model, num_gpus).items()
-        )
-    return cons, speed.sensitivity(model, num_gpus), speeds

@@ -11,8 +11,8 @@ import math
 from collections.abc import Iterable
 
 from unstall.config import is_real_number
+from unstall.loop.jobs import ClusterState, Job, SimInvariantError
 from unstall.sched.base import Decision, Migrate, Placement, Preempt, SetTimer, Start
-from unstall.sim.state import ClusterState, SimInvariantError, SimJob
 
 
 class PolicyError(SimInvariantError):
@@ -109,7 +109,7 @@ def _check_items(policy: str, field: str, items: object, item: type) -> None:
 
 
 def check_placement(
-    policy: str, job: SimJob, placement: Placement, cluster: ClusterState
+    policy: str, job: Job, placement: Placement, cluster: ClusterState
 ) -> Placement:
     """``placement`` is possible for ``job`` now: existing nodes, each once, no more GPUs than a
     node has or has free, and exactly the GPUs the job asks for. Returns it as the engine keeps
@@ -142,6 +142,8 @@ def check_placement(
                 job.job_id,
                 f"asks {k} GPUs of node {node}, which has only {node_gpus[node]}",
             )
+        if node in cluster.down:
+            raise PolicyError(policy, job.job_id, f"node {node} has left the cluster")
         free = cluster.free_by_node[node]
         if k > free:
             raise PolicyError(
@@ -159,7 +161,7 @@ def check_placement(
     return placement
 
 
-def _as_pairs(policy: str, job: SimJob, placement: object) -> Placement:
+def _as_pairs(policy: str, job: Job, placement: object) -> Placement:
     """A placement written with lists as the tuple of pairs it stands for."""
     if not isinstance(placement, tuple | list) or not all(
         isinstance(share, tuple | list) and len(share) == 2 for share in placement

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Collection, Iterator, Sequence
 from typing import overload
 
+from unstall.loop.jobs import SimInvariantError
 from unstall.sched.base import JobView
-from unstall.sim.state import SimInvariantError
 
 
 class RoundView(Sequence[JobView]):
