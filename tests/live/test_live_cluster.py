@@ -227,7 +227,7 @@ def test_a_killed_process_sends_its_job_back_from_its_last_checkpoint(
         import pandas as pd
         import ray
         from unstall.live import LiveConfig, run_live
-        from unstall.live.backend import EXECUTOR_PREFIX
+        from unstall.live.pool import EXECUTOR_PREFIX
         from unstall.traces import Trace
 
         frame = pd.DataFrame({{"job_id": ["long"], "submit_s": [0.0], "num_gpus": [2],
@@ -360,7 +360,7 @@ def test_ctrl_c_stops_every_process_and_writes_what_finished(cluster: str, tmp_p
     left = _python(
         f"""
         import json, ray
-        from unstall.live.backend import EXECUTOR_PREFIX
+        from unstall.live.pool import EXECUTOR_PREFIX
         ray.init(address={cluster!r}, log_to_driver=False)
         names = [n for n in ray.util.list_named_actors(all_namespaces=True)
                  if str(n.get("name", n) if isinstance(n, dict) else n).startswith(EXECUTOR_PREFIX)]

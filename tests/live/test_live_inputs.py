@@ -186,27 +186,19 @@ def _backend(max_failures: int) -> object:
     )
 
 
-def test_a_job_that_keeps_failing_is_given_up_and_leaves_the_queue() -> None:
-    from unstall.loop.jobs import JobState
+def test_a_live_run_gives_a_job_up_after_its_max_failures() -> None:
+    """The live backend hands its ``max_failures`` to the scheduling core, which gives a job up
+    (tests/loop/test_core.py checks how the core counts failures)."""
+    from unstall.loop import JobState
 
-    backend: Any = _backend(max_failures=3)
-    job = backend.jobs[0]
-    backend._arrive(job)
-    record = backend.records[job.job_id]
-    # A failure of its node is not the job's own; one that got past a checkpoint starts the
-    # count again.
-    backend._job_failed(job, "node gone", progressed=False, own=False)
-    backend._job_failed(job, "loss is nan", progressed=False, own=True)
-    backend._job_failed(job, "loss is nan", progressed=True, own=True)
-    backend._job_failed(job, "loss is nan", progressed=False, own=True)
-    assert job.state == JobState.QUEUED and job.index in backend.queued
-    assert not record.given_up and record.failed_in_a_row == 1
-    backend.queued.pop(job.index)  # as a start takes it
-    backend._job_failed(job, "loss is nan", progressed=False, own=True)
-    backend.queued.pop(job.index)
-    backend._job_failed(job, "CUDA out of memory", progressed=False, own=True)
-    assert record.given_up and record.failures == 6 and record.error == "CUDA out of memory"
-    assert job.index not in backend.queued and job.state != JobState.DONE
+    backend: Any = _backend(max_failures=2)
+    core = backend.core
+    job = core.jobs[0]
+    core.arrive(job, 0.0)
+    core.fail(job, 1.0, "loss is nan", progressed=False, own=True)
+    assert job.state == JobState.QUEUED
+    core.fail(job, 2.0, "loss is nan", progressed=False, own=True)
+    assert job.state == JobState.FAILED and job.failures == 2 and job.index not in core.queued
 
 
 def _stalled_emulated_job(stall_s: float, iterations: int) -> tuple[float, float, float]:

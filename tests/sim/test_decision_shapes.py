@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sim_fakes import FakeSpeed
+from unstall.loop.checks import PolicyError, check_decision_shape
 from unstall.sched.base import (
     ClusterLayout,
     ClusterSnapshot,
@@ -23,7 +24,6 @@ from unstall.sched.base import (
 )
 from unstall.sched.fifo import Fifo
 from unstall.sim.congestion import CongestionSchedule
-from unstall.loop.checks import PolicyError, check_decision_shape
 from unstall.sim.engine import Engine, EngineSettings
 from unstall.sim.jobs import build_jobs
 

@@ -183,8 +183,8 @@ def test_a_bad_gpu_type_is_named_with_its_row_and_field(tmp_path: Path) -> None:
 
 def test_job_views_carry_each_types_speed_as_the_job_would_run_there(tmp_path: Path) -> None:
     from unstall.net import relative_speed
-    from unstall.sim.perf_speed import PerfSpeedModel
     from unstall.sim.jobs import build_jobs
+    from unstall.sim.perf_speed import PerfSpeedModel
 
     mixed = cluster(tmp_path, "mixed", groups(4, 4))
     jobs = build_jobs(

@@ -9,6 +9,9 @@ from dataclasses import dataclass, field, replace
 import pytest
 
 from sim_fakes import FakeSpeed
+from unstall.loop.checks import PolicyError
+from unstall.loop.failures import PolicyCrashError
+from unstall.loop.jobs import JobState, SimInvariantError
 from unstall.net import small
 from unstall.sched.base import (
     ClusterLayout,
@@ -22,12 +25,9 @@ from unstall.sched.base import (
 )
 from unstall.sched.fifo import Fifo
 from unstall.sim.congestion import CongestionSchedule
-from unstall.loop.checks import PolicyError
 from unstall.sim.engine import Engine, EngineSettings
-from unstall.loop.failures import PolicyCrashError
-from unstall.sim.run import simulate
-from unstall.loop.jobs import JobState, SimInvariantError
 from unstall.sim.jobs import build_jobs
+from unstall.sim.run import simulate
 from unstall.traces import default_trace
 
 NO_CONGESTION = CongestionSchedule(times_s=(0.0,), fractions=(0.0,))

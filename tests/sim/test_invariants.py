@@ -11,12 +11,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sim_fakes import FakeSpeed
+from unstall.loop.jobs import JobState
 from unstall.net import small
 from unstall.sched import POLICIES, ClusterLayout, make_policy
 from unstall.sched.base import ClusterSnapshot, Decision, SetTimer, Start
 from unstall.sim import PolicyError, congestion_level, simulate
 from unstall.sim.engine import Engine, EngineSettings
-from unstall.loop.jobs import JobState
 from unstall.sim.jobs import build_jobs
 from unstall.traces import Trace
 

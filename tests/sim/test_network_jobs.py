@@ -8,10 +8,10 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from unstall.loop.jobs import Job
 from unstall.sched.base import Sensitivity
 from unstall.sim.network_jobs import NetworkJobs
 from unstall.sim.speed import RateTiming
-from unstall.loop.jobs import Job
 
 positive = st.floats(1e-3, 1e3)
 term = st.tuples(positive, st.sampled_from([1.0, 2.0, 7.0]), st.floats(0.0, 1e-2), positive)

@@ -24,14 +24,24 @@ from unstall.live.backend import JobRecord, LiveBackend, LiveInterrupted, LiveOu
 from unstall.live.cluster import LiveCluster, LocalRayCluster, discover
 from unstall.live.config import LiveConfig
 from unstall.live.training import JobWork, UserWork
-from unstall.loop.jobs import Job
+from unstall.loop import Job, JobState
 from unstall.net import resolve_cluster
 from unstall.net.topology import TopologyConfig
 from unstall.results import JsonResult
 from unstall.sched import resolve_policy
 from unstall.sched.base import Policy
-from unstall.sim.metrics import SimResult, job_table, summarise, timeline_table
-from unstall.sim.run import RunJobs, SimRun, gpu_type_of, run_jobs, simulate, speed_model
+from unstall.sim import (
+    RunJobs,
+    SimResult,
+    SimRun,
+    gpu_type_of,
+    job_table,
+    run_jobs,
+    simulate,
+    speed_model,
+    summarise,
+    timeline_table,
+)
 from unstall.traces import resolve_trace
 from unstall.traces.schema import Trace
 
@@ -368,9 +378,10 @@ def _results(
     table["start_progress"] = [" ".join(f"{p:.3f}" for p in r.start_progress) for r in records]
     table["startup_s"] = [r.startup_s for r in records]
     table["restore_s"] = [_median(r.restore_s) for r in records]
-    table["failures"] = np.array([r.failures for r in records], dtype=np.int64)
-    table.loc[[r.given_up for r in records], "outcome"] = "failed"
-    table["error"] = [r.error for r in records]
+    ran = outcome.engine.jobs
+    table["failures"] = np.array([job.failures for job in ran], dtype=np.int64)
+    table.loc[[job.state == JobState.FAILED for job in ran], "outcome"] = "failed"
+    table["error"] = [job.error for job in ran]
     table["behind_s"] = [r.behind_s for r in records]
     jobs = prepared.with_rejected(table)
     rounds = pd.DataFrame(

@@ -372,10 +372,12 @@ class SchedulingCore:
             job.first_start_s = now
         job.queued_total_s += now - job.queued_since_s
         job.changed_s = now
-        self._run_on(job, placement, now, migrating=False)
         self._emit(now, job, "started", placement_text(placement))
+        self._run_on(job, placement, now, migrating=False)
 
     def migrate(self, job: Job, placement: Placement, now: float) -> None:
+        if self.running.get(job.index) is not job:
+            return  # it ended (a node's loss) while the decision was carried out
         outcome = self._driver().stop(job, now, "migrate")
         self._release(job, outcome.at_s)
         if outcome.kind != "stopped":
@@ -388,10 +390,12 @@ class SchedulingCore:
         job.placement = placement
         job.migrations += 1
         self.migrations += 1
-        self._run_on(job, placement, at, migrating=True)
         self._emit(at, job, "migrated", placement_text(placement))
+        self._run_on(job, placement, at, migrating=True)
 
     def preempt(self, job: Job, now: float) -> None:
+        if self.running.get(job.index) is not job:
+            return  # it ended (a node's loss) while the decision was carried out
         outcome = self._driver().stop(job, now, "preempt")
         self._release(job, outcome.at_s)
         self._settle(job, outcome, "preempt")
@@ -436,6 +440,9 @@ class SchedulingCore:
         gained (a job that cannot run must not hold GPUs in a loop of restarts)."""
         if job.index in self.running:
             self._release(job, now)
+        elif job.index in self.queued:  # failed as it was being started
+            del self.queued[job.index]
+            del self.queued_views[job.index]
         self.failures += 1
         job.failures += 1
         job.error = reason
@@ -505,8 +512,12 @@ class SchedulingCore:
             self.running_views[job.index] = job.make_view(True)
 
     def set_view(self, job: Job, view: JobView) -> None:
-        """A driver's own view of a running job (a wall clock's estimate of an oracle's)."""
-        self.running_views[job.index] = view
+        """A driver's own view of a queued or running job (a wall clock's estimate of an
+        oracle's)."""
+        if job.index in self.running_views:
+            self.running_views[job.index] = view
+        elif job.index in self.queued_views:
+            self.queued_views[job.index] = view
 
     def _emit(self, now: float, job: Job, kind: str, detail: str = "") -> None:
         if self.on_event is not None:

@@ -246,11 +246,14 @@ class ClusterState:
         node_gpus = self.layout.node_gpus
         node_rack = self.layout.node_rack
         spread = len(placement) > 1
+        down = self.down
         for node, k in placement:
-            self.free_by_node[node] += k
-            self.free_by_rack[node_rack[node]] += k
             if spread:
                 self.spread_by_node[node] -= 1
+            self.used_gpus -= k
+            if down and node in down:
+                continue  # a lost node's GPUs stay lost
+            self.free_by_node[node] += k
+            self.free_by_rack[node_rack[node]] += k
             if self.free_by_node[node] > node_gpus[node]:
                 raise SimInvariantError(f"node {node} released more GPUs than it has")
-            self.used_gpus -= k

@@ -33,6 +33,12 @@ What this part offers:
   policy, the exception and the file, line and function that raised it.
 - :class:`SimInterrupted`: a Ctrl-C stopped :func:`simulate`; a KeyboardInterrupt that says how
   far the run got (simulated time, jobs finished of those simulated).
+- For the other drivers of the scheduling core (:mod:`unstall.loop`; the live backend, the
+  service), what a run on a real cluster shares with a simulated one: ``layout_of`` (the cluster
+  as policies see it), ``speed_model`` and :class:`PerfSpeedModel` (job speeds by placement),
+  ``run_jobs`` / :class:`RunJobs` (a trace's jobs, with the ones too large for the cluster set
+  apart), :class:`NetworkState` (max-min fair link shares), and the results: ``job_table``,
+  ``timeline_table``, ``summarise``, ``gpu_type_of``.
 
 Example: the first 50 jobs of the embedded trace, all training a model measured by
 ``unstall profile`` (a :class:`unstall.workload.JobProfile`; jobs naming a zoo model need no
@@ -73,9 +79,19 @@ from unstall.sim.congestion import (
     resolve_congestion,
 )
 from unstall.sim.engine import SimInterrupted
-from unstall.sim.metrics import SimResult
+from unstall.sim.metrics import SimResult, job_table, summarise, timeline_table
+from unstall.sim.network import NetworkState
+from unstall.sim.perf_speed import PerfSpeedModel
 from unstall.sim.request import SimRequest, read_job_profiles, simulate_request
-from unstall.sim.run import SimRun, simulate
+from unstall.sim.run import (
+    RunJobs,
+    SimRun,
+    gpu_type_of,
+    layout_of,
+    run_jobs,
+    simulate,
+    speed_model,
+)
 from unstall.sim.sweep import (
     CellOutcome,
     SweepCell,
@@ -93,8 +109,11 @@ __all__ = [
     "Congestion",
     "CongestionLevel",
     "CongestionSchedule",
+    "NetworkState",
+    "PerfSpeedModel",
     "PolicyCrashError",
     "PolicyError",
+    "RunJobs",
     "SimInterrupted",
     "SimInvariantError",
     "SimRequest",
@@ -104,11 +123,18 @@ __all__ = [
     "SweepGrid",
     "SweepResult",
     "congestion_level",
+    "gpu_type_of",
+    "job_table",
+    "layout_of",
     "read_congestion_schedule",
     "read_job_profiles",
     "resolve_congestion",
+    "run_jobs",
     "simulate",
     "simulate_request",
+    "speed_model",
+    "summarise",
     "summarise_sweep",
     "sweep_rows",
+    "timeline_table",
 ]
