@@ -21,7 +21,7 @@ from rich.text import Text
 from typer.core import TyperGroup
 
 from unstall.errors import ConfigError, ConfigFileError, UnstallError
-from unstall.results import write_result
+from unstall.results import replaced_atomically, write_result
 from unstall.usercode import UserCodeNameError
 
 # Output that is not a terminal (a log, a pipe, a test) has no width to respect: keep rows whole.
@@ -399,3 +399,17 @@ def _three_figures(value: float) -> str:
     if value >= 1:
         return f"{value:.2f}"
     return f"{value:#.3g}"
+
+
+def write_table(frame: object, path: Path) -> None:
+    """A per-job table as CSV (or Parquet for ``.parquet``/``.pq``), written whole or not at
+    all."""
+    import pandas as pd
+
+    assert isinstance(frame, pd.DataFrame)
+    with replaced_atomically(path) as tmp:
+        if path.suffix.lower() in (".parquet", ".pq"):
+            frame.to_parquet(tmp, index=False)
+        else:
+            frame.to_csv(tmp, index=False)
+    console.print(f"wrote {path}", highlight=False, markup=False)

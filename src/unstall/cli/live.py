@@ -269,10 +269,10 @@ def _user_work(model: str | None, data: str | None, loss: str) -> UserWork | Non
 
 
 def _write(run: LiveRun, jobs_out: Path | None, json_path: Path | None, config: object) -> None:
-    from unstall.cli.sim_run import _write_table
+    from unstall.cli.common import write_table
 
     if jobs_out is not None:
-        _write_table(run.jobs, jobs_out)
+        write_table(run.jobs, jobs_out)
     save_json(json_path, run, {"live": config})
 
 

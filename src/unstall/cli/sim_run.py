@@ -27,6 +27,7 @@ from unstall.cli.common import (
     progress_bar,
     save_json,
     table,
+    write_table,
 )
 from unstall.cli.sim_text import parse_model_mix, parse_pairs, split_policy_options
 from unstall.errors import UnstallError
@@ -210,7 +211,7 @@ def run(
     )
     print_tuner_courses([outcome])
     if jobs_out is not None:
-        _write_table(outcome.jobs, jobs_out)
+        write_table(outcome.jobs, jobs_out)
     save_json(json_path, r, {"sim": request, "trace": str(trace or "embedded default")})
 
 
@@ -335,18 +336,6 @@ def report_unused_models(outcome: SimRun, request: SimRequest, trace: Trace) -> 
                 highlight=False,
                 soft_wrap=True,
             )
-
-
-def _write_table(frame: object, path: Path) -> None:
-    import pandas as pd
-
-    assert isinstance(frame, pd.DataFrame)
-    with replaced_atomically(path) as tmp:
-        if path.suffix.lower() in (".parquet", ".pq"):
-            frame.to_parquet(tmp, index=False)
-        else:
-            frame.to_csv(tmp, index=False)
-    console.print(f"wrote {path}", highlight=False, markup=False)
 
 
 @handle_errors

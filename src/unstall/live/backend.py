@@ -53,6 +53,8 @@ class LiveInterrupted(KeyboardInterrupt):
 
     def __init__(self, outcome: LiveOutcome) -> None:
         self.outcome = outcome
+        # The results of what finished, in run_live's types, once run_live has built them.
+        self.run: object | None = None
         done = sum(1 for job in outcome.engine.jobs if job.state == JobState.DONE)
         super().__init__(f"{done} of {len(outcome.engine.jobs)} jobs finished")
 

@@ -17,16 +17,22 @@ import dataclasses
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any
 
 import ray
-from ray.exceptions import GetTimeoutError, RayActorError, RayError
+from ray.exceptions import GetTimeoutError, RayError
 
 from unstall.live.clock import WallClock
 from unstall.live.config import LiveConfig
 from unstall.live.pool import ExecutorPool, LiveRunError, NodeSlot, last_line
-from unstall.live.training import JobWork, SegmentOutcome, SegmentPlan
+from unstall.live.segments import (
+    Ended,
+    JobRecord,
+    Segment,
+    any_failed,
+    gather,
+    node_died,
+)
+from unstall.live.training import SegmentOutcome, SegmentPlan
 from unstall.loop import (
     NOTHING,
     Collected,
@@ -42,49 +48,8 @@ from unstall.sim import NetworkState, PerfSpeedModel
 # Seconds a stopping job's processes get to finish their step and checkpoint before they are
 # counted as failed (an emulated step is short; a real one can be a few seconds on a CPU).
 STOP_GRACE_S = 120.0
-# Wall seconds the other processes of a job get to notice that one of them failed.
-FAILED_PEER_GRACE_S = 10.0
 # How long the loop sleeps at most between looks at its executors while nothing is due.
 POLL_S = 0.5
-
-
-@dataclass
-class Segment:
-    """A job's run on one placement: its executors (rank order), their calls, when it began."""
-
-    job: Job
-    placement: Placement
-    executors: list[NodeSlot]  # (node, slot) of each rank
-    refs: list[Any]
-    began_wall: float
-    start_iteration: float
-    segment_id: str = ""  # unique in the run: the executors' name for this segment
-    iteration_s: float = 0.0  # emulated: trace seconds an iteration takes on this placement
-
-
-@dataclass
-class JobRecord:
-    """What only a live run knows of a job: measured set-up times (trace seconds), its
-    placements over time, how far its processes fell behind."""
-
-    startup_s: float = math.nan  # first segment: joining the group, building the model
-    restore_s: list[float] = field(default_factory=list)  # later segments: join + restore
-    checkpoint_s: list[float] = field(default_factory=list)  # stops: the final checkpoint
-    placements: list[str] = field(default_factory=list)
-    start_progress: list[float] = field(default_factory=list)  # share of the work done at each
-    behind_s: float = 0.0  # emulated: trace seconds its processes fell behind the perf model
-    work: JobWork | None = None
-    scale: float = 1.0  # trace iterations per executor iteration
-
-
-@dataclass
-class _Ended:
-    """What a segment's processes returned: their outcomes, or the failure and its processes."""
-
-    outcomes: list[SegmentOutcome]
-    error: BaseException | None = None
-    dead: list[NodeSlot] = field(default_factory=list)
-    gone: set[int] = field(default_factory=set)  # nodes whose death Ray reported
 
 
 class LiveDriver:
@@ -148,7 +113,7 @@ class LiveDriver:
             ready, _ = ray.wait(segment.refs, num_returns=len(segment.refs), timeout=0)
             if len(ready) == len(segment.refs):
                 ended.append(segment)
-            elif ready and _any_failed(ready):
+            elif ready and any_failed(ready):
                 # One process is gone: the others stop at their next collective, with an error.
                 ended.append(segment)
         return ended
@@ -165,7 +130,7 @@ class LiveDriver:
     def _settle(self, segment: Segment, now: float, verb: StopVerb | None) -> StopOutcome:
         """A segment that ended by itself: the core is told how, then dead processes are
         replaced (which may find that their node has gone)."""
-        ended = self._gather(segment)
+        ended = gather(segment, self.config.join_timeout_s)
         outcome = self._account(segment, ended, now, verb)
         self.core.settle(segment.job, outcome)
         self._after(outcome, segment)
@@ -214,7 +179,7 @@ class LiveDriver:
         # A failure here is seen again below, which fails the job.
         with contextlib.suppress(RayError, GetTimeoutError):
             ray.get(segment.refs, timeout=STOP_GRACE_S)
-        ended = self._gather(segment)
+        ended = gather(segment, self.config.join_timeout_s)
         outcome = self._account(segment, ended, self.clock.now(), verb)
         self._after(outcome, segment)
         self._replace_dead(ended)
@@ -250,7 +215,7 @@ class LiveDriver:
             self._free(segment)
             reason = f"could not start: {last_line(exc)}"
             self.core.fail(job, self.clock.now(), reason, progressed=False, own=False)
-            self._replace(first, node_gone=_node_died(exc))
+            self._replace(first, node_gone=node_died(exc))
             return
         held = self.pool.store.load.remote(job.job_id) if job.done_iters > 0 else None
         on_gpu = self.pool.cluster.nodes[first[0]].uses_gpus and not record.work.emulated
@@ -314,30 +279,8 @@ class LiveDriver:
 
     # --- segments that ended -----------------------------------------------------------------
 
-    def _gather(self, segment: Segment) -> _Ended:
-        """What each process of the segment returned."""
-        ended = _Ended(outcomes=[])
-        for node_slot, ref in zip(segment.executors, segment.refs, strict=True):
-            # Once one process has failed the others are waiting in a collective that will
-            # not complete: they get a short grace to notice, then they are replaced.
-            grace = self.config.join_timeout_s if ended.error is None else FAILED_PEER_GRACE_S
-            try:
-                ended.outcomes.append(ray.get(ref, timeout=grace))
-            except RayActorError as exc:
-                ended.dead.append(node_slot)
-                ended.error = ended.error or exc
-                if _node_died(exc):
-                    ended.gone.add(node_slot[0])
-            except (RayError, GetTimeoutError) as exc:
-                # A process that lost its peer reports that; the one that failed first says why.
-                if ended.error is None or _peer_gone(ended.error):
-                    ended.error = exc
-                if isinstance(exc, GetTimeoutError):
-                    ended.dead.append(node_slot)  # stuck: it is replaced
-        return ended
-
     def _account(
-        self, segment: Segment, ended: _Ended, now: float, verb: StopVerb | None
+        self, segment: Segment, ended: Ended, now: float, verb: StopVerb | None
     ) -> StopOutcome:
         """The segment's progress and how it ended (the job's GPUs are the core's to free)."""
         job = segment.job
@@ -393,7 +336,7 @@ class LiveDriver:
 
     # --- faults --------------------------------------------------------------------------------
 
-    def _replace_dead(self, ended: _Ended) -> None:
+    def _replace_dead(self, ended: Ended) -> None:
         for node_slot in ended.dead:
             self._replace(node_slot, node_gone=node_slot[0] in ended.gone)
 
@@ -427,28 +370,3 @@ class LiveDriver:
         refs = [ref for segment in self.segments.values() for ref in segment.refs]
         if refs:
             ray.wait(refs, num_returns=len(refs), timeout=10)
-
-
-def _any_failed(refs: list[Any]) -> bool:
-    for ref in refs:
-        try:
-            ray.get(ref, timeout=0)
-        except RayError:
-            return True
-    return False
-
-
-def _peer_gone(exc: BaseException) -> bool:
-    """Whether a process failed only because another process of its job had gone."""
-    text = str(exc)
-    return "Connection closed by peer" in text or "Connection reset by peer" in text
-
-
-def _node_died(exc: BaseException) -> bool:
-    """Whether Ray gave a node's death as the reason an executor died, or its process cannot
-    be reached at all (a node that has gone, before Ray's heartbeats notice)."""
-    text = str(exc)
-    return any(
-        sign in text
-        for sign in ("node has died", "node was terminated", "failed to connect to all addresses")
-    )

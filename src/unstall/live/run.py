@@ -20,9 +20,11 @@ import pandas as pd
 
 from unstall.config import check
 from unstall.errors import ConfigError, UnstallError
-from unstall.live.backend import JobRecord, LiveBackend, LiveInterrupted, LiveOutcome
+from unstall.live.backend import LiveBackend, LiveInterrupted, LiveOutcome
 from unstall.live.cluster import LiveCluster, LocalRayCluster, discover
 from unstall.live.config import LiveConfig
+from unstall.live.prediction import predict_run
+from unstall.live.segments import JobRecord
 from unstall.live.training import JobWork, UserWork
 from unstall.loop import Job, JobState
 from unstall.net import resolve_cluster
@@ -37,7 +39,6 @@ from unstall.sim import (
     gpu_type_of,
     job_table,
     run_jobs,
-    simulate,
     speed_model,
     summarise,
     timeline_table,
@@ -263,8 +264,7 @@ def _run_on(
         try:
             outcome = backend.run()
         except LiveInterrupted as stop:
-            run = _results(stop.outcome, live, prepared, policy, config, address, started)
-            stop.run = run  # type: ignore[attr-defined]
+            stop.run = _results(stop.outcome, live, prepared, policy, config, address, started)
             raise
         finals: dict[str, bytes] = {}
         if keep_final and not config.emulated:
@@ -277,32 +277,15 @@ def _run_on(
     run = _results(outcome, live, prepared, policy, config, address, started)
     prediction = None
     if predict:
-        # What this run measured (unless the config says otherwise): the simulator's costs.
-        restore = config.restore_s if config.restore_s is not None else run.facts.measured_restore_s
-        startup = config.startup_s
-        own: dict[str, float] | None = None
-        if startup is None:
-            measured = run.facts.startup_s_median
-            startup = 0.0 if np.isnan(measured) else measured
-            # Each job's own, as measured: start-ups vary from job to job (a group over two
-            # nodes forms slower than one within a node), and a policy that takes whatever is
-            # free at an instant places differently once a start comes later (fifo: one job
-            # consolidated live and spread in a median-charged prediction, its makespan a
-            # third apart). The median stays for jobs that never started live.
-            own = {
-                job_id: float(value)
-                for job_id, value in zip(run.jobs["job_id"], run.jobs["startup_s"], strict=True)
-                if not np.isnan(value)
-            }
-        prediction = simulate(
+        prediction = predict_run(
+            run.jobs,
+            run.facts.measured_restore_s,
+            run.facts.startup_s_median,
             trace,
             topology,
             policy,
-            seed=config.seed,
-            restore_s=restore if restore is not None else 60.0,
-            startup_s=startup,
-            job_startup_s=own,
-            duration_gpu=duration_gpu,
+            config,
+            duration_gpu,
         )
     return LiveRun(
         result=run.result,

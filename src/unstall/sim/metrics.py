@@ -109,6 +109,7 @@ def with_rejected(table: pd.DataFrame, order: np.ndarray, rejected: pd.DataFrame
 
 
 def timeline_table(timeline: Timeline) -> pd.DataFrame:
+    """The timeline as a table: time, busy GPUs, queue length, congestion."""
     return pd.DataFrame(
         {
             "time_s": np.frombuffer(timeline.time_s, dtype=np.float64),
@@ -140,6 +141,8 @@ def summarise(
     wall_s: float,
     node_type: tuple[str, ...] = (),
 ) -> SimResult:
+    """The summary of a run (simulated or live): JCTs, queueing, makespan, communication
+    overhead, utilisation, moves and fairness, from the core's outcome and the run's labels."""
     table = job_table(outcome.jobs)
     done = table[table["finished"]]
     jct = done["jct_s"].to_numpy()
