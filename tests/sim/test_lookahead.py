@@ -178,14 +178,21 @@ def test_it_never_reads_true_durations() -> None:
 def test_it_needs_only_what_a_live_backend_gives() -> None:
     """The live backend builds snapshots of plain tuples of fresh views each round and calls
     ``decide``; the policy declares nothing it must be given beyond that."""
-    policy = make_policy("dally", horizon_s=3600.0)
+    policy, twin = make_policy("dally", horizon_s=3600.0), make_policy("dally", horizon_s=3600.0)
     assert not missing_policy_members(policy)
     taught(policy)  # type: ignore[arg-type]
+    taught(twin)  # type: ignore[arg-type]
     snap = long_job_holds_the_cluster()
-    # Fresh view objects, as a live backend builds them every round.
-    again = dataclasses.replace(snap, queued=tuple(dataclasses.replace(v) for v in snap.queued))
-    assert policy.decide(snap, random.Random(0)).preemptions
-    policy.decide(again, random.Random(0))
+    # Fresh view objects (and plain tuples), as a live backend builds them every round: the
+    # same decision as from the engine's snapshot.
+    again = dataclasses.replace(
+        snap,
+        queued=tuple(dataclasses.replace(v) for v in snap.queued),
+        running=tuple(dataclasses.replace(v) for v in snap.running),
+    )
+    decided = policy.decide(snap, random.Random(0))
+    assert [p.job_id for p in decided.preemptions] == ["j0"]
+    assert twin.decide(again, random.Random(0)) == decided
 
 
 def test_dally_is_tuned_by_default_and_dally_fixed_is_not() -> None:
