@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from snapshots import job_view
 from unstall.errors import ConfigError
 from unstall.net import load_topology
 from unstall.sched import ClusterLayout, ClusterSnapshot, JobView, Sensitivity, make_policy
@@ -141,19 +143,9 @@ def test_knowing_the_speeds_never_leaves_the_worst_job_worse_off(
     )
 
 
-def view(job_id: str, gpus: int, speeds: dict[str, float], **kw: object) -> JobView:
-    return JobView(
-        job_id=job_id,
-        index=int(job_id[1:]),
-        num_gpus=gpus,
-        submit_s=0.0,
-        model="resnet50",
-        sensitivity=Sensitivity.flat(1.0, 1.0),
-        attained_gpu_s_at_change=0.0,
-        changed_s=float(kw.pop("changed_s", 0.0)),  # type: ignore[arg-type]
-        running=bool(kw.get("placement")),
-        type_speeds=tuple(speeds.items()),
-        **kw,  # type: ignore[arg-type]
+def view(job_id: str, gpus: int, speeds: dict[str, float], **kw: Any) -> JobView:
+    return job_view(
+        job_id, gpus, model="resnet50", sensitivity=Sensitivity.flat(1.0, 1.0), speeds=speeds, **kw
     )
 
 
@@ -274,18 +266,13 @@ def test_a_round_places_again_a_job_spread_at_a_cost() -> None:
     speeds = (("v100", 1.0), ("k80", 0.0))
 
     def spread(sensitivity: float) -> ClusterSnapshot:
-        job = JobView(
-            job_id="j0",
-            index=0,
-            num_gpus=8,
-            submit_s=0.0,
+        job = job_view(
+            "j0",
+            8,
             model="alexnet",
             sensitivity=Sensitivity.flat(sensitivity, sensitivity),
-            attained_gpu_s_at_change=0.0,
-            changed_s=0.0,
-            running=True,
             placement=((0, 4), (1, 4)),
-            type_speeds=speeds,
+            speeds=dict(speeds),
         )
         return ClusterSnapshot(
             now=360.0,

@@ -9,17 +9,16 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from snapshots import cluster_snapshot
+from snapshots import cluster_snapshot, job_view
 from unstall.sched import placement as pl
 from unstall.sched.base import (
     ClusterLayout,
     ClusterSnapshot,
     JobView,
-    Migrate,
     Placement,
     Sensitivity,
 )
-from unstall.sched.dally import Dally, DallyConfig
+from unstall.sched.dally import Dally
 from unstall.sched.fifo import Consolidate, Fifo
 from unstall.sched.free import FreeGpus
 from unstall.sched.tiresias import Tiresias
@@ -49,18 +48,13 @@ def job(
     sens: Sensitivity = INSENSITIVE,
     submit: float = 0.0,
 ) -> JobView:
-    return JobView(
-        job_id=jid,
-        index=int(jid[1:]),
-        num_gpus=gpus,
+    return job_view(
+        jid,
+        gpus,
         submit_s=submit,
-        model="m",
         sensitivity=sens,
-        attained_gpu_s_at_change=0.0,
-        changed_s=0.0,
-        running=bool(placement),
         placement=placement,
-        type_speeds=(("v100", 1.0), ("k80", k80)),
+        speeds={"v100": 1.0, "k80": k80},
     )
 
 

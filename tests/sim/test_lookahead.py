@@ -11,6 +11,7 @@ import sys
 
 import pytest
 
+from snapshots import job_view
 from unstall.errors import ConfigError
 from unstall.sched import make_policy, resolve_policy
 from unstall.sched.base import ClusterLayout, ClusterSnapshot, JobView, Sensitivity
@@ -26,18 +27,14 @@ FLAT = Sensitivity.flat(1.0, 1.0)
 
 
 def view(jid: str, gpus: int, *, running: bool, attained: float = 0.0, **extra: float) -> JobView:
-    return JobView(
-        job_id=jid,
-        index=int(jid[1:]),
-        num_gpus=gpus,
-        submit_s=0.0,
-        model="m",
+    return job_view(
+        jid,
+        gpus,
         sensitivity=FLAT,
-        attained_gpu_s_at_change=attained,
+        attained=attained,
         changed_s=100_000.0 if running else 90_000.0,  # the running one: just seen
-        running=running,
         placement=((0, gpus),) if running else (),
-        **extra,  # type: ignore[arg-type]
+        **extra,
     )
 
 
