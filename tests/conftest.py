@@ -1,4 +1,5 @@
-"""Fixtures shared by the whole suite: the public data folder and one local Ray session."""
+"""Fixtures shared by the whole suite: the public data folder, one local Ray session and one
+multi-node Ray test cluster."""
 
 from __future__ import annotations
 
@@ -69,3 +70,15 @@ def ray_session() -> Iterator[Any]:
             os.environ["RAY_ADDRESS"] = saved
     yield ray
     ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def ray_test_cluster() -> Iterator[Any]:
+    """The suite's one multi-node Ray cluster (see tests/ray_cluster.py), started once a
+    session (per pytest-xdist worker; the Makefile's ``--dist loadgroup`` keeps its tests on one
+    worker) and reached by its ``address`` from processes of the tests' own."""
+    pytest.importorskip("ray")
+    from ray_cluster import started_test_cluster
+
+    with started_test_cluster() as cluster:
+        yield cluster

@@ -10,6 +10,7 @@ any other exception would reach the user as a traceback. Few examples each, to k
 from __future__ import annotations
 
 import decimal
+import re
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -24,7 +25,7 @@ from unstall.errors import UnstallError
 from unstall.net.topology_files import load_topology
 from unstall.ps.scenarios import load_scenario
 from unstall.sim.congestion import read_congestion_schedule
-from unstall.traces import read_trace
+from unstall.traces import TraceError, read_trace
 from unstall.workload.pollux_placements import read_placements
 from unstall.workload.profiles import JobProfile
 
@@ -280,56 +281,82 @@ def test_corrupted_parquet_bytes_give_one_line_errors(data: st.DataObject) -> No
     _read_parquet(valid[:start] + junk + valid[start + len(junk) :])
 
 
-HOSTILE_COLUMNS: dict[str, dict[str, object]] = {
-    "gpus as text": {"num_gpus": ["4", "x"]},
-    "gpus as bool": {"num_gpus": [True, False]},
-    "gpus huge": {"num_gpus": pa.array([2**64 - 1, 1], pa.uint64())},
-    "gpus as decimals": {"num_gpus": pa.array([decimal.Decimal(4), None], pa.decimal128(5, 1))},
-    "gpus as floats": {"num_gpus": [4.5, float("nan")]},
-    "submit as lists": {"submit_s": [[1.0], [2.0]]},
-    "submit infinite": {"submit_s": [float("inf"), 0.0]},
-    "duration as bytes": {"duration_s": [b"\xff", b"1"]},
-    "duration as structs": {"duration_s": [{"a": 1}, {"a": 2}]},
-    "ids as numbers": {"job_id": [1, 1]},
-    "ids missing": {"job_id": [None, "2"]},
-    "model as numbers": {"model": [1.5, 2.5]},
-    "iterations negative": {"iterations": [-1, 3]},
-    "status unknown": {"status": ["Exploded", None]},
-    "unknown column": {"extra": [1, 2]},
+# Each hostile column and the field its refusal must name (a file silently accepted fails).
+HOSTILE_COLUMNS: dict[str, tuple[dict[str, object], str]] = {
+    "gpus as text": ({"num_gpus": ["4", "x"]}, "num_gpus"),
+    "gpus as bool": ({"num_gpus": [True, False]}, "num_gpus"),
+    "gpus huge": ({"num_gpus": pa.array([2**64 - 1, 1], pa.uint64())}, "num_gpus"),
+    "gpus as decimals": (
+        {"num_gpus": pa.array([decimal.Decimal(4), None], pa.decimal128(5, 1))},
+        "num_gpus",
+    ),
+    "gpus as floats": ({"num_gpus": [4.5, float("nan")]}, "num_gpus"),
+    "submit as lists": ({"submit_s": [[1.0], [2.0]]}, "submit_s"),
+    "submit infinite": ({"submit_s": [float("inf"), 0.0]}, "submit_s"),
+    "duration as bytes": ({"duration_s": [b"\xff", b"1"]}, "duration_s"),
+    "duration as structs": ({"duration_s": [{"a": 1}, {"a": 2}]}, "duration_s"),
+    "ids as numbers": ({"job_id": [1, 1]}, "job_id"),
+    "ids missing": ({"job_id": [None, "2"]}, "job_id"),
+    "model as numbers": ({"model": [1.5, 2.5]}, "model"),
+    "iterations negative": ({"iterations": [-1, 3]}, "iterations"),
+    "status unknown": ({"status": ["Exploded", None]}, "status"),
+    "unknown column": ({"extra": [1, 2]}, "extra"),
 }
 
 
+def _refused(content: bytes, field: str) -> None:
+    """Reading ``content`` as a .parquet trace raises a one-line TraceError naming the file
+    and ``field``."""
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "t.parquet"
+        path.write_bytes(content)
+        with pytest.raises(TraceError, match=rf"t\.parquet, field '{re.escape(field)}'") as err:
+            read_trace(path)
+        assert "\n" not in str(err.value).strip(), err.value
+
+
 @pytest.mark.parametrize("case", sorted(HOSTILE_COLUMNS))
-def test_hostile_parquet_columns_give_one_line_errors(case: str) -> None:
+def test_hostile_parquet_columns_are_refused_naming_the_field(case: str) -> None:
+    hostile, field = HOSTILE_COLUMNS[case]
+    _refused(_parquet(dict(PARQUET_FRAME) | hostile), field)
+
+
+def test_parquet_times_as_dates_are_refused_naming_the_field() -> None:
     import datetime
 
-    columns: dict[str, object] = dict(PARQUET_FRAME) | HOSTILE_COLUMNS[case]
-    _read_parquet(_parquet(columns))
     when = [datetime.datetime(2020, 1, 1), datetime.datetime(2020, 1, 2)]
-    _read_parquet(_parquet(dict(PARQUET_FRAME) | {"submit_s": when}))
+    _refused(_parquet(dict(PARQUET_FRAME) | {"submit_s": when}), "submit_s")
 
 
 @pytest.mark.parametrize(
-    "meta",
+    ("meta", "said"),
     [
-        b"not json",
-        b"\xff\xfe",
-        b"[1, 2]",
-        b'{"submit_offset_s": "soon"}',
-        b'{"submit_offset_s": [1]}',
-        b'{"submit_offset_s": 1e999}',
-        b'{"skipped": [1, 2]}',
-        b'{"skipped": {"a": "many"}}',
-        b'{"notes": 5}',
-        b'{"notes": [1, {"a": 2}]}',
+        (b"not json", "unstall's metadata is not JSON"),
+        (b"\xff\xfe", "unstall's metadata is not JSON"),
+        (b"[1, 2]", "unstall's metadata is not a JSON object"),
+        (b'{"submit_offset_s": "soon"}', "field 'metadata.submit_offset_s'"),
+        (b'{"submit_offset_s": [1]}', "field 'metadata.submit_offset_s'"),
+        (b'{"submit_offset_s": 1e999}', "field 'metadata.submit_offset_s'"),
+        (b'{"skipped": [1, 2]}', "field 'metadata.skipped'"),
+        (b'{"skipped": {"a": "many"}}', "field 'metadata.skipped'"),
+        (b'{"notes": 5}', "field 'metadata.notes'"),
+        (b'{"notes": [1, {"a": 2}]}', "field 'metadata.notes'"),
     ],
 )
-def test_hostile_parquet_metadata_gives_one_line_errors(meta: bytes) -> None:
-    _read_parquet(_parquet(PARQUET_FRAME, meta))
+def test_hostile_parquet_metadata_is_refused_saying_what_is_wrong(meta: bytes, said: str) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "t.parquet"
+        path.write_bytes(_parquet(PARQUET_FRAME, meta))
+        with pytest.raises(TraceError, match=re.escape(said)) as err:
+            read_trace(path)
+        assert "t.parquet" in str(err.value) and "\n" not in str(err.value).strip()
 
 
-def test_parquet_without_a_required_column_or_rows_is_answered() -> None:
+def test_parquet_without_a_required_column_is_refused_and_one_without_rows_is_empty() -> None:
     without = {k: v for k, v in PARQUET_FRAME.items() if k != "num_gpus"}
-    _read_parquet(_parquet(without))
+    _refused(_parquet(without), "num_gpus")
     empty = {k: [] for k in ("job_id", "submit_s", "num_gpus", "duration_s")}
-    _read_parquet(_parquet(empty, None))
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "t.parquet"
+        path.write_bytes(_parquet(empty, None))
+        assert len(read_trace(path)) == 0

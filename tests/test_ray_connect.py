@@ -179,6 +179,38 @@ ray.shutdown()
 """
 
 
+def test_a_join_refused_for_want_of_a_token_says_how_to_give_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The slow test below's refusal, without a cluster: Ray's AuthenticationError on joining
+    becomes one line that names the address and says how to give the token; a Ray that is not
+    there gets no such hint."""
+    import ray
+
+    from unstall import ray_connect
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray_connect, "check_reachable", lambda *a, **k: None)
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise ray.exceptions.AuthenticationError("Authentication required: no token found")
+
+    monkeypatch.setattr(ray, "init", refuse)
+    with pytest.raises(UnstallError) as refused:
+        ray_connect.connect_ray("127.0.0.1:6390")
+    said = str(refused.value)
+    assert "\n" not in said and "cannot connect to the Ray cluster at 127.0.0.1:6390" in said
+    assert "Authentication required" in said and "export RAY_AUTH_MODE=token" in said
+
+    def absent(*args: object, **kwargs: object) -> None:
+        raise ConnectionError("Could not find any running Ray instance. Please specify ...")
+
+    monkeypatch.setattr(ray, "init", absent)
+    with pytest.raises(UnstallError, match="Could not find any running Ray") as missing:
+        ray_connect.connect_ray("127.0.0.1:6390")
+    assert "RAY_AUTH_MODE" not in str(missing.value)
+
+
 @pytest.mark.slow
 def test_a_ray_start_cluster_with_token_authentication(tmp_path: Path) -> None:
     # `ray start` turns token authentication on when a token is in $HOME/.ray (a local

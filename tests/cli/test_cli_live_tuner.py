@@ -1,5 +1,6 @@
-"""`unstall live run` says what a look-ahead tuner (``dally``'s) chose, live and in the
-simulator's prediction."""
+"""The printer of `unstall live run` that says what a look-ahead tuner (``dally``'s) chose,
+live and in the simulator's prediction, fed simulated telemetry; a live run of ``dally`` that
+tunes and prints it is tests/live/test_live_cluster.py's."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`unstall sim sweep` on a local two-node Ray cluster (``ray.cluster_utils.Cluster``): 4
+"""`unstall sim sweep` on the suite's two-node Ray test cluster (``ray_test_cluster``): 4
 policies (three built-in, one from a user's file that always fails) x 3 congestion levels x 3
 seeds. The failing policy's cells are reported and the other 27 runs finish, each with its JSON,
 gathered into one summary. The sweep runs as a user runs it, in its own process with
@@ -8,11 +8,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,36 +36,14 @@ class Broken:
 """
 
 
-@pytest.fixture(scope="module")
-def two_nodes() -> Iterator[str]:
-    """A head and one more node, one CPU each, on the loopback interface; its address.
+pytestmark = pytest.mark.xdist_group("ray_test_cluster")
 
-    The cluster lives under a temporary folder of its own (``RAY_TMPDIR``): Ray's test cluster
-    writes its address to ``<tmp>/ray/ray_current_cluster``, where every ``ray.init()`` on the
-    machine without an address would find it and join it, other people's tests included."""
-    pytest.importorskip("ray")
-    from ray.cluster_utils import Cluster
 
-    before = os.environ.get("RAY_TMPDIR")
-    # Short: Ray's socket paths live under it and must stay under 108 characters.
-    os.environ["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="us-", dir="/tmp")
-    try:
-        cluster = Cluster(
-            initialize_head=True,
-            connect=False,
-            head_node_args={"num_cpus": 1, "include_dashboard": False},
-        )
-        try:
-            cluster.add_node(num_cpus=1)
-            cluster.wait_for_nodes(timeout=60)
-            yield cluster.address
-        finally:
-            cluster.shutdown()
-    finally:
-        tmp = os.environ.pop("RAY_TMPDIR")
-        if before is not None:
-            os.environ["RAY_TMPDIR"] = before
-        shutil.rmtree(tmp, ignore_errors=True)
+@pytest.fixture
+def two_nodes(ray_test_cluster: Any) -> str:
+    """The address of the suite's two-node test cluster (tests/ray_cluster.py)."""
+    address: str = ray_test_cluster.address
+    return address
 
 
 def test_a_sweep_runs_on_two_nodes_and_reports_its_failed_cells(

@@ -61,7 +61,21 @@ def test_fp16_profile_and_job_model_and_progress() -> None:
         **IMAGENET,
     )
     assert seen == [i.instance for i in catalog]
-    assert len(rec.candidates) <= 2 * len(catalog)
+    assert sorted((c.instance, c.count) for c in rec.candidates) == sorted(
+        (i.instance, count) for i in catalog for count in (1, 2)
+    )
+    # The profile ran in fp16 on a V100: there its compute is the measured one; elsewhere it is
+    # scaled by the fp16 speeds, not the fp32 ones. The K80 has no fast fp16: a V100's fp16 run
+    # says a K80 is several times further behind than an fp32 run says.
+    fp32 = recommend(PROFILE, catalog=catalog, budget_hours=24.0, max_instances=2, **IMAGENET)
+    as_fp32 = {(c.instance, c.count): c.compute_s for c in fp32.candidates}
+    for c in rec.candidates:
+        if c.gpu == "v100":
+            assert c.compute_s == as_fp32[c.instance, c.count] == PROFILE.compute_s
+        else:
+            assert c.compute_s != as_fp32[c.instance, c.count], c
+        if c.gpu == "k80":
+            assert c.compute_s > 3 * as_fp32[c.instance, c.count], c
 
 
 def test_a_catalog_of_ones_own_and_bad_questions_name_the_field() -> None:

@@ -1,99 +1,31 @@
-"""Live runs on a local multi-node Ray cluster (``ray.cluster_utils.Cluster``, two nodes of two
-emulated GPUs in two racks, on loopback). Each run is a separate Python process that joins the
+"""Live runs on the suite's local multi-node Ray cluster (``ray_test_cluster``: two nodes of
+two emulated GPUs in two racks, on loopback). Each run is a separate Python process that joins the
 cluster by its address (``run_live(address=...)`` or ``unstall live run --address``): this
 process may hold a Ray session of its own (the suite's), and a driver joins one cluster only."""
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import signal
+import re
 import subprocess
 import sys
-import tempfile
-import textwrap
-import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 import pytest
 
-import unstall
+from live_runs import TWO_NODES, live_env, run_script
 
-SRC = str(Path(unstall.__file__).resolve().parents[1])
-TWO_NODES = """\
-name = "two"
-racks = 2
-nodes_per_rack = 1
-gpus_per_node = 2
-nic = "25g"
-oversubscription = 2
-"""
-SLOT = "unstall_gpu"
+pytestmark = pytest.mark.xdist_group("ray_test_cluster")
 
 
-@pytest.fixture(scope="module")
-def ray_cluster() -> Iterator[Any]:
-    """Two nodes of two GPU slots each, labelled with their node and rack."""
-    pytest.importorskip("ray")
-    from ray.cluster_utils import Cluster
-
-    before = os.environ.get("RAY_TMPDIR")
-    # A folder of its own: the test cluster writes its address where any ray.init() finds it.
-    os.environ["RAY_TMPDIR"] = tempfile.mkdtemp(prefix="us-", dir="/tmp")
-    try:
-        test_cluster = Cluster(
-            initialize_head=True,
-            connect=False,
-            head_node_args={"num_cpus": 1, "include_dashboard": False},
-        )
-        try:
-            for node in range(2):
-                test_cluster.add_node(
-                    num_cpus=0,
-                    resources={SLOT: 2},
-                    labels={"unstall.node": str(node), "unstall.rack": str(node)},
-                )
-            test_cluster.wait_for_nodes(timeout=120)
-            yield test_cluster
-        finally:
-            test_cluster.shutdown()
-    finally:
-        tmp = os.environ.pop("RAY_TMPDIR")
-        if before is not None:
-            os.environ["RAY_TMPDIR"] = before
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
-@pytest.fixture(scope="module")
-def cluster(ray_cluster: Any) -> str:
-    """The two-node cluster's address."""
-    address: str = ray_cluster.address
+@pytest.fixture
+def cluster(ray_test_cluster: Any) -> str:
+    """The suite's two-node test cluster's address (tests/conftest.py: nodes 0 and 1, two
+    emulated GPUs each, one rack each: TWO_NODES)."""
+    address: str = ray_test_cluster.address
     return address
-
-
-def _env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": SRC, "RAY_gcs_rpc_server_reconnect_timeout_s": "10"}
-
-
-def _python(script: str, cwd: Path, timeout: float = 400) -> dict[str, object]:
-    """Run ``script`` in a fresh interpreter; it writes its findings to ``out.json``."""
-    path = cwd / "script.py"
-    path.write_text(textwrap.dedent(script))
-    done = subprocess.run(
-        [sys.executable, str(path)],
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env=_env(),
-        cwd=cwd,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    found: dict[str, object] = json.loads((cwd / "out.json").read_text())
-    return found
 
 
 MOVING_POLICY = """\
@@ -158,7 +90,7 @@ def test_a_job_preempted_and_migrated_ends_with_the_parameters_of_an_uninterrupt
     (tmp_path / "moving.py").write_text(MOVING_POLICY)
     (tmp_path / "two.toml").write_text(TWO_NODES)
     (tmp_path / "job.py").write_text(USER_JOB)
-    found = _python(
+    found = run_script(
         f"""
         import io, json, socket
         import pandas as pd
@@ -221,27 +153,44 @@ def test_a_killed_process_sends_its_job_back_from_its_last_checkpoint(
     cluster: str, tmp_path: Path
 ) -> None:
     (tmp_path / "two.toml").write_text(TWO_NODES)
-    found = _python(
+    found = run_script(
         f"""
         import json, threading, time
         import pandas as pd
         import ray
-        from unstall.live import LiveConfig, run_live
+        from unstall.live import LiveConfig, pool, run_live
         from unstall.live.pool import EXECUTOR_PREFIX
         from unstall.traces import Trace
 
         frame = pd.DataFrame({{"job_id": ["long"], "submit_s": [0.0], "num_gpus": [2],
                               "duration_s": [60.0], "model": ["resnet50"]}})
 
-        def kill_soon():
-            time.sleep(2.0)
+        # The run's checkpoint store, named so that the kill can wait for the first checkpoint.
+        store_class = pool.RemoteStore
+        class NamedStore:
+            def options(self, **kw):
+                return store_class.options(name="test-store", **kw)
+        pool.RemoteStore = NamedStore()
+        seen = {{}}
+
+        def kill_after_first_checkpoint():
+            deadline = time.monotonic() + 120
+            while time.monotonic() < deadline:
+                try:
+                    held = ray.get(ray.get_actor("test-store").iteration.remote("long"))
+                except ValueError:  # not created yet
+                    held = 0.0
+                if held > 0:
+                    break
+                time.sleep(0.02)
+            seen["held"] = held
             victim = next(n for n in ray.util.list_named_actors()
                           if n.startswith(EXECUTOR_PREFIX) and "-n0-g0-" in n)
             ray.kill(ray.get_actor(victim), no_restart=True)
 
         def log(text):
             if "executors up" in text:
-                threading.Thread(target=kill_soon, daemon=True).start()
+                threading.Thread(target=kill_after_first_checkpoint, daemon=True).start()
 
         config = LiveConfig(speedup=10, checkpoint_every_s=0.5)
         run = run_live(Trace.from_frame(frame, source="killed"), "fifo", cluster="two.toml",
@@ -249,15 +198,17 @@ def test_a_killed_process_sends_its_job_back_from_its_last_checkpoint(
         row = run.jobs.iloc[0]
         json.dump({{"failures": int(row.failures), "outcome": row.outcome,
                    "jct": float(row.jct_s), "process_failures": run.facts.process_failures,
-                   "placements": row.placements, "start_progress": row.start_progress}},
+                   "placements": row.placements, "start_progress": row.start_progress,
+                   "held": seen["held"]}},
                   open("out.json", "w"))
         """,
         tmp_path,
     )
     assert found["outcome"] == "finished", found
     assert found["failures"] == 1 and found["process_failures"] == 1, found
-    # It ran twice, the second time from its last checkpoint (one every half wall second): it
-    # had done part of its work, not none of it.
+    # Killed once its first checkpoint was stored (one every half wall second): it ran twice,
+    # the second time from that checkpoint or a later one, with part of its work done, not none.
+    assert float(found["held"]) > 0, found
     assert len(str(found["placements"]).split()) == 2
     first, second = (float(p) for p in str(found["start_progress"]).split())
     assert first == 0.0 and 0.0 < second < 1.0, found
@@ -275,20 +226,51 @@ f,40,8,60,resnet50
 """
 
 
-def test_unstall_live_run_on_a_cluster_matches_the_simulator_column_for_column(
+# FIFO that records, run by run (a reset starts a run: the live one, then its prediction), the
+# jobs it started in order with their placements, and the time each finished job was reported.
+RECORDING_FIFO = """\
+import dataclasses, json
+from pathlib import Path
+
+from unstall.sched.fifo import Fifo
+
+LOG = Path("decisions.json")
+
+
+@dataclasses.dataclass
+class RecordingFifo(Fifo):
+    name: str = "fifo"
+
+    def reset(self):
+        runs = json.loads(LOG.read_text()) if LOG.exists() else []
+        LOG.write_text(json.dumps([*runs, {"starts": [], "finished": {}}]))
+
+    def decide(self, snapshot, rng):
+        decision = super().decide(snapshot, rng)
+        runs = json.loads(LOG.read_text())
+        run = runs[-1]
+        run["starts"] += [[s.job_id, [list(p) for p in s.placement]] for s in decision.starts]
+        run["finished"].update({v.job_id: snapshot.now for v in snapshot.finished})
+        LOG.write_text(json.dumps(runs))
+        return decision
+"""
+
+
+def test_unstall_live_run_on_a_cluster_matches_the_simulator_job_for_job(
     cluster: str, tmp_path: Path
 ) -> None:
     (tmp_path / "two.toml").write_text(TWO_NODES)
     (tmp_path / "mini.csv").write_text(MINI_TRACE)
-    args = ["live", "run", "--policy", "fifo", "--trace", "mini.csv", "--cluster", "two.toml"]
-    args += ["--address", cluster, "--speedup", "25", "--json", "out/live.json"]
-    args += ["--jobs-out", "out/jobs.csv", "-q"]
+    (tmp_path / "recording.py").write_text(RECORDING_FIFO)
+    args = ["live", "run", "--policy", "recording.py:RecordingFifo", "--trace", "mini.csv"]
+    args += ["--cluster", "two.toml", "--address", cluster, "--speedup", "25"]
+    args += ["--json", "out/live.json", "--jobs-out", "out/jobs.csv", "-q"]
     done = subprocess.run(
         [sys.executable, "-m", "unstall", *args],
         capture_output=True,
         text=True,
         timeout=400,
-        env=_env(),
+        env=live_env(),
         cwd=tmp_path,
     )
     output = done.stdout + done.stderr
@@ -299,11 +281,28 @@ def test_unstall_live_run_on_a_cluster_matches_the_simulator_column_for_column(
     assert live["jobs_finished"] == simulated["jobs_finished"] == 5
     assert live["jobs_rejected"] == simulated["jobs_rejected"] == 1  # 8 GPUs of 4
     assert "1 jobs need more GPUs than the cluster has" in " ".join(output.split())
-    # Loose here (a shared CI machine); benchmarks/live_fidelity.py measures the gap.
-    assert live["avg_jct_s"] == pytest.approx(simulated["avg_jct_s"], rel=0.25)
-    assert live["makespan_s"] == pytest.approx(simulated["makespan_s"], rel=0.25)
-    assert body["live"]["startup_s_median"] > 0
-    jobs = pd.read_csv(tmp_path / "out" / "jobs.csv")
+    jobs = pd.read_csv(tmp_path / "out" / "jobs.csv").set_index("job_id")
+    # The live run, then the prediction the run printed beside it (the same policy object).
+    live_run, predicted = json.loads((tmp_path / "decisions.json").read_text())
+    # On this trace FIFO's choices are far from any tie (each start waits on a finish or an
+    # arrival seconds away): the same jobs start in the same order on the same GPUs.
+    assert live_run["starts"] == predicted["starts"], (live_run, predicted)
+    assert [job for job, _ in live_run["starts"]] == ["a", "b", "c", "d", "e"]
+    for job, placement in live_run["starts"]:
+        assert jobs.loc[job, "placements"] == "+".join(f"{n}:{k}" for n, k in placement)
+    # Each job's JCT as predicted (its finish as the policy heard of it), within 3% plus the
+    # trace seconds its processes fell behind the perf model's pace (a busy machine).
+    for job, finish_s in predicted["finished"].items():
+        row = jobs.loc[job]
+        expected = finish_s - row["submit_s"]
+        margin = 0.03 * expected + row["behind_s"]
+        assert abs(row["jct_s"] - expected) <= margin, (job, row["jct_s"], expected, margin)
+    assert sorted(predicted["finished"]) == ["a", "b", "c", "d", "e"]
+    # The summary's JCT and makespan agree as the jobs do.
+    assert live["avg_jct_s"] == pytest.approx(simulated["avg_jct_s"], rel=0.03 + _behind(jobs))
+    assert live["makespan_s"] == pytest.approx(simulated["makespan_s"], rel=0.03 + _behind(jobs))
+    # Each job's start-up, as measured (the prediction charges each job its own).
+    assert (jobs.loc[["a", "b", "c", "d", "e"], "startup_s"] > 0).all()
     from unstall.net import resolve_cluster
     from unstall.sched import make_policy
     from unstall.sim import simulate
@@ -311,130 +310,59 @@ def test_unstall_live_run_on_a_cluster_matches_the_simulator_column_for_column(
 
     trace = read_trace(tmp_path / "mini.csv")
     sim_columns = simulate(trace, resolve_cluster("tiny"), make_policy("fifo")).jobs.columns
-    assert set(sim_columns) <= set(jobs.columns)
+    assert set(sim_columns) <= {*jobs.columns, "job_id"}
     assert {"placements", "startup_s", "restore_s", "failures", "error"} <= set(jobs.columns)
     assert list(jobs["outcome"]) == ["finished"] * 5 + ["rejected"]
     # The GPU type each job ended on, as the simulator names it (the tiny cluster's V100s).
     assert list(jobs["gpu_type"].fillna("")) == ["v100"] * 5 + [""]
 
 
-LONG_TRACE = """\
+def _behind(jobs: pd.DataFrame) -> float:
+    """The largest share of its JCT a job's processes fell behind by."""
+    done = jobs[jobs["outcome"] == "finished"]
+    return float((done["behind_s"] / done["jct_s"]).max())
+
+
+TUNED_TRACE = """\
 job_id,submit_s,num_gpus,duration_s,model
-short,0,1,20,mlp
-long,0,2,100000,resnet50
+j0,0,1,30,transformer
+j1,5,2,120,mlp
+j2,25,2,60,resnet50
+j3,35,1,120,mlp
+j4,55,1,120,transformer
+j5,75,1,30,transformer
+j6,80,1,30,resnet50
+j7,90,1,120,resnet50
+j8,110,1,120,mlp
+j9,130,1,90,vgg16
 """
 
 
-@pytest.mark.slow  # `make test-slow`: the default suite keeps the three runs issue 40 names
-def test_ctrl_c_stops_every_process_and_writes_what_finished(cluster: str, tmp_path: Path) -> None:
+def test_dally_tunes_live_and_the_run_reports_its_course(cluster: str, tmp_path: Path) -> None:
+    """``dally`` as it is, its look-ahead tuner included, on the cluster: the tuner runs every
+    60 trace seconds of the live run (simulating ahead from the live state), the backend
+    records the policy's telemetry, and the run prints the course live and as predicted."""
     (tmp_path / "two.toml").write_text(TWO_NODES)
-    (tmp_path / "long.csv").write_text(LONG_TRACE)
-    args = ["live", "run", "--policy", "fifo", "--trace", "long.csv", "--cluster", "two.toml"]
-    args += ["--address", cluster, "--speedup", "10", "--json", "live.json"]
-    child = subprocess.Popen(
+    (tmp_path / "tuned.csv").write_text(TUNED_TRACE)
+    args = ["live", "run", "--policy", "dally", "--trace", "tuned.csv", "--cluster", "two.toml"]
+    args += ["--policy-option", "period_s=60", "--policy-option", "horizon_s=300"]
+    args += ["--address", cluster, "--speedup", "25", "--json", "live.json", "-q"]
+    done = subprocess.run(
         [sys.executable, "-m", "unstall", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
+        capture_output=True,
         text=True,
-        env=_env(),
-        cwd=tmp_path,
-        # The child must act on Ctrl-C whatever this process ignores (a background job's shell
-        # ignores SIGINT, and children inherit that).
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
-    assert child.stdout is not None
-    seen = []
-    for line in child.stdout:
-        seen.append(line)
-        if "executors up" in line:
-            break
-    time.sleep(4.0)  # the short job (2 s of wall time) finishes, the long one runs
-    child.send_signal(signal.SIGINT)
-    rest, _ = child.communicate(timeout=120)
-    output = "".join(seen) + rest
-    assert child.returncode == 130, output
-    assert "interrupted:" in output and "Traceback" not in output, output
-    body = json.loads((tmp_path / "live.json").read_text())
-    assert body["live"]["interrupted"] is True
-    assert body["result"]["jobs_finished"] == 1
-    left = _python(
-        f"""
-        import json, ray
-        from unstall.live.pool import EXECUTOR_PREFIX
-        ray.init(address={cluster!r}, log_to_driver=False)
-        names = [n for n in ray.util.list_named_actors(all_namespaces=True)
-                 if str(n.get("name", n) if isinstance(n, dict) else n).startswith(EXECUTOR_PREFIX)]
-        json.dump({{"left": [str(n) for n in names]}}, open("out.json", "w"))
-        """,
-        tmp_path,
-    )
-    assert left["left"] == [], left
-
-
-TWO_LONG_JOBS = """\
-job_id,submit_s,num_gpus,duration_s,model
-a,0,2,100,resnet50
-b,0,2,100,resnet50
-"""
-
-
-@pytest.mark.slow
-def test_a_node_that_leaves_sends_its_jobs_back_and_the_run_goes_on(
-    ray_cluster: Any, cluster: str, tmp_path: Path
-) -> None:
-    """Last in this module: it takes a node away from the shared cluster."""
-    (tmp_path / "two.toml").write_text(TWO_NODES)
-    (tmp_path / "jobs.csv").write_text(TWO_LONG_JOBS)
-    args = ["live", "run", "--policy", "fifo", "--trace", "jobs.csv", "--cluster", "two.toml"]
-    args += ["--address", cluster, "--speedup", "10", "--json", "live.json"]
-    args += ["--jobs-out", "jobs.csv.out.csv"]
-    child = subprocess.Popen(
-        [sys.executable, "-m", "unstall", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=_env(),
+        timeout=400,
+        env=live_env(),
         cwd=tmp_path,
     )
-    assert child.stdout is not None
-    seen = []
-    for line in child.stdout:
-        seen.append(line)
-        if "executors up" in line:
-            break
-    time.sleep(3.0)  # both jobs run, one on each node
-    node_1 = next(
-        node
-        for node in ray_cluster.worker_nodes
-        if node.node_id == _ray_node_of(cluster, "1", tmp_path)
-    )
-    ray_cluster.remove_node(node_1, allow_graceful=False)
-    rest, _ = child.communicate(timeout=300)
-    output = "".join(seen) + rest
-    assert child.returncode == 0, output
-    assert "node 1 left the cluster" in output, output
+    output = " ".join((done.stdout + done.stderr).split())  # the console wraps long lines
+    assert done.returncode == 0, output
     body = json.loads((tmp_path / "live.json").read_text())
-    assert body["live"]["nodes_lost"] == [1]
-    assert body["result"]["jobs_finished"] == 2
-    jobs = pd.read_csv(tmp_path / "jobs.csv.out.csv")
-    moved = jobs[jobs["failures"] > 0]
-    # It failed on node 1 (once, or again while Ray had not yet noticed that the node had gone)
-    # and finished on node 0.
-    assert len(moved) == 1, jobs
-    placements = moved.iloc[0]["placements"].split()
-    assert placements[0] == "1:2" and placements[-1] == "0:2", placements
-
-
-def _ray_node_of(address: str, label: str, where: Path) -> str:
-    """The Ray node id of the cluster's node labelled ``unstall.node=label``."""
-    found = _python(
-        f"""
-        import json, ray
-        ray.init(address={address!r}, log_to_driver=False)
-        ids = [n["NodeID"] for n in ray.nodes()
-               if n["Alive"] and (n.get("Labels") or {{}}).get("unstall.node") == {label!r}]
-        json.dump({{"id": ids[0]}}, open("out.json", "w"))
-        """,
-        where,
-    )
-    return str(found["id"])
+    assert body["result"]["policy"] == "dally" and body["result"]["jobs_finished"] == 10
+    live = re.search(r"tuner live: (\d+) tunings", output)
+    predicted = re.search(r"tuner simulated: (\d+) tunings", output)
+    assert live is not None and predicted is not None, output
+    # The simulator tunes this trace two or three times (at 60 s, 120 s, ... while jobs wait:
+    # how many depends on the start-ups charged); live, the tuner has run too.
+    assert 2 <= int(predicted.group(1)) <= 4, output
+    assert int(live.group(1)) >= 1, output

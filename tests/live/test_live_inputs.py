@@ -201,16 +201,37 @@ def test_a_live_run_gives_a_job_up_after_its_max_failures() -> None:
     assert job.state == JobState.FAILED and job.failures == 2 and job.index not in core.queued
 
 
-def _stalled_emulated_job(stall_s: float, iterations: int) -> tuple[float, float, float]:
+class _Clock:
+    """Virtual time for the emulated trainer: ``sleep`` moves it on at once, so that the
+    schedule's arithmetic is checked exactly, whatever else the machine is doing."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        assert seconds >= 0
+        self.now += seconds
+
+
+def _stalled_emulated_job(
+    monkeypatch: pytest.MonkeyPatch, stall_s: float, iterations: int
+) -> tuple[float, float, float]:
     """An emulated job of one process (10 ms iterations, 50 ms steps) that stalls ``stall_s``
-    after its first step, then runs to ``iterations``: the wall seconds it took in all, the
-    seconds it reports it fell behind for good, and those its steps were scheduled to take."""
+    after its first step, then runs to ``iterations``, on virtual time: the seconds it took in
+    all, the seconds it reports it fell behind for good, and those its steps were scheduled
+    to take."""
     import socket
 
     import torch.distributed as dist
 
+    from unstall.live import training
     from unstall.live.training import JobWork, SegmentControl, SegmentPlan, _EmulatedTrainer
 
+    clock = _Clock()
+    monkeypatch.setattr(training, "time", clock)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -228,25 +249,28 @@ def _stalled_emulated_job(stall_s: float, iterations: int) -> tuple[float, float
         )
         control = SegmentControl()
         trainer = _EmulatedTrainer(plan, control)
-        began = time.monotonic()
+        began = clock.monotonic()
         done = trainer.step(0.0, control)
-        time.sleep(stall_s)
+        clock.sleep(stall_s)  # the machine's cores were busy elsewhere
         while done < iterations:
             done += trainer.step(done, control)
-        return time.monotonic() - began, trainer.behind_s, trainer.scheduled_s
+        return clock.monotonic() - began, trainer.behind_s, trainer.scheduled_s
     finally:
         dist.destroy_process_group()
 
 
-def test_an_emulated_job_that_fell_behind_catches_up_with_its_schedule() -> None:
+def test_an_emulated_job_that_fell_behind_catches_up_with_its_schedule(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     # The emulating machine's cores may be busy elsewhere for a moment (a test suite, other
     # emulated GPUs): the job's processes catch up instead of losing that time for good.
-    took, behind, scheduled = _stalled_emulated_job(0.4, 80)  # a stall of 8 steps; 0.8 s
-    assert took == pytest.approx(0.8, abs=0.15), took  # not 0.8 + 0.4
+    took, behind, scheduled = _stalled_emulated_job(monkeypatch, 0.4, 80)  # 8 steps' stall
+    # (To float32 precision: the iteration time crosses the all-reduce as a float32.)
+    assert took == pytest.approx(0.8, rel=1e-6), took  # not 0.8 + 0.4
     assert behind == 0.0
     # What the perf model prescribed, to the iteration: the live run's communication overhead
     # is measured on it, not on the wall time with the emulation's own latencies.
-    assert scheduled == pytest.approx(80 * 0.01)
+    assert scheduled == pytest.approx(80 * 0.01, rel=1e-6)
 
 
 def test_an_emulated_job_further_behind_than_it_may_catch_up_says_by_how_much(
@@ -255,7 +279,9 @@ def test_an_emulated_job_further_behind_than_it_may_catch_up_says_by_how_much(
     from unstall.live import training
 
     monkeypatch.setattr(training, "CATCH_UP_S", 0.1)
-    # 0.45 s late for its next step: 0.1 s caught up, the rest lost.
-    took, behind, scheduled = _stalled_emulated_job(0.5, 40)
-    assert behind == pytest.approx(0.35, abs=0.1), behind
-    assert scheduled == pytest.approx(40 * 0.01) and took > scheduled + behind
+    # The first step (5 iterations) ends at 0.05 s; the stall brings the second to 0.55 s,
+    # 0.5 s behind its schedule: 0.1 s is caught up, 0.4 s lost; the rest runs to schedule.
+    took, behind, scheduled = _stalled_emulated_job(monkeypatch, 0.5, 40)
+    assert behind == pytest.approx(0.4, rel=1e-6), behind
+    assert scheduled == pytest.approx(40 * 0.01, rel=1e-6)
+    assert took == pytest.approx(scheduled + behind, rel=1e-6)

@@ -1,6 +1,6 @@
-"""`unstall ps train --address` on a local multi-node Ray cluster (a head and a second node on
-loopback, ``ray.cluster_utils.Cluster``): user code from files that import each other reaches
-every node through ``--working-dir``, PSLD runs exact against the reference with actors on both
+"""`unstall ps train --address` on the suite's multi-node Ray test cluster (``ray_test_cluster``:
+a head and a second node on loopback): user code from files that import each other reaches every
+node through ``--working-dir``, PSLD runs exact against the reference with actors on both
 nodes, and a plain local run still works while that cluster is up.
 
 Each run is a separate ``unstall`` process (this test process may already be connected to the
@@ -13,14 +13,16 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
+import unstall
+
 RUN_LIMIT_S = 240
+SRC = str(Path(unstall.__file__).resolve().parents[1])
 
 LAYERS = """
 from torch import nn
@@ -57,17 +59,13 @@ def loss(outputs, targets):
 """
 
 
-@pytest.fixture(scope="module")
-def two_nodes() -> Iterator[Any]:
-    from ray.cluster_utils import Cluster
+pytestmark = pytest.mark.xdist_group("ray_test_cluster")
 
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 3})
-    try:
-        cluster.add_node(num_cpus=3)
-        cluster.wait_for_nodes()
-        yield cluster
-    finally:
-        cluster.shutdown()
+
+@pytest.fixture
+def two_nodes(ray_test_cluster: Any) -> Any:
+    """The suite's two-node test cluster (tests/ray_cluster.py)."""
+    return ray_test_cluster
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +77,8 @@ def user_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def unstall(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+    # This tree's unstall (not whatever the environment installed).
+    env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "PYTHONPATH": SRC}
     env.pop("RAY_ADDRESS", None)
     return subprocess.run(
         [sys.executable, "-m", "unstall", *args],

@@ -132,9 +132,10 @@ def test_without_recovery_a_killed_server_ends_the_run_naming_it(
         tiny_run(fast_scenario, pool=pool, iterations=5, progress=killer(pool, "server"))
 
 
-@pytest.mark.slow  # waits out the timeout on purpose
+# It waits out the timeout on purpose: the default suite waits out a short one.
+@pytest.mark.parametrize("timeout_s", [pytest.param(6.0, marks=pytest.mark.slow), 2.0])
 def test_a_stopped_server_ends_the_run_after_the_timeout_not_twice_it(
-    pool: RecordingPool, fast_scenario: Scenario
+    pool: RecordingPool, fast_scenario: Scenario, timeout_s: float
 ) -> None:
     # Every actor of the timed run started already (earlier tests' killed ones replaced): on a
     # loaded machine starting a process can outlast the short timeout below.
@@ -148,10 +149,10 @@ def test_a_stopped_server_ends_the_run_after_the_timeout_not_twice_it(
             os.kill(pid, signal.SIGSTOP)  # hung, not dead: only the timeout can tell
             stopped["at"] = time.monotonic()
 
-    timeout_s = 6.0
     with pytest.raises(
         ps.PSTimeoutError,
-        match=r"iteration 1: no reply in 6 s from .*; not answering a ping: server 1 \(if it",
+        match=rf"iteration 1: no reply in {timeout_s:g} s from .*; not answering a ping: "
+        r"server 1 \(if it",
     ):
         tiny_run(
             fast_scenario, pool=pool, iterations=4, timeout_s=timeout_s, progress=stop_server_1

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from snapshots import cluster_snapshot
+from snapshots import cluster_snapshot, job_view
 from unstall.errors import ConfigError
 from unstall.sched.base import (
     ClusterLayout,
@@ -36,16 +36,13 @@ def job(
     changed: float = 0.0,
     attained: float = 0.0,
 ) -> JobView:
-    return JobView(
-        job_id=jid,
-        index=int(jid[1:]),
-        num_gpus=gpus,
+    return job_view(
+        jid,
+        gpus,
         submit_s=submit,
-        model="m",
         sensitivity=sens,
-        attained_gpu_s_at_change=attained,
+        attained=attained,
         changed_s=changed,
-        running=bool(placement),
         placement=placement,
     )
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from snapshots import job_view
 from unstall.sched.base import JobView, Sensitivity
 from unstall.sched.dally import Dally, DallyConfig
 from unstall.sched.dally.expected_runtimes import ExpectedRemaining
@@ -19,16 +20,14 @@ def view(
     placement: tuple[tuple[int, int], ...] = (),
     sens: float = 1.5,
 ) -> JobView:
-    return JobView(
-        job_id=job_id,
+    return job_view(
+        job_id,
+        gpus,
         index=index,
-        num_gpus=gpus,
         submit_s=submit,
         model="resnet50",
         sensitivity=Sensitivity.flat(sens, sens),
-        attained_gpu_s_at_change=attained,
-        changed_s=0.0,
-        running=bool(placement),
+        attained=attained,
         placement=placement,
     )
 

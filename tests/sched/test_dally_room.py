@@ -9,7 +9,8 @@ from collections.abc import Callable
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from unstall.sched.base import ClusterLayout, ClusterSnapshot, JobView, Sensitivity
+from snapshots import job_view
+from unstall.sched.base import ClusterLayout, ClusterSnapshot, JobView
 from unstall.sched.dally.preemption import (
     RoomPlan,
     _plan_node,
@@ -24,18 +25,7 @@ LAYOUT = ClusterLayout.regular(racks=1, nodes_per_rack=NODES, gpus_per_node=GPUS
 
 
 def _view(index: int, gpus: int, node: int | None) -> JobView:
-    return JobView(
-        job_id=f"j{index}",
-        index=index,
-        num_gpus=gpus,
-        submit_s=0.0,
-        model="m",
-        sensitivity=Sensitivity.flat(1.5, 2.0),
-        attained_gpu_s_at_change=0.0,
-        changed_s=0.0,
-        running=node is not None,
-        placement=() if node is None else ((node, gpus),),
-    )
+    return job_view(f"j{index}", gpus, placement=() if node is None else ((node, gpus),))
 
 
 @st.composite

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from snapshots import job_view
 from unstall.errors import ConfigError
 from unstall.net import load_topology
 from unstall.sched import ClusterLayout, ClusterSnapshot, JobView, Sensitivity, make_policy
@@ -66,6 +68,47 @@ def test_the_allocation_never_over_allocates_and_beats_an_equal_share(
     live = reference > 0
     got = (x * s).sum(axis=1)
     assert (got[live] >= reference[live] * (1 - 1e-6)).all(), (got, reference)
+    # And no allocation leaves its worst job better off: the max-min optimum, solved here from
+    # the definition (not by the code under test), is reached.
+    best = max_min_optimum(sizes, s, gpus, ~cannot, reference)
+    assert worst_normalised(x, sizes, s, gpus) >= best * (1 - 1e-6) - 1e-9, (x, best)
+
+
+def max_min_optimum(
+    sizes: list[int], s: np.ndarray, gpus: list[int], usable: np.ndarray, reference: np.ndarray
+) -> float:
+    """The largest t such that some allocation gives every job that can run at least t times
+    its equal share's throughput: a dense linear program written from the definition."""
+    from scipy.optimize import linprog
+
+    jobs, types = s.shape
+    live = np.flatnonzero(reference > 0)
+    if len(live) == 0:
+        return np.inf
+    size = jobs * types + 1  # x row-major, then t
+    a_ub, b_ub = [], []
+    for j in live:  # t * reference_j - sum_k x_jk s_jk <= 0
+        row = np.zeros(size)
+        row[j * types : (j + 1) * types] = -s[j]
+        row[-1] = reference[j]
+        a_ub.append(row)
+        b_ub.append(0.0)
+    for j in range(jobs):  # sum_k x_jk <= 1
+        row = np.zeros(size)
+        row[j * types : (j + 1) * types] = 1.0
+        a_ub.append(row)
+        b_ub.append(1.0)
+    for k in range(types):  # sum_j x_jk n_j <= gpus_k
+        row = np.zeros(size)
+        row[k:-1:types] = sizes
+        a_ub.append(row)
+        b_ub.append(float(gpus[k]))
+    bounds = [(0.0, 1.0 if usable[j, k] else 0.0) for j in range(jobs) for k in range(types)]
+    cost = np.zeros(size)
+    cost[-1] = -1.0
+    found = linprog(cost, A_ub=np.array(a_ub), b_ub=b_ub, bounds=[*bounds, (0, None)])
+    assert found.status == 0, found.message
+    return float(found.x[-1])
 
 
 def test_the_fast_type_goes_to_the_jobs_that_gain_most_from_it() -> None:
@@ -100,19 +143,9 @@ def test_knowing_the_speeds_never_leaves_the_worst_job_worse_off(
     )
 
 
-def view(job_id: str, gpus: int, speeds: dict[str, float], **kw: object) -> JobView:
-    return JobView(
-        job_id=job_id,
-        index=int(job_id[1:]),
-        num_gpus=gpus,
-        submit_s=0.0,
-        model="resnet50",
-        sensitivity=Sensitivity.flat(1.0, 1.0),
-        attained_gpu_s_at_change=0.0,
-        changed_s=float(kw.pop("changed_s", 0.0)),  # type: ignore[arg-type]
-        running=bool(kw.get("placement")),
-        type_speeds=tuple(speeds.items()),
-        **kw,  # type: ignore[arg-type]
+def view(job_id: str, gpus: int, speeds: dict[str, float], **kw: Any) -> JobView:
+    return job_view(
+        job_id, gpus, model="resnet50", sensitivity=Sensitivity.flat(1.0, 1.0), speeds=speeds, **kw
     )
 
 
@@ -233,18 +266,13 @@ def test_a_round_places_again_a_job_spread_at_a_cost() -> None:
     speeds = (("v100", 1.0), ("k80", 0.0))
 
     def spread(sensitivity: float) -> ClusterSnapshot:
-        job = JobView(
-            job_id="j0",
-            index=0,
-            num_gpus=8,
-            submit_s=0.0,
+        job = job_view(
+            "j0",
+            8,
             model="alexnet",
             sensitivity=Sensitivity.flat(sensitivity, sensitivity),
-            attained_gpu_s_at_change=0.0,
-            changed_s=0.0,
-            running=True,
             placement=((0, 4), (1, 4)),
-            type_speeds=speeds,
+            speeds=dict(speeds),
         )
         return ClusterSnapshot(
             now=360.0,

@@ -9,17 +9,16 @@ import random
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from snapshots import cluster_snapshot
+from snapshots import cluster_snapshot, job_view
 from unstall.sched import placement as pl
 from unstall.sched.base import (
     ClusterLayout,
     ClusterSnapshot,
     JobView,
-    Migrate,
     Placement,
     Sensitivity,
 )
-from unstall.sched.dally import Dally, DallyConfig
+from unstall.sched.dally import Dally
 from unstall.sched.fifo import Consolidate, Fifo
 from unstall.sched.free import FreeGpus
 from unstall.sched.tiresias import Tiresias
@@ -49,18 +48,13 @@ def job(
     sens: Sensitivity = INSENSITIVE,
     submit: float = 0.0,
 ) -> JobView:
-    return JobView(
-        job_id=jid,
-        index=int(jid[1:]),
-        num_gpus=gpus,
+    return job_view(
+        jid,
+        gpus,
         submit_s=submit,
-        model="m",
         sensitivity=sens,
-        attained_gpu_s_at_change=0.0,
-        changed_s=0.0,
-        running=bool(placement),
         placement=placement,
-        type_speeds=(("v100", 1.0), ("k80", k80)),
+        speeds={"v100": 1.0, "k80": k80},
     )
 
 
@@ -119,16 +113,14 @@ def test_the_shared_rules_keep_a_job_on_one_type(
 ) -> None:
     view = job("j0", gpus, k80)
     s = snap(WIDE, free, [view])
-    kinds = pl.types_by_speed(view, WIDE)
+    # Worked out here, not by the code under test: the job's speed is 1 on a V100, k80 on a K80.
+    kinds = ("k80", "v100") if k80 > 1.0 else ("v100", "k80")
+    assert pl.types_by_speed(view, WIDE) == kinds
     for strict in (False, True):
-
-        def place(types: tuple[str, ...], strict: bool = strict) -> Placement | None:
-            scratch = FreeGpus(s)
-            return scratch.consolidated(gpus, types) if strict else scratch.best(gpus, types)
-
-        placement = place(kinds)
+        scratch = FreeGpus(s)
+        placement = scratch.consolidated(gpus, kinds) if strict else scratch.best(gpus, kinds)
         # The fastest type for the job that holds it alone, or none at all (no mixed types).
-        first = next((t for t in kinds if place((t,)) is not None), None)
+        first = next((t for t in kinds if _holds(t, free, gpus, strict)), None)
         if first is None:
             assert placement is None
             continue
@@ -136,46 +128,9 @@ def test_the_shared_rules_keep_a_job_on_one_type(
         assert {WIDE.node_type[n] for n, _ in placement} == {first}
 
 
-def test_dally_consolidated_on_a_slow_type_beats_spread_over_fast_ones() -> None:
-    # An 8-GPU job, 1.5x slower spread over two V100 nodes (4 free on each) than on one; the
-    # K80 node holds it whole.
-    sensitive = Sensitivity.flat(1.5, 2.0)
-    free = (4, 4, 8)
-    # K80 at 0.8 of the V100 speed: 1 / 0.8 = 1.25 < 1.5, so the K80 node.
-    near = [job("j0", 8, 0.8, sens=sensitive)]
-    assert starts_of(Dally().decide(snap(BIG, free, near), RNG)) == {"j0": ((2, 8),)}
-    # K80 at 0.5: 2 > 1.5, so spread over the V100s (delay timers off: no waiting for a block).
-    far = [job("j0", 8, 0.5, sens=sensitive)]
-    no_delay = Dally(DallyConfig(delay=False))
-    assert starts_of(no_delay.decide(snap(BIG, free, far), RNG)) == {"j0": ((0, 4), (1, 4))}
-    # With its delay timer it holds out for a whole V100 node, running on the K80s meanwhile.
-    assert starts_of(Dally().decide(snap(BIG, free, far), RNG)) == {"j0": ((2, 8),)}
-    # An insensitive job takes the spread V100s at once.
-    flat = [job("j0", 8, 0.5)]
-    assert starts_of(Dally().decide(snap(BIG, free, flat), RNG)) == {"j0": ((0, 4), (1, 4))}
-
-
-def upgrade(k80: float, prior_runtime_s: float) -> list[Migrate]:
-    """A 1-GPU job has run 100 s on the K80 node; the V100s are free."""
-    running = [job("j0", 1, k80, placement=((1, 1),))]
-    dally = Dally(DallyConfig(prior_runtime_s=prior_runtime_s))
-    decision = dally.decide(snap(SMALL, (4, 3), [], running, now=100.0), RNG)
-    return list(decision.migrations)
-
-
-def test_an_upgrade_happens_when_the_time_saved_beats_the_restore() -> None:
-    # Expected 3,500 s more at half speed: 1,750 s saved > 2 x 60 s restore.
-    assert upgrade(0.5, 3600.0) == [Migrate("j0", ((0, 1),), "faster type v100")]
-
-
-def test_no_upgrade_when_the_time_saved_does_not_beat_the_restore() -> None:
-    # Expected 100 s more: 50 s saved < 120 s.
-    assert upgrade(0.5, 100.0) == []
-    # Long to go but hardly faster: 3,500 x (1 - 0.98) = 70 s < 120 s.
-    assert upgrade(0.98, 3600.0) == []
-
-
-def test_one_type_clusters_claim_nothing() -> None:
-    layout = ClusterLayout.regular(racks=1, nodes_per_rack=2, gpus_per_node=4)
-    claims = pl.TypeClaims([job("j0", 1, 0.1)], (4, 4), layout)
-    assert claims.claims == {} and claims.types_for(job("j0", 1, 0.1), (4, 4)) is None
+def _holds(kind: str, free: tuple[int, int, int], gpus: int, strict: bool) -> bool:
+    """Whether WIDE's free GPUs of ``kind`` hold a job of ``gpus`` GPUs: anywhere on them, or
+    (``strict``) on as few nodes as the job could ever take on WIDE: one, up to 8 GPUs (the K80
+    node has 8), so on one node of that type."""
+    on_kind = [f for f, t in zip(free, WIDE.node_type, strict=True) if t == kind]
+    return max(on_kind) >= gpus if strict else sum(on_kind) >= gpus

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from snapshots import cluster_snapshot
+from snapshots import cluster_snapshot, job_view
 from unstall.errors import ConfigError
 from unstall.sched import (
     POLICIES,
@@ -22,7 +22,6 @@ from unstall.sched import (
     JobView,
     Placement,
     Policy,
-    Sensitivity,
     Srtf,
     Tiresias,
     describe_policies,
@@ -46,16 +45,13 @@ def job(
     remaining: float | None = None,
     model: str = "resnet50",
 ) -> JobView:
-    return JobView(
-        job_id=jid,
-        index=int(jid[1:]) if jid[1:].isdigit() else 0,
-        num_gpus=gpus,
+    return job_view(
+        jid,
+        gpus,
         submit_s=submit,
         model=model,
-        sensitivity=Sensitivity.flat(1.5, 2.0),
-        attained_gpu_s_at_change=attained,
+        attained=attained,
         changed_s=changed,
-        running=bool(placement),
         placement=placement,
         oracle_remaining_s=remaining,
         oracle_rate=1.0,

@@ -300,6 +300,10 @@ def test_a_policy_indexes_and_slices_the_snapshots_jobs_as_a_tuple_during_its_ro
             "GPUs taken twice: node 0 has 0 free GPUs, the placement asks 2",
         ),
         (
+            Decision(starts=(Start("a", ((0, 1), (1, 1))), Start("b", ((0, 2),)))),
+            "GPUs taken twice: node 0 has 1 free GPUs, the placement asks 2",
+        ),
+        (
             Decision(starts=(Start("c", ((1, 1),)),)),
             "cannot start it: the job is not yet submitted",
         ),

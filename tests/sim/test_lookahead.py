@@ -11,6 +11,7 @@ import sys
 
 import pytest
 
+from snapshots import job_view
 from unstall.errors import ConfigError
 from unstall.sched import make_policy, resolve_policy
 from unstall.sched.base import ClusterLayout, ClusterSnapshot, JobView, Sensitivity
@@ -26,18 +27,14 @@ FLAT = Sensitivity.flat(1.0, 1.0)
 
 
 def view(jid: str, gpus: int, *, running: bool, attained: float = 0.0, **extra: float) -> JobView:
-    return JobView(
-        job_id=jid,
-        index=int(jid[1:]),
-        num_gpus=gpus,
-        submit_s=0.0,
-        model="m",
+    return job_view(
+        jid,
+        gpus,
         sensitivity=FLAT,
-        attained_gpu_s_at_change=attained,
+        attained=attained,
         changed_s=100_000.0 if running else 90_000.0,  # the running one: just seen
-        running=running,
         placement=((0, gpus),) if running else (),
-        **extra,  # type: ignore[arg-type]
+        **extra,
     )
 
 
@@ -178,14 +175,21 @@ def test_it_never_reads_true_durations() -> None:
 def test_it_needs_only_what_a_live_backend_gives() -> None:
     """The live backend builds snapshots of plain tuples of fresh views each round and calls
     ``decide``; the policy declares nothing it must be given beyond that."""
-    policy = make_policy("dally", horizon_s=3600.0)
+    policy, twin = make_policy("dally", horizon_s=3600.0), make_policy("dally", horizon_s=3600.0)
     assert not missing_policy_members(policy)
     taught(policy)  # type: ignore[arg-type]
+    taught(twin)  # type: ignore[arg-type]
     snap = long_job_holds_the_cluster()
-    # Fresh view objects, as a live backend builds them every round.
-    again = dataclasses.replace(snap, queued=tuple(dataclasses.replace(v) for v in snap.queued))
-    assert policy.decide(snap, random.Random(0)).preemptions
-    policy.decide(again, random.Random(0))
+    # Fresh view objects (and plain tuples), as a live backend builds them every round: the
+    # same decision as from the engine's snapshot.
+    again = dataclasses.replace(
+        snap,
+        queued=tuple(dataclasses.replace(v) for v in snap.queued),
+        running=tuple(dataclasses.replace(v) for v in snap.running),
+    )
+    decided = policy.decide(snap, random.Random(0))
+    assert [p.job_id for p in decided.preemptions] == ["j0"]
+    assert twin.decide(again, random.Random(0)) == decided
 
 
 def test_dally_is_tuned_by_default_and_dally_fixed_is_not() -> None:
