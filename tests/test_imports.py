@@ -42,6 +42,8 @@ ALLOWED: dict[str, set[str]] = {
     "sparse": {"workload"},
     # The same policies on a real Ray cluster (DESIGN.md, "The live backend"): beside ps.
     "live": {"net", "workload", "traces", "sched", "loop", "sim"},
+    # The scheduler service: the core driven by the live executors, a store and an API.
+    "service": {"net", "workload", "traces", "sched", "loop", "sim", "live"},
     "report": {
         "net",
         "workload",
@@ -67,6 +69,7 @@ ALLOWED: dict[str, set[str]] = {
         "sparse",
         "report",
         "live",
+        "service",
     },
 }
 

@@ -11,10 +11,12 @@ import typer
 from unstall import __version__
 from unstall.cli import (
     demo,
+    jobs,
     live,
     profile,
     ps,
     recommend,
+    serve,
     sim,
     sim_run,
     sim_sweep,
@@ -51,6 +53,12 @@ app.add_typer(
 )
 app.add_typer(
     live.app, name="live", help="Live scheduling: the policies place real jobs on a Ray cluster."
+)
+app.command("serve", short_help="The scheduler service: users submit jobs, policies place them.")(
+    serve.serve
+)
+app.add_typer(
+    jobs.app, name="jobs", help="Submit to a running `unstall serve`, see the queue, cancel, logs."
 )
 app.command("recommend", short_help="Cheapest cloud GPU configuration that meets a time budget.")(
     recommend.recommend

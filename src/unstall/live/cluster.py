@@ -17,10 +17,13 @@ through Ray's own multi-node launcher (``ray.cluster_utils.Cluster``).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
+import signal
 import tempfile
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from unstall.errors import UnstallError
@@ -188,6 +191,52 @@ def _mapped(
     )
 
 
+# A local cluster's folder (RAY_TMPDIR of all its processes) and the file naming its owner.
+LOCAL_PREFIX = "us-live-"
+OWNER_FILE = "owner.pid"
+
+
+def reap_orphans(root: str = "/tmp") -> list[int]:
+    """End what a local cluster whose owner died (``kill -9`` of ``unstall serve`` or ``live
+    run``) left running: Ray's processes and the executors, found by the cluster's folder in
+    their environment; the folder goes too. Returns the processes signalled."""
+    ended: list[int] = []
+    for folder in Path(root).glob(f"{LOCAL_PREFIX}*"):
+        owner_file = folder / OWNER_FILE
+        try:
+            owner = int(owner_file.read_text())
+        except (OSError, ValueError):
+            continue
+        if _alive(owner):
+            continue
+        marker = f"RAY_TMPDIR={folder}".encode()
+        for proc in Path("/proc").glob("[0-9]*"):
+            try:
+                environ = (proc / "environ").read_bytes()
+            except OSError:
+                continue
+            if marker + b"\0" in environ or environ.endswith(marker):
+                with contextlib.suppress(OSError):
+                    os.kill(int(proc.name), signal.SIGKILL)
+                    ended.append(int(proc.name))
+        shutil.rmtree(folder, ignore_errors=True)
+    return ended
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie (ended, not yet waited for) is no owner.
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
+    except OSError:
+        return False
+
+
 class LocalRayCluster:
     """A Ray cluster on this machine's loopback interface: a head node for the driver and the
     checkpoint store, and one node per topology node with its GPU slots and its labels."""
@@ -204,7 +253,10 @@ class LocalRayCluster:
         # Ray's multi-node launcher writes the cluster's address into its temporary folder,
         # where any ``ray.init()`` on this machine would find and join it: a folder of its own
         # keeps the run's cluster to the run. (Short: Ray's socket paths must stay short.)
-        self._tmp = tempfile.mkdtemp(prefix="us-live-", dir="/tmp")
+        reap_orphans()
+        self._tmp = tempfile.mkdtemp(prefix=LOCAL_PREFIX, dir="/tmp")
+        # Who owns the cluster: a later run ends what a killed owner left behind.
+        Path(self._tmp, OWNER_FILE).write_text(str(os.getpid()))
         self._tmp_before = os.environ.get("RAY_TMPDIR")
         os.environ["RAY_TMPDIR"] = self._tmp
 

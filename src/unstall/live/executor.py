@@ -9,7 +9,8 @@ ask a running segment to stop, or change its emulated iteration time, while it t
 
 The checkpoint store is an actor on the driver's node that the driver owns: a checkpoint kept
 there outlives the executor (and the node) that wrote it, which is what lets a job whose process
-died resume from its last checkpoint.
+died resume from its last checkpoint. Given a directory (the service's store), it also keeps them
+as files, which outlive the driver.
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ from __future__ import annotations
 import dataclasses
 import os
 import socket
+import struct
 import threading
 import time
+from pathlib import Path
 from typing import Any
 
 import ray
@@ -30,15 +33,26 @@ EXECUTOR_THREADS = 4
 
 
 class CheckpointStore:
-    """The latest checkpoint of each job, as ``(iteration, blob)``."""
+    """The latest checkpoint of each job, as ``(iteration, blob)``. With a ``directory``, each
+    is also a durable file there (``<job>.ckpt``, written whole or not at all), and a new store
+    over the same directory finds them again: a service's jobs resume from them after the
+    service (and this actor with it) died."""
 
-    def __init__(self) -> None:
+    def __init__(self, directory: str | None = None) -> None:
         self._latest: dict[str, tuple[float, bytes]] = {}
+        self._directory = directory
+        if directory is not None:
+            for path in sorted(Path(directory).glob("*.ckpt")):
+                held = _read_checkpoint(path)
+                if held is not None:
+                    self._latest[path.stem] = held
 
     def save(self, job_id: str, iteration: float, blob: bytes) -> None:
         held = self._latest.get(job_id)
         if held is None or iteration >= held[0]:
             self._latest[job_id] = (iteration, blob)
+            if self._directory is not None:
+                _write_checkpoint(Path(self._directory) / f"{job_id}.ckpt", iteration, blob)
 
     def load(self, job_id: str) -> tuple[float, bytes] | None:
         return self._latest.get(job_id)
@@ -141,6 +155,25 @@ class Executor:
         """The emulated iteration time of ``segment`` from its next step on."""
         with self._lock:
             self._control_of(segment).iteration_wall_s = seconds
+
+
+def _write_checkpoint(path: Path, iteration: float, blob: bytes) -> None:
+    """``iteration`` (8 bytes) then the blob, to a temporary file made durable, then renamed
+    over the last one: a kill at any moment leaves the old checkpoint or the new one."""
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "wb") as out:
+        out.write(struct.pack("<d", iteration))
+        out.write(blob)
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(tmp, path)
+
+
+def _read_checkpoint(path: Path) -> tuple[float, bytes] | None:
+    data = path.read_bytes()
+    if len(data) < 8:
+        return None
+    return struct.unpack("<d", data[:8])[0], data[8:]
 
 
 # Remote versions, built once: the classes above stay plain (tests run them in-process).

@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import ray
@@ -36,8 +37,10 @@ class LiveRunError(UnstallError):
 class ExecutorPool:
     """One executor per GPU of ``cluster`` and the store of the jobs' checkpoints."""
 
-    def __init__(self, cluster: LiveCluster) -> None:
+    def __init__(self, cluster: LiveCluster, *, checkpoint_dir: Path | None = None) -> None:
         self.cluster = cluster
+        # Where the checkpoint store also keeps its checkpoints as files (None: in memory only).
+        self.checkpoint_dir = checkpoint_dir
         self.executors: dict[NodeSlot, Any] = {}
         self.free_slots: dict[int, list[int]] = {}
         self.node_address: dict[int, str] = {}
@@ -54,7 +57,7 @@ class ExecutorPool:
             scheduling_strategy=NodeAffinitySchedulingStrategy(
                 ray.get_runtime_context().get_node_id(), soft=False
             )
-        ).remote()
+        ).remote(None if self.checkpoint_dir is None else str(self.checkpoint_dir))
         pending = []
         for node in self.cluster.nodes:
             self.node_address[node.index] = node.address

@@ -1,0 +1,30 @@
+"""The scheduler service: ``unstall serve`` and what talks to it.
+
+What this part offers:
+
+- :func:`serve`: the scheduling core (:mod:`unstall.loop`) with a wall clock, the live executors
+  on a Ray cluster (local and emulated, or joined), a job store that survives the service
+  (:class:`JobStore`: SQLite in a directory, or PostgreSQL) and an HTTP API (FastAPI), until
+  stopped; :class:`ServeConfig` (host, port, store).
+- :class:`Client`: the API from Python (``submit``, ``list``, ``get``, ``cancel``, ``logs``,
+  ``wait``); ``unstall jobs ...`` is the same from the command line.
+- The API's models: :class:`JobSpec` (what a user submits), :class:`JobRecord` and
+  :class:`JobDetail` (what the service answers), :class:`ClusterRecord`.
+"""
+
+from unstall.service.client import Client, ClientError
+from unstall.service.models import ClusterRecord, JobDetail, JobRecord, JobSpec
+from unstall.service.serve import ServeConfig, serve
+from unstall.service.store import JobStore
+
+__all__ = [
+    "Client",
+    "ClientError",
+    "ClusterRecord",
+    "JobDetail",
+    "JobRecord",
+    "JobSpec",
+    "JobStore",
+    "ServeConfig",
+    "serve",
+]

@@ -1,0 +1,123 @@
+"""The HTTP API of ``unstall serve`` (FastAPI; OpenAPI at ``/docs``).
+
+| method and path | what |
+|---|---|
+| ``POST /api/jobs`` | submit a job (a :class:`~unstall.service.models.JobSpec`): its record |
+| ``GET /api/jobs`` | every job (``?state=pending&user=alice`` to filter) |
+| ``GET /api/jobs/{id}`` | one job with its spec and events |
+| ``POST /api/jobs/{id}/cancel`` | cancel it (its user or an admin) |
+| ``GET /api/jobs/{id}/logs`` | its log from ``?offset=`` bytes (next: ``X-Next-Offset``) |
+| ``GET /api/cluster`` | nodes, their GPUs and the job on each |
+
+Errors answer ``{"detail": ...}``: 401 without a valid token (where the service has tokens), 403
+for another user's job, 404 for an unknown job, 409 for a job that has ended, 413 for a body over
+the size limit, 422 for a bad spec (naming the field).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import Depends, FastAPI, Header, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse
+
+from unstall.service.models import (
+    MAX_FILES_BYTES,
+    ClusterRecord,
+    JobDetail,
+    JobRecord,
+    JobSpec,
+    JobStateName,
+)
+from unstall.service.service import Caller, Service, ServiceError
+
+# A request body may be at most this many bytes (a spec with its files, JSON-encoded).
+MAX_BODY_BYTES = 2 * MAX_FILES_BYTES
+
+
+def _caller(
+    request: Request,
+    authorization: Annotated[str | None, Header()] = None,
+    x_unstall_user: Annotated[str | None, Header()] = None,
+) -> Caller:
+    """Who sent the request: its Bearer token's user (or, with no tokens, the user it names)."""
+    token = None
+    if authorization is not None and authorization.lower().startswith("bearer "):
+        token = authorization[7:].strip()
+    service: Service = request.app.state.service
+    return service.caller(token, x_unstall_user)
+
+
+# Every route asks who calls: a service with tokens answers 401 to a request without one.
+Who = Annotated[Caller, Depends(_caller)]
+
+
+def create_app(service: Service) -> FastAPI:
+    """The API over ``service``."""
+    app = FastAPI(
+        title="unstall scheduler service",
+        summary="Submit jobs to a GPU cluster scheduled by unstall's policies.",
+        version="1",
+    )
+    app.state.service = service
+
+    @app.exception_handler(ServiceError)
+    async def _refused(_request: Request, exc: ServiceError) -> JSONResponse:
+        return JSONResponse(status_code=exc.status, content={"detail": str(exc)})
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
+        return JSONResponse(status_code=422, content={"detail": _validation_text(exc)})
+
+    @app.middleware("http")
+    async def _size_limit(request: Request, call_next: Any) -> Any:
+        length = request.headers.get("content-length")
+        if length is not None and length.isdigit() and int(length) > MAX_BODY_BYTES:
+            return JSONResponse(
+                status_code=413,
+                content={"detail": f"body: {length} bytes, at most {MAX_BODY_BYTES}"},
+            )
+        return await call_next(request)
+
+    @app.post("/api/jobs", status_code=201)
+    def submit(spec: JobSpec, who: Who) -> JobRecord:
+        return service.submit(spec, who)
+
+    @app.get("/api/jobs")
+    def jobs(
+        who: Who,
+        state: Annotated[JobStateName | None, Query()] = None,
+        user: Annotated[str | None, Query()] = None,
+    ) -> list[JobRecord]:
+        return service.jobs(state=state, user=user)
+
+    @app.get("/api/jobs/{job_id}")
+    def job(job_id: str, who: Who) -> JobDetail:
+        return service.job(job_id)
+
+    @app.post("/api/jobs/{job_id}/cancel")
+    def cancel(job_id: str, who: Who) -> JobRecord:
+        return service.cancel(job_id, who)
+
+    @app.get("/api/jobs/{job_id}/logs", response_class=PlainTextResponse)
+    def logs(job_id: str, who: Who, offset: Annotated[int, Query(ge=0)] = 0) -> PlainTextResponse:
+        text, next_offset = service.logs(job_id, offset)
+        return PlainTextResponse(text, headers={"X-Next-Offset": str(next_offset)})
+
+    @app.get("/api/cluster")
+    def cluster(who: Who) -> ClusterRecord:
+        return service.cluster()
+
+    return app
+
+
+def _validation_text(exc: RequestValidationError) -> str:
+    """``gpus: Input should be greater than or equal to 1``: each error with its field."""
+    parts = []
+    for error in exc.errors():
+        location = [str(p) for p in error.get("loc", ()) if p not in ("body", "query", "path")]
+        field = ".".join(location) or "body"
+        message = str(error.get("msg", "invalid")).removeprefix("Value error, ")
+        parts.append(f"{field}: {message}")
+    return "; ".join(parts)

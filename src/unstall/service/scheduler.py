@@ -1,0 +1,398 @@
+"""The service's scheduler: the scheduling core with a wall clock, the live executors and the
+job store, in one background thread.
+
+Arrivals are open-ended: a submission is stored first (its ``submitted`` event is the commit
+point), then handed to the scheduler's inbox; the scheduler adds it to the core at the next
+instant. Cancels go through the inbox too. Every transition of the core is appended to the
+store's event table after the instant that made it. The core's time is seconds since this
+service started, times ``speedup``; jobs found again after a restart arrive at once with their
+own submit times (earlier, so negative), and resume from their last durable checkpoint.
+
+The API threads read a :class:`Snapshot` the scheduler publishes after each instant, never the
+core's own state.
+"""
+
+from __future__ import annotations
+
+import math
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from unstall.live.clock import WallClock
+from unstall.live.cluster import LiveCluster
+from unstall.live.config import LiveConfig
+from unstall.live.driver import POLL_S, LiveDriver
+from unstall.live.pool import ExecutorPool
+from unstall.live.segments import JobRecord as LiveRecord
+from unstall.live.training import JobWork
+from unstall.loop import (
+    Collected,
+    CoreSettings,
+    Job,
+    JobEvent,
+    JobState,
+    SchedulingCore,
+)
+from unstall.sched.base import Policy, policy_capabilities
+from unstall.service.models import JobSpec
+from unstall.service.store import JobStore, StoredJob
+from unstall.sim import PerfSpeedModel, layout_of
+from unstall.sim.jobs import build_jobs
+
+# The core's transitions as the store names them (arrivals are stored as ``submitted`` when
+# they come in, and as ``requeued`` when a restart finds a job that was running).
+_STORED_KIND = {
+    "started": "started",
+    "migrated": "migrated",
+    "preempted": "preempted",
+    "finished": "succeeded",
+    "failed": "failed",
+    "gave_up": "gave_up",
+    "cancelled": "cancelled",
+}
+_STATE = {
+    JobState.PENDING: "pending",
+    JobState.QUEUED: "pending",
+    JobState.RUNNING: "running",
+    JobState.DONE: "succeeded",
+    JobState.FAILED: "failed",
+    JobState.CANCELLED: "cancelled",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class JobStatus:
+    """One job as the scheduler last saw it (run seconds converted to wall time)."""
+
+    state: str
+    placement: str
+    done_iters: float
+    total_iters: float
+    restarts: int
+    started_at: float | None
+    ended_at: float | None
+    error: str
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """What the API reads: each job's status, the queue in order, the GPUs."""
+
+    at: float
+    jobs: dict[str, JobStatus] = field(default_factory=dict)
+    queue: tuple[str, ...] = ()
+    free_by_node: tuple[int, ...] = ()
+    lost_nodes: frozenset[int] = frozenset()
+    holders: dict[tuple[int, int], str] = field(default_factory=dict)  # (node, gpu) -> job
+
+
+@dataclass(frozen=True)
+class _Submit:
+    job_id: str
+    spec: JobSpec
+    submitted_at: float
+
+
+@dataclass(frozen=True)
+class _Cancel:
+    job_id: str
+    by: str
+
+
+class ServiceDriver(LiveDriver):
+    """The live driver for open-ended arrivals: it never runs out of work, and each instant it
+    first takes what the inbox holds."""
+
+    def __init__(self, core: SchedulingCore, *, scheduler: Scheduler, **kwargs: object) -> None:
+        super().__init__(core, **kwargs)  # type: ignore[arg-type]
+        self.scheduler = scheduler
+        self._cancelled = False
+
+    def next_instant(self, due_s: float, until_s: float) -> float:
+        scheduler = self.scheduler
+        if scheduler.stopping.is_set():
+            return math.inf
+        now = self.clock.now()
+        wait = max(0.0, self.clock.wall(due_s - now)) if due_s < math.inf else POLL_S
+        wait = min(wait, POLL_S)
+        if self.segments:
+            self._ended = self._wait(wait)
+        else:
+            scheduler.wakeup.wait(wait)
+            scheduler.wakeup.clear()
+        self._cancelled = scheduler.take_inbox(self.clock.now())
+        return self.clock.now()
+
+    def collect(self, now: float) -> Collected:
+        found = super().collect(now)
+        if self._cancelled:  # GPUs freed or the queue changed: the policy looks again
+            self._cancelled = False
+            return Collected(wake=True, changed=found.changed, events=found.events)
+        return found
+
+
+class Scheduler:
+    """The core, its driver and the store, in a thread of their own (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        store: JobStore,
+        cluster: LiveCluster,
+        policy: Policy,
+        config: LiveConfig,
+        log: Callable[[str], None] | None = None,
+    ) -> None:
+        self.store = store
+        self.cluster = cluster
+        self.policy = policy
+        self.config = config
+        self.log = log or (lambda _text: None)
+        self.layout = layout_of(cluster.topology)
+        self.speed = PerfSpeedModel(cluster.topology, {})
+        self.started_wall = time.time()
+        self.core = SchedulingCore(
+            layout=self.layout,
+            policy=policy,
+            jobs=[],
+            settings=CoreSettings(
+                tick_s=policy_capabilities(policy).tick_s,
+                seed=config.seed,
+                max_failures=config.max_failures,
+                record_rounds=True,
+            ),
+            on_event=self._on_event,
+        )
+        self.pool = ExecutorPool(cluster, checkpoint_dir=store.checkpoint_dir)
+        self.records: dict[str, LiveRecord] = {}
+        self.driver = ServiceDriver(
+            self.core,
+            scheduler=self,
+            pool=self.pool,
+            clock=WallClock(config.speedup),
+            speed=self.speed,
+            config=config,
+            records=self.records,
+            log=self.log,
+        )
+        self.core.attach(self.driver)
+        self.inbox: queue.SimpleQueue[_Submit | _Cancel] = queue.SimpleQueue()
+        self.wakeup = threading.Event()
+        self.stopping = threading.Event()
+        self._pending_events: list[tuple[str, float, str, str]] = []
+        self._cancel_by: dict[str, str] = {}  # who asked, by job, until the core cancels it
+        self._ended_at: dict[str, float] = {}  # failed and cancelled jobs: when (wall)
+        self._statuses: dict[str, JobStatus] = {}
+        self._dirty: set[int] = set()  # jobs whose status changed since the last snapshot
+        self.snapshot = Snapshot(at=time.time())
+        self._thread: threading.Thread | None = None
+        self.error: BaseException | None = None
+
+    # --- what the API asks ---------------------------------------------------------------------
+
+    def submit(self, job_id: str, spec: JobSpec, submitted_at: float) -> None:
+        """A stored job, to be added to the core at its next instant."""
+        self.inbox.put(_Submit(job_id, spec, submitted_at))
+        self.wakeup.set()
+
+    def cancel(self, job_id: str, by: str) -> None:
+        self.inbox.put(_Cancel(job_id, by))
+        self.wakeup.set()
+
+    def check_spec(self, spec: JobSpec) -> str | None:
+        """Why the cluster can never run ``spec`` (None: it can), naming the field."""
+        if spec.gpus > self.layout.total_gpus:
+            return f"gpus: {spec.gpus} GPUs asked, the cluster has {self.layout.total_gpus}"
+        if spec.model is not None:
+            try:
+                self.speed.consolidated_iter_s(spec.model, spec.gpus)
+            except Exception as exc:  # the perf model's own words on an unknown model
+                return f"model: {spec.model!r} is not a model the perf model knows ({exc})"
+        if spec.duration_s is not None and not self.config.emulated:
+            return "duration_s: only in emulated compute; give iterations"
+        return None
+
+    # --- the thread ----------------------------------------------------------------------------
+
+    def start(self, found: dict[str, StoredJob]) -> None:
+        """Start the executors, add the jobs the store holds, and run in a thread."""
+        self.pool.start()
+        self._restore(found)
+        self.core.reset_policy()
+        self.driver.clock.start()
+        self._publish()
+        self._thread = threading.Thread(target=self._run, name="unstall-scheduler", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            while self.core.step():
+                self._flush()
+                self._publish()
+        except BaseException as exc:  # the service reports it; the store keeps every job
+            self.error = exc
+            self.log(f"the scheduler stopped: {exc}")
+        finally:
+            self._flush()
+            self._publish()
+
+    def stop(self) -> None:
+        """Stop the thread; running jobs checkpoint and are found again at the next start."""
+        self.stopping.set()
+        self.wakeup.set()
+        if self._thread is not None:
+            self._thread.join(timeout=60)
+        self.driver.stop_everything()
+        self.pool.shutdown()
+
+    # --- jobs in and out -----------------------------------------------------------------------
+
+    def take_inbox(self, now: float) -> bool:
+        """Add the submissions waiting in the inbox, carry out its cancels; whether any cancel
+        changed the queue or freed GPUs."""
+        cancelled = False
+        while True:
+            try:
+                item = self.inbox.get_nowait()
+            except queue.Empty:
+                return cancelled
+            if isinstance(item, _Submit):
+                self._add(item.job_id, item.spec, item.submitted_at, now)
+                continue
+            job = self.core.by_id.get(item.job_id)
+            if job is not None and job.state in (
+                JobState.PENDING,
+                JobState.QUEUED,
+                JobState.RUNNING,
+            ):
+                self._cancel_by[item.job_id] = item.by
+                self.core.cancel(job, now)
+                cancelled = True
+
+    def _add(self, job_id: str, spec: JobSpec, submitted_at: float, now: float) -> Job:
+        """The core's job for a stored spec, arriving now."""
+        submit_s = (submitted_at - self.started_wall) * self.config.speedup
+        model = spec.model or "resnet18"
+        cons = self.speed.consolidated_iter_s(model, spec.gpus)
+        if spec.duration_s is not None:
+            duration = spec.duration_s
+            iterations = duration / cons
+        else:
+            assert spec.iterations is not None
+            iterations = float(spec.iterations)
+            duration = iterations * cons * (1.0 if self.config.emulated else self.config.speedup)
+        (job,) = build_jobs(
+            job_ids=[job_id],
+            submit_s=[min(submit_s, now)],
+            num_gpus=[spec.gpus],
+            duration_s=[duration],
+            models=[model],
+            speed=self.speed,
+        )
+        job.index = len(self.core.jobs)
+        work_iters = job.work_iters if self.config.emulated else iterations
+        work = JobWork(
+            job_id=job_id,
+            model=model,
+            iterations=work_iters,
+            emulated=self.config.emulated,
+            batch_size=self.config.batch_size,
+            image_size=self.config.image_size,
+            lr=self.config.lr,
+            seed=self.config.seed,
+        )
+        self.records[job_id] = LiveRecord(work=work, scale=job.work_iters / work.iterations)
+        self.core.add_job(job, now)
+        self._dirty.add(job.index)
+        return job
+
+    def _restore(self, found: dict[str, StoredJob]) -> None:
+        """The store's unfinished jobs, added again: a job that was running when the service
+        stopped resumes from its last durable checkpoint (a ``requeued`` event says so)."""
+        requeued = []
+        for stored in found.values():
+            if stored.state in ("succeeded", "failed", "cancelled"):
+                continue
+            job = self._add(stored.id, stored.spec, stored.submitted_at, 0.0)
+            held = self.pool.held_iteration(stored.id)
+            job.done_iters = held * self.records[stored.id].scale
+            if stored.state == "running":
+                requeued.append((stored.id, time.time(), "requeued", "the service restarted"))
+            if stored.cancel_requested:
+                self.inbox.put(_Cancel(stored.id, ""))
+        self.store.record(requeued)
+
+    def _on_event(self, event: JobEvent) -> None:
+        self._dirty.add(self.core.by_id[event.job_id].index)
+        kind = _STORED_KIND.get(event.kind)
+        if kind is None:
+            return
+        detail = event.detail
+        if kind == "cancelled":
+            detail = self._cancel_by.pop(event.job_id, "")
+        at = self.wall(event.time_s)
+        if kind in ("gave_up", "cancelled"):
+            self._ended_at[event.job_id] = at
+        self._pending_events.append((event.job_id, at, kind, detail))
+
+    def _flush(self) -> None:
+        events, self._pending_events = self._pending_events, []
+        self.store.record(events)
+
+    def wall(self, run_s: float) -> float:
+        """Wall time (seconds since the epoch) of a time of the core."""
+        return self.started_wall + run_s / self.config.speedup
+
+    # --- what the API reads --------------------------------------------------------------------
+
+    def _publish(self) -> None:
+        """A new snapshot: the jobs that changed, and the running ones (their progress)."""
+        core = self.core
+        now = self.driver.clock.now()
+        for index in (*self._dirty, *core.running):
+            job = core.jobs[index]
+            self._statuses[job.job_id] = self._status(job, now)
+        self._dirty.clear()
+        holders: dict[tuple[int, int], str] = {}
+        for index, segment in self.driver.segments.items():
+            for node_slot in segment.executors:
+                holders[node_slot] = core.jobs[index].job_id
+        self.snapshot = Snapshot(
+            at=time.time(),
+            jobs=dict(self._statuses),
+            queue=tuple(job.job_id for job in core.queued.values()),
+            free_by_node=tuple(core.cluster.free_by_node),
+            lost_nodes=frozenset(core.cluster.down),
+            holders=holders,
+        )
+
+    def _status(self, job: Job, now: float) -> JobStatus:
+        record = self.records[job.job_id]
+        done = job.done_iters
+        segment = self.driver.segments.get(job.index)
+        if segment is not None and job.iter_s > 0:
+            # Its executors report only when a segment ends: the progress it has made since,
+            # at its iteration time (its start-up not yet counted out).
+            running_s = max(0.0, now - job.changed_s)
+            done = min(
+                job.work_iters, segment.start_iteration * record.scale + running_s / job.iter_s
+            )
+        started = job.first_start_s if job.first_start_s >= 0 else None
+        ended = job.finish_s if job.state == JobState.DONE else None
+        return JobStatus(
+            state=_STATE[job.state],
+            placement=_placement(job),
+            done_iters=done / record.scale,
+            total_iters=job.work_iters / record.scale,
+            restarts=job.preemptions + job.migrations + job.failures,
+            started_at=self.wall(started) if started is not None else None,
+            ended_at=self.wall(ended) if ended is not None else self._ended_at.get(job.job_id),
+            error=job.error,
+        )
+
+
+def _placement(job: Job) -> str:
+    return "+".join(f"{node}:{gpus}" for node, gpus in job.placement)

@@ -1,0 +1,143 @@
+"""``unstall serve``: the service started, answering on HTTP, until Ctrl-C or SIGTERM.
+
+Without an address the cluster file's (or preset's) nodes are emulated on a local Ray on
+loopback, one Ray node each, as ``unstall live run`` does; with one (or ``RAY_ADDRESS``) the
+service joins that Ray cluster. What a killed earlier service left running on a local cluster is
+ended first (:func:`unstall.live.cluster.reap_orphans`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from unstall.errors import ConfigError, UnstallError
+from unstall.live.cluster import LocalRayCluster, discover
+from unstall.live.config import LiveConfig
+from unstall.net import TopologyConfig
+from unstall.ray_connect import cluster_address, connect_ray, is_loopback
+from unstall.sched.base import Policy
+from unstall.service.api import create_app
+from unstall.service.scheduler import Scheduler
+from unstall.service.service import Caller, Service
+from unstall.service.store import JobStore
+
+DEFAULT_PORT = 8470
+DEFAULT_STORE = "~/.unstall/service"
+OWNER = "serve"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServeConfig:
+    """Where the service answers and keeps its jobs. ``store``: the store directory;
+    ``database``: a URL for the records instead of SQLite in it (``postgresql://...``)."""
+
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    store: Path = Path(DEFAULT_STORE)
+    database: str | None = None
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.port <= 65535:
+            raise ConfigError(OWNER, "port", f"must be in 0..65535, got {self.port}")
+
+
+def check_exposure(host: str, tokens: dict[str, Caller] | None) -> None:
+    """Any address other than loopback needs a token file: a scheduler that runs code on a
+    cluster must not take jobs from anyone who can reach it."""
+    if tokens is None and not is_loopback(host):
+        raise ConfigError(
+            OWNER,
+            "host",
+            f"{host} is reachable from other machines: give --token-file (lines TOKEN or "
+            "TOKEN USER) to serve there",
+        )
+
+
+@contextlib.contextmanager
+def ray_cluster(
+    topology: TopologyConfig, address: str | None, config: LiveConfig, say: Callable[[str], None]
+) -> Iterator[object]:
+    """The service's Ray cluster: joined, or emulated locally; yields the LiveCluster."""
+    import ray
+
+    joined = cluster_address(address)
+    local = None
+    if joined is None:
+        say(f"starting a local Ray cluster of {topology.n_nodes} nodes on 127.0.0.1")
+        local = LocalRayCluster(topology, config.slot_resource)
+    try:
+        connected = connect_ray(local.address if local is not None else joined)
+        try:
+            yield discover(
+                ray.nodes(),
+                topology=topology,
+                slot_resource=config.slot_resource,
+                loopback=local is not None or (joined is not None and is_loopback(joined)),
+            )
+        finally:
+            if connected:
+                ray.shutdown()
+    finally:
+        if local is not None:
+            local.shutdown()
+
+
+def serve(
+    *,
+    topology: TopologyConfig,
+    policy: Policy,
+    live: LiveConfig,
+    config: ServeConfig,
+    address: str | None = None,
+    tokens: dict[str, Caller] | None = None,
+    say: Callable[[str], None] = print,
+    stop: threading.Event | None = None,
+) -> None:
+    """Run the service until ``stop`` is set (or Ctrl-C / SIGTERM, as KeyboardInterrupt)."""
+    import uvicorn
+
+    check_exposure(config.host, tokens)
+    store = JobStore(config.store, config.database)
+    stop = stop or threading.Event()
+    with ray_cluster(topology, address, live, say) as cluster:
+        scheduler = Scheduler(store=store, cluster=cluster, policy=policy, config=live, log=say)  # type: ignore[arg-type]
+        service = Service(store=store, scheduler=scheduler, tokens=tokens)
+        service.start()
+        server = uvicorn.Server(
+            uvicorn.Config(
+                create_app(service),
+                host=config.host,
+                port=config.port,
+                log_level="warning",
+                access_log=False,
+            )
+        )
+        thread = threading.Thread(target=server.run, name="unstall-http", daemon=True)
+        thread.start()
+        try:
+            while not server.started:
+                if not thread.is_alive():
+                    raise UnstallError(f"could not serve on {config.host}:{config.port}")
+                time.sleep(0.05)
+            say(f"serving on http://{config.host}:{_port(server, config.port)}")
+            while not stop.wait(0.5):
+                if scheduler.error is not None:
+                    raise UnstallError(f"the scheduler stopped: {scheduler.error}")
+        finally:
+            server.should_exit = True
+            thread.join(timeout=10)
+            scheduler.stop()
+            store.close()
+
+
+def _port(server: object, asked: int) -> int:
+    """The port the server listens on (the one picked where 0 was asked)."""
+    with contextlib.suppress(Exception):
+        sockets = server.servers[0].sockets  # type: ignore[attr-defined]
+        return int(sockets[0].getsockname()[1])
+    return asked

@@ -1,0 +1,253 @@
+"""The service: the store, the scheduler and who may do what, behind the HTTP API.
+
+Users are who their token says (``--token-file``: ``TOKEN`` for an admin, ``TOKEN USER`` for a
+user); without a token file (loopback only) a request names its user. A job's user is fixed when
+it is submitted; only that user or an admin may cancel it.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from unstall.errors import UnstallError
+from unstall.service.models import (
+    ClusterNode,
+    ClusterRecord,
+    JobDetail,
+    JobRecord,
+    JobSpec,
+)
+from unstall.service.scheduler import JobStatus, Scheduler, Snapshot
+from unstall.service.store import JobStore, StoredJob
+
+# Bytes of a job's log one request returns at most.
+LOG_CHUNK = 256 * 1024
+
+
+class ServiceError(UnstallError):
+    """A request the service refuses: ``status`` is the HTTP status, the message says why."""
+
+    def __init__(self, status: int, message: str) -> None:
+        self.status = status
+        super().__init__(message)
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who sent a request: a user, an admin, or anyone (no tokens: loopback)."""
+
+    user: str
+    admin: bool
+
+
+def read_tokens(path: Path) -> dict[str, Caller]:
+    """``TOKEN`` (an admin) or ``TOKEN USER`` per line; ``#`` starts a comment."""
+    tokens: dict[str, Caller] = {}
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as exc:
+        raise UnstallError(f"{path}: cannot read the token file ({exc.strerror})") from exc
+    for number, line in enumerate(lines, 1):
+        words = line.split("#", 1)[0].split()
+        if not words:
+            continue
+        if len(words) > 2 or len(words[0]) < 16:
+            raise UnstallError(
+                f"{path}:{number}: a line is TOKEN or TOKEN USER, tokens of 16 characters or more"
+            )
+        tokens[words[0]] = Caller(
+            user=words[1] if len(words) == 2 else "admin", admin=len(words) == 1
+        )
+    if not tokens:
+        raise UnstallError(f"{path}: no token in the token file")
+    return tokens
+
+
+class Service:
+    """What the API calls (see the module docstring)."""
+
+    def __init__(
+        self, *, store: JobStore, scheduler: Scheduler, tokens: dict[str, Caller] | None
+    ) -> None:
+        self.store = store
+        self.scheduler = scheduler
+        self.tokens = tokens
+        self.stored: dict[str, StoredJob] = {}
+
+    def start(self) -> None:
+        self.stored = self.store.load()
+        self.scheduler.start(self.stored)
+
+    def caller(self, token: str | None, user: str | None) -> Caller:
+        """Who this request is from: its token's user, or (no tokens) the user it names."""
+        if self.tokens is None:
+            return Caller(user=user or "anonymous", admin=False)
+        if token is None or token not in self.tokens:
+            raise ServiceError(401, "a valid token is needed: Authorization: Bearer TOKEN")
+        return self.tokens[token]
+
+    # --- jobs ----------------------------------------------------------------------------------
+
+    def submit(self, spec: JobSpec, caller: Caller) -> JobRecord:
+        if self.tokens is not None and not caller.admin:
+            spec = spec.model_copy(update={"user": caller.user})  # fixed by the token
+        elif not spec.user:
+            spec = spec.model_copy(update={"user": caller.user})
+        if not spec.name:
+            spec = spec.model_copy(update={"name": spec.model or spec.train or spec.model_fn or ""})
+        why = self.scheduler.check_spec(spec)
+        if why is not None:
+            raise ServiceError(422, why)
+        at = time.time()
+        job_id = self.store.submit(spec, at)
+        stored = StoredJob(seq=0, id=job_id, spec=spec, submitted_at=at)
+        self.stored[job_id] = stored
+        self.scheduler.submit(job_id, spec, at)
+        return self._record(stored, self.scheduler.snapshot)
+
+    def jobs(self, *, state: str | None = None, user: str | None = None) -> list[JobRecord]:
+        snapshot = self.scheduler.snapshot
+        positions = _positions(snapshot)
+        records = []
+        for stored in list(self.stored.values()):
+            if user is not None and stored.spec.user != user:
+                continue
+            record = self._record(stored, snapshot, positions)
+            if state is None or record.state == state:
+                records.append(record)
+        return records
+
+    def job(self, job_id: str) -> JobDetail:
+        stored = self._stored(job_id)
+        record = self._record(stored, self.scheduler.snapshot)
+        return JobDetail(**record.model_dump(), spec=stored.spec, events=self.store.events(job_id))
+
+    def cancel(self, job_id: str, caller: Caller) -> JobRecord:
+        stored = self._stored(job_id)
+        if not caller.admin and caller.user != stored.spec.user:
+            raise ServiceError(
+                403, f"job {job_id} is {stored.spec.user}'s: only they or an admin may cancel it"
+            )
+        record = self._record(stored, self.scheduler.snapshot)
+        if record.state in ("succeeded", "failed", "cancelled"):
+            raise ServiceError(409, f"job {job_id} has ended ({record.state}): nothing to cancel")
+        self.store.record([(job_id, time.time(), "cancel_requested", caller.user)])
+        self.scheduler.cancel(job_id, caller.user)
+        return record
+
+    def logs(self, job_id: str, offset: int = 0) -> tuple[str, int]:
+        """The job's log from byte ``offset`` (at most LOG_CHUNK bytes), and the next offset."""
+        self._stored(job_id)
+        path = self.store.log_path(job_id)
+        if not path.exists():
+            return "", offset
+        with open(path, "rb") as log:
+            log.seek(offset)
+            data = log.read(LOG_CHUNK)
+        return data.decode(errors="replace"), offset + len(data)
+
+    def cluster(self) -> ClusterRecord:
+        snapshot = self.scheduler.snapshot
+        layout = self.scheduler.layout
+        nodes = []
+        for node in range(layout.num_nodes):
+            gpus = layout.node_gpus[node]
+            nodes.append(
+                ClusterNode(
+                    index=node,
+                    rack=layout.node_rack[node],
+                    gpus=gpus,
+                    gpu_type=layout.node_type[node],
+                    lost=node in snapshot.lost_nodes,
+                    jobs=[snapshot.holders.get((node, slot), "") for slot in range(gpus)],
+                )
+            )
+        lost = sum(layout.node_gpus[n] for n in snapshot.lost_nodes)
+        free = sum(snapshot.free_by_node)
+        states = [status.state for status in snapshot.jobs.values()]
+        return ClusterRecord(
+            policy=self.scheduler.policy.name,
+            total_gpus=layout.total_gpus,
+            busy_gpus=layout.total_gpus - free - lost,
+            free_gpus=free,
+            lost_gpus=lost,
+            pending=len(self.stored) - len(states) + states.count("pending"),
+            running=states.count("running"),
+            nodes=nodes,
+        )
+
+    # --- records -------------------------------------------------------------------------------
+
+    def _stored(self, job_id: str) -> StoredJob:
+        stored = self.stored.get(job_id)
+        if stored is None:
+            raise ServiceError(404, f"no job {job_id!r}")
+        return stored
+
+    def _record(
+        self,
+        stored: StoredJob,
+        snapshot: Snapshot,
+        positions: dict[str, int] | None = None,
+    ) -> JobRecord:
+        spec = stored.spec
+        status = snapshot.jobs.get(stored.id)
+        if status is None:  # not yet taken in by the scheduler, or ended before this start
+            status = _from_store(stored)
+        position = None
+        reason = ""
+        if status.state == "pending":
+            positions = positions if positions is not None else _positions(snapshot)
+            position = positions.get(stored.id, len(positions) + 1)
+            reason = self._reason(spec, snapshot, position)
+        total = status.total_iters
+        return JobRecord(
+            id=stored.id,
+            name=spec.name,
+            user=spec.user,
+            state=status.state,  # type: ignore[arg-type]
+            gpus=spec.gpus,
+            priority=spec.priority,
+            model=spec.model or spec.train or spec.model_fn or "",
+            placement=status.placement,
+            position=position,
+            reason=reason,
+            progress=min(1.0, status.done_iters / total) if total > 0 else 0.0,
+            iterations_done=status.done_iters,
+            iterations_total=total,
+            restarts=status.restarts,
+            submitted_at=stored.submitted_at,
+            started_at=status.started_at,
+            ended_at=status.ended_at,
+            error=status.error,
+        )
+
+    def _reason(self, spec: JobSpec, snapshot: Snapshot, position: int) -> str:
+        free = sum(snapshot.free_by_node)
+        policy = self.scheduler.policy.name
+        if spec.gpus > free:
+            return f"waiting for GPUs: needs {spec.gpus}, {free} free"
+        if position > 1:
+            return f"behind {position - 1} queued job(s) under {policy}"
+        return f"{spec.gpus} GPUs free: {policy} has not placed it yet"
+
+
+def _positions(snapshot: Snapshot) -> dict[str, int]:
+    return {job_id: i for i, job_id in enumerate(snapshot.queue, 1)}
+
+
+def _from_store(stored: StoredJob) -> JobStatus:
+    spec = stored.spec
+    total = float(spec.iterations) if spec.iterations is not None else 0.0
+    return JobStatus(
+        state=stored.state,
+        placement=stored.placement,
+        done_iters=total if stored.state == "succeeded" else 0.0,
+        total_iters=total,
+        restarts=stored.restarts,
+        started_at=stored.started_at,
+        ended_at=stored.ended_at,
+        error=stored.error,
+    )

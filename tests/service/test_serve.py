@@ -1,0 +1,161 @@
+"""`unstall serve` for real: a service on a local emulated cluster, jobs submitted through the
+client and the CLI, a ``kill -9`` in the middle of a run, and a restart on the same store.
+
+After the kill the restarted service finds every job, the one that was running resumes from its
+last durable checkpoint (a ``requeued`` event says so), no job runs twice at once, every job
+succeeds exactly once with exactly its iterations, and what the killed service left running
+(its local Ray's processes, its executors) is gone.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from live_runs import TWO_NODES, live_env
+from unstall.cli.app import app
+from unstall.service import Client
+
+# Wall seconds a service gets to answer after it starts (a local Ray cluster on a busy machine).
+START_S = 240.0
+
+
+def _serve(store: Path, cluster: Path, *extra: str) -> tuple[subprocess.Popen[str], str]:
+    """A service on ``store``; returns it and its URL once it answers."""
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "unstall",
+            "serve",
+            "--cluster",
+            str(cluster),
+            "--store",
+            str(store),
+            "--port",
+            "0",
+            "--policy",
+            "fifo",
+            "--speedup",
+            "20",
+            "--checkpoint-every-s",
+            "0.5",
+            *extra,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=live_env(),
+    )
+    deadline = time.monotonic() + START_S
+    assert process.stdout is not None
+    seen = []
+    while time.monotonic() < deadline:
+        line = process.stdout.readline()
+        if not line:
+            break
+        seen.append(line)
+        found = re.search(r"serving on (http://127\.0\.0\.1:\d+)", line)
+        if found:
+            return process, found.group(1)
+    process.kill()
+    raise AssertionError("the service did not answer:\n" + "".join(seen))
+
+
+def _tmpdirs_of(pid: int) -> set[str]:
+    """The local Ray folders (RAY_TMPDIR) that processes of the service's tree run in."""
+    found = set()
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            environ = (proc / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        for item in environ:
+            if item.startswith(b"RAY_TMPDIR=/tmp/us-live-"):
+                found.add(item.split(b"=", 1)[1].decode())
+    return found
+
+
+def _alive_in(folder: str) -> int:
+    marker = f"RAY_TMPDIR={folder}".encode()
+    count = 0
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            if marker in (proc / "environ").read_bytes().split(b"\0"):
+                count += 1
+        except OSError:
+            continue
+    return count
+
+
+def _wait_for(condition: object, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():  # type: ignore[operator]
+            return
+        time.sleep(0.25)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_a_killed_service_loses_nothing_and_runs_no_job_twice(tmp_path: Path) -> None:
+    cluster = tmp_path / "two.toml"
+    cluster.write_text(TWO_NODES)
+    store = tmp_path / "store"
+    before = _tmpdirs_of(os.getpid())
+    first, url = _serve(store, cluster)
+    try:
+        client = Client(url, user="ann")
+        # Long enough to be killed mid-run: 600 run seconds at speedup 20 = 30 wall seconds.
+        long = client.submit(gpus=2, model="resnet50", duration_s=600.0, name="long")
+        short = client.submit(gpus=2, model="resnet50", duration_s=40.0, name="short")
+        queued = client.submit(gpus=4, model="vgg16", duration_s=40.0, name="wide")
+        runner = CliRunner()
+        listed = runner.invoke(app, ["jobs", "list", "--server", url])
+        assert listed.exit_code == 0 and "long" in listed.output, listed.output
+        assert client.get(queued.id).state == "pending"
+        _wait_for(lambda: (store / "checkpoints" / f"{long.id}.ckpt").exists(), 120, "a checkpoint")
+        assert client.get(long.id).state == "running"
+        ours = _tmpdirs_of(os.getpid()) - before
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait(30)
+    assert len(ours) == 1
+    (folder,) = ours
+    assert _alive_in(folder) > 0  # what a kill -9 leaves behind ...
+
+    second, url = _serve(store, cluster)
+    try:
+        assert _alive_in(folder) == 0  # ... the next service ends
+        client = Client(url, user="ann")
+        for job in (long, short, queued):
+            done = client.wait(job.id, timeout_s=240)
+            assert done.state == "succeeded", done
+            assert done.iterations_done == pytest.approx(done.iterations_total)
+        events = client.get(long.id).events
+        kinds = [e.kind for e in events]
+        assert "requeued" in kinds and kinds.count("succeeded") == 1
+        # Never started again while it ran: each start follows a stop of some kind.
+        running = False
+        for kind in kinds:
+            if kind in ("started",):
+                assert not running, kinds
+                running = True
+            elif kind in ("preempted", "failed", "requeued", "succeeded"):
+                running = False
+        # It resumed from its checkpoint, not from the start.
+        log = client.get(long.id)
+        assert log.restarts >= 1
+        cancel = CliRunner().invoke(app, ["jobs", "cancel", long.id, "--server", url])
+        assert cancel.exit_code == 1 and "ended" in cancel.output
+    finally:
+        second.send_signal(signal.SIGINT)
+        second.wait(60)
+    assert second.returncode == 130
