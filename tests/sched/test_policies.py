@@ -347,3 +347,19 @@ def test_dally_is_described_as_its_defaults_run_it() -> None:
     described = describe_policies()["dally-fixed"]
     assert "auto-tuned" not in described
     assert "fixed factor" in described and "autotune=on" in described
+
+
+@pytest.mark.parametrize("name", ["fifo", "first-fit", "consolidate"])
+def test_arrival_order_policies_take_higher_priorities_first(name: str) -> None:
+    """Where jobs have priorities (the service's), a later job of higher priority starts
+    before earlier ones; among equal priorities arrival order holds."""
+    queued = [
+        job_view("j1", 4, submit_s=1.0),
+        job_view("j2", 4, submit_s=2.0, priority=5),
+        job_view("j3", 4, submit_s=3.0, priority=5),
+    ]
+    snapshot = cluster_snapshot(LAYOUT, (4, 0), queued)
+    decision = make_policy(name).decide(snapshot, random.Random(0))
+    assert [s.job_id for s in decision.starts] == ["j2"]
+    plain = cluster_snapshot(LAYOUT, (4, 0), [job_view("j1", 4), job_view("j2", 4, submit_s=2.0)])
+    assert [s.job_id for s in make_policy(name).decide(plain, random.Random(0)).starts] == ["j1"]

@@ -41,12 +41,12 @@ def _service(tmp_path: Path, tokens: dict[str, Caller] | None = None) -> Service
     store = JobStore(tmp_path / "store")
     scheduler = Scheduler(
         store=store,
-        cluster=_cluster(),  # type: ignore[arg-type]
+        topology=_cluster().topology,  # type: ignore[attr-defined]
         policy=make_policy("fifo"),
         config=LiveConfig(),
     )
     service = Service(store=store, scheduler=scheduler, tokens=tokens)
-    service.stored = store.load()
+    service.load()  # the scheduler is not started: no Ray
     return service
 
 

@@ -28,46 +28,40 @@ from unstall.service import Client
 START_S = 240.0
 
 
-def _serve(store: Path, cluster: Path, *extra: str) -> tuple[subprocess.Popen[str], str]:
-    """A service on ``store``; returns it and its URL once it answers."""
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "unstall",
-            "serve",
-            "--cluster",
-            str(cluster),
-            "--store",
-            str(store),
-            "--port",
-            "0",
-            "--policy",
-            "fifo",
-            "--speedup",
-            "20",
-            "--checkpoint-every-s",
-            "0.5",
-            *extra,
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=live_env(),
-    )
+def _serve(store: Path, cluster: Path, log: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """A service on ``store``, its output in ``log``; returns it and its URL once it answers."""
+    with open(log, "ab") as out:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "unstall",
+                "serve",
+                "--cluster",
+                str(cluster),
+                "--store",
+                str(store),
+                "--port",
+                "0",
+                "--policy",
+                "fifo",
+                "--speedup",
+                "20",
+                "--checkpoint-every-s",
+                "0.5",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=live_env(),
+        )
     deadline = time.monotonic() + START_S
-    assert process.stdout is not None
-    seen = []
-    while time.monotonic() < deadline:
-        line = process.stdout.readline()
-        if not line:
-            break
-        seen.append(line)
-        found = re.search(r"serving on (http://127\.0\.0\.1:\d+)", line)
+    while time.monotonic() < deadline and process.poll() is None:
+        found = re.search(r"serving on (http://127\.0\.0\.1:\d+)", log.read_text())
         if found:
             return process, found.group(1)
+        time.sleep(0.1)
     process.kill()
-    raise AssertionError("the service did not answer:\n" + "".join(seen))
+    raise AssertionError("the service did not answer:\n" + log.read_text())
 
 
 def _tmpdirs_of(pid: int) -> set[str]:
@@ -96,13 +90,14 @@ def _alive_in(folder: str) -> int:
     return count
 
 
-def _wait_for(condition: object, timeout_s: float, what: str) -> None:
+def _wait_for(condition: object, timeout_s: float, what: str, log: Path | None = None) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if condition():  # type: ignore[operator]
             return
         time.sleep(0.25)
-    raise AssertionError(f"timed out waiting for {what}")
+    said = log.read_text() if log is not None else ""
+    raise AssertionError(f"timed out waiting for {what}; the service said:\n{said}")
 
 
 def test_a_killed_service_loses_nothing_and_runs_no_job_twice(tmp_path: Path) -> None:
@@ -110,7 +105,8 @@ def test_a_killed_service_loses_nothing_and_runs_no_job_twice(tmp_path: Path) ->
     cluster.write_text(TWO_NODES)
     store = tmp_path / "store"
     before = _tmpdirs_of(os.getpid())
-    first, url = _serve(store, cluster)
+    log = tmp_path / "serve.log"
+    first, url = _serve(store, cluster, log)
     try:
         client = Client(url, user="ann")
         # Long enough to be killed mid-run: 600 run seconds at speedup 20 = 30 wall seconds.
@@ -121,7 +117,14 @@ def test_a_killed_service_loses_nothing_and_runs_no_job_twice(tmp_path: Path) ->
         listed = runner.invoke(app, ["jobs", "list", "--server", url])
         assert listed.exit_code == 0 and "long" in listed.output, listed.output
         assert client.get(queued.id).state == "pending"
-        _wait_for(lambda: (store / "checkpoints" / f"{long.id}.ckpt").exists(), 120, "a checkpoint")
+        # The API answers before the cluster is up: the job starts once the executors are.
+        _wait_for(
+            lambda: client.get(long.id).state == "running",
+            START_S,
+            "the first start",
+            log,
+        )
+        _wait_for(lambda: (store / "checkpoints" / f"{long.id}.ckpt").exists(), 60, "a checkpoint")
         assert client.get(long.id).state == "running"
         ours = _tmpdirs_of(os.getpid()) - before
     finally:
@@ -131,7 +134,8 @@ def test_a_killed_service_loses_nothing_and_runs_no_job_twice(tmp_path: Path) ->
     (folder,) = ours
     assert _alive_in(folder) > 0  # what a kill -9 leaves behind ...
 
-    second, url = _serve(store, cluster)
+    log.write_text("")
+    second, url = _serve(store, cluster, log)
     try:
         assert _alive_in(folder) == 0  # ... the next service ends
         client = Client(url, user="ann")

@@ -249,6 +249,79 @@ def _live(out: Path, quiet: bool) -> None:
     )
 
 
+def _service(out: Path, quiet: bool) -> None:
+    import re
+    import shutil
+    import threading
+
+    from unstall.cli.common import err_console
+    from unstall.cli.jobs import print_jobs
+    from unstall.live import LiveConfig
+    from unstall.net import TopologyConfig
+    from unstall.sched import make_policy
+    from unstall.service import Client, ServeConfig, serve
+
+    # A service on two emulated nodes of two GPUs, a fresh store, a free port; six jobs.
+    store = out / "service-store"
+    shutil.rmtree(store, ignore_errors=True)
+    cluster = TopologyConfig(name="demo-two-nodes", racks=2, nodes_per_rack=1, gpus_per_node=2)
+    stop = threading.Event()
+    answering: list[str] = []
+
+    def say(text: str) -> None:
+        found = re.search(r"serving on (\S+)", text)
+        if found:
+            answering.append(found.group(1))
+        if not quiet:
+            err_console.print(text, highlight=False, markup=False)
+
+    thread = threading.Thread(
+        target=serve,
+        kwargs={
+            "topology": cluster,
+            "policy": make_policy("dally"),
+            "live": LiveConfig(speedup=60.0, checkpoint_every_s=1.0),
+            "config": ServeConfig(port=0, store=store),
+            "say": say,
+            "stop": stop,
+        },
+        daemon=True,
+    )
+    thread.start()
+    try:
+        while not answering and thread.is_alive():
+            time.sleep(0.1)
+        client = Client(answering[0], user="demo")
+        jobs = [
+            client.submit(gpus=gpus, model=model, duration_s=seconds, name=f"{model}-{i}")
+            for i, (gpus, model, seconds) in enumerate(
+                [
+                    (2, "resnet50", 600),
+                    (2, "vgg16", 300),
+                    (4, "resnet50", 300),
+                    (1, "lstm_lm", 240),
+                    (1, "resnet18", 120),
+                    (2, "bert", 200),
+                ]
+            )
+        ]
+        time.sleep(5)
+        console.print(f"the queue, a few seconds after six submissions ({answering[0]}):")
+        print_jobs(client.list())
+        client.cancel(jobs[-1].id)
+        for job in jobs[:-1]:
+            client.wait(job.id, timeout_s=300)
+        console.print("after they ran (the last one cancelled):")
+        print_jobs(client.list())
+    finally:
+        stop.set()
+        thread.join(timeout=120)
+    console.print(
+        f"store kept in {store}/ (jobs.db, logs/, checkpoints/); yours: `unstall serve` then "
+        "`unstall jobs submit --gpus 2 --model resnet50 --duration-s 600` (docs/service.md)"
+    )
+
+
 def _sparse_lstm(out: Path, quiet: bool) -> None:
     from unstall.cli.common import progress_bar, save_json
     from unstall.cli.sparse_tables import lstm_bench_table
@@ -383,6 +456,7 @@ SECTIONS: list[tuple[str, Callable[[Path, bool], None]]] = [
     ("traces: the embedded default trace", _trace),
     ("cluster simulator: every scheduler, Dally included, on the embedded trace", _sim),
     ("live scheduling: the same policy places real jobs on a local Ray cluster", _live),
+    ("scheduler service: jobs submitted to a running unstall serve, queued, cancelled", _service),
     ("stall profiler: compute, interconnect and network stalls of a DDP run", _profile),
     ("cost advisor: cheapest AWS configuration for ResNet-50 on ImageNet in 24 h", _recommend),
     ("parameter server on Ray: assignments under a bandwidth straggler", _ps),

@@ -155,6 +155,11 @@ def list_jobs(
     if as_json:
         print(json.dumps([r.model_dump() for r in records], indent=2))
         return
+    print_jobs(records)
+
+
+def print_jobs(records: list[JobRecord]) -> None:
+    """The jobs as a table: pending ones with their place in the queue and why they wait."""
     rows = [_row(r) for r in records]
     console.print(
         table(

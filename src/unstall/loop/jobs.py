@@ -66,6 +66,7 @@ class Job:
         "paused_until_s",
         "placement",
         "preemptions",
+        "priority",
         "queued_since_s",
         "queued_total_s",
         "sensitivity",
@@ -126,6 +127,7 @@ class Job:
         self.preemptions = 0
         self.migrations = 0
         self.comm_overhead_s = 0.0
+        self.priority = 0  # its user's, where jobs have one (higher first)
         self.failures = 0  # segments that failed under it (a process or node died)
         self.failed_in_a_row = 0  # its own failures since it last gained a checkpoint
         self.error = ""  # the last failure's reason
@@ -182,6 +184,7 @@ class Job:
             running=running,
             placement=self.placement if running else (),
             preemptions=self.preemptions,
+            priority=self.priority,
             type_speeds=self.type_speeds,
             oracle_remaining_s=self.remaining_cons_s() if oracle else None,
             oracle_rate=self.cons_iter_s / self.iter_s if oracle else 0.0,

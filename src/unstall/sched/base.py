@@ -83,6 +83,8 @@ class JobView:
     running: bool
     placement: Placement = ()
     preemptions: int = 0
+    # Its user's priority (higher first), where jobs have one (the service's): 0 for a trace's.
+    priority: int = 0
     # The job's speed on each GPU type of the cluster, ``(type, speed)`` pairs: the work it
     # does in a second on a consolidated placement of that type, over the work it does in a
     # second on the GPU type its duration was measured on (so 1.0 there; a K80 might give a

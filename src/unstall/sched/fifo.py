@@ -1,4 +1,5 @@
-"""FIFO, first-fit and strict consolidation: queue order by arrival, three placement rules."""
+"""FIFO, first-fit and strict consolidation: queue order by arrival (higher priority first, where
+jobs have priorities), three placement rules."""
 
 from __future__ import annotations
 
@@ -6,9 +7,24 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from unstall.sched.base import ClusterSnapshot, Decision, Placement, PolicyBase, Start
+from unstall.sched.base import (
+    ClusterSnapshot,
+    Decision,
+    JobView,
+    Placement,
+    PolicyBase,
+    Start,
+)
 from unstall.sched.free import FreeGpus
 from unstall.sched.placement import TypeClaims
+
+
+def by_priority(queued: Sequence[JobView]) -> Sequence[JobView]:
+    """The queue with higher priorities first, in arrival order within each (stable); the
+    queue itself where no job has a priority (a trace's jobs never do)."""
+    if not any(job.priority for job in queued):
+        return queued
+    return sorted(queued, key=lambda job: -job.priority)
 
 
 @dataclass
@@ -36,7 +52,7 @@ class _ArrivalOrder(PolicyBase):
         claims = (
             None if free.layout.one_type else TypeClaims(snapshot.queued, free.by_node, free.layout)
         )
-        for job in snapshot.queued:
+        for job in by_priority(snapshot.queued):
             if free.total == 0:
                 break
             if job.num_gpus in blocked:

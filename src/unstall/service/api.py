@@ -8,6 +8,7 @@
 | ``POST /api/jobs/{id}/cancel`` | cancel it (its user or an admin) |
 | ``GET /api/jobs/{id}/logs`` | its log from ``?offset=`` bytes (next: ``X-Next-Offset``) |
 | ``GET /api/cluster`` | nodes, their GPUs and the job on each |
+| ``GET /api/stats`` | the scheduler's rounds and what the latest ones cost (ms) |
 
 Errors answer ``{"detail": ...}``: 401 without a valid token (where the service has tokens), 403
 for another user's job, 404 for an unknown job, 409 for a job that has ended, 413 for a body over
@@ -108,6 +109,10 @@ def create_app(service: Service) -> FastAPI:
     @app.get("/api/cluster")
     def cluster(who: Who) -> ClusterRecord:
         return service.cluster()
+
+    @app.get("/api/stats")
+    def stats(who: Who) -> dict[str, object]:
+        return service.stats()
 
     return app
 

@@ -14,6 +14,7 @@ core's own state.
 
 from __future__ import annotations
 
+import collections
 import math
 import queue
 import threading
@@ -36,6 +37,7 @@ from unstall.loop import (
     JobState,
     SchedulingCore,
 )
+from unstall.net import TopologyConfig
 from unstall.sched.base import Policy, policy_capabilities
 from unstall.service.models import JobSpec
 from unstall.service.store import JobStore, StoredJob
@@ -110,6 +112,7 @@ class ServiceDriver(LiveDriver):
         super().__init__(core, **kwargs)  # type: ignore[arg-type]
         self.scheduler = scheduler
         self._cancelled = False
+        self.waited_s = 0.0  # wall seconds the latest instant waited for
 
     def next_instant(self, due_s: float, until_s: float) -> float:
         scheduler = self.scheduler
@@ -118,11 +121,13 @@ class ServiceDriver(LiveDriver):
         now = self.clock.now()
         wait = max(0.0, self.clock.wall(due_s - now)) if due_s < math.inf else POLL_S
         wait = min(wait, POLL_S)
+        began = time.perf_counter()
         if self.segments:
             self._ended = self._wait(wait)
         else:
             scheduler.wakeup.wait(wait)
             scheduler.wakeup.clear()
+        self.waited_s = time.perf_counter() - began
         self._cancelled = scheduler.take_inbox(self.clock.now())
         return self.clock.now()
 
@@ -141,18 +146,18 @@ class Scheduler:
         self,
         *,
         store: JobStore,
-        cluster: LiveCluster,
+        topology: TopologyConfig,
         policy: Policy,
         config: LiveConfig,
         log: Callable[[str], None] | None = None,
     ) -> None:
         self.store = store
-        self.cluster = cluster
+        self.topology = topology
         self.policy = policy
         self.config = config
         self.log = log or (lambda _text: None)
-        self.layout = layout_of(cluster.topology)
-        self.speed = PerfSpeedModel(cluster.topology, {})
+        self.layout = layout_of(topology)
+        self.speed = PerfSpeedModel(topology, {})
         self.started_wall = time.time()
         self.core = SchedulingCore(
             layout=self.layout,
@@ -166,30 +171,23 @@ class Scheduler:
             ),
             on_event=self._on_event,
         )
-        self.pool = ExecutorPool(cluster, checkpoint_dir=store.checkpoint_dir)
         self.records: dict[str, LiveRecord] = {}
-        self.driver = ServiceDriver(
-            self.core,
-            scheduler=self,
-            pool=self.pool,
-            clock=WallClock(config.speedup),
-            speed=self.speed,
-            config=config,
-            records=self.records,
-            log=self.log,
-        )
-        self.core.attach(self.driver)
+        self.pool: ExecutorPool | None = None
+        self.driver: ServiceDriver | None = None
         self.inbox: queue.SimpleQueue[_Submit | _Cancel] = queue.SimpleQueue()
         self.wakeup = threading.Event()
         self.stopping = threading.Event()
+        self.ready = threading.Event()  # the executors are up and the jobs restored
         self._pending_events: list[tuple[str, float, str, str]] = []
         self._cancel_by: dict[str, str] = {}  # who asked, by job, until the core cancels it
         self._ended_at: dict[str, float] = {}  # failed and cancelled jobs: when (wall)
         self._statuses: dict[str, JobStatus] = {}
         self._dirty: set[int] = set()  # jobs whose status changed since the last snapshot
-        self.snapshot = Snapshot(at=time.time())
+        self.snapshot = Snapshot(at=time.time(), free_by_node=tuple(self.layout.node_gpus))
         self._thread: threading.Thread | None = None
         self.error: BaseException | None = None
+        # (wall seconds, jobs queued) of the latest instants that ran a round.
+        self.round_costs: collections.deque[tuple[float, int]] = collections.deque(maxlen=2000)
 
     # --- what the API asks ---------------------------------------------------------------------
 
@@ -210,28 +208,58 @@ class Scheduler:
             try:
                 self.speed.consolidated_iter_s(spec.model, spec.gpus)
             except Exception as exc:  # the perf model's own words on an unknown model
-                return f"model: {spec.model!r} is not a model the perf model knows ({exc})"
+                # The perf model's own words, without the field name it gives for traces.
+                return f"model: {str(exc).split(': ', 1)[-1]}"
         if spec.duration_s is not None and not self.config.emulated:
             return "duration_s: only in emulated compute; give iterations"
         return None
 
     # --- the thread ----------------------------------------------------------------------------
 
-    def start(self, found: dict[str, StoredJob]) -> None:
-        """Start the executors, add the jobs the store holds, and run in a thread."""
-        self.pool.start()
-        self._restore(found)
-        self.core.reset_policy()
-        self.driver.clock.start()
-        self._publish()
-        self._thread = threading.Thread(target=self._run, name="unstall-scheduler", daemon=True)
+    def start(self, found: dict[str, StoredJob], cluster: LiveCluster) -> None:
+        """Run in a thread of its own: start the executors on ``cluster``, add the jobs the
+        store holds (``found``), then schedule until stopped. Submissions wait in the inbox
+        meanwhile; the API answers from the store."""
+        self.pool = ExecutorPool(cluster, checkpoint_dir=self.store.checkpoint_dir)
+        self.driver = ServiceDriver(
+            self.core,
+            scheduler=self,
+            pool=self.pool,
+            clock=WallClock(self.config.speedup),
+            speed=self.speed,
+            config=self.config,
+            records=self.records,
+            log=self.log,
+        )
+        self.core.attach(self.driver)
+        self._thread = threading.Thread(
+            target=self._run, args=(found,), name="unstall-scheduler", daemon=True
+        )
         self._thread.start()
 
-    def _run(self) -> None:
+    def _run(self, found: dict[str, StoredJob]) -> None:
+        assert self.pool is not None and self.driver is not None
         try:
-            while self.core.step():
+            self.pool.start()
+            # The core's time 0 is now: a wall time is started_wall + run seconds / speedup.
+            self.driver.clock.start()
+            self.started_wall = time.time()
+            self._restore(found)
+            self.core.reset_policy()
+            self._publish()
+            self.ready.set()
+            while True:
+                rounds = self.core.rounds
+                began = time.perf_counter()
+                if not self.core.step():
+                    break
                 self._flush()
                 self._publish()
+                if self.core.rounds != rounds:
+                    # What an instant with a round cost: the round, its events written to the
+                    # store, the new snapshot (the wait for the instant is not counted).
+                    busy = time.perf_counter() - began - self.driver.waited_s
+                    self.round_costs.append((busy, len(self.core.queued)))
         except BaseException as exc:  # the service reports it; the store keeps every job
             self.error = exc
             self.log(f"the scheduler stopped: {exc}")
@@ -245,8 +273,12 @@ class Scheduler:
         self.wakeup.set()
         if self._thread is not None:
             self._thread.join(timeout=60)
-        self.driver.stop_everything()
-        self.pool.shutdown()
+        driver, pool = self.driver, self.pool
+        self.driver = self.pool = None  # a second stop finds nothing left to stop
+        if driver is not None and self.ready.is_set():
+            driver.stop_everything()
+        if pool is not None:
+            pool.shutdown()
 
     # --- jobs in and out -----------------------------------------------------------------------
 
@@ -293,6 +325,7 @@ class Scheduler:
             speed=self.speed,
         )
         job.index = len(self.core.jobs)
+        job.priority = spec.priority
         work_iters = job.work_iters if self.config.emulated else iterations
         work = JobWork(
             job_id=job_id,
@@ -317,6 +350,7 @@ class Scheduler:
             if stored.state in ("succeeded", "failed", "cancelled"):
                 continue
             job = self._add(stored.id, stored.spec, stored.submitted_at, 0.0)
+            assert self.pool is not None
             held = self.pool.held_iteration(stored.id)
             job.done_iters = held * self.records[stored.id].scale
             if stored.state == "running":
@@ -339,8 +373,11 @@ class Scheduler:
         self._pending_events.append((event.job_id, at, kind, detail))
 
     def _flush(self) -> None:
+        """The instant's events to the store, and a line each to their jobs' logs."""
         events, self._pending_events = self._pending_events, []
         self.store.record(events)
+        for job_id, at, kind, detail in events:
+            self.store.log_event(job_id, at, kind, detail)
 
     def wall(self, run_s: float) -> float:
         """Wall time (seconds since the epoch) of a time of the core."""
@@ -351,6 +388,7 @@ class Scheduler:
     def _publish(self) -> None:
         """A new snapshot: the jobs that changed, and the running ones (their progress)."""
         core = self.core
+        assert self.driver is not None
         now = self.driver.clock.now()
         for index in (*self._dirty, *core.running):
             job = core.jobs[index]
@@ -363,13 +401,18 @@ class Scheduler:
         self.snapshot = Snapshot(
             at=time.time(),
             jobs=dict(self._statuses),
-            queue=tuple(job.job_id for job in core.queued.values()),
+            # Arrival order, higher priorities first: the order arrival-order policies (fifo,
+            # first-fit, consolidate) take the queue in.
+            queue=tuple(
+                job.job_id for job in sorted(core.queued.values(), key=lambda j: -j.priority)
+            ),
             free_by_node=tuple(core.cluster.free_by_node),
             lost_nodes=frozenset(core.cluster.down),
             holders=holders,
         )
 
     def _status(self, job: Job, now: float) -> JobStatus:
+        assert self.driver is not None
         record = self.records[job.job_id]
         done = job.done_iters
         segment = self.driver.segments.get(job.index)
@@ -384,7 +427,7 @@ class Scheduler:
         ended = job.finish_s if job.state == JobState.DONE else None
         return JobStatus(
             state=_STATE[job.state],
-            placement=_placement(job),
+            placement=_placement(job) if job.state == JobState.RUNNING else "",
             done_iters=done / record.scale,
             total_iters=job.work_iters / record.scale,
             restarts=job.preemptions + job.migrations + job.failures,

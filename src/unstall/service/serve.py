@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from unstall.errors import ConfigError, UnstallError
-from unstall.live.cluster import LocalRayCluster, discover
+from unstall.live.cluster import LocalRayCluster, discover, reap_orphans
 from unstall.live.config import LiveConfig
 from unstall.net import TopologyConfig
 from unstall.ray_connect import cluster_address, connect_ray, is_loopback
@@ -102,32 +102,40 @@ def serve(
     import uvicorn
 
     check_exposure(config.host, tokens)
+    if cluster_address(address) is None:
+        reap_orphans()  # what a killed service left running, before anything new starts
     store = JobStore(config.store, config.database)
     stop = stop or threading.Event()
-    with ray_cluster(topology, address, live, say) as cluster:
-        scheduler = Scheduler(store=store, cluster=cluster, policy=policy, config=live, log=say)  # type: ignore[arg-type]
-        service = Service(store=store, scheduler=scheduler, tokens=tokens)
-        service.start()
-        server = uvicorn.Server(
-            uvicorn.Config(
-                create_app(service),
-                host=config.host,
-                port=config.port,
-                log_level="warning",
-                access_log=False,
-            )
+    scheduler = Scheduler(store=store, topology=topology, policy=policy, config=live, log=say)
+    service = Service(store=store, scheduler=scheduler, tokens=tokens)
+    service.load()
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(service),
+            host=config.host,
+            port=config.port,
+            log_level="warning",
+            access_log=False,
         )
+    )
+    # Ray first (joining a running cluster takes a second or two; starting a local one longer,
+    # and Ray's start holds this process meanwhile), then the API, which answers from the store
+    # while the executors come up and the jobs are restored in the scheduler's thread.
+    with ray_cluster(topology, address, live, say) as cluster:
         thread = threading.Thread(target=server.run, name="unstall-http", daemon=True)
         thread.start()
         try:
             while not server.started:
                 if not thread.is_alive():
                     raise UnstallError(f"could not serve on {config.host}:{config.port}")
-                time.sleep(0.05)
+                time.sleep(0.02)
             say(f"serving on http://{config.host}:{_port(server, config.port)}")
+            service.start(cluster)  # type: ignore[arg-type]
             while not stop.wait(0.5):
                 if scheduler.error is not None:
                     raise UnstallError(f"the scheduler stopped: {scheduler.error}")
+                if not thread.is_alive():
+                    raise UnstallError("the HTTP server stopped")
         finally:
             server.should_exit = True
             thread.join(timeout=10)

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from unstall.errors import UnstallError
+from unstall.live.cluster import LiveCluster
 from unstall.service.models import (
     ClusterNode,
     ClusterRecord,
@@ -76,9 +77,13 @@ class Service:
         self.tokens = tokens
         self.stored: dict[str, StoredJob] = {}
 
-    def start(self) -> None:
+    def load(self) -> None:
+        """The store's jobs, as the API answers for them until the scheduler has them."""
         self.stored = self.store.load()
-        self.scheduler.start(self.stored)
+
+    def start(self, cluster: LiveCluster) -> None:
+        """The scheduler on ``cluster``, with the jobs the store held."""
+        self.scheduler.start(dict(self.stored), cluster)
 
     def caller(self, token: str | None, user: str | None) -> Caller:
         """Who this request is from: its token's user, or (no tokens) the user it names."""
@@ -177,6 +182,27 @@ class Service:
             running=states.count("running"),
             nodes=nodes,
         )
+
+    def stats(self) -> dict[str, object]:
+        """How the scheduler is doing: its rounds and what the latest ones cost."""
+        scheduler = self.scheduler
+        costs = sorted(cost for cost, _ in scheduler.round_costs)
+        queued = [q for _, q in scheduler.round_costs]
+
+        def quantile(q: float) -> float | None:
+            return 1000 * costs[min(len(costs) - 1, int(q * len(costs)))] if costs else None
+
+        return {
+            "ready": scheduler.ready.is_set(),
+            "policy": scheduler.policy.name,
+            "jobs": len(self.stored),
+            "rounds": scheduler.core.rounds,
+            "recent_rounds": len(costs),
+            "round_ms_p50": quantile(0.5),
+            "round_ms_p99": quantile(0.99),
+            "round_ms_max": 1000 * costs[-1] if costs else None,
+            "queued_max": max(queued) if queued else 0,
+        }
 
     # --- records -------------------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ A store is a directory (``unstall serve --store DIR``) holding:
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -168,6 +169,13 @@ class JobStore:
     @property
     def checkpoint_dir(self) -> Path:
         return self.directory / "checkpoints"
+
+    def log_event(self, job_id: str, at: float, kind: str, detail: str) -> None:
+        """A line in the job's log: when, what, and the event's detail."""
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(at))
+        line = f"{when} [unstall] {kind}{': ' + detail if detail else ''}\n"
+        with open(self.log_path(job_id), "a") as log:
+            log.write(line)
 
     def close(self) -> None:
         self.engine.dispose()
