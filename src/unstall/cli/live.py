@@ -23,6 +23,7 @@ from unstall.cli.common import (
     table,
 )
 from unstall.cli.sim_run import (
+    REJECTED_NAMED,
     DurationGpuOpt,
     FormatOpt,
     ModelMixOpt,
@@ -350,9 +351,13 @@ def print_live(run: LiveRun) -> None:
             highlight=False,
         )
     if r.jobs_rejected:
+        # Named before the run started as well (run_live's log); repeated where the results are.
+        rejected = run.jobs.loc[run.jobs["outcome"] == "rejected", "job_id"].astype(str)
+        more = len(rejected) - REJECTED_NAMED
         console.print(
-            f"{r.jobs_rejected} jobs need more GPUs than the cluster has: rejected, as in "
-            "`unstall sim run`",
+            f"rejected before the run (more GPUs than the cluster's {r.total_gpus}): "
+            + ", ".join(rejected[:REJECTED_NAMED])
+            + (f" and {more} more" if more > 0 else ""),
             highlight=False,
         )
 
