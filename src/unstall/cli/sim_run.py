@@ -127,8 +127,8 @@ def _row(r) -> list[object]:  # type: ignore[no-untyped-def]
         r.avg_jct_s / HOUR,
         r.p99_jct_s / HOUR,
         r.avg_queue_s / HOUR,
-        r.comm_overhead_frac,
-        r.gpu_util,
+        100.0 * r.comm_overhead_frac,
+        100.0 * r.gpu_util,
         r.preemptions,
         r.migrations,
         r.max_moves_per_job,
@@ -136,19 +136,22 @@ def _row(r) -> list[object]:  # type: ignore[no-untyped-def]
     ]
 
 
+# One unit a column, named in its header, the same as the live table's rows: times of the trace
+# in hours, shares in percent (communication overhead: of the jobs' run time), and the wall
+# seconds this machine took to simulate, labelled as wall time.
 COLUMNS = [
     "policy",
     "done",
     "makespan h",
     "avg JCT h",
     "p99 JCT h",
-    "queue h",
-    "comm ovh",
-    "GPU util",
+    "avg queue h",
+    "comm ovh %",
+    "GPU util %",
     "preempt",
     "migr",
     "max/job",
-    "wall s",
+    "sim wall s",
 ]
 
 
