@@ -68,13 +68,13 @@ def test_a_job_too_large_is_named_before_ray_starts(no_ray: list[str]) -> None:
     ("jobs", "said"),
     [
         ([("huge-one", 64, "resnet50")], r"no job fits the cluster's 16 GPUs \(huge-one \(64"),
-        ([("j1", 2, "resnet5o")], "unknown model 'resnet5o'"),
+        ([("j1", 2, "resnet50"), ("j2", 2, "resnet5o")], "job 'j2' names an unknown model"),
     ],
 )
 def test_a_run_that_cannot_run_is_refused_before_ray_starts(
     no_ray: list[str], jobs: list[tuple[str, int, str]], said: str
 ) -> None:
-    with pytest.raises(ConfigError, match=said):
+    with pytest.raises(UnstallError, match=said):
         run_live(trace_of(*jobs), "fifo", cluster="tiny", log=no_ray.append)
     assert "<ray starts>" not in no_ray
 

@@ -33,7 +33,15 @@ from unstall.sched import resolve_policy
 from unstall.sched.base import Policy
 from unstall.sim.metrics import SimResult, job_table, summarise, timeline_table
 from unstall.sim.perf_speed import PerfSpeedModel
-from unstall.sim.run import RunJobs, SimRun, gpu_type_of, run_jobs, simulate, speed_model
+from unstall.sim.run import (
+    RunJobs,
+    SimRun,
+    check_trace_models,
+    gpu_type_of,
+    run_jobs,
+    simulate,
+    speed_model,
+)
 from unstall.sim.state import SimJob
 from unstall.traces import resolve_trace
 from unstall.traces.schema import Trace
@@ -256,6 +264,7 @@ def plan_jobs(
         "duration_gpu",
         f"unknown GPU type {duration_gpu!r}; known: {sorted(DEVICE_PRESETS)}",
     )
+    check_trace_models(trace, max_jobs, {})  # a typo in a trace, named with its job
     speed, per_job = speed_model(trace, topology, {}, duration_gpu)
     prepared = run_jobs(
         trace,

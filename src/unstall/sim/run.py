@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from unstall.config import check, check_non_negative, check_number
+from unstall.errors import did_you_mean
 from unstall.net.hardware import DEVICE_PRESETS
 from unstall.net.topology import TopologyConfig
 from unstall.sched.base import ClusterLayout, Placement, Policy, policy_capabilities
@@ -147,12 +148,13 @@ def _check_mix_names(model_mix: Mapping[str, float] | None, profiled: Mapping[st
             name in known,
             OWNER,
             "model_mix",
-            f"unknown model {name!r}; known: {sorted(known)}, or a measured one given as a "
+            f"unknown model {name!r}{did_you_mean(name, known)}; known: {sorted(known)}, or a "
+            "measured one given as a "
             "job profile (a JobProfile in job_profiles)",
         )
 
 
-def _check_trace_models(trace: Trace, max_jobs: int | None, profiled: Mapping[str, object]) -> None:
+def check_trace_models(trace: Trace, max_jobs: int | None, profiled: Mapping[str, object]) -> None:
     """Every model the simulated jobs name must be one the run knows: a typo in a trace is
     named with the trace's file and its first job that has it."""
     jobs = trace.jobs.iloc[:max_jobs]
@@ -166,7 +168,8 @@ def _check_trace_models(trace: Trace, max_jobs: int | None, profiled: Mapping[st
     others = f" (as do {named - 1} more jobs)" if named > 1 else ""
     raise TraceError(
         trace.source,
-        f"job {jobs['job_id'].iloc[first]!r} names an unknown model {model!r}{others}; known: "
+        f"job {jobs['job_id'].iloc[first]!r} names an unknown model {model!r}"
+        f"{did_you_mean(model, known)}{others}; known: "
         f"{sorted(known)}, or a measured one given as a job profile (a JobProfile in "
         "job_profiles)",
         field="model",
@@ -251,7 +254,7 @@ def simulate(
     )
     specs = profiled_specs(job_profiles)
     _check_mix_names(model_mix, specs)
-    _check_trace_models(trace, max_jobs, specs)
+    check_trace_models(trace, max_jobs, specs)
     speed, per_job = speed_model(trace, cluster, specs, duration_gpu)
     return simulate_with_speed(
         trace,
