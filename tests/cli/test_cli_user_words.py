@@ -101,3 +101,20 @@ def test_sim_models_lists_every_name_a_trace_may_give_aliases_marked() -> None:
     shown = runner.invoke(app, ["sim", "models", "--model", "cifar10"])
     assert shown.exit_code == 0, shown.output
     assert "cifar10 is an alias of resnet18 (image_size=32, num_classes=10)" in shown.output
+
+
+def test_every_preset_is_in_the_cluster_help() -> None:
+    from unstall.net.topology import TOPOLOGY_PRESETS
+
+    for command in (["sim", "run"], ["sim", "compare"], ["live", "run"]):
+        text = " ".join(runner.invoke(app, [*command, "--help"]).output.split())
+        assert all(name in text for name in TOPOLOGY_PRESETS), (command, text)
+        assert "tiny," in text
+
+
+@pytest.mark.parametrize(("option", "value"), [("--speedup", "0"), ("--checkpoint-every-s", "-1")])
+def test_a_rate_that_must_be_positive_says_so(option: str, value: str) -> None:
+    result = runner.invoke(app, ["live", "run", "--policy", "fifo", option, value])
+    assert result.exit_code == 2, result.output
+    assert f"'{option}': must be > 0, got {value}" in " ".join(result.output.split())
+    assert "1e-09" not in result.output and "0.000000001" not in result.output

@@ -320,6 +320,14 @@ def known_trace_format(value: str) -> str:
     return value
 
 
+def positive(value: float | None) -> float | None:
+    """An option callback: a number that must be above 0, said as such (typer's ``min=1e-9``
+    read "not in the range x>=1e-09")."""
+    if value is not None and not value > 0:
+        raise typer.BadParameter(f"must be > 0, got {value:g}")
+    return value
+
+
 def comma_list(text: str) -> list[str]:
     """``"a, b,,c"`` -> ``["a", "b", "c"]``: the parsing of every comma-separated option."""
     return [part.strip() for part in text.split(",") if part.strip()]

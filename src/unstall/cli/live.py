@@ -18,11 +18,13 @@ from unstall.cli.common import (
     fmt_duration,
     handle_errors,
     named_in_file,
+    positive,
     progress_bar,
     save_json,
     table,
 )
 from unstall.cli.sim_run import (
+    PRESETS,
     REJECTED_NAMED,
     DurationGpuOpt,
     FormatOpt,
@@ -77,7 +79,8 @@ def run(
         str | None,
         typer.Option(
             "--cluster",
-            help="Cluster preset or TOML/JSON topology file. Without --address a local Ray "
+            help=f"Cluster preset ({PRESETS}) or TOML/JSON topology file. Without --address a "
+            "local Ray "
             "emulates its nodes [default: tiny, 4 nodes x 4 GPUs in 2 racks]; with one, its "
             "nodes are mapped onto the Ray cluster's in order [default: read from Ray].",
             show_default=False,
@@ -95,7 +98,7 @@ def run(
         float,
         typer.Option(
             "--speedup",
-            min=1e-9,
+            callback=positive,
             help="Trace seconds per wall second: jobs' work is divided by it.",
         ),
     ] = 1.0,
@@ -125,7 +128,9 @@ def run(
     checkpoint_every_s: Annotated[
         float,
         typer.Option(
-            "--checkpoint-every-s", min=1e-9, help="Wall seconds between a job's checkpoints."
+            "--checkpoint-every-s",
+            callback=positive,
+            help="Wall seconds between a job's checkpoints.",
         ),
     ] = 5.0,
     max_failures: Annotated[

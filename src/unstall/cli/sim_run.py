@@ -31,6 +31,7 @@ from unstall.cli.common import (
 from unstall.cli.sim_text import parse_model_mix, parse_pairs, split_policy_options
 from unstall.errors import UnstallError
 from unstall.net import DEVICE_PRESETS, resolve_cluster
+from unstall.net.topology import TOPOLOGY_PRESETS
 from unstall.results import replaced_atomically, to_jsonable, write_result
 from unstall.sim import SimInterrupted, SimRequest, simulate_request
 from unstall.sim.duration_gpu import duration_gpus
@@ -56,8 +57,10 @@ FormatOpt = Annotated[
         callback=known_trace_format,
     ),
 ]
+# Every preset, from the registry, so that the help names each (it once left tiny out).
+PRESETS = ", ".join(TOPOLOGY_PRESETS)
 ClusterOpt = Annotated[
-    str, typer.Option("--cluster", help="Cluster preset (small, medium, philly) or TOML/JSON file.")
+    str, typer.Option("--cluster", help=f"Cluster preset ({PRESETS}) or TOML/JSON file.")
 ]
 CongestionOpt = Annotated[
     str,

@@ -38,6 +38,7 @@ from unstall.sim.run import (
     SimRun,
     check_trace_models,
     gpu_type_of,
+    run_end,
     run_jobs,
     simulate,
     speed_model,
@@ -338,7 +339,9 @@ def _run_on(
         try:
             outcome = backend.run()
         except LiveInterrupted as stop:
-            run = _results(stop.outcome, live, prepared, policy, config, address, started)
+            # Jobs still waiting have waited until the Ctrl-C (trace seconds since the start).
+            until = backend.now()
+            run = _results(stop.outcome, live, prepared, policy, config, address, started, until)
             stop.run = run  # type: ignore[attr-defined]
             raise
         finals: dict[str, bytes] = {}
@@ -349,7 +352,9 @@ def _run_on(
                     finals[job.job_id] = blob
     finally:
         backend.shutdown()
-    run = _results(outcome, live, prepared, policy, config, address, started)
+    run = _results(
+        outcome, live, prepared, policy, config, address, started, run_end(outcome.engine.timeline)
+    )
     prediction = None
     if predict:
         # What this run measured (unless the config says otherwise): the simulator's costs.
@@ -432,6 +437,7 @@ def _results(
     config: LiveConfig,
     address: str | None,
     started: float,
+    until: float,
 ) -> LiveRun:
     topology = live.topology
     wall = time.monotonic() - started
@@ -447,7 +453,7 @@ def _results(
         wall_s=wall,
         node_type=topology.node_device,
     )
-    table = job_table(outcome.engine.jobs, gpu_type_of(topology))
+    table = job_table(outcome.engine.jobs, gpu_type_of(topology), until=until)
     records = [outcome.records[job.job_id] for job in outcome.engine.jobs]
     table["placements"] = [" ".join(r.placements) for r in records]
     table["start_progress"] = [" ".join(f"{p:.3f}" for p in r.start_progress) for r in records]

@@ -31,6 +31,7 @@ from unstall.sim.metrics import SimResult, job_table, summarise, timeline_table,
 from unstall.sim.perf_speed import PerfSpeedModel
 from unstall.sim.speed import SpeedModel
 from unstall.sim.state import SimJob, build_jobs
+from unstall.sim.timeline import Timeline
 from unstall.traces.models import assign_models, normalised_mix
 from unstall.traces.schema import Trace, TraceError
 from unstall.workload.job_specs import JobPerfSpec, known_models
@@ -274,6 +275,11 @@ def simulate(
     )
 
 
+def run_end(timeline: Timeline) -> float:
+    """When a run ended: its last round (0 for a run without one)."""
+    return float(timeline.time_s[-1]) if len(timeline.time_s) else 0.0
+
+
 def speed_model(
     trace: Trace,
     cluster: TopologyConfig,
@@ -410,7 +416,9 @@ def simulate_with_speed(
     telemetry = pd.DataFrame(outcome.timeline.telemetry, columns=["time_s", "name", "value"])
     return SimRun(
         result=result,
-        jobs=prepared.with_rejected(job_table(outcome.jobs, gpu_type_of(cluster))),
+        jobs=prepared.with_rejected(
+            job_table(outcome.jobs, gpu_type_of(cluster), until=run_end(outcome.timeline))
+        ),
         timeline=timeline_table(outcome.timeline),
         telemetry=telemetry,
     )
