@@ -36,6 +36,10 @@ def no_ray(monkeypatch: pytest.MonkeyPatch) -> list[str]:
         raise RayWouldStartError
 
     monkeypatch.setattr(live_run, "LocalRayCluster", start)
+    # Another test of this worker process may have started Ray here: run_live would refuse to
+    # start a second one (rightly), before the point these tests are about.
+    ray = pytest.importorskip("ray")
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
     return said
 
 
