@@ -9,12 +9,13 @@ from concurrent.futures import ProcessPoolExecutor
 
 import pytest
 
-from unstall.errors import ConfigError, DataFileError, UnstallError
+from unstall.errors import ConfigError, DataFileError, UnknownOptionError, UnstallError
 from unstall.loop.checks import PolicyError
 from unstall.traces.schema import TraceError
 
 ERRORS: list[UnstallError] = [
     ConfigError("DallyConfig", "gain_margin", "must be > 0, got -1"),
+    UnknownOptionError("dally", "wiat_factor", ["order", "wait_factor"]),
     DataFileError("jobs.csv", "not a number", line=7, field="num_gpus"),
     DataFileError("jobs.csv", "empty file"),
     TraceError("trace.csv", "no column 'submit_s'", field="submit_s"),

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, SupportsFloat, SupportsIndex, TypeGuard, TypeVar
 
-from unstall.errors import ConfigError, DataFileError
+from unstall.errors import ConfigError, DataFileError, UnknownOptionError
 
 T = TypeVar("T")
 
@@ -108,7 +108,7 @@ def parse_text_options(
     for key, text in pairs:
         field = fields.get(key)
         if field is None:
-            raise ConfigError(owner, key, f"unknown option; known: {sorted(fields)}")
+            raise UnknownOptionError(owner, key, fields)
         default = field.default
         try:
             parsed[key] = _parse_like(default, text, str(field.type))

@@ -5,6 +5,9 @@ Each names what was wrong (a config field, a file and line) so that the CLI can 
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
+
 
 class UnstallError(Exception):
     """Base of every error unstall raises on purpose (the CLI prints these without a traceback)."""
@@ -25,6 +28,20 @@ class ConfigError(UnstallError, ValueError):
         # pool, a Ray task) would reach the caller as a broken pool or a failure to unpickle.
         # The instance's dict goes along as state (notes added to the exception, say).
         return (type(self), (self.owner, self.field, self.why), self.__dict__)
+
+
+class UnknownOptionError(ConfigError):
+    """An option a config does not have: ``field`` is the name given, ``known`` the options
+    there are. The message suggests the closest known one when there is one, and lists them all
+    only when there is none (a misspelling needs the one name, not thirty)."""
+
+    def __init__(self, owner: str, field: str, known: Iterable[str]) -> None:
+        self.known = tuple(sorted(known))
+        hint = did_you_mean(field, self.known)
+        super().__init__(owner, field, "unknown option" + (hint or f"; known: {list(self.known)}"))
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.owner, self.field, self.known), self.__dict__)
 
 
 class ArgumentTypeError(ConfigError, TypeError):
@@ -88,3 +105,15 @@ def unreadable_checkpoint_reason(exc: BaseException) -> str:
 def a_or_an(noun: str) -> str:
     """``noun`` with its indefinite article, for error lines ("an int", "a str")."""
     return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
+
+
+def did_you_mean(word: object, known: Iterable[str]) -> str:
+    """``" (did you mean 'wait_factor'?)"`` for the known name closest to a misspelt ``word``
+    (difflib's ratio of at least 0.6, case ignored), else ``""``: for an error line, right after
+    the unknown name."""
+    if not isinstance(word, str):
+        return ""
+    names = list(known)
+    lowered = {name.lower(): name for name in names}
+    close = difflib.get_close_matches(word.lower(), list(lowered), n=1, cutoff=0.6)
+    return f" (did you mean {lowered[close[0]]!r}?)" if close else ""

@@ -84,7 +84,7 @@ def test_cli_policy_options_reach_the_policy_and_bad_ones_are_named(tmp_path: Pa
     assert json.loads(out.read_text())["jobs_finished"] == 40
     bad = runner.invoke(app, [*args, "--policy-option", "delay=sometimes"])
     assert bad.exit_code == 2
-    assert "DallyOptions.delay" in bad.output
+    assert "dally.delay" in bad.output
     malformed = runner.invoke(app, [*args, "--policy-option", "order"])
     assert malformed.exit_code == 2
     assert "KEY=VALUE" in malformed.output
@@ -102,7 +102,7 @@ def test_an_unknown_model_in_a_trace_is_named_with_its_file_and_job_before_the_r
     error = res.output.strip().splitlines()[-1]
     assert error.startswith(
         f"error: {path}, field 'model': job {frame.loc[40, 'job_id']!r} names an unknown model "
-        "'lstm'; known: ["
+        "'lstm' (did you mean 'lstm_lm'?); known: ["
     ), error
     assert "'lstm_lm'" in error
     # Jobs past --max-jobs are not simulated: their models are not looked up.

@@ -280,7 +280,12 @@ def test_unstall_live_run_on_a_cluster_matches_the_simulator_job_for_job(
     live, simulated = body["result"], body["simulated"]
     assert live["jobs_finished"] == simulated["jobs_finished"] == 5
     assert live["jobs_rejected"] == simulated["jobs_rejected"] == 1  # 8 GPUs of 4
-    assert "1 jobs need more GPUs than the cluster has" in " ".join(output.split())
+    # Named before the run (before Ray would start, locally) and again with the results.
+    said = " ".join(output.split())
+    assert "warning: 1 job needs more than the cluster's 4 GPUs and is rejected" in said
+    assert "(outcome 'rejected' in the per-job output): f (8 GPUs)" in said
+    assert said.index("f (8 GPUs)") < said.index("executors up")
+    assert "rejected before the run (more GPUs than the cluster's 4): f" in said
     jobs = pd.read_csv(tmp_path / "out" / "jobs.csv").set_index("job_id")
     # The live run, then the prediction the run printed beside it (the same policy object).
     live_run, predicted = json.loads((tmp_path / "decisions.json").read_text())

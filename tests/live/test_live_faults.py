@@ -31,6 +31,7 @@ LONG_TRACE = """\
 job_id,submit_s,num_gpus,duration_s,model
 short,0,1,5,mlp
 long,0,2,100000,resnet50
+waits,0,4,60,mlp
 """
 
 
@@ -63,7 +64,9 @@ def test_ctrl_c_stops_every_process_and_writes_what_finished(
 ) -> None:
     address = ray_test_cluster.address
     marker = {"marker": str(tmp_path / "short-done"), "finished": "1", "running": "1"}
-    child = _start(tmp_path, LONG_TRACE, address, marker, "--speedup", "10")
+    child = _start(
+        tmp_path, LONG_TRACE, address, marker, "--speedup", "10", "--jobs-out", "jobs.csv"
+    )
     wait_for_file(tmp_path / "short-done", child)  # the short job finished, the long one runs
     child.send_signal(signal.SIGINT)
     output, _ = child.communicate(timeout=120)
@@ -73,6 +76,9 @@ def test_ctrl_c_stops_every_process_and_writes_what_finished(
     assert body["live"]["interrupted"] is True
     assert body["result"]["jobs_finished"] == 1
     assert executors_left(address, tmp_path) == []
+    # The 4-GPU job waited behind the long one from its arrival to the Ctrl-C, never 0.
+    jobs = pd.read_csv(tmp_path / "jobs.csv").set_index("job_id")
+    assert jobs.loc["waits", "outcome"] == "unfinished" and jobs.loc["waits", "queue_s"] > 1
 
 
 TWO_JOBS = """\

@@ -62,9 +62,11 @@ def test_registered_policies_take_typed_text_options() -> None:
 @pytest.mark.parametrize(
     ("name", "options", "named"),
     [
-        ("dally-fixed", [("no_such_knob", "1")], "DallyConfig.no_such_knob"),
-        ("dally-fixed", [("preemption", "maybe")], "DallyConfig.preemption"),
-        ("dally-fixed", [("wait_factor", "fast")], "DallyConfig.wait_factor"),
+        # Text options are named as their user names them: the policy, not its options class.
+        ("dally-fixed", [("no_such_knob", "1")], "dally-fixed.no_such_knob"),
+        ("dally-fixed", [("preemption", "maybe")], "dally-fixed.preemption"),
+        ("dally-fixed", [("wait_factor", "fast")], "dally-fixed.wait_factor"),
+        ("dally-fixed", [("wiat_factor", "4")], "unknown option (did you mean 'wait_factor'?)"),
         ("dally-fixed", [("order", "random")], "DallyConfig.order"),
         ("fifo", [("order", "las")], "policy.options"),
         ("nope", [], "unknown policy 'nope'"),

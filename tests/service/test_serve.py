@@ -22,6 +22,7 @@ from typer.testing import CliRunner
 
 from live_runs import TWO_NODES, live_env
 from unstall.cli.app import app
+from unstall.live.executor import CheckpointStore
 from unstall.service import Client
 
 # Wall seconds a service gets to answer after it starts (a local Ray cluster on a busy machine).
@@ -130,6 +131,8 @@ def test_a_killed_service_loses_nothing_and_runs_no_job_twice(tmp_path: Path) ->
     finally:
         first.send_signal(signal.SIGKILL)
         first.wait(30)
+    held = CheckpointStore(str(store / "checkpoints")).iteration(long.id)
+    assert held > 0
     assert len(ours) == 1
     (folder,) = ours
     assert _alive_in(folder) > 0  # what a kill -9 leaves behind ...
@@ -139,6 +142,9 @@ def test_a_killed_service_loses_nothing_and_runs_no_job_twice(tmp_path: Path) ->
     try:
         assert _alive_in(folder) == 0  # ... the next service ends
         client = Client(url, user="ann")
+        _wait_for(lambda: client.stats()["ready"], START_S, "the executors", log)
+        # Resumed from its checkpoint: at least the iterations it held when it was killed.
+        assert client.get(long.id).iterations_done >= held
         for job in (long, short, queued):
             done = client.wait(job.id, timeout_s=240)
             assert done.state == "succeeded", done
@@ -154,9 +160,7 @@ def test_a_killed_service_loses_nothing_and_runs_no_job_twice(tmp_path: Path) ->
                 running = True
             elif kind in ("preempted", "failed", "requeued", "succeeded"):
                 running = False
-        # It resumed from its checkpoint, not from the start.
-        log = client.get(long.id)
-        assert log.restarts >= 1
+        assert client.get(long.id).restarts >= 1
         cancel = CliRunner().invoke(app, ["jobs", "cancel", long.id, "--server", url])
         assert cancel.exit_code == 1 and "ended" in cancel.output
     finally:

@@ -8,13 +8,14 @@ from __future__ import annotations
 import random
 
 import pytest
-from unstall.sim.state import JobState, SimInvariantError, build_jobs
 
 from sim_fakes import FakeSpeed
+from unstall.loop.jobs import JobState, SimInvariantError
 from unstall.sched.base import ClusterLayout, ClusterSnapshot, Decision, Migrate, Preempt, Start
 from unstall.sched.fifo import Fifo
 from unstall.sim.congestion import CongestionSchedule
 from unstall.sim.engine import Engine, EngineOutcome, EngineSettings
+from unstall.sim.jobs import build_jobs
 
 from .test_engine import Scripted
 

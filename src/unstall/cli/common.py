@@ -20,7 +20,13 @@ from rich.table import Table
 from rich.text import Text
 from typer.core import TyperGroup
 
-from unstall.errors import ConfigError, ConfigFileError, UnstallError
+from unstall.errors import (
+    ConfigError,
+    ConfigFileError,
+    UnknownOptionError,
+    UnstallError,
+    did_you_mean,
+)
 from unstall.results import replaced_atomically, write_result
 from unstall.usercode import UserCodeNameError
 
@@ -119,12 +125,13 @@ def handle_errors(fn: Callable[P, R]) -> Callable[P, R]:
         try:
             return fn(*args, **kwargs)
         except UnstallError as exc:
-            message = str(exc)
-            print_error(
-                message
-                + _option_given_for(exc, fn, kwargs)
-                + _options_named_in(message, fn, getattr(exc, "field", None))
-            )
+            message = _in_users_words(exc, fn, kwargs)
+            if message is None:
+                message = str(exc)
+                message += _option_given_for(exc, fn, kwargs) + _options_named_in(
+                    message, fn, getattr(exc, "field", None)
+                )
+            print_error(message)
             raise typer.Exit(exit_code_of(exc)) from exc
         except OSError as exc:
             # The machine, not unstall, said no: name the file and the reason, as a shell would.
@@ -161,6 +168,28 @@ class OneLineUsageErrors(TyperGroup):
             help_hint = f" (see {where.command_path} --help)"
             print_error(exc.format_message() + help_hint)  # type: ignore[attr-defined]
             raise typer.Exit(exit_code_of(exc)) from exc
+
+
+def _in_users_words(
+    exc: UnstallError, command: Callable[..., Any], given: dict[str, Any]
+) -> str | None:
+    """An unknown name the user typed, said with the option as typed and nothing else (the
+    library's words name its own objects, and the names they list would pull unrelated options
+    in): ``--policy-option dally.wiat_factor: 'dally' has no such option (did you mean
+    'wait_factor'?)``, ``--policy: unknown policy 'consolidat' (did you mean 'consolidate'?);
+    known: [...]``. None for any other error."""
+    if isinstance(exc, UnknownOptionError) and given.get("policy_option"):
+        keys = [str(entry).split("=", 1)[0].strip() for entry in given["policy_option"]]
+        typed = next((k for k in keys if k == exc.field or k.endswith("." + exc.field)), None)
+        if typed is not None:
+            hint = did_you_mean(exc.field, exc.known) or f"; its options: {', '.join(exc.known)}"
+            return f"--policy-option {typed}: {exc.owner!r} has no such option{hint}"
+    if isinstance(exc, ConfigError) and (exc.owner, exc.field) == ("policy", "name"):
+        params = inspect.signature(command).parameters
+        for name in ("policy", "policies"):
+            if name in params and given.get(name) is not None:
+                return f"{_flag_of(command, name)}: {exc.why}"
+    return None
 
 
 def _option_given_for(exc: UnstallError, command: Callable[..., Any], given: dict[str, Any]) -> str:
@@ -288,6 +317,14 @@ def known_trace_format(value: str) -> str:
         raise typer.BadParameter(
             f"unknown trace format {value!r}; known: {AUTO} (detect), {', '.join(READERS)}"
         )
+    return value
+
+
+def positive(value: float | None) -> float | None:
+    """An option callback: a number that must be above 0, said as such (typer's ``min=1e-9``
+    read "not in the range x>=1e-09")."""
+    if value is not None and not value > 0:
+        raise typer.BadParameter(f"must be > 0, got {value:g}")
     return value
 
 

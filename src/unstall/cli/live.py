@@ -18,11 +18,14 @@ from unstall.cli.common import (
     fmt_duration,
     handle_errors,
     named_in_file,
+    positive,
     progress_bar,
     save_json,
     table,
 )
 from unstall.cli.sim_run import (
+    PRESETS,
+    REJECTED_NAMED,
     DurationGpuOpt,
     FormatOpt,
     ModelMixOpt,
@@ -47,18 +50,22 @@ BEHIND_WARN_FRAC = 0.01
 # gaps of 30-60% to the simulator). The user is told to lower --speedup.
 STARTUP_WARN_FRAC = 0.2
 
-# The rows of the live-vs-simulated table: label, SimResult field, whether it is a duration.
-COMPARED: tuple[tuple[str, str, bool], ...] = (
-    ("jobs finished", "jobs_finished", False),
-    ("makespan", "makespan_s", True),
-    ("average JCT", "avg_jct_s", True),
-    ("median JCT", "p50_jct_s", True),
-    ("p99 JCT", "p99_jct_s", True),
-    ("average queueing", "avg_queue_s", True),
-    ("comm overhead", "comm_overhead_s", True),
-    ("preemptions", "preemptions", False),
-    ("migrations", "migrations", False),
+# The rows of the live-vs-simulated table: label, SimResult field, and its kind: a count, a
+# time of the trace (every one in the same unit, named in its label) or a share (percent, as
+# the simulator's table shows the communication overhead: of the jobs' run time).
+COUNT, TIME, SHARE = "count", "time", "share"
+COMPARED: tuple[tuple[str, str, str], ...] = (
+    ("jobs finished", "jobs_finished", COUNT),
+    ("makespan", "makespan_s", TIME),
+    ("average JCT", "avg_jct_s", TIME),
+    ("median JCT", "p50_jct_s", TIME),
+    ("p99 JCT", "p99_jct_s", TIME),
+    ("average queueing", "avg_queue_s", TIME),
+    ("comm overhead", "comm_overhead_frac", SHARE),
+    ("preemptions", "preemptions", COUNT),
+    ("migrations", "migrations", COUNT),
 )
+TIME_UNITS = (("h", 3600.0), ("min", 60.0), ("s", 1.0))
 
 
 @app.command("run")
@@ -72,7 +79,8 @@ def run(
         str | None,
         typer.Option(
             "--cluster",
-            help="Cluster preset or TOML/JSON topology file. Without --address a local Ray "
+            help=f"Cluster preset ({PRESETS}) or TOML/JSON topology file. Without --address a "
+            "local Ray "
             "emulates its nodes [default: tiny, 4 nodes x 4 GPUs in 2 racks]; with one, its "
             "nodes are mapped onto the Ray cluster's in order [default: read from Ray].",
             show_default=False,
@@ -90,7 +98,7 @@ def run(
         float,
         typer.Option(
             "--speedup",
-            min=1e-9,
+            callback=positive,
             help="Trace seconds per wall second: jobs' work is divided by it.",
         ),
     ] = 1.0,
@@ -120,7 +128,9 @@ def run(
     checkpoint_every_s: Annotated[
         float,
         typer.Option(
-            "--checkpoint-every-s", min=1e-9, help="Wall seconds between a job's checkpoints."
+            "--checkpoint-every-s",
+            callback=positive,
+            help="Wall seconds between a job's checkpoints.",
         ),
     ] = 5.0,
     max_failures: Annotated[
@@ -298,31 +308,50 @@ def _print_tuner_course(run: LiveRun) -> None:
             console.print(f"tuner simulated: {simulated.describe()}", highlight=False)
 
 
+def time_unit(results: list[SimResult]) -> tuple[str, float]:
+    """One unit for every time of the table: the largest that the longest time (the makespan)
+    is at least one of."""
+    longest = max((r.makespan_s for r in results), default=0.0)
+    return next(((u, size) for u, size in TIME_UNITS if longest >= size), TIME_UNITS[-1])
+
+
+def summary_table(run: LiveRun) -> object:
+    """Live beside simulated, a row a figure, one unit a row (named in its label)."""
+    r = run.result
+    predicted: SimResult | None = run.prediction.result if run.prediction is not None else None
+    unit, size = time_unit([r] + ([predicted] if predicted is not None else []))
+    columns = ["", "live"] + (["simulated", "gap"] if predicted is not None else [])
+    rows = []
+    for label, name, kind in COMPARED:
+        scale = {COUNT: 1, TIME: 1.0 / size, SHARE: 100.0}[kind]
+        shown = {COUNT: label, TIME: f"{label} ({unit})", SHARE: f"{label} (% of run time)"}
+        value = getattr(r, name)
+        row: list[object] = [shown[kind], value * scale]
+        if predicted is not None:
+            other = getattr(predicted, name)
+            row += [other * scale, _gap(value, other)]
+        rows.append(row)
+    # No title: a table's title wraps at the table's width (44 columns here); the line above
+    # the table says what it shows.
+    return table("", columns, rows)
+
+
 def print_live(run: LiveRun) -> None:
     """The live run beside the simulator's prediction, then what only a live run measures."""
     r = run.result
-    predicted: SimResult | None = run.prediction.result if run.prediction is not None else None
-    title = (
-        f"{r.policy} on {r.cluster} ({r.total_gpus} GPUs), {r.jobs} jobs, times in trace seconds"
+    console.print(
+        f"{r.policy} on {r.cluster} ({r.total_gpus} GPUs), {r.jobs} jobs; times are trace time "
+        f"(wall time x speedup {run.facts.speedup:g})",
+        highlight=False,
     )
-    columns = ["", "live"] + (["simulated", "gap"] if predicted is not None else [])
-    rows = []
-    for label, name, duration in COMPARED:
-        value = getattr(r, name)
-        row: list[object] = [label, fmt_duration(value) if duration else value]
-        if predicted is not None:
-            other = getattr(predicted, name)
-            row += [fmt_duration(other) if duration else other, _gap(value, other)]
-        rows.append(row)
-    console.print(table(title, columns, rows))
+    console.print(summary_table(run))
     f = run.facts
     console.print(
-        "measured: executors started in "
-        f"{f.executor_start_wall_s:.1f} s (wall); job start-up {_trace(f.startup_s_median)}, "
-        f"restore {_trace(f.restore_s_median)}, checkpoint {_trace(f.checkpoint_s_median)} "
-        f"(medians); decisions {1000 * f.decide_wall_s_median:.2f} ms median, "
-        f"{1000 * f.decide_wall_s_max:.1f} ms max (wall); "
-        f"{f.process_failures} process failures"
+        f"measured in trace time: job start-up {_trace(f.startup_s_median)}, restore "
+        f"{_trace(f.restore_s_median)}, checkpoint {_trace(f.checkpoint_s_median)} (medians); "
+        f"in wall time: executors started in {f.executor_start_wall_s:.1f} s, decisions "
+        f"{1000 * f.decide_wall_s_median:.2f} ms median and {1000 * f.decide_wall_s_max:.1f} ms "
+        f"max; {f.process_failures} process failures"
         + (f", nodes lost {f.nodes_lost}" if f.nodes_lost else "")
         + (
             f"; emulated jobs behind pace {100 * f.emulation_behind_frac:.1f}% of their run time"
@@ -350,9 +379,13 @@ def print_live(run: LiveRun) -> None:
             highlight=False,
         )
     if r.jobs_rejected:
+        # Named before the run started as well (run_live's log); repeated where the results are.
+        rejected = run.jobs.loc[run.jobs["outcome"] == "rejected", "job_id"].astype(str)
+        more = len(rejected) - REJECTED_NAMED
         console.print(
-            f"{r.jobs_rejected} jobs need more GPUs than the cluster has: rejected, as in "
-            "`unstall sim run`",
+            f"rejected before the run (more GPUs than the cluster's {r.total_gpus}): "
+            + ", ".join(rejected[:REJECTED_NAMED])
+            + (f" and {more} more" if more > 0 else ""),
             highlight=False,
         )
 

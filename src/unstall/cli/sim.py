@@ -37,15 +37,45 @@ def models(
     ] = None,
     json_path: JsonOpt = None,
 ) -> None:
-    """Static facts of every zoo model: parameters, gradient bytes and tensors, layers, FLOPs."""
-    from unstall.workload import facts_table  # imports torch: only when the command runs
+    """Static facts of every zoo model: parameters, gradient bytes and tensors, layers, FLOPs;
+    then the other names a trace may give (aliases of zoo models)."""
+    from unstall.workload import APPLICATION_MODELS, ZooFactsTable, facts_table, zoo
 
-    result = facts_table(image_size, None if model is None else [model])
+    if model is not None and model in APPLICATION_MODELS and model not in zoo.names():
+        name, options = APPLICATION_MODELS[model]
+        result = ZooFactsTable(image_size=image_size, models=(zoo.facts(name, **options),))
+        console.print(f"{model} is an alias of {_alias_text(model)}", highlight=False)
+    else:
+        result = facts_table(image_size, None if model is None else [model])
     if model is None:
         print_models_table(result.models, image_size)
+        print_aliases_table()
     else:
         _print_tensors(result.models[0])
     save_json(json_path, result, {"image_size": image_size, "model": model})
+
+
+def _alias_text(alias: str) -> str:
+    """``transformer (d_model=768, layers=12, ...)``: the zoo model a trace's name stands for."""
+    from unstall.workload import APPLICATION_MODELS
+
+    name, options = APPLICATION_MODELS[alias]
+    given = ", ".join(f"{k}={v}" for k, v in options.items())
+    return f"{name} ({given})" if given else name
+
+
+def print_aliases_table() -> None:
+    """The names a trace's ``model`` column takes beside the zoo's: Pollux's applications,
+    each run as a zoo model at given options (``bert``: a transformer of BERT-base's sizes)."""
+    from unstall.workload import APPLICATION_MODELS, zoo
+
+    rows = [
+        [alias, _alias_text(alias)]
+        for alias in sorted(APPLICATION_MODELS)
+        if alias not in zoo.names()  # ``ncf`` is the zoo's own
+    ]
+    title = "Aliases a trace may name (Pollux's applications), each run as a zoo model"
+    console.print(table(title, ["alias", "runs as"], rows, wrap=["runs as"]))
 
 
 def print_models_table(models: Sequence[ModelFacts], image_size: int) -> None:

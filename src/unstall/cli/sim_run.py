@@ -32,6 +32,7 @@ from unstall.cli.common import (
 from unstall.cli.sim_text import parse_model_mix, parse_pairs, split_policy_options
 from unstall.errors import UnstallError
 from unstall.net import DEVICE_PRESETS, resolve_cluster
+from unstall.net.topology import TOPOLOGY_PRESETS
 from unstall.results import replaced_atomically, to_jsonable, write_result
 from unstall.sim import SimInterrupted, SimRequest, simulate_request
 from unstall.sim.duration_gpu import duration_gpus
@@ -57,8 +58,10 @@ FormatOpt = Annotated[
         callback=known_trace_format,
     ),
 ]
+# Every preset, from the registry, so that the help names each (it once left tiny out).
+PRESETS = ", ".join(TOPOLOGY_PRESETS)
 ClusterOpt = Annotated[
-    str, typer.Option("--cluster", help="Cluster preset (small, medium, philly) or TOML/JSON file.")
+    str, typer.Option("--cluster", help=f"Cluster preset ({PRESETS}) or TOML/JSON file.")
 ]
 CongestionOpt = Annotated[
     str,
@@ -128,8 +131,8 @@ def _row(r) -> list[object]:  # type: ignore[no-untyped-def]
         r.avg_jct_s / HOUR,
         r.p99_jct_s / HOUR,
         r.avg_queue_s / HOUR,
-        r.comm_overhead_frac,
-        r.gpu_util,
+        100.0 * r.comm_overhead_frac,
+        100.0 * r.gpu_util,
         r.preemptions,
         r.migrations,
         r.max_moves_per_job,
@@ -137,19 +140,22 @@ def _row(r) -> list[object]:  # type: ignore[no-untyped-def]
     ]
 
 
+# One unit a column, named in its header, the same as the live table's rows: times of the trace
+# in hours, shares in percent (communication overhead: of the jobs' run time), and the wall
+# seconds this machine took to simulate, labelled as wall time.
 COLUMNS = [
     "policy",
     "done",
     "makespan h",
     "avg JCT h",
     "p99 JCT h",
-    "queue h",
-    "comm ovh",
-    "GPU util",
+    "avg queue h",
+    "comm ovh %",
+    "GPU util %",
     "preempt",
     "migr",
     "max/job",
-    "wall s",
+    "sim wall s",
 ]
 
 

@@ -299,15 +299,16 @@ def _warn_degenerate(outcomes: list[CellOutcome]) -> None:
 
 
 def _summary_table(grid: SweepGrid, summary: pd.DataFrame) -> object:
-    def both(row: Mapping[Hashable, Any], figure: str, digits: int = 3) -> str:
-        mean, std = float(row[f"{figure}_mean"]), float(row[f"{figure}_std"])
+    def both(row: Mapping[Hashable, Any], figure: str, digits: int = 3, scale: float = 1.0) -> str:
+        mean, std = scale * float(row[f"{figure}_mean"]), scale * float(row[f"{figure}_std"])
         if mean != mean:  # no seed ran
             return "-"
         std = 0.0 if std <= 1e-9 * abs(mean) else std  # float noise between equal runs
         return f"{mean:.{digits}g}±{std:.1g}"
 
     columns = ["trace", "cluster", "congestion", "policy", "seeds", "avg JCT h", "p99 JCT h"]
-    columns += ["makespan h", "queue h", "comm ovh", "GPU util"]
+    # The units of `sim run`'s table: trace hours, shares in percent.
+    columns += ["makespan h", "avg queue h", "comm ovh %", "GPU util %"]
     rows = []
     for r in summary.to_dict("records"):
         failed = f" ({r['failed']} failed)" if r["failed"] else ""
@@ -322,8 +323,8 @@ def _summary_table(grid: SweepGrid, summary: pd.DataFrame) -> object:
                 both(r, "p99_jct_h"),
                 both(r, "makespan_h"),
                 both(r, "queue_h"),
-                both(r, "comm_overhead_frac", 2),
-                both(r, "gpu_util", 2),
+                both(r, "comm_overhead_frac", scale=100.0),
+                both(r, "gpu_util", scale=100.0),
             ]
         )
     seeds = ",".join(str(s) for s in grid.seeds)

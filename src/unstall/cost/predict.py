@@ -31,14 +31,13 @@ nothing to the cent anywhere, and the largest, fastest configuration won every t
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 from unstall.config import check
 from unstall.cost.catalog import Instance
-from unstall.errors import ConfigError
+from unstall.errors import ConfigError, did_you_mean
 from unstall.net.device_speeds import relative_speed, speed_table
 from unstall.net.hardware import DEVICE_PRESETS
 from unstall.net.link import Link
@@ -208,13 +207,11 @@ def job_from_model(name: str, devices: str | Sequence[str], *, precision: str = 
     # first, so that the error names this function's argument.
     known = known_models()
     if not (isinstance(name, str) and name in known):
-        close = difflib.get_close_matches(name, known, n=1) if isinstance(name, str) else []
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise ConfigError(
             "job_from_model",
             "name",
-            f"unknown model {name!r}{hint}; known: {known} (a measured job is a JobProfile:"
-            " pass it to recommend as is)",
+            f"unknown model {name!r}{did_you_mean(name, known)}; known: {known} (a measured "
+            "job is a JobProfile: pass it to recommend as is)",
         )
     per_device = {d: _in_precision(spec_for(name, d), precision) for d in names}
     reference = per_device[names[0]]

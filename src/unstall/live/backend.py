@@ -121,6 +121,10 @@ class LiveBackend:
         if self._on_event is not None:
             self._on_event(event)
 
+    def now(self) -> float:
+        """Trace seconds since the run began."""
+        return self.driver.clock.now()
+
     @property
     def executors(self) -> dict[tuple[int, int], object]:
         return self.pool.executors

@@ -12,13 +12,14 @@ import statistics
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from unstall.config import check
+from unstall.config import check, check_number
 from unstall.errors import ConfigError, UnstallError
 from unstall.live.backend import LiveBackend, LiveInterrupted, LiveOutcome
 from unstall.live.cluster import LiveCluster, LocalRayCluster, discover
@@ -28,16 +29,20 @@ from unstall.live.segments import JobRecord
 from unstall.live.training import JobWork, UserWork
 from unstall.loop import Job, JobState
 from unstall.net import resolve_cluster
+from unstall.net.hardware import DEVICE_PRESETS
 from unstall.net.topology import TopologyConfig
 from unstall.results import JsonResult
 from unstall.sched import resolve_policy
 from unstall.sched.base import Policy
 from unstall.sim import (
+    PerfSpeedModel,
     RunJobs,
     SimResult,
     SimRun,
+    check_trace_models,
     gpu_type_of,
     job_table,
+    run_end,
     run_jobs,
     speed_model,
     summarise,
@@ -158,6 +163,23 @@ def run_live(
     local: LocalRayCluster | None = None
     started = time.monotonic()
     if joined is None:
+        topology = topology if topology is not None else resolve_cluster(DEFAULT_CLUSTER)
+    check_number(OWNER, "max_jobs", max_jobs, whole=True, optional=True, wanted="a whole number")
+    check(max_jobs is None or max_jobs > 0, OWNER, "max_jobs", "must be > 0")
+    plan = partial(
+        plan_jobs,
+        trace,
+        config=config,
+        max_jobs=max_jobs,
+        model_mix=model_mix,
+        duration_gpu=duration_gpu,
+        user_work=user_work,
+        log=say,
+    )
+    # Whatever the run would refuse is refused now, before a Ray process starts; joined to a
+    # cluster without a topology, as soon as Ray has said what the cluster is.
+    planned = plan(topology) if topology is not None else None
+    if joined is None:
         import ray
 
         if ray.is_initialized():
@@ -167,7 +189,7 @@ def run_live(
                 "Ray already runs in this process: give its address, or let run_live start "
                 "the local cluster",
             )
-        topology = topology if topology is not None else resolve_cluster(DEFAULT_CLUSTER)
+        assert topology is not None
         say(f"starting a local Ray cluster of {topology.n_nodes} nodes on 127.0.0.1")
         local = LocalRayCluster(topology, config.slot_resource)
     try:
@@ -185,14 +207,11 @@ def run_live(
                 say(line)
             return _run_on(
                 live,
-                trace,
+                planned if planned is not None else plan(live.topology),
                 policy,
                 config=config,
                 address=joined,
-                max_jobs=max_jobs,
-                model_mix=model_mix,
                 duration_gpu=duration_gpu,
-                user_work=user_work,
                 predict=predict,
                 keep_final=keep_final_checkpoints,
                 log=say,
@@ -215,25 +234,42 @@ def _is_loopback(address: str | None) -> bool:
     return address is not None and is_loopback(address)
 
 
-def _run_on(
-    live: LiveCluster,
+@dataclass(frozen=True)
+class PlannedJobs:
+    """A live run's jobs before anything starts: the perf model they run at, the jobs as the
+    simulator keeps them (those larger than the cluster set aside) and what each trains."""
+
+    speed: PerfSpeedModel
+    prepared: RunJobs
+    works: dict[str, JobWork]
+
+
+REJECTED_NAMED = 20  # rejected jobs named in the log; the per-job output lists them all
+
+
+def plan_jobs(
     trace: Trace,
-    policy: Policy,
+    topology: TopologyConfig,
     *,
     config: LiveConfig,
-    address: str | None,
     max_jobs: int | None,
     model_mix: Mapping[str, float] | None,
     duration_gpu: str | None,
     user_work: UserWork | None,
-    predict: bool,
-    keep_final: bool,
     log: Callable[[str], None],
-    started: float,
-    on_finish: Callable[[int], None] | None = None,
-) -> LiveRun:
-    topology = live.topology
-    # The jobs and their speeds exactly as the simulator would run them.
+) -> PlannedJobs:
+    """The jobs of a live run of ``trace`` on ``topology``, exactly as the simulator would run
+    them; what the run refuses is refused here, naming the job (an unknown model or GPU type,
+    a trace without jobs, no job that fits), and jobs larger than the cluster are named in
+    ``log`` and set aside (outcome ``rejected``, as in :func:`unstall.sim.simulate`)."""
+    check(
+        duration_gpu is None
+        or (isinstance(duration_gpu, str) and duration_gpu.lower() in DEVICE_PRESETS),
+        OWNER,
+        "duration_gpu",
+        f"unknown GPU type {duration_gpu!r}; known: {sorted(DEVICE_PRESETS)}",
+    )
+    check_trace_models(trace, max_jobs, {})  # a typo in a trace, named with its job
     speed, per_job = speed_model(trace, topology, {}, duration_gpu)
     prepared = run_jobs(
         trace,
@@ -244,10 +280,53 @@ def _run_on(
         seed=config.seed,
         job_duration_gpus=per_job,
     )
-    trace, jobs = prepared.trace, prepared.jobs
+    check(len(prepared.fits) > 0, OWNER, "trace", f"{prepared.trace.source} holds no jobs")
+    arrays = prepared.trace.arrays()
+    big = [
+        f"{job_id} ({gpus} GPUs)"
+        for job_id, gpus in zip(
+            arrays.job_id[~prepared.fits], arrays.num_gpus[~prepared.fits], strict=True
+        )
+    ]
+    named = ", ".join(big[:REJECTED_NAMED]) + (
+        f" and {len(big) - REJECTED_NAMED} more" if len(big) > REJECTED_NAMED else ""
+    )
+    check(
+        bool(prepared.jobs),
+        OWNER,
+        "trace",
+        f"no job fits the cluster's {topology.n_gpus} GPUs ({named}): nothing to run",
+    )
+    if big:
+        log(
+            f"warning: {len(big)} {'job needs' if len(big) == 1 else 'jobs need'} more than "
+            f"the cluster's {topology.n_gpus} GPUs and {'is' if len(big) == 1 else 'are'} "
+            f"rejected (outcome 'rejected' in the per-job output): {named}"
+        )
     works = {
-        job.job_id: _work(job.job_id, job.model, job.work_iters, config, user_work) for job in jobs
+        job.job_id: _work(job.job_id, job.model, job.work_iters, config, user_work)
+        for job in prepared.jobs
     }
+    return PlannedJobs(speed=speed, prepared=prepared, works=works)
+
+
+def _run_on(
+    live: LiveCluster,
+    planned: PlannedJobs,
+    policy: Policy,
+    *,
+    config: LiveConfig,
+    address: str | None,
+    duration_gpu: str | None,
+    predict: bool,
+    keep_final: bool,
+    log: Callable[[str], None],
+    started: float,
+    on_finish: Callable[[int], None] | None = None,
+) -> LiveRun:
+    topology = live.topology
+    speed, prepared, works = planned.speed, planned.prepared, planned.works
+    trace, jobs = prepared.trace, prepared.jobs
     backend = LiveBackend(
         cluster=live,
         speed=speed,
@@ -264,7 +343,11 @@ def _run_on(
         try:
             outcome = backend.run()
         except LiveInterrupted as stop:
-            stop.run = _results(stop.outcome, live, prepared, policy, config, address, started)
+            # Jobs still waiting have waited until the Ctrl-C (trace seconds since the start).
+            until = backend.now()
+            stop.run = _results(
+                stop.outcome, live, prepared, policy, config, address, started, until
+            )
             raise
         finals: dict[str, bytes] = {}
         if keep_final and not config.emulated:
@@ -274,7 +357,9 @@ def _run_on(
                     finals[job.job_id] = blob
     finally:
         backend.shutdown()
-    run = _results(outcome, live, prepared, policy, config, address, started)
+    run = _results(
+        outcome, live, prepared, policy, config, address, started, run_end(outcome.engine.timeline)
+    )
     prediction = None
     if predict:
         prediction = predict_run(
@@ -340,6 +425,7 @@ def _results(
     config: LiveConfig,
     address: str | None,
     started: float,
+    until: float,
 ) -> LiveRun:
     topology = live.topology
     wall = time.monotonic() - started
@@ -355,7 +441,7 @@ def _results(
         wall_s=wall,
         node_type=topology.node_device,
     )
-    table = job_table(outcome.engine.jobs, gpu_type_of(topology))
+    table = job_table(outcome.engine.jobs, gpu_type_of(topology), until=until)
     records = [outcome.records[job.job_id] for job in outcome.engine.jobs]
     table["placements"] = [" ".join(r.placements) for r in records]
     table["start_progress"] = [" ".join(f"{p:.3f}" for p in r.start_progress) for r in records]

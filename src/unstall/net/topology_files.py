@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from unstall.config import load_table_file
-from unstall.errors import ArgumentTypeError, ConfigError, ConfigFileError
+from unstall.errors import ArgumentTypeError, ConfigError, ConfigFileError, did_you_mean
 from unstall.net.hardware import INTERCONNECT_PRESETS, NIC_PRESETS, LinkPreset
 from unstall.net.link import Link
 from unstall.net.topology import (
@@ -124,7 +124,8 @@ def topology_from_mapping(data: Mapping[str, Any], *, source: str = "<mapping>")
         if not isinstance(preset, str) or preset not in TOPOLOGY_PRESETS:
             raise ConfigFileError(
                 source,
-                f"unknown preset {preset!r}; known: {sorted(TOPOLOGY_PRESETS)}",
+                f"unknown preset {preset!r}{did_you_mean(preset, TOPOLOGY_PRESETS)}; known: "
+                f"{sorted(TOPOLOGY_PRESETS)}",
                 field="preset",
             )
         base = {
@@ -197,7 +198,8 @@ def load_topology(path: str | PathLike[str]) -> TopologyConfig:
         raise ConfigError(
             "load_topology",
             "path",
-            f"{str(path)!r} is neither a preset {sorted(TOPOLOGY_PRESETS)} nor a .toml/.json file",
+            f"{str(path)!r}{did_you_mean(str(path), TOPOLOGY_PRESETS)} is neither a preset "
+            f"{sorted(TOPOLOGY_PRESETS)} nor a .toml/.json file",
         )
     data = load_table_file(path if isinstance(path, str) else Path(path))
     data.setdefault("name", Path(path).stem)
@@ -221,7 +223,8 @@ def resolve_cluster(
             raise ConfigError(
                 owner,
                 field,
-                f"{str(cluster)!r} is neither a preset {sorted(TOPOLOGY_PRESETS)} nor a "
+                f"{str(cluster)!r}{did_you_mean(str(cluster), TOPOLOGY_PRESETS)} is neither a "
+                f"preset {sorted(TOPOLOGY_PRESETS)} nor a "
                 ".toml/.json file",
             )
         return load_topology(cluster)

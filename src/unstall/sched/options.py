@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
 from unstall.config import is_real_number, is_whole_number
-from unstall.errors import ConfigError
+from unstall.errors import ConfigError, UnknownOptionError
 
 # The Policy protocol's members as an error names them, and whether each must be callable.
 _POLICY_MEMBERS = (
@@ -75,7 +75,7 @@ def check_options(cls: type[Any], options: Mapping[str, Any]) -> None:
     for key, value in options.items():
         field = fields.get(key)
         if field is None:
-            raise ConfigError(cls.__name__, key, f"unknown option; known: {sorted(fields)}")
+            raise UnknownOptionError(cls.__name__, key, fields)
         kinds = _plain_kinds(hints.get(key), field.default)
         if kinds is None or any(_is_kind(value, kind) for kind in kinds):
             continue

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from unstall.errors import ConfigError, a_or_an
+from unstall.errors import ConfigError, a_or_an, did_you_mean
 from unstall.sched.base import Policy
 from unstall.sched.dally import Dally, DallyConfig
 from unstall.sched.dally.lookahead_config import DallyOptions
@@ -171,7 +171,10 @@ def policy_entry(name: str) -> PolicyEntry:
     if entry is None:
         moved = f"; {RENAMED[name]}" if name in RENAMED else ""
         raise ConfigError(
-            "policy", "name", f"unknown policy {name!r}{moved}; known: {sorted(POLICIES)}"
+            "policy",
+            "name",
+            f"unknown policy {name!r}{moved or did_you_mean(name, POLICIES)}; known: "
+            f"{sorted(POLICIES)}",
         )
     return entry
 

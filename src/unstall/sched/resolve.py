@@ -68,14 +68,15 @@ def labelled_policy(entry: str) -> tuple[str, str]:
 def policy_text_options(name: str, options: Sequence[tuple[str, str]]) -> dict[str, Any]:
     """``(key, text)`` pairs as the typed keyword options of the policy ``name``: each text
     typed like its field (bool, int, float, str, a comma-separated tuple of floats; ``none``
-    for a field that may be None). Errors name the options class and the field."""
+    for a field that may be None). Errors name the policy and the field."""
     if not options:
         return {}
     shape = policy_options_class(name)
     if shape is None:
         # Without an options dataclass any option is an error, which make_policy reports.
         return dict(options)
-    return parse_text_options(shape, options, owner=shape.__name__)
+    # Errors name the policy as its user does (``dally.wiat_factor``), not its options class.
+    return parse_text_options(shape, options, owner=name)
 
 
 def _wrong_type(policy: object) -> str:

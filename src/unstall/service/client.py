@@ -105,6 +105,10 @@ class Client:
     def cluster(self) -> ClusterRecord:
         return ClusterRecord.model_validate(self._call("GET", "/api/cluster"))
 
+    def stats(self) -> dict[str, Any]:
+        """The scheduler: whether it is up (``ready``), its rounds and what they cost."""
+        return dict(self._call("GET", "/api/stats"))
+
     def wait(self, job_id: str, timeout_s: float | None = None, poll_s: float = 0.5) -> JobRecord:
         """The job's record once it has ended (or :class:`TimeoutError` after ``timeout_s``)."""
         deadline = None if timeout_s is None else time.monotonic() + timeout_s

@@ -181,6 +181,7 @@ class Scheduler:
         self._pending_events: list[tuple[str, float, str, str]] = []
         self._cancel_by: dict[str, str] = {}  # who asked, by job, until the core cancels it
         self._ended_at: dict[str, float] = {}  # failed and cancelled jobs: when (wall)
+        self._earlier_restarts: dict[str, int] = {}  # by job: before this start of the service
         self._statuses: dict[str, JobStatus] = {}
         self._dirty: set[int] = set()  # jobs whose status changed since the last snapshot
         self.snapshot = Snapshot(at=time.time(), free_by_node=tuple(self.layout.node_gpus))
@@ -353,6 +354,8 @@ class Scheduler:
             assert self.pool is not None
             held = self.pool.held_iteration(stored.id)
             job.done_iters = held * self.records[stored.id].scale
+            # Restarts before this start of the service count on, a requeue after it too.
+            self._earlier_restarts[stored.id] = stored.restarts + (stored.state == "running")
             if stored.state == "running":
                 requeued.append((stored.id, time.time(), "requeued", "the service restarted"))
             if stored.cancel_requested:
@@ -430,7 +433,10 @@ class Scheduler:
             placement=_placement(job) if job.state == JobState.RUNNING else "",
             done_iters=done / record.scale,
             total_iters=job.work_iters / record.scale,
-            restarts=job.preemptions + job.migrations + job.failures,
+            restarts=job.preemptions
+            + job.migrations
+            + job.failures
+            + self._earlier_restarts.get(job.job_id, 0),
             started_at=self.wall(started) if started is not None else None,
             ended_at=self.wall(ended) if ended is not None else self._ended_at.get(job.job_id),
             error=job.error,

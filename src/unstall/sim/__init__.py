@@ -37,8 +37,9 @@ What this part offers:
   service), what a run on a real cluster shares with a simulated one: ``layout_of`` (the cluster
   as policies see it), ``speed_model`` and :class:`PerfSpeedModel` (job speeds by placement),
   ``run_jobs`` / :class:`RunJobs` (a trace's jobs, with the ones too large for the cluster set
-  apart), :class:`NetworkState` (max-min fair link shares), and the results: ``job_table``,
-  ``timeline_table``, ``summarise``, ``gpu_type_of``.
+  apart; ``check_trace_models``: every model a trace names is known), :class:`NetworkState`
+  (max-min fair link shares), and the results: ``job_table``, ``timeline_table``,
+  ``summarise``, ``gpu_type_of``, ``run_end``.
 
 Example: the first 50 jobs of the embedded trace, all training a model measured by
 ``unstall profile`` (a :class:`unstall.workload.JobProfile`; jobs naming a zoo model need no
@@ -86,8 +87,10 @@ from unstall.sim.request import SimRequest, read_job_profiles, simulate_request
 from unstall.sim.run import (
     RunJobs,
     SimRun,
+    check_trace_models,
     gpu_type_of,
     layout_of,
+    run_end,
     run_jobs,
     simulate,
     speed_model,
@@ -122,6 +125,7 @@ __all__ = [
     "SweepCell",
     "SweepGrid",
     "SweepResult",
+    "check_trace_models",
     "congestion_level",
     "gpu_type_of",
     "job_table",
@@ -129,6 +133,7 @@ __all__ = [
     "read_congestion_schedule",
     "read_job_profiles",
     "resolve_congestion",
+    "run_end",
     "run_jobs",
     "simulate",
     "simulate_request",

@@ -57,9 +57,16 @@ class SimResult(JsonResult):
     gpu_s_by_type: dict[str, float] = field(default_factory=dict)
 
 
-def job_table(jobs: list[Job], gpu_type: Callable[[Placement], str] | None = None) -> pd.DataFrame:
+def job_table(
+    jobs: list[Job],
+    gpu_type: Callable[[Placement], str] | None = None,
+    *,
+    until: float | None = None,
+) -> pd.DataFrame:
     """One row per job: what happened to it; ``gpu_type`` names the GPU type(s) of a placement
-    (column ``gpu_type``: of the job's last placement, "" for a job that never started)."""
+    (column ``gpu_type``: of the job's last placement, "" for a job that never started).
+    ``until``: when the run ended (its last round, or the Ctrl-C that stopped it): a job still
+    waiting then has waited until then (``queue_s``), not only before its earlier starts."""
     finished = np.array([j.state == JobState.DONE for j in jobs], dtype=bool)
     submit = np.array([j.submit_s for j in jobs])
     finish = np.array([j.finish_s if j.state == JobState.DONE else np.nan for j in jobs])
@@ -74,7 +81,7 @@ def job_table(jobs: list[Job], gpu_type: Callable[[Placement], str] | None = Non
             "first_start_s": first,
             "finish_s": finish,
             "jct_s": finish - submit,
-            "queue_s": np.array([j.queued_total_s for j in jobs]),
+            "queue_s": np.array([_queued_s(j, until) for j in jobs]),
             "comm_overhead_s": np.array([j.comm_overhead_s for j in jobs]),
             "preemptions": np.array([j.preemptions for j in jobs], dtype=np.int64),
             "migrations": np.array([j.migrations for j in jobs], dtype=np.int64),
@@ -87,6 +94,13 @@ def job_table(jobs: list[Job], gpu_type: Callable[[Placement], str] | None = Non
             ],
         }
     )
+
+
+def _queued_s(job: Job, until: float | None) -> float:
+    """Seconds ``job`` waited in the queue, its wait at ``until`` included when it waits still."""
+    if until is None or job.state != JobState.QUEUED:
+        return job.queued_total_s
+    return job.queued_total_s + max(0.0, until - job.queued_since_s)
 
 
 def with_rejected(table: pd.DataFrame, order: np.ndarray, rejected: pd.DataFrame) -> pd.DataFrame:

@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from unstall.net.topology import INTRA, TopologyConfig
 from unstall.sched.base import CONGESTION_GRID, Placement, Sensitivity
 from unstall.sim.duration_gpu import DEFAULT_DURATION_GPU
+from unstall.sim.reference_placements import best_candidates, rack_nodes, spread_on_groups
 from unstall.sim.speed import Flow, LinkId, RateTiming
 from unstall.workload.job_specs import JobPerfSpec, spec_for
 from unstall.workload.perf import plan_time
@@ -31,24 +32,16 @@ def _shape(placement: Placement, topology: TopologyConfig) -> Shape:
     )
 
 
-def regular_equivalent(topology: TopologyConfig, device: str) -> TopologyConfig:
-    """A regular cluster of ``device`` GPUs with ``topology``'s network and at least its GPUs:
-    its largest node size, its racks, as many nodes a rack as its largest rack (more when that
-    would hold fewer GPUs). Where a job's work and network sensitivity are measured on a
-    cluster of several GPU types."""
-    gpn = max(topology.node_gpus)
-    racks = topology.n_racks
-    nodes = -(-topology.n_gpus // gpn)
-    per_rack = max(max(topology.rack_sizes), -(-nodes // racks))
-    return dataclasses.replace(
-        topology,
-        name=f"{topology.name}-as-{device}",
-        racks=racks,
-        nodes_per_rack=per_rack,
-        gpus_per_node=gpn,
-        nodes=(),
-        device=device,
-    )
+def reference_topology(topology: TopologyConfig, device: str) -> TopologyConfig:
+    """``topology`` with every GPU of type ``device``: the same nodes, racks, NICs and uplinks
+    (the network of the real cluster), each node's GPU links those its file names, else
+    ``device``'s own. Where a job's work and network sensitivity are measured when the cluster's
+    GPUs are not all of the duration GPU's type."""
+    name = f"{topology.name}-as-{device}"
+    if topology.regular:
+        return dataclasses.replace(topology, name=name, device=device)
+    groups = tuple(dataclasses.replace(group, device="") for group in topology.nodes)
+    return dataclasses.replace(topology, name=name, device=device, nodes=groups)
 
 
 class PerfSpeedModel:
@@ -56,12 +49,14 @@ class PerfSpeedModel:
 
     ``duration_gpu`` is the GPU type on which a trace's durations are run times (default:
     :data:`~unstall.sim.duration_gpu.DEFAULT_DURATION_GPU`, ``v100``, whatever the cluster
-    has, so that a slower cluster makes the same work slower). On a regular cluster of that
-    type the perf model is used as is. On any other cluster (several GPU types, or another
-    type) a job's work and its network sensitivity are measured on the consolidated placement
-    of a regular cluster of ``duration_gpu`` GPUs with the same network
-    (:func:`regular_equivalent`), and its speed on a placement is the perf model's with the
-    compute time of the slowest GPU type there.
+    has, so that a slower cluster makes the same work slower). A job's work and its network
+    sensitivity are measured at its best placement on the cluster it runs on
+    (:meth:`best_placement`), links idle. On a cluster whose GPUs are all of that type, the
+    cluster itself; on any other (several GPU types, or another type) the best placement on its
+    ``duration_gpu`` nodes when they hold the job, else on the same cluster with
+    ``duration_gpu`` GPUs in every node (:func:`reference_topology`: the network of the real
+    cluster), and a job's speed on a placement is the perf model's with the compute time of the
+    slowest GPU type there.
     """
 
     def __init__(
@@ -71,10 +66,14 @@ class PerfSpeedModel:
         *,
         duration_gpu: str | None = None,
         spec_source: Callable[[str], JobPerfSpec] | None = None,
+        home_nodes: tuple[int, ...] | None = None,
     ) -> None:
         self.topology = topology
+        # A reference model's real nodes of its type: a job's best placement is sought there
+        # when they hold it, on the whole relabelled cluster only when they do not.
+        self._home = home_nodes
         self.duration_gpu = (duration_gpu or DEFAULT_DURATION_GPU).lower()
-        self.heterogeneous = not (topology.regular and self.duration_gpu == topology.device.lower())
+        self.heterogeneous = topology.devices != (self.duration_gpu,)
         self._specs: dict[str, JobPerfSpec] = dict(specs or {})
         # A reference model asks its parent, so that one job has one spec everywhere.
         self._spec_source = spec_source
@@ -83,6 +82,8 @@ class PerfSpeedModel:
         self._timings: dict[tuple[str, Placement], RateTiming] = {}
         self._references: dict[str, PerfSpeedModel] = {}
         self._type_nodes: dict[str, list[int]] | None = None
+        self._best: dict[tuple[str, int], Placement] = {}
+        self._rack_nodes: tuple[list[int], ...] | None = None
 
     def spec(self, model: str) -> JobPerfSpec:
         found = self._specs.get(model)
@@ -90,21 +91,26 @@ class PerfSpeedModel:
             if self._spec_source is not None:
                 found = self._spec_source(model)
             else:
-                device = self.duration_gpu if self.heterogeneous else self.topology.device
+                regular = self.topology.regular and not self.heterogeneous
+                device = self.topology.device if regular else self.duration_gpu
                 found = spec_for(model, device)
             self._specs[model] = found
         return found
 
     def reference(self, device: str) -> PerfSpeedModel:
-        """The model of the regular ``device`` cluster equivalent to this one."""
+        """The model of this cluster with ``device`` GPUs in every node, where a job's best
+        placement is sought on the nodes that have ``device`` GPUs when they hold it."""
         found = self._references.get(device)
         if found is None:
             # Its own durations are on ``device``: its consolidated time is that type's (left to
             # the default reference it would answer with the duration GPU's time instead).
             found = PerfSpeedModel(
-                regular_equivalent(self.topology, device),
+                reference_topology(self.topology, device),
                 spec_source=self.spec,
                 duration_gpu=device,
+                home_nodes=tuple(
+                    n for n, kind in enumerate(self.topology.node_device) if kind == device
+                ),
             )
             self._references[device] = found
         return found
@@ -128,10 +134,43 @@ class PerfSpeedModel:
         shape = consolidated_placement(num_gpus, self.topology)
         return tuple(zip(shape.nodes, shape.gpus_per_node, strict=True))
 
+    def best_placement(self, model: str, num_gpus: int) -> Placement:
+        """The placement of ``num_gpus`` where ``model`` runs fastest on idle links: the
+        consolidated one on a regular cluster, the fastest candidate of
+        :func:`~unstall.sim.reference_placements.best_candidates` on node groups (the first
+        among equals). What a trace's duration is the run time at."""
+        key = (model, num_gpus)
+        found = self._best.get(key)
+        if found is None:
+            if self.topology.regular:
+                found = self.consolidated(num_gpus)
+            else:
+                candidates = best_candidates(self.topology, num_gpus, self._racks_for(num_gpus))
+                found = min(candidates, key=lambda p: plan_time(self.plan(model, p)).total_s)
+            self._best[key] = found
+        return found
+
+    def _racks(self) -> tuple[list[int], ...]:
+        if self._rack_nodes is None:
+            self._rack_nodes = rack_nodes(self.topology)
+        return self._rack_nodes
+
+    def _racks_for(self, num_gpus: int) -> tuple[list[int], ...]:
+        """Each rack's nodes (largest first) a job's best placement is sought among: the home
+        nodes of a reference model when they hold the job, else all."""
+        racks = self._racks()
+        if self._home is None or len(self._home) == self.topology.n_nodes:
+            return racks
+        home = set(self._home)
+        if sum(self.topology.node_gpus[n] for n in home) < num_gpus:
+            return racks
+        return tuple([n for n in nodes if n in home] for nodes in racks)
+
     def consolidated_iter_s(self, model: str, num_gpus: int) -> float:
+        """The iteration time at the best placement on the duration GPU, links idle."""
         if self.heterogeneous:
             return self.reference(self.duration_gpu).consolidated_iter_s(model, num_gpus)
-        return plan_time(self.plan(model, self.consolidated(num_gpus))).total_s
+        return plan_time(self.plan(model, self.best_placement(model, num_gpus))).total_s
 
     def reference_iter_s(self, model: str, num_gpus: int, device: str) -> float:
         """The consolidated iteration time on a regular cluster of ``device`` GPUs with this
@@ -147,7 +186,7 @@ class PerfSpeedModel:
         GPUs): what a policy weighs types by. A job of 8 GPUs on nodes of 4 K80s pays for
         crossing the network there, as it would run."""
         if not self.heterogeneous:
-            return {self.topology.device.lower(): self.consolidated_iter_s(model, num_gpus)}
+            return {self.duration_gpu: self.consolidated_iter_s(model, num_gpus)}
         if self._type_nodes is None:
             self._type_nodes = _nodes_by_type(self.topology)
         gpus = self.topology.node_gpus
@@ -164,10 +203,18 @@ class PerfSpeedModel:
             out[device] = math.inf if need > 0 else self.iter_s(model, num_gpus, placement, None)
         return out
 
-    def spread(self, num_gpus: int, *, across_racks: bool) -> Placement:
+    def spread(self, num_gpus: int, *, across_racks: bool, model: str | None = None) -> Placement:
         """A typical spread placement: twice the minimum number of nodes (at least two, at most
-        the cluster's), within one rack when it fits, or dealt round-robin over the racks."""
+        the cluster's), within one rack when it fits, or dealt round-robin over the racks. On
+        node groups, from ``model``'s best placement (the consolidated one when no model is
+        given; :func:`~unstall.sim.reference_placements.spread_on_groups`)."""
         topo = self.topology
+        if not topo.regular:
+            if model is None:
+                best = self.consolidated(num_gpus)
+            else:
+                best = self.best_placement(model, num_gpus)
+            return spread_on_groups(topo, num_gpus, best, self._racks(), across_racks=across_racks)
         gpn = topo.gpus_per_node
         nodes = min(num_gpus, max(2, 2 * -(-num_gpus // gpn)), topo.n_nodes)
         base, extra = divmod(num_gpus, nodes)
@@ -184,9 +231,9 @@ class PerfSpeedModel:
             return self.reference(self.duration_gpu).sensitivity(model, num_gpus)
         if num_gpus <= 1 or self.topology.n_nodes < 2:
             return Sensitivity.flat(1.0, 1.0)
-        best = self.plan(model, self.consolidated(num_gpus))
-        node = self.plan(model, self.spread(num_gpus, across_racks=False))
-        rack = self.plan(model, self.spread(num_gpus, across_racks=True))
+        best = self.plan(model, self.best_placement(model, num_gpus))
+        node = self.plan(model, self.spread(num_gpus, across_racks=False, model=model))
+        rack = self.plan(model, self.spread(num_gpus, across_racks=True, model=model))
 
         idle = plan_time(best).total_s
         consolidated = tuple(plan_time(best, None, c).total_s / idle for c in CONGESTION_GRID)

@@ -19,7 +19,9 @@ import numpy as np
 import pandas as pd
 
 from unstall.config import check, check_non_negative, check_number
+from unstall.errors import did_you_mean
 from unstall.loop.jobs import Job
+from unstall.loop.timeline import Timeline
 from unstall.net.hardware import DEVICE_PRESETS
 from unstall.net.topology import TopologyConfig
 from unstall.sched.base import ClusterLayout, Placement, Policy, policy_capabilities
@@ -148,12 +150,13 @@ def _check_mix_names(model_mix: Mapping[str, float] | None, profiled: Mapping[st
             name in known,
             OWNER,
             "model_mix",
-            f"unknown model {name!r}; known: {sorted(known)}, or a measured one given as a "
+            f"unknown model {name!r}{did_you_mean(name, known)}; known: {sorted(known)}, or a "
+            "measured one given as a "
             "job profile (a JobProfile in job_profiles)",
         )
 
 
-def _check_trace_models(trace: Trace, max_jobs: int | None, profiled: Mapping[str, object]) -> None:
+def check_trace_models(trace: Trace, max_jobs: int | None, profiled: Mapping[str, object]) -> None:
     """Every model the simulated jobs name must be one the run knows: a typo in a trace is
     named with the trace's file and its first job that has it."""
     jobs = trace.jobs.iloc[:max_jobs]
@@ -167,7 +170,8 @@ def _check_trace_models(trace: Trace, max_jobs: int | None, profiled: Mapping[st
     others = f" (as do {named - 1} more jobs)" if named > 1 else ""
     raise TraceError(
         trace.source,
-        f"job {jobs['job_id'].iloc[first]!r} names an unknown model {model!r}{others}; known: "
+        f"job {jobs['job_id'].iloc[first]!r} names an unknown model {model!r}"
+        f"{did_you_mean(model, known)}{others}; known: "
         f"{sorted(known)}, or a measured one given as a job profile (a JobProfile in "
         "job_profiles)",
         field="model",
@@ -252,7 +256,7 @@ def simulate(
     )
     specs = profiled_specs(job_profiles)
     _check_mix_names(model_mix, specs)
-    _check_trace_models(trace, max_jobs, specs)
+    check_trace_models(trace, max_jobs, specs)
     speed, per_job = speed_model(trace, cluster, specs, duration_gpu)
     return simulate_with_speed(
         trace,
@@ -270,6 +274,11 @@ def simulate(
         job_duration_gpus=per_job,
         job_startup_s=job_startup_s,
     )
+
+
+def run_end(timeline: Timeline) -> float:
+    """When a run ended: its last round (0 for a run without one)."""
+    return float(timeline.time_s[-1]) if len(timeline.time_s) else 0.0
 
 
 def speed_model(
@@ -408,7 +417,9 @@ def simulate_with_speed(
     telemetry = pd.DataFrame(outcome.timeline.telemetry, columns=["time_s", "name", "value"])
     return SimRun(
         result=result,
-        jobs=prepared.with_rejected(job_table(outcome.jobs, gpu_type_of(cluster))),
+        jobs=prepared.with_rejected(
+            job_table(outcome.jobs, gpu_type_of(cluster), until=run_end(outcome.timeline))
+        ),
         timeline=timeline_table(outcome.timeline),
         telemetry=telemetry,
     )

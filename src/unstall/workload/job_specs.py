@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from unstall.config import check, check_non_negative, check_positive
-from unstall.errors import ConfigError
+from unstall.errors import ConfigError, did_you_mean
 from unstall.net.device_fit import REFERENCE_DEVICE
 from unstall.net.device_roofline import StepFeatures
 from unstall.net.device_speeds import (
@@ -260,7 +260,8 @@ def spec_for(model: str, device: str) -> JobPerfSpec:
         raise ConfigError(
             "trace",
             "model",
-            f"unknown model {model!r}; known: {known_models()}, or a measured one given as a "
+            f"unknown model {model!r}{did_you_mean(model, known_models())}; known: "
+            f"{known_models()}, or a measured one given as a "
             "JobProfile (`sim run --job-profile`)",
         )
     spec = JobPerfSpec.from_facts(facts, device_name=device, name=model, family=model_family(model))

@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from unstall.config import check
-from unstall.errors import ConfigError
+from unstall.errors import ConfigError, did_you_mean
 from unstall.results import JsonResult
 from unstall.workload.model_facts import ModelFacts, TensorFact, measure_model
 from unstall.workload.options import (
@@ -249,7 +249,11 @@ def spec(name: str) -> ModelSpec:
     """The registered model ``name``, or a ConfigError that lists the known names."""
     found = MODEL_REGISTRY.get(name)
     if found is None:
-        raise ConfigError("zoo", "name", f"unknown model {name!r}; known: {', '.join(names())}")
+        raise ConfigError(
+            "zoo",
+            "name",
+            f"unknown model {name!r}{did_you_mean(name, names())}; known: {', '.join(names())}",
+        )
     return found
 
 
@@ -260,7 +264,8 @@ def resolve_options(name: str, options: Mapping[str, object]) -> Any:
     unknown = sorted(set(options) - set(model.defaults))
     if unknown:
         known = ", ".join(model.defaults) or "none"
-        raise ConfigError(name, unknown[0], f"unknown option; {name} takes: {known}")
+        hint = did_you_mean(unknown[0], model.defaults)
+        raise ConfigError(name, unknown[0], f"unknown option{hint}; {name} takes: {known}")
     try:
         return model.options_type(**options)
     except ConfigError as exc:
