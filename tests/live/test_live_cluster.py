@@ -264,7 +264,7 @@ def test_unstall_live_run_on_a_cluster_matches_the_simulator_job_for_job(
     (tmp_path / "recording.py").write_text(RECORDING_FIFO)
     args = ["live", "run", "--policy", "recording.py:RecordingFifo", "--trace", "mini.csv"]
     args += ["--cluster", "two.toml", "--address", cluster, "--speedup", "25"]
-    args += ["--json", "out/live.json", "--jobs-out", "out/jobs.csv", "-q"]
+    args += ["--json", "out/live.json", "--jobs-out", "out/jobs.csv", "-q", "--events"]
     done = subprocess.run(
         [sys.executable, "-m", "unstall", *args],
         capture_output=True,
@@ -287,6 +287,11 @@ def test_unstall_live_run_on_a_cluster_matches_the_simulator_job_for_job(
     assert said.index("f (8 GPUs)") < said.index("executors up")
     assert "rejected before the run (more GPUs than the cluster's 4): f" in said
     jobs = pd.read_csv(tmp_path / "out" / "jobs.csv").set_index("job_id")
+    # --events: a line per transition as it happened, placements included.
+    for job in "abcde":
+        assert f"job {job} arrived" in said and f"job {job} finished" in said
+        placement = jobs.loc[job, "placements"].split()[0]
+        assert f"job {job} started on {placement}" in said
     # The live run, then the prediction the run printed beside it (the same policy object).
     live_run, predicted = json.loads((tmp_path / "decisions.json").read_text())
     # On this trace FIFO's choices are far from any tie (each start waits on a finish or an

@@ -9,7 +9,6 @@ succeeds exactly once with exactly its iterations, and what the killed service l
 
 from __future__ import annotations
 
-import os
 import re
 import signal
 import subprocess
@@ -65,18 +64,15 @@ def _serve(store: Path, cluster: Path, log: Path) -> tuple[subprocess.Popen[byte
     raise AssertionError("the service did not answer:\n" + log.read_text())
 
 
-def _tmpdirs_of(pid: int) -> set[str]:
-    """The local Ray folders (RAY_TMPDIR) that processes of the service's tree run in."""
-    found = set()
-    for proc in Path("/proc").glob("[0-9]*"):
+def _folder_of(pid: int) -> str | None:
+    """The local Ray folder (RAY_TMPDIR of all its processes) whose owner is ``pid``."""
+    for folder in Path("/tmp").glob("us-live-*"):
         try:
-            environ = (proc / "environ").read_bytes().split(b"\0")
-        except OSError:
+            if int((folder / "owner.pid").read_text()) == pid:
+                return str(folder)
+        except (OSError, ValueError):
             continue
-        for item in environ:
-            if item.startswith(b"RAY_TMPDIR=/tmp/us-live-"):
-                found.add(item.split(b"=", 1)[1].decode())
-    return found
+    return None
 
 
 def _alive_in(folder: str) -> int:
@@ -105,7 +101,6 @@ def test_a_killed_service_loses_nothing_and_runs_no_job_twice(tmp_path: Path) ->
     cluster = tmp_path / "two.toml"
     cluster.write_text(TWO_NODES)
     store = tmp_path / "store"
-    before = _tmpdirs_of(os.getpid())
     log = tmp_path / "serve.log"
     first, url = _serve(store, cluster, log)
     try:
@@ -127,14 +122,13 @@ def test_a_killed_service_loses_nothing_and_runs_no_job_twice(tmp_path: Path) ->
         )
         _wait_for(lambda: (store / "checkpoints" / f"{long.id}.ckpt").exists(), 60, "a checkpoint")
         assert client.get(long.id).state == "running"
-        ours = _tmpdirs_of(os.getpid()) - before
+        folder = _folder_of(first.pid)
     finally:
         first.send_signal(signal.SIGKILL)
         first.wait(30)
     held = CheckpointStore(str(store / "checkpoints")).iteration(long.id)
     assert held > 0
-    assert len(ours) == 1
-    (folder,) = ours
+    assert folder is not None
     assert _alive_in(folder) > 0  # what a kill -9 leaves behind ...
 
     log.write_text("")

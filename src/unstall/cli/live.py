@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -37,6 +38,7 @@ from unstall.cli.sim_text import parse_model_mix, parse_pairs
 
 if TYPE_CHECKING:
     from unstall.live import LiveRun, UserWork
+    from unstall.loop import JobEvent
     from unstall.sim import SimResult
 
 app = typer.Typer(no_args_is_help=True, add_completion=False)
@@ -167,6 +169,16 @@ def run(
         str,
         typer.Option("--loss", help="Loss of --model: cross_entropy, mse or FILE.py:FUNC."),
     ] = "cross_entropy",
+    events: Annotated[
+        bool,
+        typer.Option(
+            "--events",
+            "-v",
+            help="One line per job event as it happens (arrived, started on, preempted, "
+            "migrated, finished, failed), on stderr; where stderr is not a terminal, unless "
+            "--quiet, always.",
+        ),
+    ] = False,
     restore_s: Annotated[
         float | None,
         typer.Option(
@@ -244,6 +256,7 @@ def run(
                 predict=predict,
                 log=say,
                 on_finish=advance,
+                on_event=_event_printer(events, quiet),
             )
     except LiveInterrupted as stop:
         partial: LiveRun | None = getattr(stop, "run", None)
@@ -255,6 +268,25 @@ def run(
         ) from None
     print_live(run)
     _write(run, jobs_out, json_path, config)
+
+
+def _event_printer(asked: bool, quiet: bool) -> Callable[[JobEvent], None] | None:
+    """One line per job event on stderr (trace seconds), where asked, or where stderr is not a
+    terminal (a log file would otherwise show nothing between the start and the table) unless
+    --quiet."""
+    if not (asked or (not quiet and not err_console.is_terminal)):
+        return None
+
+    def show(event: JobEvent) -> None:
+        detail = f" {event.detail}" if event.detail else ""
+        verb = {"started": "started on", "migrated": "migrated to"}.get(event.kind, event.kind)
+        err_console.print(
+            f"{event.time_s:10.1f} s  job {event.job_id} {verb}{detail}",
+            highlight=False,
+            markup=False,
+        )
+
+    return show
 
 
 def _user_work(model: str | None, data: str | None, loss: str) -> UserWork | None:

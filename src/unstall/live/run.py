@@ -27,7 +27,7 @@ from unstall.live.config import LiveConfig
 from unstall.live.prediction import predict_run
 from unstall.live.segments import JobRecord
 from unstall.live.training import JobWork, UserWork
-from unstall.loop import Job, JobState
+from unstall.loop import Job, JobEvent, JobState
 from unstall.net import resolve_cluster
 from unstall.net.hardware import DEVICE_PRESETS
 from unstall.net.topology import TopologyConfig
@@ -132,6 +132,7 @@ def run_live(
     keep_final_checkpoints: bool = False,
     log: Callable[[str], None] | None = None,
     on_finish: Callable[[int], None] | None = None,
+    on_event: Callable[[JobEvent], None] | None = None,
 ) -> LiveRun:
     """Run ``trace`` under ``policy`` on a Ray cluster, for real.
 
@@ -145,6 +146,9 @@ def run_live(
     job's zoo model. ``predict``: also simulate the same run (``restore_s``: the config's, else
     what this run measured) and return it as ``prediction``. ``keep_final_checkpoints``: return
     each finished job's final checkpoint (real compute; to compare parameters).
+    ``on_event(event)`` hears each job's transitions as they happen (a
+    :class:`~unstall.loop.JobEvent`: arrived, started with its placement, preempted, migrated,
+    finished, failed; its time in trace seconds).
     ``log(text)`` hears what happens (nodes mapped, failures); ``on_finish(n)`` is called as jobs
     finish (progress bars). A Ctrl-C stops every job's
     processes and raises :class:`~unstall.live.backend.LiveInterrupted` with what finished.
@@ -216,6 +220,7 @@ def run_live(
                 keep_final=keep_final_checkpoints,
                 log=say,
                 on_finish=on_finish,
+                on_event=on_event,
                 started=started,
             )
         finally:
@@ -323,6 +328,7 @@ def _run_on(
     log: Callable[[str], None],
     started: float,
     on_finish: Callable[[int], None] | None = None,
+    on_event: Callable[[JobEvent], None] | None = None,
 ) -> LiveRun:
     topology = live.topology
     speed, prepared, works = planned.speed, planned.prepared, planned.works
@@ -336,6 +342,7 @@ def _run_on(
         config=config,
         log=log,
         on_finish=on_finish,
+        on_event=on_event,
     )
     try:
         backend.start_executors()
