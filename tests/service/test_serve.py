@@ -155,7 +155,11 @@ def test_a_killed_service_loses_nothing_and_runs_no_job_twice(tmp_path: Path) ->
             elif kind in ("preempted", "failed", "requeued", "succeeded"):
                 running = False
         assert client.get(long.id).restarts >= 1
-        cancel = CliRunner().invoke(app, ["jobs", "cancel", long.id, "--server", url])
+        # Another user may not cancel it; its own user is told it has ended.
+        runner = CliRunner()
+        other = runner.invoke(app, ["jobs", "cancel", long.id, "--server", url, "--user", "bob"])
+        assert other.exit_code == 1 and "403" in other.output and "ann" in other.output
+        cancel = runner.invoke(app, ["jobs", "cancel", long.id, "--server", url, "--user", "ann"])
         assert cancel.exit_code == 1 and "ended" in cancel.output
     finally:
         second.send_signal(signal.SIGINT)
