@@ -58,9 +58,9 @@ def long_job_holds_the_cluster(now: float = 100_000.0, **extra: float) -> Cluste
 def taught(policy: LookaheadDally) -> LookaheadDally:
     """What finished jobs taught it: 1-GPU jobs run a minute, 4-GPU ones about two days."""
     for _ in range(20):
-        policy.inner.tuner.observe_finish(60.0, 1)
+        policy.inner.history.observe_finish(60.0, 1)
     for hours in (40, 45, 50, 55):
-        policy.inner.tuner.observe_finish(hours * 3600.0, 4)
+        policy.inner.history.observe_finish(hours * 3600.0, 4)
     return policy
 
 
@@ -73,6 +73,12 @@ def test_it_picks_preemption_for_service_where_it_clearly_pays() -> None:
     # It acts on it in the same round: the long job yields to the short ones.
     assert [p.job_id for p in decision.preemptions] == ["j0"]
     assert policy.inner.config.service_preemption
+    # A switch hands the run's state to the Dally of the chosen setting: what the one of the
+    # first setting learnt is the chosen one's now, not a copy; the first keeps its settings.
+    assert policy.inner is policy.dallys[record.chosen]
+    assert policy.inner.state is policy.dallys["default"].state
+    assert policy.inner.history.runtimes_for(4) == [h * 3600.0 for h in (40, 45, 50, 55)]
+    assert not policy.dallys["default"].config.service_preemption
 
 
 def test_it_keeps_the_setting_where_none_is_better() -> None:
@@ -80,8 +86,8 @@ def test_it_keeps_the_setting_where_none_is_better() -> None:
     preempts it, none does better, and the setting stays."""
     policy = LookaheadDally(LookaheadConfig(horizon_s=3600.0))
     for _ in range(20):
-        policy.inner.tuner.observe_finish(60.0, 1)
-        policy.inner.tuner.observe_finish(130.0, 4)
+        policy.inner.history.observe_finish(60.0, 1)
+        policy.inner.history.observe_finish(130.0, 4)
     snap = long_job_holds_the_cluster()
     running = (dataclasses.replace(snap.running[0], attained_gpu_s_at_change=400.0),)
     decision = policy.decide(dataclasses.replace(snap, running=running), random.Random(0))
@@ -97,8 +103,8 @@ def test_the_look_ahead_reads_no_oracle_figures() -> None:
     policy = taught(LookaheadDally(config))
     plain = long_job_holds_the_cluster()
     oracle = long_job_holds_the_cluster(oracle_remaining_s=1.0, oracle_rate=1.0)
-    a = plan_jobs(plain, policy.inner.tuner, [], config, random.Random(5))
-    b = plan_jobs(oracle, policy.inner.tuner, [], config, random.Random(5))
+    a = plan_jobs(plain, policy.inner.history, [], config, random.Random(5))
+    b = plan_jobs(oracle, policy.inner.history, [], config, random.Random(5))
     assert a == b
     assert not LookaheadDally().needs_oracle
 

@@ -5,7 +5,7 @@ the best by the target (average JCT, or makespan).
 
 What the model knows is what a live cluster knows: the snapshots the policy was shown. A job's
 remaining run time is drawn from the run times of the jobs that have finished so far (its size
-class's, longer than what it has run already; Dally's tuner keeps them), never from the trace;
+class's, longer than what it has run already; Dally's run history keeps them), never from the trace;
 jobs arriving in the horizon are the last horizon's arrivals over again (their sizes, models and
 network sensitivity), with run times drawn the same way; a job's speed on a placement is its
 network sensitivity from its view (:class:`ViewSpeed`). The draws are the same for every
@@ -33,7 +33,7 @@ from unstall.sched.base import (
     Start,
 )
 from unstall.sched.dally import Dally, DallyConfig
-from unstall.sched.dally.autotune import DelayTuner
+from unstall.sched.dally.history import RunHistory
 from unstall.sched.dally.lookahead_config import CANDIDATES, LookaheadConfig
 from unstall.sim.congestion import CongestionSchedule
 from unstall.sim.engine import Engine, EngineSettings
@@ -110,20 +110,20 @@ def draw_remaining_s(
 
 def plan_jobs(
     snapshot: ClusterSnapshot,
-    tuner: DelayTuner,
+    history: RunHistory,
     arrivals: list[Arrival],
     config: LookaheadConfig,
     rng: random.Random,
 ) -> list[PlannedJob]:
     """The jobs of one look-ahead from ``snapshot`` (running ones first, then the oldest
-    ``max_jobs`` waiting), with remaining run times drawn from ``tuner``'s learnt run times,
+    ``max_jobs`` waiting), with remaining run times drawn from ``history``'s learnt run times,
     then ``arrivals`` of the last horizon shifted one horizon on (makespan: none)."""
     now = snapshot.now
     jobs: list[PlannedJob] = []
     queued = list(snapshot.queued)[: config.max_jobs]
     for view in (*snapshot.running, *queued):
         ran_s = view.attained_gpu_s(now) / view.num_gpus
-        runtimes = tuner.runtimes_for(view.num_gpus)
+        runtimes = history.runtimes_for(view.num_gpus)
         jobs.append(
             PlannedJob(
                 job_id=view.job_id,
@@ -131,7 +131,7 @@ def plan_jobs(
                 model=view.model,
                 sensitivity=view.sensitivity,
                 arrive_s=0.0,
-                remaining_s=draw_remaining_s(runtimes, ran_s, tuner.prior_runtime_s, rng),
+                remaining_s=draw_remaining_s(runtimes, ran_s, history.prior_runtime_s, rng),
                 attained_gpu_s=view.attained_gpu_s(now),
                 placement=view.placement if view.running else (),
                 submit_rel_s=view.submit_s - now,
@@ -146,7 +146,7 @@ def plan_jobs(
         at = arrival.submit_s + config.horizon_s - now
         if at <= 0.0 or at > config.horizon_s:
             continue
-        runtimes = tuner.runtimes_for(arrival.num_gpus)
+        runtimes = history.runtimes_for(arrival.num_gpus)
         jobs.append(
             PlannedJob(
                 job_id=f"lookahead-{i}",
@@ -154,7 +154,7 @@ def plan_jobs(
                 model=arrival.model,
                 sensitivity=arrival.sensitivity,
                 arrive_s=at,
-                remaining_s=draw_remaining_s(runtimes, 0.0, tuner.prior_runtime_s, rng),
+                remaining_s=draw_remaining_s(runtimes, 0.0, history.prior_runtime_s, rng),
                 submit_rel_s=at,
                 changed_rel_s=at,
                 type_speeds=arrival.type_speeds,
@@ -216,7 +216,7 @@ class _Pinned(PolicyBase):
     """A candidate Dally in the look-ahead: its first round restarts the running jobs where
     they run (the cluster as it is); its ``reset`` starts it from what the real one learnt."""
 
-    def __init__(self, inner: Dally, learnt: DelayTuner, pinned: list[PlannedJob]) -> None:
+    def __init__(self, inner: Dally, learnt: RunHistory, pinned: list[PlannedJob]) -> None:
         self.inner = inner
         self.name = inner.name
         self._learnt = learnt
@@ -224,8 +224,7 @@ class _Pinned(PolicyBase):
         self._first = True
 
     def reset(self) -> None:
-        self.inner.reset()
-        self.inner.tuner.adopt_learnt(self._learnt)
+        self.inner.reset_from(self._learnt.copy())
         self._first = True
 
     def decide(self, snapshot: ClusterSnapshot, rng: random.Random) -> Decision:
@@ -261,7 +260,7 @@ class _HorizonEngine(Engine):
 def simulate_candidate(
     jobs: list[PlannedJob],
     config: DallyConfig,
-    learnt: DelayTuner,
+    learnt: RunHistory,
     snapshot: ClusterSnapshot,
     lookahead: LookaheadConfig,
     seed: int,
@@ -349,10 +348,12 @@ class LookaheadDally(PolicyBase):
         self.reset()
 
     def reset(self) -> None:
-        self.inner = Dally(self.base, name=self.name)
-        self.tick_s = self.inner.tick_s
+        # One Dally per candidate setting; the one in use hands its state (what it learnt,
+        # every job's record, the queue) to the next when the look-ahead switches.
+        self.dallys = {n: Dally(self.settings_of(n), name=self.name) for n in self.config.names}
         self.current = self.config.names[0]
-        self.inner.retune(self.settings_of(self.current))
+        self.inner = self.dallys[self.current]
+        self.tick_s = self.inner.tick_s
         self.history: list[TuneRecord] = []
         self._arrivals: deque[Arrival] = deque()
         self._seen: set[str] = set()
@@ -418,10 +419,10 @@ class LookaheadDally(PolicyBase):
         totals = dict.fromkeys(c.names, 0.0)
         for sample in range(c.samples):
             rng = random.Random(c.seed * 1_000_003 + tuning * 1_009 + sample)
-            jobs = plan_jobs(snapshot, self.inner.tuner, list(self._arrivals), c, rng)
+            jobs = plan_jobs(snapshot, self.inner.history, list(self._arrivals), c, rng)
             for name in names:
                 score, rounds = simulate_candidate(
-                    jobs, self.settings_of(name), self.inner.tuner, snapshot, c, c.seed + sample
+                    jobs, self.settings_of(name), self.inner.history, snapshot, c, c.seed + sample
                 )
                 totals[name] += score
                 self.lookahead_rounds += rounds + SIM_OVERHEAD_ROUNDS
@@ -442,7 +443,8 @@ class LookaheadDally(PolicyBase):
             self._period_s = c.period_s
             self.current = chosen
             self._ties = {}
-            self.inner.retune(self.settings_of(chosen))
+            self.dallys[chosen].continue_from(self.inner)
+            self.inner = self.dallys[chosen]
         self._next_tune_s = snapshot.now + self._period_s
         scores = tuple((n, totals[n] / now_score if now_score > 0 else 1.0) for n in c.names)
         self.history.append(TuneRecord(snapshot.now, scores, chosen, gain))
