@@ -179,6 +179,17 @@ def test_a_spread_job_is_reconsolidated_when_a_node_frees_and_it_pays() -> None:
     assert d.migrations == ()
 
 
+def test_a_job_is_moved_for_its_own_speed_once_past_the_cap_at_most() -> None:
+    """With ``cap_all_moves`` (the default) re-consolidation stops at ``max_moves_per_job + 1``
+    moves of a job; off, only its restore, dearer each time, holds it back."""
+    spread = job("r1", 4, placement=((0, 2), (1, 2)))
+    for cap, moves, moved in ((True, 3, True), (True, 4, False), (False, 4, True)):
+        policy = quiet_dally(cap_all_moves=cap, prior_runtime_s=1e5)
+        policy.state.record("r1").moves = moves
+        d = policy.decide(snap((2, 2, 4), [], [spread], 10.0), RNG)
+        assert bool(d.migrations) is moved
+
+
 def test_timers_grow_with_sensitivity_and_vanish_for_insensitive_jobs() -> None:
     def after(slowdown: float) -> float:
         return accept_after_s(

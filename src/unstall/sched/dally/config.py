@@ -93,6 +93,12 @@ class DallyConfig:
     # one), and a job preempted or migrated this many times is never moved again to make room
     # for another (re-consolidation, for its own speed, is only made dearer).
     max_moves_per_job: int = 3
+    # The cap for every move (issue 49): on, ``max_moves_per_job`` spares a job from preemption
+    # for service too, and a job's own moves (re-consolidation, a faster type) stop one past
+    # it, so no job is moved more than ``max_moves_per_job + 1`` times in any setting. Off: as
+    # before, service preemption and a job's own moves were uncapped (1,811 preemptions and 13
+    # moves of one job on heavy traces; its JCT cost: BENCHMARKS.md, "Dally's look-ahead").
+    cap_all_moves: bool = True
     # Running single-node jobs may be migrated to another node to clear room (else only
     # preempted, when outranked).
     move_victims: bool = True

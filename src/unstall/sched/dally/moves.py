@@ -25,6 +25,7 @@ class Moves(DallyBase):
         if not snapshot.spread_running or not snapshot.layout.one_type:
             return
         c = self.config
+        own_cap = self._own_moves_cap()
         now = snapshot.now
         for job in snapshot.spread_running:
             if len(plan.migrations) >= c.max_migrations_per_round or free.total == 0:
@@ -40,11 +41,13 @@ class Moves(DallyBase):
                 record.consolidated_since = job.changed_s
                 continue
             # Moving a job to a consolidated block is for its own good: its history raises the
-            # bar (the restore it pays again) but no cap applies, or a job spread badly after
-            # being moved for others could stay spread for good.
+            # bar (the restore it pays again) and its cap is one move past the cap for others,
+            # or a job spread badly after being moved for others could stay spread for good.
             if record.no_block == self.state.version:
                 continue  # no block was free for it, and no GPU has been freed since
             times_moved = record.moves
+            if times_moved > own_cap:
+                continue
             target = reconsolidation(
                 job,
                 free,
@@ -98,8 +101,9 @@ class Moves(DallyBase):
         if free.total == 0 or snapshot.layout.one_type:
             return
         candidates: list[tuple[float, int, JobView]] = []
+        own_cap = self._own_moves_cap()
         for job in snapshot.running:
-            if job.job_id in plan.taken:
+            if job.job_id in plan.taken or self.state.moves(job.job_id) > own_cap:
                 continue
             found = upgrade_target(job, free, snapshot.congestion, snapshot.spread_jobs_by_node)
             if found is None:
@@ -122,3 +126,10 @@ class Moves(DallyBase):
             self.state.count_move(job.job_id)
             why = "re-consolidate" if target.kind == current.kind else f"faster type {target.kind}"
             plan.migrations.append(Migrate(job.job_id, target.placement, why))
+
+    def _own_moves_cap(self) -> float:
+        """The most moves a job may have had and still be moved for its own speed:
+        ``max_moves_per_job`` with ``cap_all_moves`` (so it ends at one more at most), else no
+        cap."""
+        c = self.config
+        return c.max_moves_per_job if c.cap_all_moves else float("inf")
