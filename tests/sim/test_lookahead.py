@@ -144,10 +144,10 @@ def test_telemetry_and_determinism() -> None:
 def test_the_course_read_back_from_telemetry_is_the_policys_history() -> None:
     """What ``sim run``/``sim compare`` and ``make demo`` print: the tunings, and each switch
     with its time, candidate and predicted gain, as the policy recorded them (on the embedded
-    trace, where it switches)."""
+    trace, where it switches once its margin is not widened and its bound on churn is loose)."""
     from unstall.traces import default_trace
 
-    policy = LookaheadDally()
+    policy = LookaheadDally(LookaheadConfig(error_weight=0.0, churn_bound=1.0))
     run = simulate(default_trace(), "small", policy)
     course = tuner_course(run.telemetry)
     assert course is not None
@@ -256,6 +256,16 @@ def test_service_preemption_is_what_makes_the_difference() -> None:
     off = Dally(DallyConfig(order="las"))
     assert [p.job_id for p in on.decide(snap, random.Random(0)).preemptions] == ["j0"]
     assert not off.decide(snap, random.Random(0)).preemptions
+
+
+def test_the_cap_on_moves_spares_a_job_from_preemption_for_service_too() -> None:
+    """``cap_all_moves`` (on by default): a job moved ``max_moves_per_job`` times is not
+    preempted for service either; off, rank alone decides, as in Tiresias."""
+    snap = long_job_holds_the_cluster()
+    for cap, preempted in ((True, []), (False, ["j0"])):
+        policy = Dally(DallyConfig(order="las", service_preemption=True, cap_all_moves=cap))
+        policy.state.record("j0").moves = policy.config.max_moves_per_job
+        assert [p.job_id for p in policy.decide(snap, random.Random(0)).preemptions] == preempted
 
 
 def test_on_several_gpu_types_the_look_ahead_runs_a_job_at_its_slowest_types_speed() -> None:

@@ -37,6 +37,7 @@ from unstall.sched.dally.history import RunHistory
 from unstall.sched.dally.lookahead_config import CANDIDATES, LookaheadConfig
 from unstall.sim.congestion import CongestionSchedule
 from unstall.sim.engine import Engine, EngineSettings
+from unstall.sim.lookahead_adopt import ZERO, Outcome, PredictionChecks, choose
 from unstall.sim.speed import Flow
 from unstall.sim.state import JobState, SimJob
 
@@ -47,6 +48,9 @@ if TYPE_CHECKING:
 # every REFRESH_EVERY-th tuning (see ``LookaheadDally._tune``).
 TIES_TO_SKIP = 2
 REFRESH_EVERY = 4
+# A tuning draws another sample only while some candidate beats the current setting by this
+# share of the margin (see ``LookaheadDally._tune``).
+OPEN_SHARE = 1.0
 # Setting a look-ahead up (its jobs, engine and policy) costs about as much as this many of
 # its rounds (measured on the 2,000-job trace of benchmarks/dally_speed.py): counted in the
 # tuner's cost (``LookaheadConfig.cost_share``).
@@ -93,6 +97,7 @@ class TuneRecord:
     scores: tuple[tuple[str, float], ...]
     chosen: str
     gain: float
+    margin: float = 0.0  # the margin it had to beat (widened to the measured error)
 
 
 def draw_remaining_s(
@@ -309,6 +314,67 @@ def simulate_candidate(
     return score, outcome.rounds
 
 
+def simulate_outcome(
+    jobs: list[PlannedJob],
+    config: DallyConfig,
+    learnt: RunHistory,
+    snapshot: ClusterSnapshot,
+    lookahead: LookaheadConfig,
+    seed: int,
+) -> Outcome:
+    """:func:`simulate_candidate` with what the adoption rule weighs besides the objective
+    (:class:`~unstall.sim.lookahead_adopt.Outcome`): the same engine, set up the same way."""
+    speed = ViewSpeed(snapshot.layout, snapshot.congestion)
+    sim_jobs: list[SimJob] = []
+    planned: dict[int, PlannedJob] = {}
+    for i, plan in enumerate(jobs):
+        speed.sensitivities[(plan.model, plan.num_gpus)] = plan.sensitivity
+        speed.type_speeds[(plan.model, plan.num_gpus)] = dict(plan.type_speeds)
+        # Waiting jobs arrive just after the running ones restart where they run.
+        arrive = plan.arrive_s if plan.arrive_s > 0 or plan.placement else 1e-6
+        job = SimJob(
+            index=i,
+            job_id=plan.job_id,
+            submit_s=arrive,
+            num_gpus=plan.num_gpus,
+            duration_s=plan.remaining_s,
+            model=plan.model,
+            cons_iter_s=1.0,
+            sensitivity=plan.sensitivity,
+            type_speeds=plan.type_speeds,
+        )
+        job.attained_gpu_s = plan.attained_gpu_s
+        job.preemptions = plan.preemptions
+        sim_jobs.append(job)
+        planned[i] = plan
+    pinned = [p for p in jobs if p.placement]
+    stop = lookahead.horizon_s * (4.0 if lookahead.target == "makespan" else 1.0)
+    engine = _HorizonEngine(
+        stop_s=stop,
+        planned=planned,
+        layout=snapshot.layout,
+        speed=speed,
+        policy=_Pinned(Dally(config, name="lookahead"), learnt, pinned),
+        jobs=sim_jobs,
+        congestion=CongestionSchedule(times_s=(0.0,), fractions=(snapshot.congestion,)),
+        settings=EngineSettings(restore_s=config.restore_s, tick_s=None, seed=seed),
+    )
+    rounds = engine.run().rounds
+    present = [(j, p) for j, p in zip(sim_jobs, jobs, strict=True) if p.arrive_s == 0.0]
+    return Outcome(
+        score=_objective(sim_jobs, jobs, stop, lookahead.target, snapshot.layout.total_gpus),
+        present=sum(
+            min(j.finish_s if j.state == JobState.DONE else stop, stop) for j, _ in present
+        ),
+        comm_s=sum(j.comm_overhead_s for j in sim_jobs),
+        moves=sum(
+            j.preemptions + j.migrations - p.preemptions
+            for j, p in zip(sim_jobs, jobs, strict=True)
+        ),
+        rounds=rounds,
+    )
+
+
 def _objective(
     sim_jobs: list[SimJob], jobs: list[PlannedJob], stop: float, target: str, gpus: int
 ) -> float:
@@ -365,6 +431,7 @@ class LookaheadDally(PolicyBase):
         self._period_s = self.config.period_s
         self._next_tune_s = self.config.period_s
         self._telemetry: tuple[tuple[str, float], ...] = (("tuner.choice", 0.0),)
+        self.checks = PredictionChecks(window=self.config.error_window)
 
     def settings_of(self, candidate: str) -> DallyConfig:
         """The Dally settings of the candidate called ``candidate``."""
@@ -372,6 +439,7 @@ class LookaheadDally(PolicyBase):
 
     def decide(self, snapshot: ClusterSnapshot, rng: random.Random) -> Decision:
         self._note_arrivals(snapshot)
+        self.checks.observe(snapshot)
         self.rounds += 1
         if snapshot.now >= self._next_tune_s and snapshot.queued:
             c = self.config
@@ -416,43 +484,72 @@ class LookaheadDally(PolicyBase):
             or self._ties.get(n, 0) < TIES_TO_SKIP
             or tuning % REFRESH_EVERY == 0
         ]
-        totals = dict.fromkeys(c.names, 0.0)
-        for sample in range(c.samples):
-            rng = random.Random(c.seed * 1_000_003 + tuning * 1_009 + sample)
+        if names == [self.current]:
+            # Every other candidate is taken to tie: nothing to simulate, the setting stays.
+            scores = tuple((n, 1.0) for n in c.names)
+            self._record(TuneRecord(snapshot.now, scores, self.current, 0.0, c.margin))
+            return
+        margin = max(c.margin, c.error_weight * self.checks.error)
+        totals = dict.fromkeys(c.names, ZERO)
+        held = 0  # jobs the look-aheads held, over the samples
+        samples = 0
+        while samples < c.samples:
+            rng = random.Random(c.seed * 1_000_003 + tuning * 1_009 + samples)
             jobs = plan_jobs(snapshot, self.inner.history, list(self._arrivals), c, rng)
+            held += len(jobs)
             for name in names:
-                score, rounds = simulate_candidate(
-                    jobs, self.settings_of(name), self.inner.history, snapshot, c, c.seed + sample
+                outcome = simulate_outcome(
+                    jobs, self.settings_of(name), self.inner.history, snapshot, c, c.seed + samples
                 )
-                totals[name] += score
-                self.lookahead_rounds += rounds + SIM_OVERHEAD_ROUNDS
+                totals[name] += outcome
+                self.lookahead_rounds += outcome.rounds + SIM_OVERHEAD_ROUNDS
+            samples += 1
+            # Another draw only while the choice is open: some candidate (within the bounds)
+            # beats the current setting by OPEN_SHARE of the margin so far.
+            so_far = {n: totals[n] for n in names}
+            if (
+                choose(so_far, self.current, held, samples, OPEN_SHARE * margin, c)[0]
+                == self.current
+            ):
+                break
         for name in c.names:
             if name not in names:
                 totals[name] = totals[self.current]
             elif name != self.current:
-                tied = totals[name] == totals[self.current]
+                tied = totals[name].score == totals[self.current].score
                 self._ties[name] = self._ties.get(name, 0) + 1 if tied else 0
-        now_score = totals[self.current]
-        best = min(c.names, key=lambda n: (totals[n], n != self.current))
-        gain = (now_score - totals[best]) / now_score if now_score > 0 else 0.0
-        chosen = best if best != self.current and gain > c.margin else self.current
-        if chosen == self.current:
-            gain = 0.0
-            self._period_s = min(2 * self._period_s, c.max_period_s)
-        else:
-            self._period_s = c.period_s
+        now_score = totals[self.current].score
+        chosen, gain = choose(totals, self.current, held, samples, margin, c)
+        if chosen != self.current:
             self.current = chosen
             self._ties = {}
             self.dallys[chosen].continue_from(self.inner)
             self.inner = self.dallys[chosen]
-        self._next_tune_s = snapshot.now + self._period_s
-        scores = tuple((n, totals[n] / now_score if now_score > 0 else 1.0) for n in c.names)
-        self.history.append(TuneRecord(snapshot.now, scores, chosen, gain))
+        stop = c.horizon_s * (4.0 if c.target == "makespan" else 1.0)
+        present = [v.job_id for v in (*snapshot.running, *list(snapshot.queued)[: c.max_jobs])]
+        self.checks.expect(
+            snapshot.now, snapshot.now + stop, present, totals[chosen].present / samples
+        )
+        scores = tuple((n, totals[n].score / now_score if now_score > 0 else 1.0) for n in c.names)
+        self._record(TuneRecord(snapshot.now, scores, chosen, gain, margin))
+
+    def _record(self, record: TuneRecord) -> None:
+        """Keep ``record`` of the tuning just done, set when the next is due (a period that
+        keeps the setting doubles: :class:`LookaheadConfig`) and report it as telemetry."""
+        c = self.config
+        if record.gain > 0.0:  # it switched
+            self._period_s = c.period_s
+        else:
+            self._period_s = min(2 * self._period_s, c.max_period_s)
+        self._next_tune_s = record.at_s + self._period_s
+        self.history.append(record)
         self._telemetry = (
             ("tuner.tunings", float(len(self.history))),
-            ("tuner.choice", float(c.names.index(chosen))),
-            ("tuner.predicted_gain", gain),
-            *((f"tuner.score.{n}", s) for n, s in scores),
+            ("tuner.choice", float(c.names.index(record.chosen))),
+            ("tuner.predicted_gain", record.gain),
+            ("tuner.margin", record.margin),
+            ("tuner.error", self.checks.error),
+            *((f"tuner.score.{n}", s) for n, s in record.scores),
         )
 
 
