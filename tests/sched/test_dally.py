@@ -17,8 +17,8 @@ from unstall.sched.base import (
     Sensitivity,
 )
 from unstall.sched.dally import Dally, DallyConfig
-from unstall.sched.dally.autotune import DelayTuner
-from unstall.sched.dally.delay import accept_after_s
+from unstall.sched.dally.delay import DelayFactor, accept_after_s
+from unstall.sched.dally.history import RunHistory
 
 LAYOUT = ClusterLayout.regular(racks=1, nodes_per_rack=3, gpus_per_node=4)
 RNG = random.Random(0)
@@ -123,6 +123,29 @@ def test_an_insensitive_tenant_is_moved_to_give_a_sensitive_job_a_node() -> None
     assert d.preemptions == ()
 
 
+def test_a_jobs_record_is_kept_while_it_matters_and_dropped_when_it_finishes() -> None:
+    policy = quiet_dally(preemption=False)
+    held = job("q1", 4)
+    policy.decide(snap(FRAGMENTED, [held], TENANTS, 10.0), RNG)
+    record = policy.state.jobs["q1"]
+    assert record.held is not None and record.timers_set  # held back, with its timer
+    mover = quiet_dally()
+    running = [
+        job("r1", 2, sens=INSENSITIVE, placement=((0, 2),)),
+        job("r2", 2, sens=SENSITIVE, placement=((1, 2),)),
+        job("r3", 2, sens=SENSITIVE, placement=((2, 2),)),
+    ]
+    mover.decide(snap((2, 2, 2), [job("q1", 4)], running, 10.0), RNG)
+    assert mover.state.jobs["r1"].moves == 1  # moved to make room
+    started = mover.state.jobs["q1"]
+    assert started.held is None and started.retry_at is None  # what it kept waiting went
+    gone = dataclasses.replace(running[0], placement=((1, 2),))
+    after = dataclasses.replace(snap((0, 0, 2), [], running[1:], 20.0), finished=(gone,))
+    mover.decide(after, RNG)
+    assert "r1" not in mover.state.jobs  # its record went with it, in one place
+    assert mover.history.runtimes_for(2)  # and its run time was learnt
+
+
 def test_a_preemption_that_does_not_pay_is_not_made() -> None:
     # The only node to clear holds a lower-priority tenant that cannot move; the waiting job is
     # barely sensitive (slowdown 1.1), so 0.1 x its expected run time does not beat the
@@ -153,6 +176,17 @@ def test_a_spread_job_is_reconsolidated_when_a_node_frees_and_it_pays() -> None:
     assert d.migrations == ()
 
 
+def test_a_job_is_moved_for_its_own_speed_once_past_the_cap_at_most() -> None:
+    """With ``cap_all_moves`` (the default) re-consolidation stops at ``max_moves_per_job + 1``
+    moves of a job; off, only its restore, dearer each time, holds it back."""
+    spread = job("r1", 4, placement=((0, 2), (1, 2)))
+    for cap, moves, moved in ((True, 3, True), (True, 4, False), (False, 4, True)):
+        policy = quiet_dally(cap_all_moves=cap, prior_runtime_s=1e5)
+        policy.state.record("r1").moves = moves
+        d = policy.decide(snap((2, 2, 4), [], [spread], 10.0), RNG)
+        assert bool(d.migrations) is moved
+
+
 def test_timers_grow_with_sensitivity_and_vanish_for_insensitive_jobs() -> None:
     def after(slowdown: float) -> float:
         return accept_after_s(
@@ -168,34 +202,28 @@ def test_timers_grow_with_sensitivity_and_vanish_for_insensitive_jobs() -> None:
     assert after(3.0) == pytest.approx(2000.0)
 
 
-def tuner() -> DelayTuner:
-    return DelayTuner(
-        factor=1.0,
-        enabled=True,
-        tune_every=2,
-        step=2.0,
-        min_factor=0.1,
-        max_factor=10.0,
-        prior_runtime_s=100.0,
+def delay_factor() -> DelayFactor:
+    return DelayFactor(
+        value=1.0, enabled=True, adjust_every=2, step=2.0, min_value=0.1, max_value=10.0
     )
 
 
-def test_the_tuner_shortens_timers_when_waiting_does_not_pay() -> None:
-    t = tuner()
+def test_autotune_shortens_timers_when_waiting_does_not_pay() -> None:
+    t = delay_factor()
     for _ in range(2):  # long waits, little slowdown avoided
         t.observe_start(gpus=1, held_s=1000.0, avoided=1.1, suffered=1.0, expected_s=100.0)
-    assert t.factor == 0.5
+    assert t.value == 0.5
 
 
-def test_the_tuner_lengthens_timers_when_giving_up_hurts() -> None:
-    t = tuner()
+def test_autotune_lengthens_timers_when_giving_up_hurts() -> None:
+    t = delay_factor()
     for _ in range(2):  # no waiting, but big slowdowns suffered by jobs that gave up
         t.observe_start(gpus=4, held_s=10.0, avoided=1.0, suffered=3.0, expected_s=1000.0)
-    assert t.factor == 2.0
+    assert t.value == 2.0
 
 
 def test_expected_remaining_uses_finished_run_times_of_the_size_class() -> None:
-    t = tuner()
+    t = RunHistory(prior_runtime_s=100.0)
     assert t.expected_remaining_s(0.0, gpus=4) == 100.0  # the prior
     for runtime in (10.0, 20.0, 1000.0):
         t.observe_finish(runtime, gpus=4)
@@ -223,9 +251,9 @@ def test_gittins_order_starts_the_job_expected_to_hold_its_gpus_least_first() ->
     for order in ("las", "gittins"):
         policy = quiet_dally(order=order, preemption=False, delay=False)
         for runtime in (9000.0, 11000.0):
-            policy.tuner.observe_finish(runtime, gpus=2)
+            policy.history.observe_finish(runtime, gpus=2)
         for runtime in (90.0, 110.0):
-            policy.tuner.observe_finish(runtime, gpus=1)
+            policy.history.observe_finish(runtime, gpus=1)
         d = policy.decide(snap((2, 0, 0), queue, running, 10.0), RNG)
         started[order] = [s.job_id for s in d.starts]
     assert started == {"las": ["q1"], "gittins": ["q2"]}
@@ -234,7 +262,7 @@ def test_gittins_order_starts_the_job_expected_to_hold_its_gpus_least_first() ->
 def test_gittins_preempts_only_jobs_expected_to_hold_their_gpus_much_longer() -> None:
     policy = quiet_dally(order="gittins", preempt_ratio=2.0)
     for runtime in (100.0, 200.0, 50_000.0):
-        policy.tuner.observe_finish(runtime, gpus=4)
+        policy.history.observe_finish(runtime, gpus=4)
     short = job("q1", 4)  # fresh: expects the class mean, ~16,800 s
     veteran = job("r1", 4, placement=((0, 4),), attained=4 * 1000.0)  # past the short ones
     fresh = job("r2", 4, placement=((1, 4),), attained=4 * 10.0)
@@ -255,9 +283,9 @@ def test_no_preemption_when_preempted_jobs_were_seen_to_wait_long() -> None:
         )
         # Restarts of preempted jobs waited days; many ordinary starts since, minutes.
         for _ in range(5):
-            policy.tuner.observe_wait(400_000.0, requeued=True)
+            policy.history.observe_wait(400_000.0, requeued=True)
         for _ in range(300):
-            policy.tuner.observe_wait(100.0)
+            policy.history.observe_wait(100.0)
         d = policy.decide(snap((0, 2, 2), [job("q1", 4)], running, 10.0), RNG)
         decisions[learn] = [p.job_id for p in d.preemptions]
     # Gain 4 x (3 - 1) x 36,000 s; cost 4 x (60 s + the expected wait) at the margin of 2.
@@ -465,9 +493,9 @@ def taught_gittins(**overrides: object) -> Dally:
     ~10,000 s and 1-GPU jobs ~100 s."""
     policy = quiet_dally(order="gittins", preemption=False, delay=False, **overrides)
     for runtime in (9000.0, 11000.0):
-        policy.tuner.observe_finish(runtime, gpus=2)
+        policy.history.observe_finish(runtime, gpus=2)
     for runtime in (90.0, 110.0):
-        policy.tuner.observe_finish(runtime, gpus=1)
+        policy.history.observe_finish(runtime, gpus=1)
     return policy
 
 
@@ -517,9 +545,9 @@ def taught_priority(**overrides: object) -> Dally:
     settings.update(overrides)
     policy = quiet_dally(**settings)
     for runtime in (100.0, 100.0, 100.0, 20_000.0):
-        policy.tuner.observe_finish(runtime, gpus=4)
+        policy.history.observe_finish(runtime, gpus=4)
     for runtime in (50.0, 60.0, 70.0):
-        policy.tuner.observe_finish(runtime, gpus=8)
+        policy.history.observe_finish(runtime, gpus=8)
     return policy
 
 
@@ -545,7 +573,7 @@ def test_a_short_job_larger_than_a_node_preempts_the_longest_holding_jobs() -> N
 def test_priority_preemption_needs_victims_expected_to_hold_their_gpus_much_longer() -> None:
     policy = taught_priority()
     for runtime in (40_000.0, 40_000.0, 40_000.0):  # 8-GPU jobs now look long
-        policy.tuner.observe_finish(runtime, gpus=8)
+        policy.history.observe_finish(runtime, gpus=8)
     d = policy.decide(snap((0, 0, 0), [LARGE], FULL, 10.0), RNG)
     assert d.preemptions == () and d.starts == ()
 
@@ -569,10 +597,14 @@ def test_priority_preemption_only_with_the_gittins_order_and_preemption_on(
 
 def test_a_job_moved_max_moves_per_job_times_is_not_preempted_for_priority() -> None:
     policy = taught_priority()
-    policy._moved["r1"] = 3  # max_moves_per_job
+    policy.state.record("r1").moves = 3  # max_moves_per_job
     d = policy.decide(snap((0, 0, 0), [LARGE], FULL, 10.0), RNG)
     assert sorted(p.job_id for p in d.preemptions) == ["r2", "r3"]
-    assert policy._moved == {"r1": 3, "r2": 1, "r3": 1}
+    assert {k: r.moves for k, r in policy.state.jobs.items() if r.moves} == {
+        "r1": 3,
+        "r2": 1,
+        "r3": 1,
+    }
 
 
 def test_a_failed_priority_preemption_is_asked_once_a_group_and_retried_later() -> None:

@@ -1,10 +1,15 @@
-"""Dally's queue index and its preemption victims' figures, on their own."""
+"""Dally's queue index, its preemption victims' figures, its steps and per-job records, on
+their own."""
 
 from __future__ import annotations
 
+import pytest
+
 from snapshots import job_view
+from unstall.sched import resolve_policy
 from unstall.sched.base import JobView, Sensitivity
 from unstall.sched.dally import Dally, DallyConfig
+from unstall.sched.dally.config import ROUND_STEPS, STEPS
 from unstall.sched.dally.expected_runtimes import ExpectedRemaining
 from unstall.sched.dally.queue_index import QueueIndex, group_of
 from unstall.sched.dally.victim_figures import VictimFigures
@@ -99,29 +104,35 @@ def test_dally_las_pass_goes_by_level_then_arrival_as_its_priority_sorts() -> No
         )
         for i in range(40)
     ]
-    policy._queue.sync(sorted(jobs, key=lambda j: (j.submit_s, j.index)))
+    policy.state.queue.sync(sorted(jobs, key=lambda j: (j.submit_s, j.index)))
     for job in jobs[::5]:
-        policy._queue.leave(job)
+        policy.state.queue.leave(job)
     waiting = [
         j
         for members, _ in policy._queue_in_order(0.0)
         for j in members
-        if j.job_id in policy._queue.by_id
+        if j.job_id in policy.state.queue.by_id
     ]
-    assert waiting == sorted(policy._queue.by_id.values(), key=lambda j: policy._priority(j, 0.0))
-    policy.retune(DallyConfig(order="las", las_thresholds_gpu_s=(10.0,)))  # new levels
+    assert waiting == sorted(
+        policy.state.queue.by_id.values(), key=lambda j: policy._priority(j, 0.0)
+    )
+    other = Dally(DallyConfig(order="las", las_thresholds_gpu_s=(10.0,)))  # new levels
+    other.continue_from(policy)
+    policy = other
     waiting = [
         j
         for members, _ in policy._queue_in_order(0.0)
         for j in members
-        if j.job_id in policy._queue.by_id
+        if j.job_id in policy.state.queue.by_id
     ]
-    assert waiting == sorted(policy._queue.by_id.values(), key=lambda j: policy._priority(j, 0.0))
+    assert waiting == sorted(
+        policy.state.queue.by_id.values(), key=lambda j: policy._priority(j, 0.0)
+    )
 
 
 def test_victim_figures_are_kept_for_a_round_and_tenants_for_a_tenancy() -> None:
-    tuner = Dally(DallyConfig(prior_runtime_s=1000.0)).tuner
-    figures = VictimFigures(tuner)
+    history = Dally(DallyConfig(prior_runtime_s=1000.0)).history
+    figures = VictimFigures(history)
     r1 = view("r1", 2, index=1, placement=((0, 2),), sens=1.2)
     r2 = view("r2", 4, index=2, placement=((0, 4),))
     r3 = view("r3", 2, index=3, placement=((1, 1), (2, 1)))
@@ -132,8 +143,8 @@ def test_victim_figures_are_kept_for_a_round_and_tenants_for_a_tenancy() -> None
     assert figures.slowdown(r1, 0.0) == 1.2
     figures.start_round(10.0, 1)
     first = figures.expected_gpu_s(r2, 10.0)
-    assert first == 4 * tuner.expected_remaining_s(r2.attained_gpu_s(10.0) / 4, 4)
-    tuner.observe_finish(5.0, gpus=4)  # what the tuner learns shows in the next round only
+    assert first == 4 * history.expected_remaining_s(r2.attained_gpu_s(10.0) / 4, 4)
+    history.observe_finish(5.0, gpus=4)  # what the history learns shows in the next round only
     assert figures.expected_gpu_s(r2, 10.0) == first
     priority = figures.for_priority([r1, r2], 10.0, 1)
     assert figures.for_priority([r1, r2], 10.0, 1) is priority
@@ -142,9 +153,9 @@ def test_victim_figures_are_kept_for_a_round_and_tenants_for_a_tenancy() -> None
     assert figures.expected_gpu_s(r2, 20.0) != first
 
 
-def test_expected_run_times_are_kept_until_the_tuner_learns_of_the_size() -> None:
-    tuner = Dally(DallyConfig(prior_runtime_s=1000.0)).tuner
-    expected = ExpectedRemaining(tuner)
+def test_expected_run_times_are_kept_until_the_history_learns_of_the_size() -> None:
+    history = Dally(DallyConfig(prior_runtime_s=1000.0)).history
+    expected = ExpectedRemaining(history)
     two, four = view("a", 2), view("b", 4)
     prior = expected.of(two, 0.0)
     assert expected.of_group(group_of(two), two, 0.0) == prior == expected.of(four, 0.0)
@@ -152,9 +163,9 @@ def test_expected_run_times_are_kept_until_the_tuner_learns_of_the_size() -> Non
     # which has no run time of its own yet, is forgotten too (it is expected by every class's).
     finished = view("done", 2, placement=((0, 2),))
     expected.forget_learnt([finished])
-    tuner.observe_finish(10.0, gpus=2)
+    history.observe_finish(10.0, gpus=2)
     assert expected.of(two, 0.0) != prior
-    assert expected.of(four, 0.0) == tuner.expected_remaining_s(0.0, 4)
+    assert expected.of(four, 0.0) == history.expected_remaining_s(0.0, 4)
 
 
 def test_outranked_by_answers_as_outranks_in_every_order() -> None:
@@ -176,3 +187,39 @@ def test_outranked_by_answers_as_outranks_in_every_order() -> None:
             assert [outranked(v) for v in running] == [
                 policy._outranks(job, v, 0.0) for v in running
             ]
+
+
+NO_RANK_PREEMPTION = {"priority-preemption", "service-preemption"}
+
+
+@pytest.mark.parametrize(
+    ("options", "off"),
+    [
+        ((), {"service-preemption"}),
+        ((("delay", "off"),), {"delay", "service-preemption"}),
+        ((("service_preemption", "on"),), set()),
+        ((("order", "las"),), NO_RANK_PREEMPTION),
+        (
+            (("order", "fifo"), ("service_preemption", "on")),
+            {"priority-preemption", "service-preemption"},
+        ),
+        ((("priority_preemption", "off"),), NO_RANK_PREEMPTION),
+        (
+            (("preemption", "off"), ("service_preemption", "on")),
+            {
+                "retype",
+                "reconsolidate",
+                "locality-preemption",
+                "priority-preemption",
+                "service-preemption",
+            },
+        ),
+    ],
+)
+def test_the_options_as_typed_turn_the_named_steps_on_and_off(
+    options: tuple[tuple[str, str], ...], off: set[str]
+) -> None:
+    policy = resolve_policy("dally-fixed", options)
+    assert isinstance(policy, Dally)
+    assert policy.steps == set(STEPS) - off
+    assert policy.round_steps == tuple(s for s in ROUND_STEPS if s not in off)

@@ -17,10 +17,8 @@ import time
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 from live_runs import TWO_NODES, live_env
-from unstall.cli.app import app
 from unstall.live.executor import CheckpointStore
 from unstall.service import Client
 
@@ -62,6 +60,17 @@ def _serve(store: Path, cluster: Path, log: Path) -> tuple[subprocess.Popen[byte
         time.sleep(0.1)
     process.kill()
     raise AssertionError("the service did not answer:\n" + log.read_text())
+
+
+def _jobs(*args: str) -> subprocess.CompletedProcess[str]:
+    """``unstall jobs ...`` as a user runs it."""
+    return subprocess.run(
+        [sys.executable, "-m", "unstall", "jobs", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=live_env(),
+    )
 
 
 def _folder_of(pid: int) -> str | None:
@@ -109,9 +118,8 @@ def test_a_killed_service_loses_nothing_and_runs_no_job_twice(tmp_path: Path) ->
         long = client.submit(gpus=2, model="resnet50", duration_s=600.0, name="long")
         short = client.submit(gpus=2, model="resnet50", duration_s=40.0, name="short")
         queued = client.submit(gpus=4, model="vgg16", duration_s=40.0, name="wide")
-        runner = CliRunner()
-        listed = runner.invoke(app, ["jobs", "list", "--server", url])
-        assert listed.exit_code == 0 and "long" in listed.output, listed.output
+        listed = _jobs("list", "--server", url)
+        assert listed.returncode == 0 and "long" in listed.stdout, listed.stdout + listed.stderr
         assert client.get(queued.id).state == "pending"
         # The API answers before the cluster is up: the job starts once the executors are.
         _wait_for(
@@ -156,11 +164,10 @@ def test_a_killed_service_loses_nothing_and_runs_no_job_twice(tmp_path: Path) ->
                 running = False
         assert client.get(long.id).restarts >= 1
         # Another user may not cancel it; its own user is told it has ended.
-        runner = CliRunner()
-        other = runner.invoke(app, ["jobs", "cancel", long.id, "--server", url, "--user", "bob"])
-        assert other.exit_code == 1 and "403" in other.output and "ann" in other.output
-        cancel = runner.invoke(app, ["jobs", "cancel", long.id, "--server", url, "--user", "ann"])
-        assert cancel.exit_code == 1 and "ended" in cancel.output
+        other = _jobs("cancel", long.id, "--server", url, "--user", "bob")
+        assert other.returncode == 1 and "403" in other.stderr and "ann" in other.stderr
+        cancel = _jobs("cancel", long.id, "--server", url, "--user", "ann")
+        assert cancel.returncode == 1 and "ended" in cancel.stderr
     finally:
         second.send_signal(signal.SIGINT)
         second.wait(60)

@@ -55,9 +55,9 @@ def long_job_holds_the_cluster(now: float = 100_000.0, **extra: float) -> Cluste
 def taught(policy: LookaheadDally) -> LookaheadDally:
     """What finished jobs taught it: 1-GPU jobs run a minute, 4-GPU ones about two days."""
     for _ in range(20):
-        policy.inner.tuner.observe_finish(60.0, 1)
+        policy.inner.history.observe_finish(60.0, 1)
     for hours in (40, 45, 50, 55):
-        policy.inner.tuner.observe_finish(hours * 3600.0, 4)
+        policy.inner.history.observe_finish(hours * 3600.0, 4)
     return policy
 
 
@@ -70,6 +70,12 @@ def test_it_picks_preemption_for_service_where_it_clearly_pays() -> None:
     # It acts on it in the same round: the long job yields to the short ones.
     assert [p.job_id for p in decision.preemptions] == ["j0"]
     assert policy.inner.config.service_preemption
+    # A switch hands the run's state to the Dally of the chosen setting: what the one of the
+    # first setting learnt is the chosen one's now, not a copy; the first keeps its settings.
+    assert policy.inner is policy.dallys[record.chosen]
+    assert policy.inner.state is policy.dallys["default"].state
+    assert policy.inner.history.runtimes_for(4) == [h * 3600.0 for h in (40, 45, 50, 55)]
+    assert not policy.dallys["default"].config.service_preemption
 
 
 def test_it_keeps_the_setting_where_none_is_better() -> None:
@@ -77,8 +83,8 @@ def test_it_keeps_the_setting_where_none_is_better() -> None:
     preempts it, none does better, and the setting stays."""
     policy = LookaheadDally(LookaheadConfig(horizon_s=3600.0))
     for _ in range(20):
-        policy.inner.tuner.observe_finish(60.0, 1)
-        policy.inner.tuner.observe_finish(130.0, 4)
+        policy.inner.history.observe_finish(60.0, 1)
+        policy.inner.history.observe_finish(130.0, 4)
     snap = long_job_holds_the_cluster()
     running = (dataclasses.replace(snap.running[0], attained_gpu_s_at_change=400.0),)
     decision = policy.decide(dataclasses.replace(snap, running=running), random.Random(0))
@@ -94,8 +100,8 @@ def test_the_look_ahead_reads_no_oracle_figures() -> None:
     policy = taught(LookaheadDally(config))
     plain = long_job_holds_the_cluster()
     oracle = long_job_holds_the_cluster(oracle_remaining_s=1.0, oracle_rate=1.0)
-    a = plan_jobs(plain, policy.inner.tuner, [], config, random.Random(5))
-    b = plan_jobs(oracle, policy.inner.tuner, [], config, random.Random(5))
+    a = plan_jobs(plain, policy.inner.history, [], config, random.Random(5))
+    b = plan_jobs(oracle, policy.inner.history, [], config, random.Random(5))
     assert a == b
     assert not LookaheadDally().needs_oracle
 
@@ -135,10 +141,10 @@ def test_telemetry_and_determinism() -> None:
 def test_the_course_read_back_from_telemetry_is_the_policys_history() -> None:
     """What ``sim run``/``sim compare`` and ``make demo`` print: the tunings, and each switch
     with its time, candidate and predicted gain, as the policy recorded them (on the embedded
-    trace, where it switches)."""
+    trace, where it switches once its margin is not widened and its bound on churn is loose)."""
     from unstall.traces import default_trace
 
-    policy = LookaheadDally()
+    policy = LookaheadDally(LookaheadConfig(error_weight=0.0, churn_bound=1.0))
     run = simulate(default_trace(), "small", policy)
     course = tuner_course(run.telemetry)
     assert course is not None
@@ -254,6 +260,16 @@ def test_service_preemption_is_what_makes_the_difference() -> None:
     off = Dally(DallyConfig(order="las"))
     assert [p.job_id for p in on.decide(snap, random.Random(0)).preemptions] == ["j0"]
     assert not off.decide(snap, random.Random(0)).preemptions
+
+
+def test_the_cap_on_moves_spares_a_job_from_preemption_for_service_too() -> None:
+    """``cap_all_moves`` (on by default): a job moved ``max_moves_per_job`` times is not
+    preempted for service either; off, rank alone decides, as in Tiresias."""
+    snap = long_job_holds_the_cluster()
+    for cap, preempted in ((True, []), (False, ["j0"])):
+        policy = Dally(DallyConfig(order="las", service_preemption=True, cap_all_moves=cap))
+        policy.state.record("j0").moves = policy.config.max_moves_per_job
+        assert [p.job_id for p in policy.decide(snap, random.Random(0)).preemptions] == preempted
 
 
 def test_on_several_gpu_types_the_look_ahead_runs_a_job_at_its_slowest_types_speed() -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from unstall.sched import placement as pl
 from unstall.sched.base import ClusterLayout, ClusterSnapshot, Placement
+from unstall.sched.placement import Locality, at_level, first_fit, most_consolidated, on_types
 
 
 class FreeGpus:
@@ -34,7 +34,7 @@ class FreeGpus:
             self.total += k
 
     def at_level(
-        self, level: pl.Locality, num_gpus: int, types: Sequence[str] | None = None
+        self, level: Locality, num_gpus: int, types: Sequence[str] | None = None
     ) -> Placement | None:
         """The most consolidated placement no worse than ``level``. ``types`` (a cluster of
         several GPU types): on the first of these types that holds the job alone (see
@@ -43,13 +43,13 @@ class FreeGpus:
         if num_gpus > self.total:
             return None
         if types is not None and not self.layout.one_type:
-            return pl.on_types(level, self.by_node, self.layout, num_gpus, types)
-        return pl.at_level(level, self.by_node, self.by_rack, self.layout, num_gpus)
+            return on_types(level, self.by_node, self.layout, num_gpus, types)
+        return at_level(level, self.by_node, self.by_rack, self.layout, num_gpus)
 
     def best(self, num_gpus: int, types: Sequence[str] | None = None) -> Placement | None:
         """The most consolidated placement the free GPUs allow now (any level; ``types`` as
         in :meth:`at_level`)."""
-        return self.at_level(pl.Locality.CLUSTER, num_gpus, types)
+        return self.at_level(Locality.CLUSTER, num_gpus, types)
 
     def consolidated(self, num_gpus: int, types: Sequence[str] | None = None) -> Placement | None:
         """Only the job's best possible level with the fewest nodes, or None (``types`` as in
@@ -57,12 +57,12 @@ class FreeGpus:
         if num_gpus > self.total:
             return None
         if types is not None and not self.layout.one_type:
-            return pl.on_types(
-                pl.Locality.CLUSTER, self.by_node, self.layout, num_gpus, types, strict=True
+            return on_types(
+                Locality.CLUSTER, self.by_node, self.layout, num_gpus, types, strict=True
             )
-        return pl.most_consolidated(self.by_node, self.by_rack, self.layout, num_gpus)
+        return most_consolidated(self.by_node, self.by_rack, self.layout, num_gpus)
 
     def first_fit(self, num_gpus: int) -> Placement | None:
         if num_gpus > self.total:
             return None
-        return pl.first_fit(self.by_node, num_gpus)
+        return first_fit(self.by_node, num_gpus)

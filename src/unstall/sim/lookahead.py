@@ -5,7 +5,7 @@ the best by the target (average JCT, or makespan).
 
 What the model knows is what a live cluster knows: the snapshots the policy was shown. A job's
 remaining run time is drawn from the run times of the jobs that have finished so far (its size
-class's, longer than what it has run already; Dally's tuner keeps them), never from the trace;
+class's, longer than what it has run already; Dally's run history keeps them), never from the trace;
 jobs arriving in the horizon are the last horizon's arrivals over again (their sizes, models and
 network sensitivity), with run times drawn the same way; a job's speed on a placement is its
 network sensitivity from its view (:class:`ViewSpeed`). The draws are the same for every
@@ -34,10 +34,11 @@ from unstall.sched.base import (
     Start,
 )
 from unstall.sched.dally import Dally, DallyConfig
-from unstall.sched.dally.autotune import DelayTuner
+from unstall.sched.dally.history import RunHistory
 from unstall.sched.dally.lookahead_config import CANDIDATES, LookaheadConfig
 from unstall.sim.congestion import CongestionSchedule
 from unstall.sim.engine import Engine, EngineSettings
+from unstall.sim.lookahead_adopt import ZERO, Outcome, PredictionChecks, choose
 from unstall.sim.speed import Flow
 
 if TYPE_CHECKING:
@@ -47,6 +48,9 @@ if TYPE_CHECKING:
 # every REFRESH_EVERY-th tuning (see ``LookaheadDally._tune``).
 TIES_TO_SKIP = 2
 REFRESH_EVERY = 4
+# A tuning draws another sample only while some candidate beats the current setting by this
+# share of the margin (see ``LookaheadDally._tune``).
+OPEN_SHARE = 1.0
 # Setting a look-ahead up (its jobs, engine and policy) costs about as much as this many of
 # its rounds (measured on the 2,000-job trace of benchmarks/dally_speed.py): counted in the
 # tuner's cost (``LookaheadConfig.cost_share``).
@@ -93,6 +97,7 @@ class TuneRecord:
     scores: tuple[tuple[str, float], ...]
     chosen: str
     gain: float
+    margin: float = 0.0  # the margin it had to beat (widened to the measured error)
 
 
 def draw_remaining_s(
@@ -110,20 +115,20 @@ def draw_remaining_s(
 
 def plan_jobs(
     snapshot: ClusterSnapshot,
-    tuner: DelayTuner,
+    history: RunHistory,
     arrivals: list[Arrival],
     config: LookaheadConfig,
     rng: random.Random,
 ) -> list[PlannedJob]:
     """The jobs of one look-ahead from ``snapshot`` (running ones first, then the oldest
-    ``max_jobs`` waiting), with remaining run times drawn from ``tuner``'s learnt run times,
+    ``max_jobs`` waiting), with remaining run times drawn from ``history``'s learnt run times,
     then ``arrivals`` of the last horizon shifted one horizon on (makespan: none)."""
     now = snapshot.now
     jobs: list[PlannedJob] = []
     queued = list(snapshot.queued)[: config.max_jobs]
     for view in (*snapshot.running, *queued):
         ran_s = view.attained_gpu_s(now) / view.num_gpus
-        runtimes = tuner.runtimes_for(view.num_gpus)
+        runtimes = history.runtimes_for(view.num_gpus)
         jobs.append(
             PlannedJob(
                 job_id=view.job_id,
@@ -131,7 +136,7 @@ def plan_jobs(
                 model=view.model,
                 sensitivity=view.sensitivity,
                 arrive_s=0.0,
-                remaining_s=draw_remaining_s(runtimes, ran_s, tuner.prior_runtime_s, rng),
+                remaining_s=draw_remaining_s(runtimes, ran_s, history.prior_runtime_s, rng),
                 attained_gpu_s=view.attained_gpu_s(now),
                 placement=view.placement if view.running else (),
                 submit_rel_s=view.submit_s - now,
@@ -146,7 +151,7 @@ def plan_jobs(
         at = arrival.submit_s + config.horizon_s - now
         if at <= 0.0 or at > config.horizon_s:
             continue
-        runtimes = tuner.runtimes_for(arrival.num_gpus)
+        runtimes = history.runtimes_for(arrival.num_gpus)
         jobs.append(
             PlannedJob(
                 job_id=f"lookahead-{i}",
@@ -154,7 +159,7 @@ def plan_jobs(
                 model=arrival.model,
                 sensitivity=arrival.sensitivity,
                 arrive_s=at,
-                remaining_s=draw_remaining_s(runtimes, 0.0, tuner.prior_runtime_s, rng),
+                remaining_s=draw_remaining_s(runtimes, 0.0, history.prior_runtime_s, rng),
                 submit_rel_s=at,
                 changed_rel_s=at,
                 type_speeds=arrival.type_speeds,
@@ -216,7 +221,7 @@ class _Pinned(PolicyBase):
     """A candidate Dally in the look-ahead: its first round restarts the running jobs where
     they run (the cluster as it is); its ``reset`` starts it from what the real one learnt."""
 
-    def __init__(self, inner: Dally, learnt: DelayTuner, pinned: list[PlannedJob]) -> None:
+    def __init__(self, inner: Dally, learnt: RunHistory, pinned: list[PlannedJob]) -> None:
         self.inner = inner
         self.name = inner.name
         self._learnt = learnt
@@ -224,8 +229,7 @@ class _Pinned(PolicyBase):
         self._first = True
 
     def reset(self) -> None:
-        self.inner.reset()
-        self.inner.tuner.adopt_learnt(self._learnt)
+        self.inner.reset_from(self._learnt.copy())
         self._first = True
 
     def decide(self, snapshot: ClusterSnapshot, rng: random.Random) -> Decision:
@@ -238,7 +242,7 @@ class _Pinned(PolicyBase):
 def simulate_candidate(
     jobs: list[PlannedJob],
     config: DallyConfig,
-    learnt: DelayTuner,
+    learnt: RunHistory,
     snapshot: ClusterSnapshot,
     lookahead: LookaheadConfig,
     seed: int,
@@ -247,13 +251,53 @@ def simulate_candidate(
     its simulation took (what it cost): ``jct``, the
     seconds jobs spend in the system within the horizon (jobs there now counted from 0);
     ``makespan``, when the last of them finishes (past the cap: the cap plus its work left)."""
+    sim_jobs, rounds, stop = _run_horizon(jobs, config, learnt, snapshot, lookahead, seed)
+    return _objective(sim_jobs, jobs, stop, lookahead.target, snapshot.layout.total_gpus), rounds
+
+
+def simulate_outcome(
+    jobs: list[PlannedJob],
+    config: DallyConfig,
+    learnt: RunHistory,
+    snapshot: ClusterSnapshot,
+    lookahead: LookaheadConfig,
+    seed: int,
+) -> Outcome:
+    """:func:`simulate_candidate` with what the adoption rule weighs besides the objective
+    (:class:`~unstall.sim.lookahead_adopt.Outcome`): the same engine, set up the same way."""
+    sim_jobs, rounds, stop = _run_horizon(jobs, config, learnt, snapshot, lookahead, seed)
+    present = [(j, p) for j, p in zip(sim_jobs, jobs, strict=True) if p.arrive_s == 0.0]
+    return Outcome(
+        score=_objective(sim_jobs, jobs, stop, lookahead.target, snapshot.layout.total_gpus),
+        present=sum(
+            min(j.finish_s if j.state == JobState.DONE else stop, stop) for j, _ in present
+        ),
+        comm_s=sum(j.comm_overhead_s for j in sim_jobs),
+        moves=sum(
+            j.preemptions + j.migrations - p.preemptions
+            for j, p in zip(sim_jobs, jobs, strict=True)
+        ),
+        rounds=rounds,
+    )
+
+
+def _run_horizon(
+    jobs: list[PlannedJob],
+    config: DallyConfig,
+    learnt: RunHistory,
+    snapshot: ClusterSnapshot,
+    lookahead: LookaheadConfig,
+    seed: int,
+) -> tuple[list[Job], int, float]:
+    """One candidate's simulation over the horizon: its jobs as they ended (or not), the
+    rounds it took and the stop time. Running jobs restart where they run; waiting ones arrive
+    just after, with their own submit times, service and preemptions (relative to now)."""
     speed = ViewSpeed(snapshot.layout, snapshot.congestion)
     sim_jobs: list[Job] = []
     arrivals: list[float] = []
     for i, plan in enumerate(jobs):
         speed.sensitivities[(plan.model, plan.num_gpus)] = plan.sensitivity
         speed.type_speeds[(plan.model, plan.num_gpus)] = dict(plan.type_speeds)
-        # Waiting jobs arrive just after the running ones restart where they run.
         arrive = plan.arrive_s if plan.arrive_s > 0 or plan.placement else 1e-6
         job = Job(
             index=i,
@@ -269,9 +313,6 @@ def simulate_candidate(
         job.attained_gpu_s = plan.attained_gpu_s
         job.preemptions = plan.preemptions
         if not plan.placement:
-            # A waiting job arrives at ``arrive`` with what it had already: its real submit
-            # time and last change, relative to the tuning instant (restarted running jobs'
-            # own times start now).
             job.submit_s = plan.submit_rel_s
             job.changed_s = plan.changed_rel_s
         sim_jobs.append(job)
@@ -287,9 +328,7 @@ def simulate_candidate(
         settings=EngineSettings(restore_s=config.restore_s, tick_s=None, seed=seed),
         arrivals_s=arrivals,
     )
-    outcome = engine.run(until_s=stop)
-    score = _objective(sim_jobs, jobs, stop, lookahead.target, snapshot.layout.total_gpus)
-    return score, outcome.rounds
+    return sim_jobs, engine.run(until_s=stop).rounds, stop
 
 
 def _objective(
@@ -331,10 +370,12 @@ class LookaheadDally(PolicyBase):
         self.reset()
 
     def reset(self) -> None:
-        self.inner = Dally(self.base, name=self.name)
-        self.tick_s = self.inner.tick_s
+        # One Dally per candidate setting; the one in use hands its state (what it learnt,
+        # every job's record, the queue) to the next when the look-ahead switches.
+        self.dallys = {n: Dally(self.settings_of(n), name=self.name) for n in self.config.names}
         self.current = self.config.names[0]
-        self.inner.retune(self.settings_of(self.current))
+        self.inner = self.dallys[self.current]
+        self.tick_s = self.inner.tick_s
         self.history: list[TuneRecord] = []
         self._arrivals: deque[Arrival] = deque()
         self._seen: set[str] = set()
@@ -346,6 +387,7 @@ class LookaheadDally(PolicyBase):
         self._period_s = self.config.period_s
         self._next_tune_s = self.config.period_s
         self._telemetry: tuple[tuple[str, float], ...] = (("tuner.choice", 0.0),)
+        self.checks = PredictionChecks(window=self.config.error_window)
 
     def settings_of(self, candidate: str) -> DallyConfig:
         """The Dally settings of the candidate called ``candidate``."""
@@ -353,6 +395,7 @@ class LookaheadDally(PolicyBase):
 
     def decide(self, snapshot: ClusterSnapshot, rng: random.Random) -> Decision:
         self._note_arrivals(snapshot)
+        self.checks.observe(snapshot)
         self.rounds += 1
         if snapshot.now >= self._next_tune_s and snapshot.queued:
             c = self.config
@@ -397,42 +440,72 @@ class LookaheadDally(PolicyBase):
             or self._ties.get(n, 0) < TIES_TO_SKIP
             or tuning % REFRESH_EVERY == 0
         ]
-        totals = dict.fromkeys(c.names, 0.0)
-        for sample in range(c.samples):
-            rng = random.Random(c.seed * 1_000_003 + tuning * 1_009 + sample)
-            jobs = plan_jobs(snapshot, self.inner.tuner, list(self._arrivals), c, rng)
+        if names == [self.current]:
+            # Every other candidate is taken to tie: nothing to simulate, the setting stays.
+            scores = tuple((n, 1.0) for n in c.names)
+            self._record(TuneRecord(snapshot.now, scores, self.current, 0.0, c.margin))
+            return
+        margin = max(c.margin, c.error_weight * self.checks.error)
+        totals = dict.fromkeys(c.names, ZERO)
+        held = 0  # jobs the look-aheads held, over the samples
+        samples = 0
+        while samples < c.samples:
+            rng = random.Random(c.seed * 1_000_003 + tuning * 1_009 + samples)
+            jobs = plan_jobs(snapshot, self.inner.history, list(self._arrivals), c, rng)
+            held += len(jobs)
             for name in names:
-                score, rounds = simulate_candidate(
-                    jobs, self.settings_of(name), self.inner.tuner, snapshot, c, c.seed + sample
+                outcome = simulate_outcome(
+                    jobs, self.settings_of(name), self.inner.history, snapshot, c, c.seed + samples
                 )
-                totals[name] += score
-                self.lookahead_rounds += rounds + SIM_OVERHEAD_ROUNDS
+                totals[name] += outcome
+                self.lookahead_rounds += outcome.rounds + SIM_OVERHEAD_ROUNDS
+            samples += 1
+            # Another draw only while the choice is open: some candidate (within the bounds)
+            # beats the current setting by OPEN_SHARE of the margin so far.
+            so_far = {n: totals[n] for n in names}
+            if (
+                choose(so_far, self.current, held, samples, OPEN_SHARE * margin, c)[0]
+                == self.current
+            ):
+                break
         for name in c.names:
             if name not in names:
                 totals[name] = totals[self.current]
             elif name != self.current:
-                tied = totals[name] == totals[self.current]
+                tied = totals[name].score == totals[self.current].score
                 self._ties[name] = self._ties.get(name, 0) + 1 if tied else 0
-        now_score = totals[self.current]
-        best = min(c.names, key=lambda n: (totals[n], n != self.current))
-        gain = (now_score - totals[best]) / now_score if now_score > 0 else 0.0
-        chosen = best if best != self.current and gain > c.margin else self.current
-        if chosen == self.current:
-            gain = 0.0
-            self._period_s = min(2 * self._period_s, c.max_period_s)
-        else:
-            self._period_s = c.period_s
+        now_score = totals[self.current].score
+        chosen, gain = choose(totals, self.current, held, samples, margin, c)
+        if chosen != self.current:
             self.current = chosen
             self._ties = {}
-            self.inner.retune(self.settings_of(chosen))
-        self._next_tune_s = snapshot.now + self._period_s
-        scores = tuple((n, totals[n] / now_score if now_score > 0 else 1.0) for n in c.names)
-        self.history.append(TuneRecord(snapshot.now, scores, chosen, gain))
+            self.dallys[chosen].continue_from(self.inner)
+            self.inner = self.dallys[chosen]
+        stop = c.horizon_s * (4.0 if c.target == "makespan" else 1.0)
+        present = [v.job_id for v in (*snapshot.running, *list(snapshot.queued)[: c.max_jobs])]
+        self.checks.expect(
+            snapshot.now, snapshot.now + stop, present, totals[chosen].present / samples
+        )
+        scores = tuple((n, totals[n].score / now_score if now_score > 0 else 1.0) for n in c.names)
+        self._record(TuneRecord(snapshot.now, scores, chosen, gain, margin))
+
+    def _record(self, record: TuneRecord) -> None:
+        """Keep ``record`` of the tuning just done, set when the next is due (a period that
+        keeps the setting doubles: :class:`LookaheadConfig`) and report it as telemetry."""
+        c = self.config
+        if record.gain > 0.0:  # it switched
+            self._period_s = c.period_s
+        else:
+            self._period_s = min(2 * self._period_s, c.max_period_s)
+        self._next_tune_s = record.at_s + self._period_s
+        self.history.append(record)
         self._telemetry = (
             ("tuner.tunings", float(len(self.history))),
-            ("tuner.choice", float(c.names.index(chosen))),
-            ("tuner.predicted_gain", gain),
-            *((f"tuner.score.{n}", s) for n, s in scores),
+            ("tuner.choice", float(c.names.index(record.chosen))),
+            ("tuner.predicted_gain", record.gain),
+            ("tuner.margin", record.margin),
+            ("tuner.error", self.checks.error),
+            *((f"tuner.score.{n}", s) for n, s in record.scores),
         )
 
 

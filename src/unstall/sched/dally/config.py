@@ -9,11 +9,25 @@ from unstall.config import check, check_non_negative, check_positive
 ORDERS = ("fifo", "las", "gittins")
 
 
+# The named steps of Dally's decision, in the manner of the Kubernetes scheduler framework's
+# extension points. Each round runs the round steps in this order: ``retype`` (several GPU
+# types: running jobs move to a faster type or a consolidated block), ``pass`` (the waiting
+# jobs in priority order, each placed if it may start), ``reconsolidate`` (one GPU type: spread
+# running jobs move to a consolidated block). Within ``pass`` a job that finds no consolidated
+# placement free tries the placement steps: ``locality-preemption`` (a sensitive job that fits
+# a node clears one), ``priority-preemption``, ``service-preemption`` and ``delay`` (it holds
+# out for a better level; off, it takes the best free one at once).
+ROUND_STEPS = ("retype", "pass", "reconsolidate")
+PLACE_STEPS = ("locality-preemption", "priority-preemption", "service-preemption", "delay")
+STEPS = ROUND_STEPS + PLACE_STEPS
+
+
 @dataclass(frozen=True, kw_only=True)
 class DallyConfig:
-    """Dally's knobs (the keyword options of ``make_policy("dally", ...)``); the ablation
-    switches ``delay`` and ``preemption`` turn single mechanisms off, ``autotune`` (off by
-    default) turns the timer tuner on."""
+    """Dally's knobs (the keyword options of ``make_policy("dally", ...)``). The switches turn
+    its steps on and off (:attr:`steps`): ``delay``; ``preemption`` (every step that moves a
+    running job); ``priority_preemption`` and ``service_preemption`` (one kind each);
+    ``autotune`` (off by default) lets the delay factor move."""
 
     # Base order of the queue: arrival (fifo), least attained service (las, Tiresias-like), or
     # least expected remaining GPU-time given the service attained (gittins), learnt from the
@@ -25,21 +39,16 @@ class DallyConfig:
     # larger than a node that finds too few GPUs free may preempt running jobs expected to hold
     # their GPUs ``priority_ratio`` times longer than it (the longest-holding first) when the
     # wait it saves beats what they lose by ``gain_margin``, and only to start where it is not
-    # slowed (by ``insensitive_below``: no sensitive job is started spread past its delay timer).
-    # The preemption above is for locality, for network-sensitive jobs that fit one node.
-    # Without this one, jobs larger than a node could only wait while smaller ones took the GPUs
-    # as they freed, which on traces like the embedded default one (most jobs short, a few
-    # holding GPUs for hours) put Dally's average JCT above Tiresias's (benchmarks/BENCHMARKS.md,
-    # "Dally on long overloaded traces, over seeds"). 2 rather than ``preempt_ratio``'s 8: with
-    # run times capped at hours a running job is rarely expected to need 8 times a new one's
-    # GPU-time.
+    # slowed (by ``insensitive_below``). Without it, jobs larger than a node only waited while
+    # smaller ones took the GPUs as they freed (BENCHMARKS.md, "Dally's settings, measured").
     priority_preemption: bool = True
+    # 2 rather than ``preempt_ratio``'s 8: with run times capped at hours a running job is
+    # rarely expected to need 8 times a new one's GPU-time.
     priority_ratio: float = 2.0
     # Preemption for service (Tiresias-like, off by default): a waiting job that finds too few
     # GPUs free preempts running jobs ranked strictly below it by ``order`` (las: a higher
     # service level; gittins: as ``preempt_ratio``), without weighing their cost
-    # (sched/dally/service.py). The look-ahead tuner (``dally``; ``dally-fixed`` is without it)
-    # turns it on per trace.
+    # (sched/dally/service.py). The look-ahead (``dally``) turns it on per trace.
     service_preemption: bool = False
     # Preemption cost counts the wait that preempted jobs were seen to pay before running again
     # (else the mean wait of all starts).
@@ -48,37 +57,27 @@ class DallyConfig:
     # gittins: the order ages. A group of waiting jobs (one size and service) ranks by its
     # expected GPU-time over ``1 + age_weight x wait / expected run time`` of its oldest job, so
     # a large job that smaller ones kept passing comes first once it has waited a few dozen
-    # times what a job of its size is expected to run. Without aging, the order by expected
-    # GPU-time starts large jobs only when the queue drains, and on long overloaded traces the
-    # one that happens to run long sets the makespan (BENCHMARKS.md, "Dally on long overloaded
-    # traces, over seeds"). 0 turns aging off.
+    # times what a job of its size is expected to run: without it, the one large job that
+    # happens to run long sets the makespan (BENCHMARKS.md, "Dally's settings, measured").
+    # 0 turns aging off.
     age_weight: float = 30.0
-    # The three mechanisms (ablations switch one: delay or preemption off, the auto-tuner on).
+    # The mechanisms (ablations switch one: delay or preemption off, the auto-tuning on).
     delay: bool = True
     preemption: bool = True
-    # The auto-tuner is off by default: it weighs the wait a held job paid against the slowdown
-    # it avoided, job by job, and with long queues every wait looks dear (the GPUs a held job
-    # passed up were not idle, they went to the jobs behind it), so on long queues it talks the
-    # factor down until sensitive jobs start spread by the thousand (BENCHMARKS.md, "Dally
-    # against the baselines").
+    # Off by default: with long queues every wait looks dear to it, and it talks the factor
+    # down until sensitive jobs start spread by the thousand (BENCHMARKS.md, as above).
     autotune: bool = False
     # Delay timers: a job holds out for a better locality level for up to
     # ``wait_factor x (slowdown at the level it would accept - 1) x expected run time`` seconds
-    # (the time the worse level would cost it, scaled); the auto-tuner, when on, moves the
-    # factor. 10 rather than 1-2 because a job's own account understates what its spread start
-    # costs the others: while jobs queue, the GPUs a held job passes up go to jobs behind it,
-    # while a spread job holds its GPUs longer (measured: BENCHMARKS.md, "Dally against the
-    # baselines", why these defaults).
+    # (sched/dally/delay.py). 10 rather than 1-2 because a job's own account understates what
+    # its spread start costs the others (BENCHMARKS.md, as above).
     wait_factor: float = 10.0
-    # A cap on that wait (None: none). A cap makes a job take a placement that costs it more
-    # than waiting would: once queues grow, sensitive jobs start spread by the thousand, and
-    # their slowdown under congestion takes more capacity than it frees (measured: as above).
+    # A cap on that wait (None: none); a cap started sensitive jobs spread by the thousand once
+    # queues grew (BENCHMARKS.md, as above).
     max_wait_s: float | None = None
     # Whether a job that fits one rack may be started over several racks when no rack has room.
-    # Off: a ring over racks crosses rack uplinks that every such job shares, a cost the
-    # sensitivity figures (each measured alone on idle uplinks) do not see, so jobs that looked
-    # insensitive started over racks by the hundred and crowded the uplinks (measured: as
-    # above).
+    # Off: a ring over racks crosses uplinks every such job shares, a cost the sensitivity
+    # figures (measured alone) do not see (BENCHMARKS.md, as above).
     span_racks: bool = False
     # A job whose spread slowdown is below this is insensitive: it never waits.
     insensitive_below: float = 1.05
@@ -94,28 +93,49 @@ class DallyConfig:
     # one), and a job preempted or migrated this many times is never moved again to make room
     # for another (re-consolidation, for its own speed, is only made dearer).
     max_moves_per_job: int = 3
+    # The cap for every move (issue 49): on, ``max_moves_per_job`` spares a job from preemption
+    # for service too, and a job's own moves (re-consolidation, a faster type) stop one past
+    # it, so no job is moved more than ``max_moves_per_job + 1`` times in any setting. Off: as
+    # before, service preemption and a job's own moves were uncapped (1,811 preemptions and 13
+    # moves of one job on heavy traces; its JCT cost: BENCHMARKS.md, "Dally's look-ahead").
+    cap_all_moves: bool = True
     # Running single-node jobs may be migrated to another node to clear room (else only
     # preempted, when outranked).
     move_victims: bool = True
-    # Before any job has finished, the expected run time of a job (the auto-tuner replaces it with
-    # the median of finished jobs' run times).
+    # Before any job has finished, the expected run time of a job (then the mean residual run
+    # time of finished jobs of its size: sched/dally/history.py).
     prior_runtime_s: float = 3600.0
-    # Auto-tuner: re-tune after this many starts; step; bounds of the tuned factor.
+    # Auto-tuning of the delay factor: adjusted after this many starts; step; bounds.
     tune_every: int = 20
     tune_step: float = 1.5
     tune_min: float = 0.02
     tune_max: float = 20.0
-    # Extra scheduling rounds this often while jobs wait (None: rounds only on events: arrivals,
-    # finishes, congestion changes and this policy's own timers). Dally's decisions change only
-    # with those, except a failed preemption attempt that time alone could turn (running jobs
-    # age), and such a retry waits for the next event: such retries almost never succeed, while
-    # periodic rounds would make most of all rounds (measured: as above).
+    # Extra scheduling rounds this often while jobs wait (None: rounds only on events). Dally's
+    # decisions change only with events, but for a failed preemption retry, which almost never
+    # succeeds (BENCHMARKS.md, as above).
     tick_s: float | None = None
     # A job whose preemption attempt failed tries again after this share of the time it has
     # waited (at least ``retry_min_s``): running jobs age, so time alone can make a preemption
     # worth it, but a job that has waited for hours loses little by trying once an hour.
     retry_fraction: float = 0.25
     retry_min_s: float = 300.0
+
+    @property
+    def steps(self) -> tuple[str, ...]:
+        """The names of the steps (:data:`STEPS`) these settings turn on, in their order."""
+        gittins = self.order == "gittins"
+        on = {
+            "retype": self.preemption,
+            "pass": True,
+            "reconsolidate": self.preemption,
+            "locality-preemption": self.preemption,
+            "priority-preemption": self.preemption and self.priority_preemption and gittins,
+            "service-preemption": (
+                self.preemption and self.service_preemption and self.order != "fifo"
+            ),
+            "delay": self.delay,
+        }
+        return tuple(name for name in STEPS if on[name])
 
     def __post_init__(self) -> None:
         check(self.order in ORDERS, self, "order", f"must be one of {ORDERS}")

@@ -1,10 +1,10 @@
-"""Dally's expected remaining run times, memoised: the auto-tuner's estimate of how long a job
+"""Dally's expected remaining run times, memoised: the run history's estimate of how long a job
 still runs given the service it has had (from the run times of finished jobs of its size class,
 never its own duration).
 
 They are asked for many times a round (the queue order, every preemption attempt's victims) and
 are the same for every job of one size and service attained (most queued jobs have none), so
-they are kept by those until the tuner learns a run time of the size's class.
+they are kept by those until the history learns a run time of the size's class.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from unstall.sched.base import JobView
-from unstall.sched.dally.autotune import DelayTuner
+from unstall.sched.dally.history import RunHistory
 from unstall.sched.dally.queue_index import Group
 
 # A size's memo is cleared beyond this many entries: running jobs' service is new every round.
@@ -20,11 +20,11 @@ MAX_PER_SIZE = 100_000
 
 
 class ExpectedRemaining:
-    """``of(job, now)``: the seconds ``job`` is expected to run still, by ``tuner``; memoised
+    """``of(job, now)``: the seconds ``job`` is expected to run still, by ``history``; memoised
     by (GPU count, service attained) per GPU count."""
 
-    def __init__(self, tuner: DelayTuner) -> None:
-        self._tuner = tuner
+    def __init__(self, history: RunHistory) -> None:
+        self._history = history
         self._memo: dict[int, dict[tuple[int, float], float]] = {}
 
     def of(self, job: JobView, now: float) -> float:
@@ -37,7 +37,7 @@ class ExpectedRemaining:
         if expected is None:
             if len(memo) > MAX_PER_SIZE:
                 memo.clear()
-            expected = memo[key] = self._tuner.expected_remaining_s(key[1] / key[0], key[0])
+            expected = memo[key] = self._history.expected_remaining_s(key[1] / key[0], key[0])
         return expected
 
     def of_group(self, key: Group, first: JobView, now: float) -> float:
@@ -50,14 +50,14 @@ class ExpectedRemaining:
         return expected
 
     def forget_learnt(self, finished: Sequence[JobView]) -> None:
-        """Forget the figures the tuner is about to change: those of the size classes of the
+        """Forget the figures the history is about to change: those of the size classes of the
         ``finished`` jobs, whose run times it learns next, and those of classes with no run
         time yet (they are expected by every class's)."""
         if not finished:
             return
-        tuner = self._tuner
-        learnt = {tuner.size_class(v.num_gpus) for v in finished}
+        history = self._history
+        learnt = {history.size_class(v.num_gpus) for v in finished}
         for gpus in list(self._memo):
-            size_class = tuner.size_class(gpus)
-            if size_class in learnt or not tuner.has_runtimes(size_class):
+            size_class = history.size_class(gpus)
+            if size_class in learnt or not history.has_runtimes(size_class):
                 del self._memo[gpus]

@@ -33,8 +33,10 @@ class LookaheadConfig:
     finished jobs (``samples`` draws, the same for every candidate), and adopts the best by
     ``target`` (``jct``: the time jobs spend in the system over the horizon, what average JCT
     sums; ``makespan``: when the jobs there now are all done) when it beats the current setting
-    by ``margin`` (a share). A period that keeps the setting doubles the next (up to
-    ``max_period_s``): the look-ahead is redone less often while its answer holds.
+    by ``margin`` (a share, widened to its measured prediction error) without raising the
+    communication overhead or the moves beyond ``comm_bound`` and ``churn_bound``. A period
+    that keeps the setting doubles the next (up to ``max_period_s``): the look-ahead is redone
+    less often while its answer holds.
     ``max_jobs``: waiting jobs beyond this many (the newest) are left out of the look-ahead."""
 
     # Comma-separated names of CANDIDATES (text, so that a command line can name them); the
@@ -63,6 +65,22 @@ class LookaheadConfig:
     free_tunings: int = 30
     # Passed to every candidate's Dally (and so the same as the simulator's restore_s).
     restore_s: float = 60.0
+    # What Dally is for bounds what the look-ahead adopts (issue 49; sim/lookahead_adopt.py): a
+    # candidate's predicted communication overhead at most ``comm_bound`` (a share) over the
+    # current setting's, its moves at most ``churn_bound`` a job (and one a sample) over
+    # the current setting's.
+    comm_bound: float = 0.02
+    churn_bound: float = 0.05
+    # ... plus this many moves a job for each unit of relative gain predicted.
+    churn_per_gain: float = 5.0
+    # The margin is widened to ``error_weight`` times the look-ahead's own prediction error,
+    # measured against what then happened in the run (mean of the last ``error_window``
+    # checks); 0 keeps it at ``margin``. The error measured is of the time in system itself
+    # (30-70% early in a trace, 1-2% on long queues), most of which the candidates share
+    # (common random numbers): weighed whole, it kept the tuner from every switch that paid
+    # on traces like the embedded one (BENCHMARKS.md, "Dally's look-ahead").
+    error_weight: float = 0.1
+    error_window: int = 8
 
     def __post_init__(self) -> None:
         check(isinstance(self.candidates, str), self, "candidates", "comma-separated names")
@@ -83,6 +101,11 @@ class LookaheadConfig:
         check(self.max_period_s >= self.period_s, self, "max_period_s", "must be >= period_s")
         check(self.margin >= 0, self, "margin", "must be >= 0")
         check(self.restore_s >= 0, self, "restore_s", "must be >= 0")
+        check(self.comm_bound >= 0, self, "comm_bound", "must be >= 0")
+        check(self.churn_bound >= 0, self, "churn_bound", "must be >= 0")
+        check(self.churn_per_gain >= 0, self, "churn_per_gain", "must be >= 0")
+        check(self.error_weight >= 0, self, "error_weight", "must be >= 0")
+        check(self.error_window >= 1, self, "error_window", "must be >= 1")
 
     @property
     def names(self) -> tuple[str, ...]:

@@ -18,9 +18,17 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from unstall.sched import placement as pl
 from unstall.sched.base import ClusterLayout, JobView, Placement
 from unstall.sched.free import FreeGpus
+from unstall.sched.placement import (
+    Locality,
+    at_level,
+    locality_of,
+    min_nodes_on_type,
+    only_type,
+    slowest_type,
+    types_by_speed,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,16 +47,16 @@ def best_speed(job: JobView, layout: ClusterLayout) -> float:
     return max((job.speed_on(t) for t in layout.types), default=1.0)
 
 
-def best_level_on_type(layout: ClusterLayout, kind: str, num_gpus: int) -> pl.Locality:
+def best_level_on_type(layout: ClusterLayout, kind: str, num_gpus: int) -> Locality:
     """The best locality an empty cluster's ``kind`` nodes could give a job of ``num_gpus``."""
     nodes = [n for n, t in enumerate(layout.node_type) if t == kind]
     if any(layout.node_gpus[n] >= num_gpus for n in nodes):
-        return pl.Locality.NODE
+        return Locality.NODE
     by_rack: dict[int, int] = {}
     for n in nodes:
         rack = layout.node_rack[n]
         by_rack[rack] = by_rack.get(rack, 0) + layout.node_gpus[n]
-    return pl.Locality.RACK if max(by_rack.values(), default=0) >= num_gpus else pl.Locality.CLUSTER
+    return Locality.RACK if max(by_rack.values(), default=0) >= num_gpus else Locality.CLUSTER
 
 
 def consolidated_on_type(
@@ -56,9 +64,9 @@ def consolidated_on_type(
 ) -> bool:
     """Whether ``placement`` is as consolidated as ``kind``'s nodes allow: its fewest nodes, at
     its best level."""
-    if len(placement) > pl.min_nodes_on_type(layout, kind, num_gpus):
+    if len(placement) > min_nodes_on_type(layout, kind, num_gpus):
         return False
-    return pl.locality_of(placement, layout) <= best_level_on_type(layout, kind, num_gpus)
+    return locality_of(placement, layout) <= best_level_on_type(layout, kind, num_gpus)
 
 
 def cost_of(
@@ -72,11 +80,11 @@ def cost_of(
 ) -> Option:
     """``placement``'s :class:`Option` for ``job`` (``own_share``: the job runs there already,
     so it is among the NIC counts)."""
-    kind = pl.slowest_type(job, placement, layout)
+    kind = slowest_type(job, placement, layout)
     speed = job.speed_on(kind)
     net = 1.0
     if not consolidated_on_type(placement, kind, job.num_gpus, layout):
-        across = pl.locality_of(placement, layout) == pl.Locality.CLUSTER
+        across = locality_of(placement, layout) == Locality.CLUSTER
         sharing = 0
         if spread_jobs_by_node:
             sharing = max(spread_jobs_by_node[n] for n, _ in placement)
@@ -95,7 +103,7 @@ def consolidated_option(
     layout = free.layout
     options = []
     for kind, by_node, by_rack in _types_with_room(job, free, kinds):
-        found = pl.at_level(pl.Locality.CLUSTER, by_node, by_rack, layout, job.num_gpus)
+        found = at_level(Locality.CLUSTER, by_node, by_rack, layout, job.num_gpus)
         if found is not None and consolidated_on_type(found, kind, job.num_gpus, layout):
             options.append(cost_of(job, found, layout, congestion))
     return _cheapest(options)
@@ -115,10 +123,10 @@ def spread_option(
     layout = free.layout
     options = []
     for kind, by_node, by_rack in _types_with_room(job, free, kinds):
-        level = pl.Locality.RACK
-        if span_racks or best_level_on_type(layout, kind, job.num_gpus) == pl.Locality.CLUSTER:
-            level = pl.Locality.CLUSTER
-        found = pl.at_level(level, by_node, by_rack, layout, job.num_gpus)
+        level = Locality.RACK
+        if span_racks or best_level_on_type(layout, kind, job.num_gpus) == Locality.CLUSTER:
+            level = Locality.CLUSTER
+        found = at_level(level, by_node, by_rack, layout, job.num_gpus)
         if found is not None:
             options.append(cost_of(job, found, layout, congestion, spread_jobs_by_node))
     return _cheapest(options)
@@ -130,7 +138,7 @@ def _types_with_room(
     """Each of ``kinds`` whose free GPUs are enough for ``job``, with the free GPUs of that
     type alone, by node and by rack."""
     for kind in kinds:
-        by_node, by_rack = pl.only_type(free.by_node, free.layout, kind)
+        by_node, by_rack = only_type(free.by_node, free.layout, kind)
         if sum(by_rack) >= job.num_gpus:
             yield kind, by_node, by_rack
 
@@ -152,7 +160,7 @@ def upgrade_target(
         return None
     free.give(job.placement)
     try:
-        target = consolidated_option(job, free, pl.types_by_speed(job, layout), congestion)
+        target = consolidated_option(job, free, types_by_speed(job, layout), congestion)
     finally:
         free.take(job.placement)
     if target is None or target.cost >= now.cost:

@@ -7,8 +7,8 @@ attempts a round), so these are asked for again and again:
 - under one tenancy (who runs where, what is free, the congestion: the policy's tenancy
   version), the single-node tenants by node, and each victim's slowdown spread over nodes;
 - for one round (the time and the tenancy version), each running job's expected GPU-time and
-  priority preemption's orderings of them (running jobs' service grows with time, and the tuner
-  learns run times at finishes).
+  priority preemption's orderings of them (running jobs' service grows with time, and the run
+  history learns run times at finishes).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from unstall.sched.base import JobView
-from unstall.sched.dally.autotune import DelayTuner
+from unstall.sched.dally.history import RunHistory
 from unstall.sched.dally.preemption import Tenants, single_node_tenants
 
 
@@ -32,10 +32,10 @@ class PriorityVictims:
 
 class VictimFigures:
     """The figures of the running jobs as preemption candidates (see the module docstring), with
-    ``tuner`` the policy's (for expected run times)."""
+    ``history`` the policy's (for expected run times)."""
 
-    def __init__(self, tuner: DelayTuner) -> None:
-        self._tuner = tuner
+    def __init__(self, history: RunHistory) -> None:
+        self._history = history
         self._tenants: Tenants | None = None
         self._tenancy = -1  # the tenancy version the tenants and slowdowns were found under
         self._slowdowns: dict[str, float] = {}
@@ -75,7 +75,7 @@ class VictimFigures:
         expected = self._gpu_s.get(victim.job_id)
         if expected is None:
             g = victim.num_gpus
-            expected = g * self._tuner.expected_remaining_s(victim.attained_gpu_s(now) / g, g)
+            expected = g * self._history.expected_remaining_s(victim.attained_gpu_s(now) / g, g)
             self._gpu_s[victim.job_id] = expected
         return expected
 
@@ -86,12 +86,12 @@ class VictimFigures:
         kept = self._priority
         if kept is not None:
             return kept
-        tuner, gpu_s = self._tuner, self._gpu_s
+        history, gpu_s = self._history, self._gpu_s
         by_remaining: list[tuple[float, int]] = []
         by_gpu_s: list[tuple[float, int, JobView]] = []
         for v in running:
             g = v.num_gpus
-            remaining = tuner.expected_remaining_s(v.attained_gpu_s(now) / g, g)
+            remaining = history.expected_remaining_s(v.attained_gpu_s(now) / g, g)
             by_remaining.append((remaining, g))
             # The same figure as expected_gpu_s, which the preemption for locality asks for.
             expected = gpu_s[v.job_id] = g * remaining

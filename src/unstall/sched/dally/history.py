@@ -1,14 +1,6 @@
-"""The auto-tuner of the delay timers: learns online, from what has happened so far only.
-
-It keeps two accounts in GPU-seconds over a window of job starts:
-
-- the *waiting paid*: time jobs spent held for a better locality level;
-- the *slowdown avoided* by jobs that were held and got their better level, and the *slowdown
-  suffered* by sensitive jobs that gave up and accepted a worse level.
-
-If jobs that gave up lost more to slowdown than waiting cost, the timer factor grows; otherwise,
-if waiting cost more than it saved, it shrinks. Run-time expectations come from the run times of
-jobs that have finished (never from the future).
+"""What Dally has learnt of the run so far: the run times of the jobs that finished (by size
+class) and how long started jobs waited in the queue. Never the future: a job's own duration is
+not read, and the look-ahead (:mod:`unstall.sim.lookahead`) draws its run times from here too.
 """
 
 from __future__ import annotations
@@ -18,19 +10,10 @@ from dataclasses import dataclass, field
 
 
 @dataclass
-class DelayTuner:
-    factor: float
-    enabled: bool
-    tune_every: int
-    step: float
-    min_factor: float
-    max_factor: float
+class RunHistory:
+    """Learnt run times and waits; ``prior_runtime_s`` stands in before any job has finished."""
+
     prior_runtime_s: float
-    waiting_paid: float = 0.0
-    slowdown_avoided: float = 0.0
-    slowdown_suffered: float = 0.0
-    starts_seen: int = 0
-    retunes: int = 0
     # Moving average of how long started jobs waited in the queue: what a preempted job can
     # expect to wait before it runs again.
     mean_wait_s: float = 0.0
@@ -38,19 +21,9 @@ class DelayTuner:
     mean_requeue_wait_s: float = 0.0
     requeues_seen: int = 0
     # Sorted run times of finished jobs, by size class (GPU count rounded down to a power of 2):
-    # big jobs run longer than small ones in every public trace.
-    # Finished jobs only, though early in a trace those are the short ones (censoring), and a
-    # long job preempted for priority finishes later still, so a class's estimate can stay short
-    # for hours: on the embedded default trace at congestion none, 8-GPU jobs were expected to
-    # run 200-440 s at 2-7 h while their mean run is 3,300 s. Counting the running and preempted
-    # jobs' service as censored run times (Kaplan-Meier) corrects that, and was measured
-    # (2026-11-27, 20 traces like the embedded one, 4 congestion levels): it makes the priority
-    # preemption rarer (moves 16-21 a trace against 26-39), p99 JCT 0-10 points better and
-    # average JCT 4-13 points worse against consolidate's (0.87-0.77 against 0.80-0.64), with
-    # the estimate of the preempting job the part that counts; with a Gittins index order on
-    # that curve, worse too (0.85-0.76). Preempting jobs that have run long for new ones of the
-    # class pays on average even when the new ones turn out long, so the short-biased estimate
-    # is kept.
+    # big jobs run longer than small ones in every public trace. Finished jobs only, though
+    # early in a trace those are the short ones (censoring): counting running jobs' service as
+    # censored run times was measured worse (BENCHMARKS.md, "Dally's design choices").
     _runtimes: dict[int, list[float]] = field(default_factory=dict)
     # Memo of expected_remaining_s by size class (0 for all) and bisect index, and of all run
     # times sorted: asked for every spread job every round, they only change when a job of the
@@ -94,19 +67,20 @@ class DelayTuner:
 
     def runtimes_for(self, gpus: int) -> list[float]:
         """The sorted run times learnt for a job of ``gpus`` GPUs: its size class's, else every
-        class's (empty before any job finished). Read-only: the tuner keeps them."""
+        class's (empty before any job finished). Read-only: the history keeps them."""
         runtimes = self._runtimes.get(self.size_class(gpus))
         return runtimes if runtimes else self._all()
 
-    def adopt_learnt(self, other: DelayTuner) -> None:
-        """Take ``other``'s learnt run times and waits (copies), keeping this tuner's own
-        factor and switches: a model of a policy starts from what the policy has learnt."""
-        self._runtimes = {k: list(v) for k, v in other._runtimes.items()}
-        self._residual_memo = {}
-        self._all_sorted = None
-        self.mean_wait_s = other.mean_wait_s
-        self.mean_requeue_wait_s = other.mean_requeue_wait_s
-        self.requeues_seen = other.requeues_seen
+    def copy(self) -> RunHistory:
+        """A copy to learn on apart from this one (a look-ahead's model of the policy starts
+        from what the policy has learnt)."""
+        return RunHistory(
+            prior_runtime_s=self.prior_runtime_s,
+            mean_wait_s=self.mean_wait_s,
+            mean_requeue_wait_s=self.mean_requeue_wait_s,
+            requeues_seen=self.requeues_seen,
+            _runtimes={k: list(v) for k, v in self._runtimes.items()},
+        )
 
     def _all(self) -> list[float]:
         if self._all_sorted is None:
@@ -143,25 +117,3 @@ class DelayTuner:
             self._all_sorted = None
         elif self._all_sorted is not None:  # kept in step rather than sorted again
             bisect.insort(self._all_sorted, runtime_s)
-
-    def observe_start(
-        self, *, gpus: int, held_s: float, avoided: float, suffered: float, expected_s: float
-    ) -> bool:
-        """Account one start of a job that was held (``held_s`` > 0) or that accepted a worse
-        level (``suffered`` > 1); returns True when the timer factor was re-tuned."""
-        self.waiting_paid += gpus * held_s
-        self.slowdown_avoided += gpus * (avoided - 1.0) * expected_s
-        self.slowdown_suffered += gpus * (suffered - 1.0) * expected_s
-        self.starts_seen += 1
-        if not self.enabled or self.starts_seen < self.tune_every:
-            return False
-        if self.slowdown_suffered > self.waiting_paid:
-            # Jobs that gave up lost more to slowdown than all the waiting cost: wait longer.
-            self.factor = min(self.max_factor, self.factor * self.step)
-        elif self.waiting_paid > self.slowdown_avoided:
-            # Waiting cost more than the slowdown it avoided: give up sooner.
-            self.factor = max(self.min_factor, self.factor / self.step)
-        self.waiting_paid = self.slowdown_avoided = self.slowdown_suffered = 0.0
-        self.starts_seen = 0
-        self.retunes += 1
-        return True

@@ -1,0 +1,140 @@
+"""What the look-ahead (:mod:`unstall.sim.lookahead`) adopts, and how far it trusts itself.
+
+A candidate setting replaces the current one only when its predicted objective is better by
+more than the margin, without raising what Dally is for beyond a bound: its predicted
+communication overhead (time lost to spread placements) at most ``comm_bound`` over the current
+setting's, its moves (preemptions and migrations) at most ``churn_bound`` a job more than the
+current setting's (and one a sample), plus ``churn_per_gain`` a job for each unit of the
+relative gain it predicts: churn must buy its gain. (On heavy traces the candidates that then
+lost to ``dally-fixed`` added 0.36-0.47 moves a job for 2-4% predicted; on traces like the
+embedded one, those that won added 0.01-0.25 for 5-30%: BENCHMARKS.md, "Dally's look-ahead".)
+
+The margin is the configured one, widened to the look-ahead's own prediction error: each
+tuning's prediction for the jobs there at that instant (the time they spend in the system over
+the next horizon, under the setting then adopted) is checked against what then happened in the
+run, and the margin is at least ``error_weight`` times the mean relative error of the last
+``error_window`` checks.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from unstall.sched.base import ClusterSnapshot
+from unstall.sched.dally.lookahead_config import LookaheadConfig
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Outcome:
+    """One candidate's simulated horizon: its objective (``score``), the part of the ``jct``
+    objective of the jobs there at the tuning instant (``present``), the communication overhead
+    (seconds lost to spread placements, all jobs), the moves it made (preemptions and
+    migrations) and the scheduling rounds it took."""
+
+    score: float
+    present: float
+    comm_s: float
+    moves: int
+    rounds: int
+
+    def __add__(self, other: Outcome) -> Outcome:
+        return Outcome(
+            score=self.score + other.score,
+            present=self.present + other.present,
+            comm_s=self.comm_s + other.comm_s,
+            moves=self.moves + other.moves,
+            rounds=self.rounds + other.rounds,
+        )
+
+
+ZERO = Outcome(score=0.0, present=0.0, comm_s=0.0, moves=0, rounds=0)
+
+
+def within_bounds(
+    candidate: Outcome, current: Outcome, jobs: int, samples: int, config: LookaheadConfig
+) -> bool:
+    """Whether ``candidate`` raises neither the communication overhead nor the churn beyond
+    the bounds over ``current`` (``jobs``: how many the look-ahead held, summed over its
+    ``samples``; one move more a sample is always allowed, or no small look-ahead could ever
+    preempt)."""
+    comm_ok = candidate.comm_s <= (1.0 + config.comm_bound) * current.comm_s + 1e-9
+    gain = max(0.0, 1.0 - candidate.score / current.score) if current.score > 0 else 0.0
+    allowed = (config.churn_bound + config.churn_per_gain * gain) * jobs + samples
+    churn_ok = candidate.moves - current.moves <= allowed
+    return comm_ok and churn_ok
+
+
+def choose(
+    outcomes: Mapping[str, Outcome],
+    current: str,
+    jobs: int,
+    samples: int,
+    margin: float,
+    config: LookaheadConfig,
+) -> tuple[str, float]:
+    """The setting to run next and its predicted gain over ``current`` (0 when kept): the best
+    score among the candidates within the bounds, when it beats ``current``'s by more than
+    ``margin`` (a share)."""
+    now = outcomes[current]
+    allowed = [
+        n
+        for n, o in outcomes.items()
+        if n == current or within_bounds(o, now, jobs, samples, config)
+    ]
+    best = min(allowed, key=lambda n: (outcomes[n].score, n != current))
+    gain = (now.score - outcomes[best].score) / now.score if now.score > 0 else 0.0
+    if best == current or gain <= margin:
+        return current, 0.0
+    return best, gain
+
+
+@dataclass
+class _Check:
+    at_s: float
+    until_s: float
+    job_ids: frozenset[str]
+    predicted: float
+
+
+@dataclass
+class PredictionChecks:
+    """The look-ahead's past predictions, checked against what then happened: each is the time
+    the jobs there at a tuning spend in the system over the horizon after it; once the horizon
+    has passed, the run's own figure (from the finishes the snapshots reported) is compared."""
+
+    window: int
+    _pending: deque[_Check] = field(default_factory=deque)
+    _finished_at: dict[str, float] = field(default_factory=dict)
+    errors: deque[float] = field(default_factory=deque)
+
+    def expect(self, at_s: float, until_s: float, job_ids: Iterable[str], predicted: float) -> None:
+        """Record a prediction made at ``at_s`` for ``job_ids`` up to ``until_s``."""
+        if predicted > 0.0:
+            self._pending.append(_Check(at_s, until_s, frozenset(job_ids), predicted))
+
+    def observe(self, snapshot: ClusterSnapshot) -> None:
+        """Note the finishes ``snapshot`` reports; check every prediction whose horizon has
+        passed."""
+        if not self._pending:
+            return
+        for view in snapshot.finished:
+            self._finished_at[view.job_id] = snapshot.now
+        while self._pending and self._pending[0].until_s <= snapshot.now:
+            check = self._pending.popleft()
+            until = check.until_s
+            happened = sum(
+                min(self._finished_at.get(j, until), until) - check.at_s for j in check.job_ids
+            )
+            if happened > 0.0:
+                self.errors.append(abs(happened - check.predicted) / happened)
+                while len(self.errors) > self.window:
+                    self.errors.popleft()
+        if not self._pending:
+            self._finished_at.clear()
+
+    @property
+    def error(self) -> float:
+        """The mean relative error of the last checks (0 before any)."""
+        return sum(self.errors) / len(self.errors) if self.errors else 0.0
