@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 
+import unstall.sim  # noqa: F401  (provides dally's look-ahead to the registry)
 from unstall.sched import (
     ClusterSnapshot,
     Decision,

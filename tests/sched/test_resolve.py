@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+import unstall.sim  # noqa: F401  (provides dally's look-ahead to the registry)
 from policy_files import write_user_policies
 from unstall.errors import ArgumentTypeError, ConfigError
 from unstall.sched import (

@@ -244,10 +244,22 @@ def test_dallys_own_knobs_set_the_base_that_each_candidate_moves_one_knob_of() -
         make_policy("dally", order="nope")
 
 
-def test_sched_does_not_import_sim() -> None:
+def test_sched_does_not_import_sim_and_sim_provides_dally() -> None:
+    """``sched`` loads no ``sim`` module, building ``dally`` included: without the simulator it
+    says how to get it; importing ``unstall.sim`` hands the registry the look-ahead's builder."""
     code = (
-        "import sys, unstall.sched; from unstall.sched import make_policy; "
-        "assert not [m for m in sys.modules if m.startswith('unstall.sim')]"
+        "import sys, unstall.sched\n"
+        "from unstall.errors import ConfigError\n"
+        "from unstall.sched import make_policy\n"
+        "make_policy('dally-fixed')\n"
+        "try:\n"
+        "    make_policy('dally')\n"
+        "    raise SystemExit('built without the simulator')\n"
+        "except ConfigError as exc:\n"
+        "    assert 'import unstall.sim' in str(exc), exc\n"
+        "assert not [m for m in sys.modules if m.startswith('unstall.sim')]\n"
+        "import unstall.sim\n"
+        "assert type(make_policy('dally')).__name__ == 'LookaheadDally'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
 

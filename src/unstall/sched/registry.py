@@ -36,12 +36,30 @@ class PolicyEntry:
     options: type[Any] | None = None
 
 
-def _dally(**options: Any) -> Policy:
-    # The look-ahead tuner runs the simulator, so it lives in ``sim``, above ``sched``: it is
-    # imported here, when such a policy is built, never when ``sched`` is (layering).
-    from unstall.sim.lookahead import LookaheadDally
+# Builders that a part above ``sched`` provides for a registered name: ``dally`` (its look-ahead
+# runs the simulator, which lives above ``sched``) is provided by ``unstall.sim`` when that is
+# imported. The arrow points down: ``sim`` hands ``sched`` its builder, ``sched`` imports no
+# ``sim``.
+_PROVIDED: dict[str, Callable[..., Policy]] = {}
 
-    return LookaheadDally(*DallyOptions(**options).split())
+
+def provide_factory(name: str, factory: Callable[..., Policy]) -> None:
+    """Give a registered policy its builder (a part above ``sched`` provides it)."""
+    if name not in POLICIES:
+        raise ConfigError("provide_factory", "name", f"{name!r} is not registered")
+    _PROVIDED[name] = factory
+
+
+def _dally(**options: Any) -> Policy:
+    factory = _PROVIDED.get("dally")
+    if factory is None:
+        raise ConfigError(
+            "make_policy",
+            "dally",
+            "its look-ahead runs the simulator: import unstall.sim first (simulate, live runs "
+            "and the service do), or use dally-fixed",
+        )
+    return factory(*DallyOptions(**options).split())
 
 
 def _dally_fixed(**options: Any) -> Dally:

@@ -40,6 +40,9 @@ What this part offers:
   apart; ``check_trace_models``: every model a trace names is known), :class:`NetworkState`
   (max-min fair link shares), and the results: ``job_table``, ``timeline_table``,
   ``summarise``, ``gpu_type_of``, ``run_end``.
+- :class:`LookaheadDally`: Dally whose settings a look-ahead with this simulator chooses online;
+  importing ``unstall.sim`` gives the policy registry its builder, so that ``make_policy("dally")``
+  builds one (``sched`` never imports ``sim``); ``tuner_course(telemetry)`` says what it chose.
 
 Example: the first 50 jobs of the embedded trace, all training a model measured by
 ``unstall profile`` (a :class:`unstall.workload.JobProfile`; jobs naming a zoo model need no
@@ -80,6 +83,7 @@ from unstall.sim.congestion import (
     resolve_congestion,
 )
 from unstall.sim.engine import SimInterrupted
+from unstall.sim.lookahead import LookaheadDally, tuner_course
 from unstall.sim.metrics import SimResult, job_table, summarise, timeline_table
 from unstall.sim.network import NetworkState
 from unstall.sim.perf_speed import PerfSpeedModel
@@ -112,6 +116,7 @@ __all__ = [
     "Congestion",
     "CongestionLevel",
     "CongestionSchedule",
+    "LookaheadDally",
     "NetworkState",
     "PerfSpeedModel",
     "PolicyCrashError",
@@ -142,4 +147,5 @@ __all__ = [
     "summarise_sweep",
     "sweep_rows",
     "timeline_table",
+    "tuner_course",
 ]

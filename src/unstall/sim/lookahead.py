@@ -36,6 +36,7 @@ from unstall.sched.base import (
 from unstall.sched.dally import Dally, DallyConfig
 from unstall.sched.dally.history import RunHistory
 from unstall.sched.dally.lookahead_config import CANDIDATES, LookaheadConfig
+from unstall.sched.registry import provide_factory
 from unstall.sim.congestion import CongestionSchedule
 from unstall.sim.engine import Engine, EngineSettings
 from unstall.sim.lookahead_adopt import ZERO, Outcome, PredictionChecks, choose
@@ -567,3 +568,8 @@ def tuner_course(telemetry: pd.DataFrame) -> TunerCourse | None:
         first=name_of(choices["value"].iloc[0]),
         switches=tuple(switches),
     )
+
+
+# ``dally`` in the policy registry is Dally with this look-ahead: ``sim`` provides its builder
+# (``sched`` never imports ``sim``).
+provide_factory("dally", LookaheadDally)
