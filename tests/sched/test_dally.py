@@ -399,7 +399,7 @@ def test_dally_schedules_only_on_events_unless_asked_for_ticks() -> None:
     assert resolve_policy("dally-fixed").tick_s is None
     assert resolve_policy("dally-fixed", (("tick_s", "300"),)).tick_s == 300.0
     assert resolve_policy("dally-fixed", (("tick_s", "none"),)).tick_s is None
-    bad = r"DallyConfig\.tick_s: 'soon' is not a number \(or none\)"
+    bad = r"dally-fixed\.tick_s: 'soon' is not a number \(or none\)"  # named as typed
     with pytest.raises(ConfigError, match=bad):
         resolve_policy("dally-fixed", (("tick_s", "soon"),))
     with pytest.raises(ConfigError, match=r"DallyConfig\.tick_s"):
