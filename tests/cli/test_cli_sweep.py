@@ -36,9 +36,6 @@ class Broken:
 """
 
 
-pytestmark = pytest.mark.xdist_group("ray_test_cluster")
-
-
 @pytest.fixture
 def two_nodes(ray_test_cluster: Any) -> str:
     """The address of the suite's two-node test cluster (tests/ray_cluster.py)."""

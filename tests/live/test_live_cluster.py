@@ -17,8 +17,6 @@ import pytest
 
 from live_runs import TWO_NODES, live_env, run_script
 
-pytestmark = pytest.mark.xdist_group("ray_test_cluster")
-
 
 @pytest.fixture
 def cluster(ray_test_cluster: Any) -> str:
