@@ -21,18 +21,15 @@ demo: install
 # The default run: every test not marked slow (well under ten minutes on two cores). Two
 # processes (pytest-xdist): much of the suite waits on Ray clusters, subprocesses and emulated
 # GPUs rather than computing, so two share two cores well. PYTEST_WORKERS=0 runs in one.
-# --dist loadgroup: the tests on the suite's multi-node Ray test cluster (xdist_group
-# "ray_test_cluster") share one worker, so that one such cluster runs at a time.
 PYTEST_WORKERS ?= 2
-PYTEST_DIST := $(if $(filter 0,$(PYTEST_WORKERS)),,--dist loadgroup)
 test: install
-	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) $(PYTEST_DIST)
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS)
 
 test-slow: install
-	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) $(PYTEST_DIST) -m slow
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) -m slow
 
 test-all: install
-	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) $(PYTEST_DIST) -m "slow or not slow"
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) -m "slow or not slow"
 
 lint: install
 	$(BIN)/ruff check src tests benchmarks examples

@@ -249,10 +249,11 @@ def run_tests(copy: Path, mutation: Mutation, python: str) -> tuple[str, float, 
     took = time.monotonic() - began
     if done.returncode == 0:
         return "survived", took, ""
-    if done.returncode == 1:
-        failed = [line for line in done.stdout.splitlines() if line.startswith("FAILED ")]
-        return "killed", took, failed[0].split()[1] if failed else ""
-    # 2-5: pytest could not run the tests (usage, collection): no verdict on the mutant.
+    failed = [line for line in done.stdout.splitlines() if line.startswith("FAILED ")]
+    if done.returncode == 1 and failed:
+        return "killed", took, failed[0].split()[1]
+    # Errors only (a fixture that could not start, a test that could not be collected) or
+    # pytest not running the tests at all: no verdict on the mutant.
     raise RuntimeError(f"{mutation.name}: pytest exited {done.returncode}\n{done.stdout[-3000:]}")
 
 

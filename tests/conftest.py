@@ -75,8 +75,8 @@ def ray_session() -> Iterator[Any]:
 @pytest.fixture(scope="session")
 def ray_test_cluster() -> Iterator[Any]:
     """The suite's one multi-node Ray cluster (see tests/ray_cluster.py), started once a
-    session (per pytest-xdist worker; the Makefile's ``--dist loadgroup`` keeps its tests on one
-    worker) and reached by its ``address`` from processes of the tests' own."""
+    session (once per pytest-xdist worker that runs a test needing it) and reached by its
+    ``address`` from processes of the tests' own."""
     pytest.importorskip("ray")
     from ray_cluster import started_test_cluster
 

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
-import pytest
 
 from live_runs import (
     MARKING_FIFO,
@@ -24,8 +23,6 @@ from live_runs import (
     wait_for_file,
 )
 from ray_cluster import add_node
-
-pytestmark = pytest.mark.xdist_group("ray_test_cluster")
 
 LONG_TRACE = """\
 job_id,submit_s,num_gpus,duration_s,model

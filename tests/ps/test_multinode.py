@@ -59,9 +59,6 @@ def loss(outputs, targets):
 """
 
 
-pytestmark = pytest.mark.xdist_group("ray_test_cluster")
-
-
 @pytest.fixture
 def two_nodes(ray_test_cluster: Any) -> Any:
     """The suite's two-node test cluster (tests/ray_cluster.py)."""

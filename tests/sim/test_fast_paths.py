@@ -119,11 +119,36 @@ from unstall.net import small
 from unstall.sched import make_policy
 from unstall.sim import congestion_level, simulate
 from unstall.traces import SyntheticTraceConfig, generate
-trace = generate(SyntheticTraceConfig(jobs=800, seed=3, load=0.9, cluster_gpus=64,
-                                      multi_gpu_share=0.5, max_gpus=16))
-run = simulate(trace, small(), make_policy("first-fit"), congestion=congestion_level("high"))
-sys.stdout.write(run.jobs[["finish_s", "comm_overhead_s"]].to_csv(float_format="%.17g"))
+
+def one_run(jobs):
+    trace = generate(SyntheticTraceConfig(jobs=jobs, seed=3, load=0.9, cluster_gpus=64,
+                                          multi_gpu_share=0.5, max_gpus=16))
+    run = simulate(trace, small(), make_policy("first-fit"), congestion=congestion_level("high"))
+    return run.jobs[["finish_s", "comm_overhead_s"]].to_csv(float_format="%.17g")
+
+
+if __name__ == "__main__":
+    sys.stdout.write(one_run(int(sys.argv[1])))
 """
+
+
+def test_a_small_run_gives_the_same_bits_in_another_interpreter_with_other_hashing() -> None:
+    """The slow test below's check on a smaller trace, against this process's own run: one
+    interpreter started, with a string hashing other than this one's."""
+    import os
+    import subprocess
+    import sys
+
+    namespace: dict[str, object] = {}
+    exec(compile(_ONE_RUN, "one_run", "exec"), namespace)
+    here = namespace["one_run"](300)  # type: ignore[operator]
+    other = "3" if os.environ.get("PYTHONHASHSEED") != "3" else "1"
+    env = {**os.environ, "PYTHONHASHSEED": other}
+    done = subprocess.run(
+        [sys.executable, "-c", _ONE_RUN, "300"], env=env, capture_output=True, text=True, check=True
+    )
+    assert str(here).count("\n") > 250
+    assert done.stdout == here
 
 
 @pytest.mark.slow  # several interpreters, one per hash seed
@@ -139,7 +164,11 @@ def test_a_seed_gives_the_same_bits_whatever_the_string_hashing() -> None:
     for hash_seed in ("1", "3"):
         env = {**os.environ, "PYTHONHASHSEED": hash_seed}
         done = subprocess.run(
-            [sys.executable, "-c", _ONE_RUN], env=env, capture_output=True, text=True, check=True
+            [sys.executable, "-c", _ONE_RUN, "800"],
+            env=env,
+            capture_output=True,
+            text=True,
+            check=True,
         )
         outputs.append(done.stdout)
     assert outputs[0].count("\n") > 250

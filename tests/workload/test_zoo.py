@@ -141,9 +141,17 @@ def _train_step(name: str) -> None:
     assert any(p.grad.abs().sum() > 0 for p in model.parameters() if p.grad is not None)
 
 
+# The deepest of each heavy family steps for real in the default suite too (a second or two
+# each); the rest of them in the slow run.
+HEAVY_IN_DEFAULT = {"vgg19", "resnet152"}
+
+
 @pytest.mark.parametrize(
     "name",
-    [pytest.param(n, marks=pytest.mark.slow) if n in HEAVY else n for n in zoo.names()],
+    [
+        pytest.param(n, marks=pytest.mark.slow) if n in HEAVY - HEAVY_IN_DEFAULT else n
+        for n in zoo.names()
+    ],
 )
 def test_every_model_does_forward_and_backward_on_its_example_batch(name: str) -> None:
     _train_step(name)
