@@ -224,7 +224,7 @@ def run(
         restore_s=restore_s,
         seed=seed,
     )
-    loop = _train_loop(train, any(given is not None for given in (model, data, loss)))
+    loop = _train_loop(train, any(given is not None for given in (model, data, loss)), compute)
     user = _user_work(model, data, loss)
     chosen = resolve_policy(
         policy, parse_pairs(policy_option or [], "--policy-option", "KEY=VALUE"), owner="live"
@@ -272,19 +272,21 @@ def run(
     _write(run, jobs_out, json_path, config)
 
 
-def _train_loop(train: str | None, model_given: bool) -> Callable[..., Any] | None:
+def _train_loop(train: str | None, model_given: bool, compute: str) -> Callable[..., Any] | None:
     """The user's ``train(ctx)``, loaded here so that a missing file or function is a usage
     error at once (it travels to the executors by value)."""
     if train is None:
         return None
-    if model_given:
-        from unstall.errors import ConfigError
+    from unstall.errors import ConfigError
 
+    if model_given:
         raise ConfigError(
             "live",
             "train",
             "--train is a whole training loop: give it without --model, --data and --loss",
         )
+    if compute != "real":
+        raise ConfigError("live", "train", "a training loop runs for real: add --compute real")
     from unstall.usercode import load_callable
 
     return load_callable(train, what="training function")
