@@ -15,10 +15,13 @@ by ``--speedup``), and ``logs/<job>.log`` holds what its processes printed and r
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
+
+if TYPE_CHECKING:
+    from unstall.live import TrainContext
 
 # Iterations between two reports of the loss.
 REPORT_EVERY = 100
@@ -36,7 +39,7 @@ def batch(step: int, rank: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     return inputs, (inputs[:, :4].argmax(dim=1) + step) % 4
 
 
-def train(ctx: Any) -> None:
+def train(ctx: TrainContext) -> None:
     torch.manual_seed(ctx.seed)  # every rank builds the same initial weights
     model = make_model().to(ctx.device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)

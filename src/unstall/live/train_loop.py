@@ -28,21 +28,58 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import torch
 import torch.distributed as dist
 
 from unstall.usercode import UserCodeNameError, is_reference, load_callable, user_code_error
 
-if TYPE_CHECKING:
-    from unstall.live.training import SegmentControl, SegmentPlan
-
 # The reports a segment keeps in its outcome: the latest ones (a loop that reports every step
 # for hours must not grow the outcome without end; the job's log holds them all).
 MAX_REPORTS = 10_000
 WHAT = "training function"
 TrainFn = Callable[["TrainContext"], Any]
+
+
+class _Work(Protocol):
+    """What this module reads of a :class:`unstall.live.training.JobWork` (which imports this
+    module: the protocols keep the import one way)."""
+
+    @property
+    def job_id(self) -> str: ...
+    @property
+    def iterations(self) -> float: ...
+    @property
+    def data_seed(self) -> int: ...
+    @property
+    def train(self) -> TrainFn | str | None: ...
+
+
+class SegmentPlan(Protocol):
+    """What this module reads of a :class:`unstall.live.training.SegmentPlan`."""
+
+    @property
+    def work(self) -> _Work: ...
+    @property
+    def rank(self) -> int: ...
+    @property
+    def world_size(self) -> int: ...
+    @property
+    def device(self) -> str: ...
+    @property
+    def start_iteration(self) -> float: ...
+    @property
+    def checkpoint(self) -> bytes | None: ...
+    @property
+    def checkpoint_every_s(self) -> float: ...
+
+
+class SegmentControl(Protocol):
+    """What this module reads of a :class:`unstall.live.training.SegmentControl`."""
+
+    @property
+    def stop(self) -> threading.Event: ...
 
 
 class JobLog:
