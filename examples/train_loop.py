@@ -36,7 +36,7 @@ def batch(step: int, rank: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     any step sees the batches an uninterrupted run would have seen."""
     generator = torch.Generator().manual_seed(seed * 1_000_003 + step * 1_009 + rank)
     inputs = torch.randn(8, 16, generator=generator)
-    return inputs, (inputs[:, :4].argmax(dim=1) + step) % 4
+    return inputs, inputs[:, :4].argmax(dim=1)  # a class the model can learn
 
 
 def train(ctx: TrainContext) -> None:
