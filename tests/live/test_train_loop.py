@@ -276,3 +276,50 @@ def test_report_lines_are_json(tmp_path: Path) -> None:
     line = next(x for x in log.read_text().splitlines() if " report " in x)
     assert json.loads(line.split(" report ", 1)[1]) == {"step": 2, "loss": 0.25, "accuracy": 0.5}
     assert log.read_text().splitlines()[-1] == "[rank 0] finished at iteration 2"
+
+
+AGREEING = """
+import json, os, socket
+import torch
+import torch.multiprocessing as mp
+from unstall.live.training import JobWork, SegmentControl, SegmentPlan, run_segment
+
+
+def train(ctx):
+    steps = 0
+    while steps < ctx.iterations:
+        steps += 1
+        ctx.report(step=steps)
+        if ctx.should_stop():
+            ctx.save({"steps": steps}, step=steps)
+            return
+
+
+def rank_main(rank, port):
+    work = JobWork(job_id="j", model="mlp", iterations=50.0, emulated=False, train=train)
+    plan = SegmentPlan(work=work, rank=rank, world_size=2, master_addr="127.0.0.1",
+                       master_port=port, join_timeout_s=20)
+    control = SegmentControl()
+    if rank == 1:
+        control.stop.set()  # only rank 1's executor was asked (so far)
+    outcome = run_segment(plan, control)
+    json.dump({"iteration": outcome.iteration, "finished": outcome.finished,
+               "steps": [r["step"] for r in outcome.reports]}, open(f"rank{rank}.json", "w"))
+
+
+if __name__ == "__main__":
+    os.environ["GLOO_SOCKET_IFNAME"] = "lo"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0)); port = s.getsockname()[1]
+    mp.spawn(rank_main, args=(port,), nprocs=2)
+    json.dump([json.load(open(f"rank{r}.json")) for r in (0, 1)], open("out.json", "w"))
+"""
+
+
+def test_every_rank_stops_after_the_same_step_when_one_of_them_is_asked(tmp_path: Path) -> None:
+    """Two processes of a job; the stop request has reached rank 1 only. Both hear it at the
+    same call of ``should_stop`` (after the first step) and stop there, rank 0 too."""
+    from live_runs import run_script
+
+    found = run_script(AGREEING, tmp_path, timeout=200)
+    assert found == [{"iteration": 1.0, "finished": False, "steps": [1.0]}] * 2
