@@ -23,6 +23,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import numbers
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -190,9 +191,15 @@ class TrainContext:
         self._stopping = bool(flag[0] > 0)
         return self._stopping
 
+    @property
+    def told_to_stop(self) -> bool:
+        """Whether ``should_stop`` has said True (without asking the other ranks again)."""
+        return self._stopping
+
     def checkpoint_due(self) -> bool:
         """Whether the run's checkpoint period (``checkpoint_every_s``) has passed since this
-        process's last save: a loop may save when this says so rather than every N steps."""
+        process's last save: a loop may save when this says so rather than every N steps. Each
+        process reads its own clock: no collective may depend on the answer."""
         return time.monotonic() - self._last_save >= self._plan.checkpoint_every_s
 
     def save(self, state: Any, *, step: int) -> None:
@@ -255,7 +262,7 @@ def _number(name: str, value: Any) -> float:
         if value.numel() != 1:
             raise ValueError(f"ctx.report: metric {name!r} is a tensor of {value.numel()} values")
         value = value.item()
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ValueError(f"ctx.report: metric {name!r} must be a number, got {value!r}")
     return float(value)
 
@@ -315,7 +322,7 @@ class UserLoop:
             self.fn(ctx)
         except Exception as exc:
             raise user_code_error(self.fn, exc, what=WHAT) from exc
-        if not ctx._stopping or ctx.saved_step >= ctx.iterations:
+        if not ctx.told_to_stop or ctx.saved_step >= ctx.iterations:
             return float(ctx.iterations), True
         return float(ctx.saved_step), False
 
