@@ -192,7 +192,7 @@ def test_an_error_in_the_loop_names_its_file_function_and_line_and_the_log_has_i
     assert f"training function train ({tmp_path / 'broken.py'}:4) failed, line 8" in text
     assert "ValueError: no data at /data/x" in text
     lines = log.read_text().splitlines()
-    assert lines[0] == "[rank 0] segment from iteration 0 of 3, 1 processes on cpu"
+    assert lines[0] == "[rank 0] segment from iteration 0 of 3, 1 process on cpu"
     assert "[rank 0] starting 0" in lines
     assert '[rank 0] report {"step": 1, "loss": 0.5}' in lines
     assert lines[-1].startswith("[rank 0] failed: UserCodeError: training function train")

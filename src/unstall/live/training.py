@@ -194,7 +194,7 @@ def _run_logged(
     if log is not None:
         log.line(
             f"segment from iteration {plan.start_iteration:g} of {plan.work.iterations:g}, "
-            f"{plan.world_size} processes on {plan.device}"
+            f"{plan.world_size} process{'es' if plan.world_size != 1 else ''} on {plan.device}"
         )
     # On GPUs the gradients go over NCCL and the per-step control (stop flags, the emulated
     # iteration time: small CPU tensors) over gloo, one group with a backend per device type.
