@@ -323,3 +323,36 @@ def test_every_rank_stops_after_the_same_step_when_one_of_them_is_asked(tmp_path
 
     found = run_script(AGREEING, tmp_path, timeout=200)
     assert found == [{"iteration": 1.0, "finished": False, "steps": [1.0]}] * 2
+
+
+@pytest.mark.parametrize(
+    ("options", "said"),
+    [
+        ({"train": "loop.py:train"}, r"run_live\.train: needs real compute"),
+        ({"train": 42, "real": True}, r"run_live\.train: want a function or FILE.py:FUNC"),
+        ({"train": "loop.py:train", "user": True, "real": True}, r"train or user_work, not both"),
+    ],
+)
+def test_run_live_refuses_a_training_loop_it_cannot_run_before_starting_ray(
+    options: dict[str, Any], said: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from unstall.errors import ConfigError
+    from unstall.live import LiveConfig, UserWork, run
+    from unstall.workload.losses import resolve_loss
+
+    def no_ray(*_args: Any) -> None:
+        raise AssertionError("a local Ray was started")
+
+    monkeypatch.setattr(run, "LocalRayCluster", no_ray)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    user = UserWork(
+        model_fn=lambda: None, data_fn=lambda r, w: [], loss=resolve_loss("mse", owner="test")
+    )
+    with pytest.raises(ConfigError, match=said):
+        run.run_live(
+            None,
+            "fifo",
+            config=LiveConfig(compute="real" if options.get("real") else "emulated"),
+            train=options["train"],
+            user_work=user if options.get("user") else None,
+        )
