@@ -60,6 +60,58 @@ class MarkingFifo(Fifo):
 """
 
 
+# A policy that moves its one job around: a preemption and a migration at known times.
+MOVING_POLICY = """\
+from unstall.sched.base import Decision, Migrate, Preempt, SetTimer, Start
+
+
+class MoveAround:
+    '''Starts the one job on node 0, migrates it to node 1, preempts it, restarts it on node 0,
+    each step hold_s trace seconds after the last; on gpus GPUs of each node. free_seen: the
+    free GPUs by node each step found.'''
+
+    name = "move-around"
+    needs_oracle = False
+
+    def __init__(self, hold_s: float = 1.0, gpus: int = 1) -> None:
+        self.hold_s = hold_s
+        self.gpus = gpus
+        self.stage = 0
+        self.free_seen = []
+
+    def reset(self) -> None:
+        self.stage = 0
+        self.free_seen = []
+
+    def decide(self, snapshot, rng):
+        stage = self.stage
+        decision = self._decide(snapshot)
+        if self.stage != stage:
+            self.free_seen.append(list(snapshot.free_by_node))
+        return decision
+
+    def _decide(self, snapshot):
+        now, fired = snapshot.now, snapshot.fired_timers
+        later = lambda key: (SetTimer(now + self.hold_s, key),)
+        if self.stage == 0 and snapshot.queued:
+            self.stage = 1
+            job = snapshot.queued[0].job_id
+            return Decision(starts=(Start(job, ((0, self.gpus),)),), timers=later("move"))
+        if self.stage == 1 and "move" in fired and snapshot.running:
+            self.stage = 2
+            job = snapshot.running[0].job_id
+            return Decision(migrations=(Migrate(job, ((1, self.gpus),)),), timers=later("stop"))
+        if self.stage == 2 and "stop" in fired and snapshot.running:
+            self.stage = 3
+            job = snapshot.running[0].job_id
+            return Decision(preemptions=(Preempt(job),), timers=later("again"))
+        if self.stage == 3 and "again" in fired and snapshot.queued:
+            self.stage = 4
+            return Decision(starts=(Start(snapshot.queued[0].job_id, ((0, self.gpus),)),))
+        return Decision()
+"""
+
+
 def live_env() -> dict[str, str]:
     """The environment of a process that joins the test cluster: this tree's unstall, and a
     driver that cannot reach the cluster gives up in seconds, not Ray's minute."""

@@ -15,7 +15,7 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from live_runs import TWO_NODES, live_env, run_script
+from live_runs import MOVING_POLICY, TWO_NODES, live_env, run_script
 
 
 @pytest.fixture
@@ -24,55 +24,6 @@ def cluster(ray_test_cluster: Any) -> str:
     emulated GPUs each, one rack each: TWO_NODES)."""
     address: str = ray_test_cluster.address
     return address
-
-
-MOVING_POLICY = """\
-from unstall.sched.base import Decision, Migrate, Preempt, SetTimer, Start
-
-
-class MoveAround:
-    '''Starts the one job on node 0, migrates it to node 1, preempts it, restarts it on node 0,
-    each step hold_s trace seconds after the last.'''
-
-    name = "move-around"
-    needs_oracle = False
-
-    def __init__(self, hold_s: float = 1.0) -> None:
-        self.hold_s = hold_s
-        self.stage = 0
-        self.free_seen = []
-
-    def reset(self) -> None:
-        self.stage = 0
-        self.free_seen = []
-
-    def decide(self, snapshot, rng):
-        stage = self.stage
-        decision = self._decide(snapshot)
-        if self.stage != stage:  # the free GPUs by node each step found
-            self.free_seen.append(list(snapshot.free_by_node))
-        return decision
-
-    def _decide(self, snapshot):
-        now, fired = snapshot.now, snapshot.fired_timers
-        later = lambda key: (SetTimer(now + self.hold_s, key),)
-        if self.stage == 0 and snapshot.queued:
-            self.stage = 1
-            job = snapshot.queued[0].job_id
-            return Decision(starts=(Start(job, ((0, 1),)),), timers=later("move"))
-        if self.stage == 1 and "move" in fired and snapshot.running:
-            self.stage = 2
-            job = snapshot.running[0].job_id
-            return Decision(migrations=(Migrate(job, ((1, 1),)),), timers=later("stop"))
-        if self.stage == 2 and "stop" in fired and snapshot.running:
-            self.stage = 3
-            job = snapshot.running[0].job_id
-            return Decision(preemptions=(Preempt(job),), timers=later("again"))
-        if self.stage == 3 and "again" in fired and snapshot.queued:
-            self.stage = 4
-            return Decision(starts=(Start(snapshot.queued[0].job_id, ((0, 1),)),))
-        return Decision()
-"""
 
 
 USER_JOB = """\

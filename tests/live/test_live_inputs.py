@@ -19,6 +19,7 @@ from unstall.live.cluster import discover
 from unstall.net import TopologyConfig
 
 SRC = str(Path(unstall.__file__).resolve().parents[1])
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_loop.py"
 
 
 @pytest.mark.parametrize(
@@ -127,6 +128,10 @@ def _unstall(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[st
         (["--policy", "fifo", "--speedup", "0"], "speedup"),
         (["--policy", "my_policy.py"], "my_policy.py:MyPolicy"),
         (["--policy", "fifo", "--model", "m.py:make"], "--data"),
+        (["--policy", "fifo", "--train", "t.py:train", "--loss", "mse"], "without --model"),
+        (["--policy", "fifo", "--train", "t.py"], "t.py:train"),
+        (["--policy", "fifo", "--train", "nosuch.py:train"], "nosuch.py: no such file"),
+        (["--policy", "fifo", "--train", f"{EXAMPLE}:train"], "add --compute real"),
     ],
 )
 def test_usage_errors_exit_2_with_one_line(args: list[str], said: str) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -166,9 +166,30 @@ def run(
         ),
     ] = None,
     loss: Annotated[
-        str,
-        typer.Option("--loss", help="Loss of --model: cross_entropy, mse or FILE.py:FUNC."),
-    ] = "cross_entropy",
+        str | None,
+        typer.Option(
+            "--loss",
+            help="Loss of --model: cross_entropy (the default), mse or FILE.py:FUNC.",
+            show_default=False,
+        ),
+    ] = None,
+    train: Annotated[
+        str | None,
+        typer.Option(
+            "--train",
+            callback=named_in_file("training function", "train"),
+            help="Your own training loop for every job, train(ctx), FILE.py:FUNC (real "
+            "compute; instead of --model/--data/--loss). See docs/live.md.",
+        ),
+    ] = None,
+    log_dir: Annotated[
+        Path | None,
+        typer.Option(
+            "--log-dir",
+            help="Each job's processes append their course, your code's output and its "
+            "reports to DIR/<job>.log.",
+        ),
+    ] = None,
     events: Annotated[
         bool,
         typer.Option(
@@ -224,6 +245,7 @@ def run(
         restore_s=restore_s,
         seed=seed,
     )
+    loop = _train_loop(train, any(given is not None for given in (model, data, loss)), compute)
     user = _user_work(model, data, loss)
     chosen = resolve_policy(
         policy, parse_pairs(policy_option or [], "--policy-option", "KEY=VALUE"), owner="live"
@@ -253,6 +275,8 @@ def run(
                 model_mix=dict(mix) if mix else None,
                 duration_gpu=duration_gpu,
                 user_work=user,
+                train=loop,
+                log_dir=log_dir,
                 predict=predict,
                 log=say,
                 on_finish=advance,
@@ -289,7 +313,27 @@ def _event_printer(asked: bool, quiet: bool) -> Callable[[JobEvent], None] | Non
     return show
 
 
-def _user_work(model: str | None, data: str | None, loss: str) -> UserWork | None:
+def _train_loop(train: str | None, model_given: bool, compute: str) -> Callable[..., Any] | None:
+    """The user's ``train(ctx)``, loaded here so that a missing file or function is a usage
+    error at once (it travels to the executors by value)."""
+    if train is None:
+        return None
+    from unstall.errors import ConfigError
+
+    if model_given:
+        raise ConfigError(
+            "live",
+            "train",
+            "--train is a whole training loop: give it without --model, --data and --loss",
+        )
+    if compute != "real":
+        raise ConfigError("live", "train", "a training loop runs for real: add --compute real")
+    from unstall.usercode import load_callable
+
+    return load_callable(train, what="training function")
+
+
+def _user_work(model: str | None, data: str | None, loss: str | None) -> UserWork | None:
     """The user's model, data and loss for every job, or None for the jobs' zoo models."""
     if model is None and data is None:
         return None
@@ -306,7 +350,7 @@ def _user_work(model: str | None, data: str | None, loss: str) -> UserWork | Non
     return UserWork(
         model_fn=load_callable(model, what="model function"),
         data_fn=load_callable(data, what="data function"),
-        loss=resolve_loss(loss, owner="live"),
+        loss=resolve_loss(loss or "cross_entropy", owner="live"),
     )
 
 

@@ -3,7 +3,8 @@
 What this part offers:
 
 - ``run_live(trace, policy, *, cluster=, address=, config=, max_jobs=, model_mix=,
-  duration_gpu=, user_work=, predict=, keep_final_checkpoints=, log=)`` -> :class:`LiveRun`:
+  duration_gpu=, user_work=, train=, log_dir=, predict=, keep_final_checkpoints=, log=)`` ->
+  :class:`LiveRun`:
   the same :class:`unstall.sched.Policy` objects as :func:`unstall.sim.simulate`, their
   decisions checked by the same rules, carried out by real processes: one long-lived executor
   per GPU pinned to its node, each job a fresh ``torch.distributed`` group (gloo on CPUs, NCCL
@@ -15,7 +16,9 @@ What this part offers:
   only a live run measures (:class:`LiveFacts`: start-up, restore and checkpoint times, each
   round's decision time, process failures, nodes lost) and, on request, the simulator's
   prediction of the same run.
-- :class:`UserWork`: a user's own model, data and loss for the jobs.
+- :class:`UserWork`: a user's own model, data and loss for the jobs; or the user's own
+  training loop, ``train(ctx)`` (``run_live(train=...)``), given a :class:`TrainContext`
+  (rank, world size, device, group, ``restore``, ``should_stop``, ``save``, ``report``).
 - Errors: :class:`LiveClusterError` (the Ray cluster cannot host the run),
   :class:`LiveRunError`, :class:`LiveInterrupted` (a Ctrl-C, with what finished).
 
@@ -32,6 +35,7 @@ from unstall.live.backend import LiveInterrupted, LiveRunError
 from unstall.live.cluster import LiveClusterError
 from unstall.live.config import COMPUTE_MODES, DEFAULT_SLOT_RESOURCE, LiveConfig
 from unstall.live.run import LiveFacts, LiveRun, run_live
+from unstall.live.train_loop import TrainContext
 from unstall.live.training import UserWork
 
 __all__ = [
@@ -43,6 +47,7 @@ __all__ = [
     "LiveInterrupted",
     "LiveRun",
     "LiveRunError",
+    "TrainContext",
     "UserWork",
     "run_live",
 ]

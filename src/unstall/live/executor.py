@@ -9,50 +9,57 @@ ask a running segment to stop, or change its emulated iteration time, while it t
 
 The checkpoint store is an actor on the driver's node that the driver owns: a checkpoint kept
 there outlives the executor (and the node) that wrote it, which is what lets a job whose process
-died resume from its last checkpoint. Given a directory (the service's store), it also keeps them
-as files, which outlive the driver.
+died resume from its last checkpoint. Given a directory, it also writes each checkpoint to a
+file there, which outlives the driver itself.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import socket
-import struct
 import threading
 import time
+import urllib.parse
 from pathlib import Path
 from typing import Any
 
 import ray
 
+from unstall.errors import UnstallError
 from unstall.live.training import SegmentControl, SegmentOutcome, SegmentPlan, run_segment
 
 # Threads of an executor: the segment, and the backend's stop and speed calls beside it.
 EXECUTOR_THREADS = 4
+# A checkpoint file: this line, a JSON header line (job id, iteration), then torch.save's bytes.
+CHECKPOINT_MAGIC = b"unstall-checkpoint 1\n"
+CHECKPOINT_SUFFIX = ".ckpt"
 
 
 class CheckpointStore:
-    """The latest checkpoint of each job, as ``(iteration, blob)``. With a ``directory``, each
-    is also a durable file there (``<job>.ckpt``, written whole or not at all), and a new store
-    over the same directory finds them again: a service's jobs resume from them after the
-    service (and this actor with it) died."""
+    """The latest checkpoint of each job, as ``(iteration, blob)``.
 
-    def __init__(self, directory: str | None = None) -> None:
+    Given a ``directory``, every checkpoint it keeps is also written to
+    ``directory/<job_id>.ckpt`` (atomically: a temporary file, fsync, rename), and a new store
+    over the same directory starts from the checkpoints found there: the jobs' state outlives
+    the process that held the store (a driver killed mid-run)."""
+
+    def __init__(self, directory: str | Path | None = None) -> None:
         self._latest: dict[str, tuple[float, bytes]] = {}
-        self._directory = directory
-        if directory is not None:
-            for path in sorted(Path(directory).glob("*.ckpt")):
-                held = _read_checkpoint(path)
-                if held is not None:
-                    self._latest[path.stem] = held
+        self._directory = Path(directory) if directory is not None else None
+        if self._directory is not None:
+            self._directory.mkdir(parents=True, exist_ok=True)
+            for path in sorted(self._directory.glob("*" + CHECKPOINT_SUFFIX)):
+                job_id, iteration, blob = read_checkpoint_file(path)
+                self._latest[job_id] = (iteration, blob)
 
     def save(self, job_id: str, iteration: float, blob: bytes) -> None:
         held = self._latest.get(job_id)
         if held is None or iteration >= held[0]:
             self._latest[job_id] = (iteration, blob)
             if self._directory is not None:
-                _write_checkpoint(Path(self._directory) / f"{job_id}.ckpt", iteration, blob)
+                write_checkpoint_file(self._directory, job_id, iteration, blob)
 
     def load(self, job_id: str) -> tuple[float, bytes] | None:
         return self._latest.get(job_id)
@@ -63,6 +70,51 @@ class CheckpointStore:
 
     def drop(self, job_id: str) -> None:
         self._latest.pop(job_id, None)
+        if self._directory is not None:
+            checkpoint_path(self._directory, job_id).unlink(missing_ok=True)
+
+
+def job_file_name(job_id: str, suffix: str) -> str:
+    """``<job_id><suffix>``, with the characters a file name cannot hold %-escaped."""
+    return urllib.parse.quote(job_id, safe="-_.") + suffix
+
+
+def checkpoint_path(directory: Path, job_id: str) -> Path:
+    """``directory/<job_id>.ckpt`` (the id itself is in the file)."""
+    return directory / job_file_name(job_id, CHECKPOINT_SUFFIX)
+
+
+def write_checkpoint_file(directory: Path, job_id: str, iteration: float, blob: bytes) -> None:
+    """Write a job's checkpoint so that the file is either the old one or the new one, whole,
+    even if the process dies or the machine loses power mid-write."""
+    path = checkpoint_path(directory, job_id)
+    header = json.dumps({"job_id": job_id, "iteration": iteration}).encode()
+    temporary = directory / f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp"
+    with open(temporary, "wb") as file:
+        file.write(CHECKPOINT_MAGIC + header + b"\n" + blob)
+        file.flush()
+        os.fsync(file.fileno())
+    os.replace(temporary, path)
+    # The rename itself is durable once the folder's entry is on disk.
+    folder = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(folder)
+    finally:
+        os.close(folder)
+
+
+def read_checkpoint_file(path: Path) -> tuple[str, float, bytes]:
+    """``(job_id, iteration, blob)`` of a checkpoint file; a file that is not one is an error
+    naming it (the store does not guess at a job's state)."""
+    data = path.read_bytes()
+    if not data.startswith(CHECKPOINT_MAGIC) or b"\n" not in data[len(CHECKPOINT_MAGIC) :]:
+        raise UnstallError(f"{path}: not an unstall checkpoint file")
+    header, _, blob = data[len(CHECKPOINT_MAGIC) :].partition(b"\n")
+    try:
+        fields = json.loads(header)
+        return str(fields["job_id"]), float(fields["iteration"]), blob
+    except (ValueError, KeyError, TypeError) as exc:
+        raise UnstallError(f"{path}: checkpoint header unreadable ({exc})") from None
 
 
 class Executor:
@@ -155,25 +207,6 @@ class Executor:
         """The emulated iteration time of ``segment`` from its next step on."""
         with self._lock:
             self._control_of(segment).iteration_wall_s = seconds
-
-
-def _write_checkpoint(path: Path, iteration: float, blob: bytes) -> None:
-    """``iteration`` (8 bytes) then the blob, to a temporary file made durable, then renamed
-    over the last one: a kill at any moment leaves the old checkpoint or the new one."""
-    tmp = path.with_suffix(".tmp")
-    with open(tmp, "wb") as out:
-        out.write(struct.pack("<d", iteration))
-        out.write(blob)
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(tmp, path)
-
-
-def _read_checkpoint(path: Path) -> tuple[float, bytes] | None:
-    data = path.read_bytes()
-    if len(data) < 8:
-        return None
-    return struct.unpack("<d", data[:8])[0], data[8:]
 
 
 # Remote versions, built once: the classes above stay plain (tests run them in-process).

@@ -24,8 +24,10 @@ from unstall.errors import ConfigError, UnstallError
 from unstall.live.backend import LiveBackend, LiveInterrupted, LiveOutcome
 from unstall.live.cluster import LiveCluster, LocalRayCluster, discover
 from unstall.live.config import LiveConfig
+from unstall.live.executor import job_file_name
 from unstall.live.prediction import predict_run
 from unstall.live.segments import JobRecord
+from unstall.live.train_loop import TrainFn, absolute_reference
 from unstall.live.training import JobWork, UserWork
 from unstall.loop import Job, JobEvent, JobState
 from unstall.net import resolve_cluster
@@ -128,6 +130,8 @@ def run_live(
     model_mix: Mapping[str, float] | None = None,
     duration_gpu: str | None = None,
     user_work: UserWork | None = None,
+    train: TrainFn | str | None = None,
+    log_dir: str | Path | None = None,
     predict: bool = False,
     keep_final_checkpoints: bool = False,
     log: Callable[[str], None] | None = None,
@@ -143,8 +147,12 @@ def run_live(
     Ray). ``config``: how the run is carried out (:class:`LiveConfig`: speedup, compute mode,
     ...). ``max_jobs``, ``model_mix``, ``duration_gpu``: as in :func:`unstall.sim.simulate`.
     ``user_work``: the user's model, data and loss for every job (real compute), instead of each
-    job's zoo model. ``predict``: also simulate the same run (``restore_s``: the config's, else
-    what this run measured) and return it as ``prediction``. ``keep_final_checkpoints``: return
+    job's zoo model. ``train``: the user's own training loop for every job, ``train(ctx)`` (a
+    function, or its reference ``FILE.py:FUNC`` loaded in the executors; real compute; see
+    :mod:`unstall.live.train_loop`). ``log_dir``: each job's processes append their course and
+    the user's code's output and reports to ``log_dir/<job_id>.log``. ``predict``: also
+    simulate the same run (``restore_s``: the config's, else what this run measured) and return
+    it as ``prediction``. ``keep_final_checkpoints``: return
     each finished job's final checkpoint (real compute; to compare parameters).
     ``on_event(event)`` hears each job's transitions as they happen (a
     :class:`~unstall.loop.JobEvent`: arrived, started with its placement, preempted, migrated,
@@ -162,8 +170,7 @@ def run_live(
     topology = None if cluster is None else resolve_cluster(cluster, owner=OWNER)
     joined = cluster_address(address)
     say = log or (lambda _text: None)
-    if user_work is not None and config.emulated:
-        raise ConfigError(OWNER, "user_work", "needs real compute (config.compute='real')")
+    jobs_code = _jobs_code(user_work, train, log_dir, config)
     local: LocalRayCluster | None = None
     started = time.monotonic()
     if joined is None:
@@ -177,7 +184,7 @@ def run_live(
         max_jobs=max_jobs,
         model_mix=model_mix,
         duration_gpu=duration_gpu,
-        user_work=user_work,
+        code=jobs_code,
         log=say,
     )
     # Whatever the run would refuse is refused now, before a Ray process starts; joined to a
@@ -260,7 +267,7 @@ def plan_jobs(
     max_jobs: int | None,
     model_mix: Mapping[str, float] | None,
     duration_gpu: str | None,
-    user_work: UserWork | None,
+    code: JobCode,
     log: Callable[[str], None],
 ) -> PlannedJobs:
     """The jobs of a live run of ``trace`` on ``topology``, exactly as the simulator would run
@@ -309,7 +316,7 @@ def plan_jobs(
             f"rejected (outcome 'rejected' in the per-job output): {named}"
         )
     works = {
-        job.job_id: _work(job.job_id, job.model, job.work_iters, config, user_work)
+        job.job_id: _work(job.job_id, job.model, job.work_iters, config, code)
         for job in prepared.jobs
     }
     return PlannedJobs(speed=speed, prepared=prepared, works=works)
@@ -391,9 +398,37 @@ def _run_on(
     )
 
 
-def _work(
-    job_id: str, model: str, work_iters: float, config: LiveConfig, user: UserWork | None
-) -> JobWork:
+@dataclass(frozen=True, kw_only=True)
+class JobCode:
+    """The user's code for every job (None: the zoo models) and where jobs' logs go."""
+
+    user: UserWork | None = None
+    train: TrainFn | str | None = None
+    log_dir: Path | None = None
+
+
+def _jobs_code(
+    user_work: UserWork | None,
+    train: TrainFn | str | None,
+    log_dir: str | Path | None,
+    config: LiveConfig,
+) -> JobCode:
+    """The run's user code, checked: real compute, one kind of it at most. Paths are made
+    absolute here: the executors do not run in this process's folder."""
+    if user_work is not None and train is not None:
+        raise ConfigError(OWNER, "train", "give train or user_work, not both")
+    for name, given in (("user_work", user_work), ("train", train)):
+        if given is not None and config.emulated:
+            raise ConfigError(OWNER, name, "needs real compute (config.compute='real')")
+    if isinstance(train, str):
+        train = absolute_reference(train)
+    elif train is not None and not callable(train):
+        raise ConfigError(OWNER, "train", f"want a function or FILE.py:FUNC, got {train!r}")
+    folder = None if log_dir is None else Path(log_dir).resolve()
+    return JobCode(user=user_work, train=train, log_dir=folder)
+
+
+def _work(job_id: str, model: str, work_iters: float, config: LiveConfig, code: JobCode) -> JobWork:
     """What a job's processes train: emulated, the perf model's iterations; real, the job's
     work divided by the speedup, in whole iterations."""
     iterations = (
@@ -408,7 +443,11 @@ def _work(
         image_size=config.image_size,
         lr=config.lr,
         seed=config.seed,
-        user=user,
+        user=code.user,
+        train=code.train,
+        log_path=(
+            None if code.log_dir is None else str(code.log_dir / job_file_name(job_id, ".log"))
+        ),
     )
 
 

@@ -10,7 +10,8 @@ data position is the iteration, as batches are drawn per iteration) resumes the 
 Two kinds of compute:
 
 - real: the job's model trains on synthetic batches of its zoo model (or the user's model, data
-  and loss), data-parallel with DDP;
+  and loss), data-parallel with DDP; or the user's own loop, ``train(ctx)``, runs
+  (:mod:`unstall.live.train_loop`);
 - emulated: each step waits the perf model's iteration time (set by the backend, and changed
   while the job runs when the links it shares change) and all-reduces a small buffer.
 
@@ -28,12 +29,14 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
+from unstall.live.train_loop import JobLog, UserLoop, captured
+from unstall.usercode import describe_exception
 from unstall.workload import zoo
 from unstall.workload.batches import to_device
 from unstall.workload.losses import loss_problem
@@ -60,7 +63,14 @@ class UserWork:
 @dataclass(frozen=True)
 class JobWork:
     """What a job trains and for how long: ``iterations`` in all (fractional in emulated
-    compute, where one is the perf model's iteration)."""
+    compute, where one is the perf model's iteration).
+
+    ``train``: the user's own loop, ``train(ctx)`` (real compute), as a function (sent to the
+    executors by value) or its reference ``FILE.py:FUNC`` (loaded in each executor: the driver
+    never runs the user's code); None: the built-in loop over ``model`` or ``user``.
+    ``log_path``: the job's log file, to which every process appends its segment's start and
+    end, the user's loop's stdout, stderr and reports (None: no log; output goes where the
+    executor's goes)."""
 
     job_id: str
     model: str
@@ -71,6 +81,8 @@ class JobWork:
     lr: float = 0.05
     seed: int = 0
     user: UserWork | None = None
+    train: Callable[[Any], Any] | str | None = None
+    log_path: str | None = None
 
     @property
     def data_seed(self) -> int:
@@ -129,6 +141,25 @@ class SegmentOutcome:
     # at the iteration time the backend set): the perf model's time for what it did, without
     # the emulation's own latencies, which ``train_s`` holds too.
     scheduled_s: float = 0.0
+    # A user's loop (rank 0's: every process keeps its own): what it reported, the latest
+    # ``MAX_REPORTS`` in call order, each ``{"step": ..., metric: value}``.
+    reports: tuple[dict[str, float], ...] = ()
+
+
+class _SegmentTrainer(Protocol):
+    """What run_segment needs of a segment's trainer (a built-in loop or the user's)."""
+
+    behind_s: float
+    scheduled_s: float
+
+    @property
+    def reports(self) -> tuple[dict[str, float], ...]: ...
+
+    def train(
+        self, control: SegmentControl, on_checkpoint: Callable[[float, bytes], None] | None
+    ) -> tuple[float, bool]: ...
+
+    def checkpoint(self, iteration: float) -> bytes | None: ...
 
 
 def run_segment(
@@ -138,8 +169,33 @@ def run_segment(
 ) -> SegmentOutcome:
     """Join the job's group, restore its state, train until done or stopped, leave the group.
 
-    ``on_checkpoint(iteration, blob)`` receives rank 0's periodic checkpoints."""
+    ``on_checkpoint(iteration, blob)`` receives rank 0's periodic checkpoints. With the job's
+    ``log_path``, the segment's course and the output of the job's code go to that file."""
+    log = JobLog(plan.work.log_path, plan.rank) if plan.work.log_path else None
+    try:
+        with captured(log):
+            return _run_logged(plan, control, on_checkpoint, log)
+    except Exception as exc:
+        if log is not None:
+            log.line(f"failed: {describe_exception(exc)}")
+        raise
+    finally:
+        if log is not None:
+            log.close()
+
+
+def _run_logged(
+    plan: SegmentPlan,
+    control: SegmentControl,
+    on_checkpoint: Callable[[float, bytes], None] | None,
+    log: JobLog | None,
+) -> SegmentOutcome:
     started = time.monotonic()
+    if log is not None:
+        log.line(
+            f"segment from iteration {plan.start_iteration:g} of {plan.work.iterations:g}, "
+            f"{plan.world_size} process{'es' if plan.world_size != 1 else ''} on {plan.device}"
+        )
     # On GPUs the gradients go over NCCL and the per-step control (stop flags, the emulated
     # iteration time: small CPU tensors) over gloo, one group with a backend per device type.
     backend = "cpu:gloo,cuda:nccl" if plan.device.startswith("cuda") else "gloo"
@@ -152,9 +208,7 @@ def run_segment(
     )
     try:
         joined = time.monotonic()
-        trainer: _Trainer = (
-            _EmulatedTrainer(plan, control) if plan.work.emulated else _RealTrainer(plan)
-        )
+        trainer = _trainer(plan, control, log)
         restored = time.monotonic()
         iteration, finished = trainer.train(control, on_checkpoint)
         trained = time.monotonic()
@@ -162,6 +216,8 @@ def run_segment(
         saved = time.monotonic()
     finally:
         dist.destroy_process_group()
+    if log is not None:
+        log.line(f"{'finished' if finished else 'stopped'} at iteration {iteration:g}")
     return SegmentOutcome(
         job_id=plan.work.job_id,
         rank=plan.rank,
@@ -174,7 +230,19 @@ def run_segment(
         checkpoint=blob,
         behind_s=trainer.behind_s,
         scheduled_s=trainer.scheduled_s,
+        reports=trainer.reports,
     )
+
+
+def _trainer(plan: SegmentPlan, control: SegmentControl, log: JobLog | None) -> _SegmentTrainer:
+    """The segment's loop: emulated, the user's own, or the built-in one over a model."""
+    if plan.work.emulated:
+        if plan.work.train is not None:
+            raise ValueError(f"job {plan.work.job_id}: a training loop needs real compute")
+        return _EmulatedTrainer(plan, control)
+    if plan.work.train is not None:
+        return UserLoop(plan, control, log)
+    return _RealTrainer(plan)
 
 
 def _host(address: str) -> str:
@@ -187,6 +255,7 @@ class _Trainer:
     plan: SegmentPlan
     behind_s: float = 0.0  # emulated: wall seconds lost to a schedule that could not be kept
     scheduled_s: float = 0.0  # emulated: wall seconds the steps were scheduled to take
+    reports: tuple[dict[str, float], ...] = ()  # a user's loop's alone
 
     def step(self, iteration: float, control: SegmentControl) -> float:
         """Do one step from ``iteration``; return the iterations it did."""
