@@ -154,7 +154,7 @@ def _backend(max_failures: int) -> object:
     import pandas as pd
 
     from unstall.live.backend import LiveBackend
-    from unstall.live.run import _work
+    from unstall.live.run import JobCode, _work
     from unstall.sched import make_policy
     from unstall.sim.run import run_jobs, speed_model
     from unstall.traces import Trace
@@ -180,7 +180,9 @@ def _backend(max_failures: int) -> object:
         job_duration_gpus=per_job,
     )
     config = LiveConfig(max_failures=max_failures, compute="real")
-    works = {j.job_id: _work(j.job_id, j.model, j.work_iters, config, None) for j in prepared.jobs}
+    works = {
+        j.job_id: _work(j.job_id, j.model, j.work_iters, config, JobCode()) for j in prepared.jobs
+    }
     return LiveBackend(
         cluster=live,
         speed=speed,

@@ -326,11 +326,12 @@ def _train_loop(train: str | None, model_given: bool, compute: str) -> Callable[
             "train",
             "--train is a whole training loop: give it without --model, --data and --loss",
         )
-    if compute != "real":
-        raise ConfigError("live", "train", "a training loop runs for real: add --compute real")
     from unstall.usercode import load_callable
 
-    return load_callable(train, what="training function")
+    loop = load_callable(train, what="training function")  # a missing file is said first
+    if compute != "real":
+        raise ConfigError("live", "train", "a training loop runs for real: add --compute real")
+    return loop
 
 
 def _user_work(model: str | None, data: str | None, loss: str | None) -> UserWork | None:
