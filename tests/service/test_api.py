@@ -87,6 +87,17 @@ def test_a_submitted_job_is_pending_first_in_the_queue_and_stored(
         ({"gpus": 1, "train": "not a reference", "iterations": 5}, "train"),
         ({"gpus": 1, "model": "resnet50", "duration_s": 60, "files": {"../x.py": ""}}, "files"),
         ({"gpus": 1, "model": "resnet50", "duration_s": 60, "colour": "red"}, "colour"),
+        ({"gpus": 1, "train": "loop.py:train", "iterations": 5}, "train"),  # emulated compute
+        (
+            {
+                "gpus": 1,
+                "model_fn": "m.py:f",
+                "data_fn": "m.py:d",
+                "loss": "m.py:l",
+                "iterations": 5,
+            },
+            "model_fn",
+        ),
     ],
 )
 def test_bad_submissions_get_422_naming_the_field(

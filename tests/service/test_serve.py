@@ -9,68 +9,15 @@ succeeds exactly once with exactly its iterations, and what the killed service l
 
 from __future__ import annotations
 
-import re
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from live_runs import TWO_NODES, live_env
+from live_runs import TWO_NODES
+from service_runs import START_S, jobs_cli, serve_process, wait_for
 from unstall.live.executor import CheckpointStore
 from unstall.service import Client
-
-# Wall seconds a service gets to answer after it starts (a local Ray cluster on a busy machine).
-START_S = 240.0
-
-
-def _serve(store: Path, cluster: Path, log: Path) -> tuple[subprocess.Popen[bytes], str]:
-    """A service on ``store``, its output in ``log``; returns it and its URL once it answers."""
-    with open(log, "ab") as out:
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "unstall",
-                "serve",
-                "--cluster",
-                str(cluster),
-                "--store",
-                str(store),
-                "--port",
-                "0",
-                "--policy",
-                "fifo",
-                "--speedup",
-                "20",
-                "--checkpoint-every-s",
-                "0.5",
-            ],
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=live_env(),
-        )
-    deadline = time.monotonic() + START_S
-    while time.monotonic() < deadline and process.poll() is None:
-        found = re.search(r"serving on (http://127\.0\.0\.1:\d+)", log.read_text())
-        if found:
-            return process, found.group(1)
-        time.sleep(0.1)
-    process.kill()
-    raise AssertionError("the service did not answer:\n" + log.read_text())
-
-
-def _jobs(*args: str) -> subprocess.CompletedProcess[str]:
-    """``unstall jobs ...`` as a user runs it."""
-    return subprocess.run(
-        [sys.executable, "-m", "unstall", "jobs", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=live_env(),
-    )
 
 
 def _folder_of(pid: int) -> str | None:
@@ -96,39 +43,29 @@ def _alive_in(folder: str) -> int:
     return count
 
 
-def _wait_for(condition: object, timeout_s: float, what: str, log: Path | None = None) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if condition():  # type: ignore[operator]
-            return
-        time.sleep(0.25)
-    said = log.read_text() if log is not None else ""
-    raise AssertionError(f"timed out waiting for {what}; the service said:\n{said}")
-
-
 def test_a_killed_service_loses_nothing_and_runs_no_job_twice(tmp_path: Path) -> None:
     cluster = tmp_path / "two.toml"
     cluster.write_text(TWO_NODES)
     store = tmp_path / "store"
     log = tmp_path / "serve.log"
-    first, url = _serve(store, cluster, log)
+    first, url = serve_process(store, cluster, log)
     try:
         client = Client(url, user="ann")
         # Long enough to be killed mid-run: 600 run seconds at speedup 20 = 30 wall seconds.
         long = client.submit(gpus=2, model="resnet50", duration_s=600.0, name="long")
         short = client.submit(gpus=2, model="resnet50", duration_s=40.0, name="short")
         queued = client.submit(gpus=4, model="vgg16", duration_s=40.0, name="wide")
-        listed = _jobs("list", "--server", url)
+        listed = jobs_cli("list", "--server", url)
         assert listed.returncode == 0 and "long" in listed.stdout, listed.stdout + listed.stderr
         assert client.get(queued.id).state == "pending"
         # The API answers before the cluster is up: the job starts once the executors are.
-        _wait_for(
+        wait_for(
             lambda: client.get(long.id).state == "running",
             START_S,
             "the first start",
             log,
         )
-        _wait_for(lambda: (store / "checkpoints" / f"{long.id}.ckpt").exists(), 60, "a checkpoint")
+        wait_for(lambda: (store / "checkpoints" / f"{long.id}.ckpt").exists(), 60, "a checkpoint")
         assert client.get(long.id).state == "running"
         folder = _folder_of(first.pid)
     finally:
@@ -140,11 +77,11 @@ def test_a_killed_service_loses_nothing_and_runs_no_job_twice(tmp_path: Path) ->
     assert _alive_in(folder) > 0  # what a kill -9 leaves behind ...
 
     log.write_text("")
-    second, url = _serve(store, cluster, log)
+    second, url = serve_process(store, cluster, log)
     try:
         assert _alive_in(folder) == 0  # ... the next service ends
         client = Client(url, user="ann")
-        _wait_for(lambda: client.stats()["ready"], START_S, "the executors", log)
+        wait_for(lambda: client.stats()["ready"], START_S, "the executors", log)
         # Resumed from its checkpoint: at least the iterations it held when it was killed.
         assert client.get(long.id).iterations_done >= held
         for job in (long, short, queued):
@@ -164,9 +101,9 @@ def test_a_killed_service_loses_nothing_and_runs_no_job_twice(tmp_path: Path) ->
                 running = False
         assert client.get(long.id).restarts >= 1
         # Another user may not cancel it; its own user is told it has ended.
-        other = _jobs("cancel", long.id, "--server", url, "--user", "bob")
+        other = jobs_cli("cancel", long.id, "--server", url, "--user", "bob")
         assert other.returncode == 1 and "403" in other.stderr and "ann" in other.stderr
-        cancel = _jobs("cancel", long.id, "--server", url, "--user", "ann")
+        cancel = jobs_cli("cancel", long.id, "--server", url, "--user", "ann")
         assert cancel.returncode == 1 and "ended" in cancel.stderr
     finally:
         second.send_signal(signal.SIGINT)

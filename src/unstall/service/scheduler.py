@@ -213,6 +213,17 @@ class Scheduler:
                 return f"model: {str(exc).split(': ', 1)[-1]}"
         if spec.duration_s is not None and not self.config.emulated:
             return "duration_s: only in emulated compute; give iterations"
+        if spec.train is not None:
+            if self.config.emulated:
+                return "train: a training loop runs for real: this service runs --compute emulated"
+            file = spec.train.split(":", 1)[0]
+            if file.endswith(".py") and file not in spec.files:
+                return f"train: {file} is not among the job's files"
+        if spec.model_fn is not None:
+            return (
+                "model_fn: the service runs your own code as a training loop: give train "
+                "(def train(ctx), see docs/live.md) instead of model_fn, data_fn and loss"
+            )
         return None
 
     # --- the thread ----------------------------------------------------------------------------
@@ -337,11 +348,23 @@ class Scheduler:
             image_size=self.config.image_size,
             lr=self.config.lr,
             seed=self.config.seed,
+            train=self._train_reference(job_id, spec),
+            log_path=str(self.store.log_path(job_id)),
         )
         self.records[job_id] = LiveRecord(work=work, scale=job.work_iters / work.iterations)
         self.core.add_job(job, now)
         self._dirty.add(job.index)
         return job
+
+    def _train_reference(self, job_id: str, spec: JobSpec) -> str | None:
+        """The job's training loop as its executors load it: a file among the job's stored
+        files by its path in the store (loaded there, never in this process)."""
+        if spec.train is None:
+            return None
+        file, func = spec.train.split(":", 1)
+        if file.endswith(".py"):
+            return f"{self.store.code_dir(job_id) / file}:{func}"
+        return spec.train
 
     def _restore(self, found: dict[str, StoredJob]) -> None:
         """The store's unfinished jobs, added again: a job that was running when the service
