@@ -66,7 +66,9 @@ def fidelity_trace(jobs: int, seed: int, cluster_gpus: int = 16, load: float = 1
     return Trace.from_frame(frame, source=f"fidelity-{jobs}-seed{seed}")
 
 
-def compare(policy: str, trace, address: str, minutes: float, seed: int) -> dict[str, object]:  # type: ignore[no-untyped-def]
+def compare(  # type: ignore[no-untyped-def]
+    policy: str, trace, address: str, minutes: float, seed: int, runs_out: Path | None = None
+) -> dict[str, object]:
     from unstall.live import LiveConfig, run_live
     from unstall.net import resolve_cluster
     from unstall.sched import resolve_policy
@@ -87,6 +89,10 @@ def compare(policy: str, trace, address: str, minutes: float, seed: int) -> dict
         log=lambda text: print(f"  {policy}: {text}", file=sys.stderr, flush=True),
     )
     wall = time.perf_counter() - started
+    if runs_out is not None:
+        # The run as `unstall live run --json` writes it: `unstall live calibrate` reads it.
+        runs_out.mkdir(parents=True, exist_ok=True)
+        (runs_out / f"{_file_name(policy)}-seed{seed}.json").write_text(run.to_json() + "\n")
     assert run.prediction is not None
     live, sim = run.result, run.prediction.result
     joined = run.jobs.merge(run.prediction.jobs, on="job_id", suffixes=("_live", "_sim"))
@@ -123,6 +129,10 @@ def compare(policy: str, trace, address: str, minutes: float, seed: int) -> dict
         "tuner_live": _course(run.telemetry),
         "tuner_sim": _course(run.prediction.telemetry),
     }
+
+
+def _file_name(policy: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_" else "-" for c in policy).strip("-")
 
 
 def _course(telemetry: pd.DataFrame) -> str | None:
@@ -162,6 +172,12 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--plot", type=Path, default=None)
+    parser.add_argument(
+        "--runs-out",
+        type=Path,
+        default=None,
+        help="Folder for each live run's JSON (what `unstall live calibrate` fits on).",
+    )
     args = parser.parse_args()
     from unstall.live.cluster import LocalRayCluster
     from unstall.net import resolve_cluster
@@ -174,7 +190,9 @@ def main() -> None:
     rows = []
     try:
         for policy in args.policies.split(","):
-            rows.append(compare(policy, trace, local.address, args.minutes, args.seed))
+            rows.append(
+                compare(policy, trace, local.address, args.minutes, args.seed, args.runs_out)
+            )
             write_json(args, rows)  # after each policy: a long run that stops keeps what it did
     finally:
         local.shutdown()

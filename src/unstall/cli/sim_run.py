@@ -29,6 +29,12 @@ from unstall.cli.common import (
     table,
     write_table,
 )
+from unstall.cli.sim_startup import (
+    RestoreOrModelOpt,
+    SpeedupOpt,
+    StartupModelOpt,
+    print_startup,
+)
 from unstall.cli.sim_text import parse_model_mix, parse_pairs, split_policy_options
 from unstall.errors import UnstallError
 from unstall.net import DEVICE_PRESETS, resolve_cluster
@@ -165,7 +171,9 @@ def run(
     cluster: ClusterOpt = "small",
     congestion: CongestionOpt = "none",
     seed: SeedOpt = 0,
-    restore_s: RestoreOpt = 60.0,
+    restore_s: RestoreOrModelOpt = None,
+    startup_model: StartupModelOpt = "default",
+    speedup: SpeedupOpt = 1.0,
     max_jobs: MaxJobsOpt = None,
     policy_option: PolicyOptionOpt = None,
     job_profile: JobProfileOpt = None,
@@ -177,7 +185,8 @@ def run(
     json_path: JsonOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
-    """Simulate one policy on a trace and print its metrics."""
+    """Simulate one policy on a trace and print its metrics (start-ups and restores charged by
+    the start-up model: a prediction of `unstall live run` at --speedup)."""
     request = SimRequest(
         policy=policy,
         policy_options=parse_pairs(policy_option or [], "--policy-option", "KEY=VALUE"),
@@ -185,6 +194,8 @@ def run(
         congestion=congestion,
         seed=seed,
         restore_s=restore_s,
+        startup_model=startup_model,
+        speedup=speedup,
         max_jobs=max_jobs,
         job_profiles=tuple(str(p) for p in job_profile or ()),
         model_mix=parse_model_mix(model_mix),
@@ -194,6 +205,7 @@ def run(
     check_jobs_out(jobs_out)
     loaded = resolve_trace(trace, trace_format)
     print_header(request, loaded)
+    print_startup(startup_model, speedup, restore_s)
     total = min(len(loaded), max_jobs or len(loaded))
     try:
         with progress_bar(f"simulating {policy}", total, quiet) as advance:
