@@ -35,6 +35,7 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -67,17 +68,33 @@ def fidelity_trace(jobs: int, seed: int, cluster_gpus: int = 16, load: float = 1
 
 
 def compare(  # type: ignore[no-untyped-def]
-    policy: str, trace, address: str, minutes: float, seed: int, runs_out: Path | None = None
+    policy: str,
+    trace,
+    address: str,
+    minutes: float,
+    seed: int,
+    runs_out: Path | None = None,
+    startup_model: str = "default",
 ) -> dict[str, object]:
     from unstall.live import LiveConfig, run_live
     from unstall.net import resolve_cluster
     from unstall.sched import resolve_policy
-    from unstall.sim import simulate
+    from unstall.sim import resolve_startup_model, simulate
 
     cluster = resolve_cluster("tiny")
     # The speedup that makes the simulated run last ``minutes`` of wall time.
     planned = simulate(trace, cluster, resolve_policy(policy), seed=seed)
     speedup = planned.result.makespan_s / (60.0 * minutes)
+    # The a-priori prediction, made before the run: start-ups and restores from the start-up
+    # model (fitted on earlier runs), scaled by this run's speedup.
+    model = resolve_startup_model(startup_model, owner="live_fidelity", field="startup_model")
+    apriori = simulate(
+        trace,
+        cluster,
+        resolve_policy(policy),
+        seed=seed,
+        startup_model=None if model is None else model.for_speedup(speedup),
+    )
     started = time.perf_counter()
     run = run_live(
         trace,
@@ -98,6 +115,10 @@ def compare(  # type: ignore[no-untyped-def]
     joined = run.jobs.merge(run.prediction.jobs, on="job_id", suffixes=("_live", "_sim"))
     done = joined[(joined["outcome_live"] == "finished") & (joined["outcome_sim"] == "finished")]
     per_job = (done["jct_s_live"] - done["jct_s_sim"]).abs() / done["jct_s_sim"]
+    ahead = apriori.result
+    both = run.jobs.merge(apriori.jobs, on="job_id", suffixes=("_live", "_sim"))
+    both = both[(both["outcome_live"] == "finished") & (both["outcome_sim"] == "finished")]
+    per_job_ahead = (both["jct_s_live"] - both["jct_s_sim"]).abs() / both["jct_s_sim"]
     return {
         "policy": policy,
         "speedup": speedup,
@@ -108,6 +129,13 @@ def compare(  # type: ignore[no-untyped-def]
         "sim_makespan_s": sim.makespan_s,
         "makespan_gap": live.makespan_s / sim.makespan_s - 1.0,
         "per_job_jct_median_abs_err": float(per_job.median()),
+        # Made before the run (the start-up model; nothing measured by this run).
+        "apriori_avg_jct_s": ahead.avg_jct_s,
+        "apriori_avg_jct_gap": live.avg_jct_s / ahead.avg_jct_s - 1.0,
+        "apriori_makespan_s": ahead.makespan_s,
+        "apriori_makespan_gap": live.makespan_s / ahead.makespan_s - 1.0,
+        "apriori_per_job_jct_median_abs_err": float(per_job_ahead.median()),
+        "apriori_moves": ahead.preemptions + ahead.migrations,
         # Time jobs ran beyond their consolidated placement's pace (spread, links shared).
         "live_comm_overhead_s": live.comm_overhead_s,
         "sim_comm_overhead_s": sim.comm_overhead_s,
@@ -173,6 +201,12 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--plot", type=Path, default=None)
     parser.add_argument(
+        "--startup-model",
+        default="default",
+        help="The a-priori prediction's start-up model: default (the package's), a file "
+        "(`unstall live calibrate --out`) or none.",
+    )
+    parser.add_argument(
         "--runs-out",
         type=Path,
         default=None,
@@ -191,7 +225,15 @@ def main() -> None:
     try:
         for policy in args.policies.split(","):
             rows.append(
-                compare(policy, trace, local.address, args.minutes, args.seed, args.runs_out)
+                compare(
+                    policy,
+                    trace,
+                    local.address,
+                    args.minutes,
+                    args.seed,
+                    args.runs_out,
+                    args.startup_model,
+                )
             )
             write_json(args, rows)  # after each policy: a long run that stops keeps what it did
     finally:
@@ -212,6 +254,7 @@ def main() -> None:
             f"{r['sim_preemptions'] + r['sim_migrations']:>6} "
             f"{r['live_comm_overhead_s'] / 3600:>10.2f} /{r['sim_comm_overhead_s'] / 3600:>10.2f}"
         )
+    print_apriori(rows)
     by_live = [r["policy"] for r in sorted(rows, key=lambda r: r["live_avg_jct_s"])]
     by_sim = [r["policy"] for r in sorted(rows, key=lambda r: r["sim_avg_jct_s"])]
     print(f"order by average JCT, live: {', '.join(by_live)}")
@@ -232,6 +275,24 @@ def main() -> None:
     if args.json is not None:
         write_json(args, rows)
         print(f"wrote {args.json}")
+
+
+def print_apriori(rows: list[dict[str, Any]]) -> None:
+    """The prediction made before each run (the start-up model) beside the one given the
+    run's own measured start-ups."""
+    print(
+        f"{'policy':<12} {'a priori: avg JCT gap':>22} {'makespan gap':>13} {'per-job err':>12}"
+        f" {'moves':>6} | {'given measured start-ups: avg JCT':>34} {'makespan':>9}"
+        f" {'per-job':>8}"
+    )
+    for r in rows:
+        print(
+            f"{r['policy']:<12} {100 * r['apriori_avg_jct_gap']:>21.1f}% "
+            f"{100 * r['apriori_makespan_gap']:>12.1f}% "
+            f"{100 * r['apriori_per_job_jct_median_abs_err']:>11.1f}% {r['apriori_moves']:>6} | "
+            f"{100 * r['avg_jct_gap']:>33.1f}% {100 * r['makespan_gap']:>8.1f}% "
+            f"{100 * r['per_job_jct_median_abs_err']:>7.1f}%"
+        )
 
 
 def write_json(args: argparse.Namespace, rows: list[dict[str, object]]) -> None:

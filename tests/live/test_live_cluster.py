@@ -303,6 +303,22 @@ def test_unstall_live_run_on_a_cluster_matches_the_simulator_job_for_job(
     assert live["makespan_s"] == pytest.approx(simulated["makespan_s"], rel=0.03 + _behind(jobs))
     # Each job's start-up, as measured (the prediction charges each job its own).
     assert (jobs.loc[["a", "b", "c", "d", "e"], "startup_s"] > 0).all()
+    # Each start-up is in the JSON with what it spanned, in wall seconds (trace / speedup),
+    # and `unstall live calibrate` fits a start-up model on them.
+    setups = pd.DataFrame(body["setups"]).set_index("job_id")
+    assert list(setups["kind"]) == ["startup"] * 5
+    for job in "abcde":
+        assert setups.loc[job, "placement"] == jobs.loc[job, "placements"]
+        assert 25 * setups.loc[job, "setup_wall_s"] == pytest.approx(jobs.loc[job, "startup_s"])
+    from typer.testing import CliRunner
+
+    from unstall.cli.app import app
+
+    model_file = tmp_path / "out" / "model.json"
+    args = ["live", "calibrate", str(tmp_path / "out" / "live.json"), "--out", str(model_file)]
+    fitted = CliRunner().invoke(app, args)
+    assert fitted.exit_code == 0, fitted.output
+    assert json.loads(model_file.read_text())["startup"]["samples"] == 5
     from unstall.net import resolve_cluster
     from unstall.sched import make_policy
     from unstall.sim import simulate

@@ -94,7 +94,9 @@ def test_the_fit_finds_the_terms_a_few_set_ups_ten_times_too_long_do_not_drag() 
 def test_a_kind_with_too_few_set_ups_takes_the_others_terms() -> None:
     setups = _setups(np.random.default_rng(0), 20, TERMS, "startup")
     model = fit_startup_model(setups)
-    assert model.restore == model.startup
+    assert model.restore.samples == 0 and model.startup.samples == 20
+    assert model.restore.base_s == model.startup.base_s
+    assert model.restore.per_node_s == model.startup.per_node_s
     with pytest.raises(UnstallError, match="too few set-ups"):
         fit_startup_model(setups.iloc[:2])
 

@@ -275,7 +275,6 @@ def calibrate(
     charges it (scaled by --speedup). See docs/live.md.
     """
     import shlex
-    import sys
 
     from unstall.sim import fit_startup_model, read_setups
 
@@ -285,14 +284,15 @@ def calibrate(
         compute=compute,
         source=f"{len(setups)} set-ups of {len(runs)} live runs: "
         + ", ".join(path.name for path in runs),
-        command="unstall live calibrate " + " ".join(shlex.quote(a) for a in sys.argv[3:]),
+        command="unstall live calibrate "
+        + " ".join(shlex.quote(str(a)) for a in [*runs, "--out", out]),
     )
     rows = []
     for kind, terms in (("start-up", model.startup), ("restore", model.restore)):
         rows.append(
             [
                 kind,
-                terms.samples,
+                terms.samples or "none: the other's terms",
                 terms.median_s,
                 terms.base_s,
                 terms.per_gpu_s,

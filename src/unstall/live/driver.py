@@ -198,6 +198,7 @@ class LiveDriver:
             start_iteration=job.done_iters / record.scale if record.scale else 0.0,
             segment_id=f"{job.job_id}#{len(record.placements)}",
             iteration_s=self._place_on_links(job, placement),
+            began_s=now,
         )
         self.segments[job.index] = segment
         self._begin(segment)
@@ -329,7 +330,7 @@ class LiveDriver:
             record.restore_s.append(setup)
         else:
             record.startup_s = setup
-        record.setups.append((segment.placement, setup_wall, restoring))
+        record.setups.append((segment.placement, setup_wall, restoring, segment.began_s))
         if not outcomes[0].finished:
             record.checkpoint_s.append(self.clock.trace(max(o.save_s for o in outcomes)))
 

@@ -50,7 +50,17 @@ OWNER = "run_live"
 # The cluster a live run emulates when none is given: 4 nodes of 4 GPUs in 2 racks.
 DEFAULT_CLUSTER = "tiny"
 # The columns of a live run's measured set-ups (LiveRun.setups).
-SETUP_COLUMNS = ("job_id", "model", "kind", "placement", "gpus", "nodes", "racks", "setup_wall_s")
+SETUP_COLUMNS = (
+    "job_id",
+    "model",
+    "kind",
+    "began_s",
+    "placement",
+    "gpus",
+    "nodes",
+    "racks",
+    "setup_wall_s",
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -347,17 +357,19 @@ def _plain(value: object) -> object:
 def setup_table(
     jobs: list[Job], records: list[JobRecord], node_rack: tuple[int, ...]
 ) -> pd.DataFrame:
-    """A row per measured set-up of each job: ``kind`` (startup or restore), the placement it
-    was for and what that spans (GPUs, nodes, racks), its wall seconds."""
+    """A row per measured set-up of each job: ``kind`` (startup or restore), when its segment
+    began (trace seconds), the placement it was for and what that spans (GPUs, nodes, racks),
+    its wall seconds."""
     rows = []
     for job, record in zip(jobs, records, strict=True):
-        for placement, wall_s, restoring in record.setups:
+        for placement, wall_s, restoring, began_s in record.setups:
             nodes = {node for node, _ in placement}
             rows.append(
                 (
                     job.job_id,
                     job.model,
                     "restore" if restoring else "startup",
+                    float(began_s),
                     placement_text(placement),
                     sum(gpus for _, gpus in placement),
                     len(nodes),

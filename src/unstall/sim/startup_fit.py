@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -78,13 +79,18 @@ def fit_startup_model(
         raise UnstallError("no measured set-ups to fit on: the runs started no job")
     fitted = {kind: _fit_kind(setups[setups["kind"] == kind]) for kind in KINDS}
     startup, restore = fitted["startup"], fitted["restore"]
-    if startup is None and restore is None:
+    # A kind with too few set-ups of its own borrows the other's terms (samples 0 says so).
+    if startup is None and restore is not None:
+        startup = replace(restore, samples=0)
+    if restore is None and startup is not None:
+        restore = replace(startup, samples=0)
+    if startup is None or restore is None:
         raise UnstallError(
             f"too few set-ups to fit on ({len(setups)}; at least {MIN_SAMPLES} of one kind)"
         )
     return StartupModel(
-        startup=startup if startup is not None else restore,  # type: ignore[arg-type]
-        restore=restore if restore is not None else startup,  # type: ignore[arg-type]
+        startup=startup,
+        restore=restore,
         compute=compute,
         source=source,
         command=command,
