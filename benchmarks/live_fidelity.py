@@ -6,7 +6,10 @@ of minutes, arrivals at about the cluster's capacity) compressed so that each li
 about ``--minutes`` of wall time, with emulated compute (each step waits the perf model's
 iteration time on its placement, links shared as the simulator shares them, and a real gloo
 all-reduce). For each policy the same trace, cluster and policy go through ``unstall.sim`` and
-``unstall.live``; the simulator is given the restore time the live run measured.
+``unstall.live`` twice: before the run, a-priori (start-ups and restores from the start-up
+model, ``--startup-model``, scaled by the run's speedup: what ``unstall sim run --speedup K``
+predicts), and after it, given what the run measured (each job's own start-up, the median
+restore).
 
 Reported per policy: average JCT, makespan and per-job JCT, live against simulated (the gap in
 %, the per-job median absolute error), moves and communication overhead (the time jobs ran
@@ -16,13 +19,18 @@ decision times).
 
     .venv/bin/python benchmarks/live_fidelity.py [--policies fifo,consolidate,tiresias,dally-fixed]
         [--jobs 40] [--minutes 10] [--seed 0] [--json bench-results/live_fidelity.json]
-        [--plot benchmarks/live_fidelity.png]
+        [--plot benchmarks/live_fidelity.png] [--startup-model default|none|FILE]
+        [--runs-out DIR]
+
+``--runs-out DIR`` keeps each live run's JSON (as ``unstall live run --json`` writes it), on which
+``unstall live calibrate DIR/*.json --out FILE`` fits a start-up model.
 
 ``dally-fixed`` is Dally with fixed settings; ``--policies dally`` runs Dally with its look-ahead
 tuner (its course, live and simulated, is printed too).
 
 Goal (issue 40): average JCT and makespan within 5% of the simulator's, per-job JCT within 10%
-(median absolute error), every policy ranked in the same order.
+(median absolute error), every policy ranked in the same order. Goal (issue 47): the same
+within 5% / 10% for the a-priori prediction.
 """
 
 from __future__ import annotations

@@ -310,15 +310,16 @@ def test_unstall_live_run_on_a_cluster_matches_the_simulator_job_for_job(
     for job in "abcde":
         assert setups.loc[job, "placement"] == jobs.loc[job, "placements"]
         assert 25 * setups.loc[job, "setup_wall_s"] == pytest.approx(jobs.loc[job, "startup_s"])
-    from typer.testing import CliRunner
-
-    from unstall.cli.app import app
-
-    model_file = tmp_path / "out" / "model.json"
-    args = ["live", "calibrate", str(tmp_path / "out" / "live.json"), "--out", str(model_file)]
-    fitted = CliRunner().invoke(app, args)
-    assert fitted.exit_code == 0, fitted.output
-    assert json.loads(model_file.read_text())["startup"]["samples"] == 5
+    fitted = subprocess.run(
+        [sys.executable, "-m", "unstall", "live", "calibrate", "out/live.json", "--out", "m.json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=live_env(),
+        cwd=tmp_path,
+    )
+    assert fitted.returncode == 0, fitted.stdout + fitted.stderr
+    assert json.loads((tmp_path / "m.json").read_text())["startup"]["samples"] == 5
     from unstall.net import resolve_cluster
     from unstall.sched import make_policy
     from unstall.sim import simulate
