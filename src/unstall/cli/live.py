@@ -292,7 +292,7 @@ def calibrate(
         rows.append(
             [
                 kind,
-                terms.samples or "none: the other's terms",
+                terms.samples or "0 (borrowed)",
                 terms.median_s,
                 terms.base_s,
                 terms.per_gpu_s,
@@ -304,7 +304,13 @@ def calibrate(
         )
     columns = ["", "set-ups", "median", "base", "a GPU", "a node", "a rack", "error", "models"]
     title = f"start-up model, wall seconds ({compute} compute; error: median absolute, in-sample)"
-    console.print(table(title, columns, rows))
+    console.print(table(title, columns, rows, wrap=["models"]))
+    if not (model.startup.samples and model.restore.samples):
+        console.print(
+            "a kind with fewer than 4 set-ups of its own (runs that preempt little) borrowed the "
+            "other's terms",
+            highlight=False,
+        )
     model.save(out)
     console.print(f"wrote {out}", highlight=False, markup=False)
 
