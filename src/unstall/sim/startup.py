@@ -111,9 +111,10 @@ class StartupModel(JsonResult):
         """One line: what it charges and what it was fitted on."""
         s, r = self.startup, self.restore
         return (
-            f"start-up {s.base_s:.3g} s + {s.per_node_s:.3g} s a node + {s.per_rack_s:.3g} s a "
-            f"rack beyond the first, restore {r.base_s:.3g} s + {r.per_node_s:.3g} s a node "
-            f"(wall seconds, {self.compute} compute) x speedup {self.speedup:g}"
+            f"wall seconds x speedup {self.speedup:g}: start-up {s.base_s:.3g} s + "
+            f"{s.per_gpu_s:.3g} s a GPU, {s.per_node_s:.3g} s a node, {s.per_rack_s:.3g} s a "
+            f"rack beyond the first; restore {r.base_s:.3g} s + {r.per_gpu_s:.3g} s a GPU, "
+            f"{r.per_node_s:.3g} s a node, {r.per_rack_s:.3g} s a rack ({self.compute} compute)"
         )
 
     def save(self, path: Path) -> None:
