@@ -102,8 +102,8 @@ class LiveRun:
     """A live run's summary (the simulator's :class:`SimResult`, times in trace seconds), one
     row per job with the simulator's columns plus the live ones (``placements``, ``startup_s``,
     ``restore_s``, ``failures``), the timeline, the policy's telemetry, one row per round
-    (decision and apply times), what only a live run measures, and, when asked, the simulator's
-    prediction of the same run."""
+    (decision and apply times), what only a live run measures, one row per measured set-up
+    (``setups``), and, when asked, the simulator's prediction of the same run."""
 
     result: SimResult
     facts: LiveFacts
