@@ -45,7 +45,10 @@ def print_startup(startup_model: str, speedup: float, restore_s: float | None) -
     model = resolve_startup_model(startup_model, owner="sim run", field="startup_model")
     if model is None:
         restore = 60.0 if restore_s is None else restore_s
-        console.print(f"start-up 0 s, restore {restore:g} s (no start-up model)", highlight=False)
+        unused = f"; --speedup {speedup:g} unused (it scales a model)" if speedup != 1.0 else ""
+        console.print(
+            f"start-up 0 s, restore {restore:g} s (no start-up model){unused}", highlight=False
+        )
         return
     line = f"start-ups and restores: {model.for_speedup(speedup).describe()}"
     if restore_s is not None:
