@@ -6,7 +6,10 @@ of minutes, arrivals at about the cluster's capacity) compressed so that each li
 about ``--minutes`` of wall time, with emulated compute (each step waits the perf model's
 iteration time on its placement, links shared as the simulator shares them, and a real gloo
 all-reduce). For each policy the same trace, cluster and policy go through ``unstall.sim`` and
-``unstall.live``; the simulator is given the restore time the live run measured.
+``unstall.live`` twice: before the run, a-priori (start-ups and restores from the start-up
+model, ``--startup-model``, scaled by the run's speedup: what ``unstall sim run --speedup K``
+predicts), and after it, given what the run measured (each job's own start-up, the median
+restore).
 
 Reported per policy: average JCT, makespan and per-job JCT, live against simulated (the gap in
 %, the per-job median absolute error), moves and communication overhead (the time jobs ran
@@ -16,13 +19,18 @@ decision times).
 
     .venv/bin/python benchmarks/live_fidelity.py [--policies fifo,consolidate,tiresias,dally-fixed]
         [--jobs 40] [--minutes 10] [--seed 0] [--json bench-results/live_fidelity.json]
-        [--plot benchmarks/live_fidelity.png]
+        [--plot benchmarks/live_fidelity.png] [--startup-model default|none|FILE]
+        [--runs-out DIR]
+
+``--runs-out DIR`` keeps each live run's JSON (as ``unstall live run --json`` writes it), on which
+``unstall live calibrate DIR/*.json --out FILE`` fits a start-up model.
 
 ``dally-fixed`` is Dally with fixed settings; ``--policies dally`` runs Dally with its look-ahead
 tuner (its course, live and simulated, is printed too).
 
 Goal (issue 40): average JCT and makespan within 5% of the simulator's, per-job JCT within 10%
-(median absolute error), every policy ranked in the same order.
+(median absolute error), every policy ranked in the same order. Goal (issue 47): the same
+within 5% / 10% for the a-priori prediction.
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -66,16 +75,34 @@ def fidelity_trace(jobs: int, seed: int, cluster_gpus: int = 16, load: float = 1
     return Trace.from_frame(frame, source=f"fidelity-{jobs}-seed{seed}")
 
 
-def compare(policy: str, trace, address: str, minutes: float, seed: int) -> dict[str, object]:  # type: ignore[no-untyped-def]
+def compare(  # type: ignore[no-untyped-def]
+    policy: str,
+    trace,
+    address: str,
+    minutes: float,
+    seed: int,
+    runs_out: Path | None = None,
+    startup_model: str = "default",
+) -> dict[str, object]:
     from unstall.live import LiveConfig, run_live
     from unstall.net import resolve_cluster
     from unstall.sched import resolve_policy
-    from unstall.sim import simulate
+    from unstall.sim import resolve_startup_model, simulate
 
     cluster = resolve_cluster("tiny")
     # The speedup that makes the simulated run last ``minutes`` of wall time.
     planned = simulate(trace, cluster, resolve_policy(policy), seed=seed)
     speedup = planned.result.makespan_s / (60.0 * minutes)
+    # The a-priori prediction, made before the run: start-ups and restores from the start-up
+    # model (fitted on earlier runs), scaled by this run's speedup.
+    model = resolve_startup_model(startup_model, owner="live_fidelity", field="startup_model")
+    apriori = simulate(
+        trace,
+        cluster,
+        resolve_policy(policy),
+        seed=seed,
+        startup_model=None if model is None else model.for_speedup(speedup),
+    )
     started = time.perf_counter()
     run = run_live(
         trace,
@@ -87,11 +114,19 @@ def compare(policy: str, trace, address: str, minutes: float, seed: int) -> dict
         log=lambda text: print(f"  {policy}: {text}", file=sys.stderr, flush=True),
     )
     wall = time.perf_counter() - started
+    if runs_out is not None:
+        # The run as `unstall live run --json` writes it: `unstall live calibrate` reads it.
+        runs_out.mkdir(parents=True, exist_ok=True)
+        (runs_out / f"{_file_name(policy)}-seed{seed}.json").write_text(run.to_json() + "\n")
     assert run.prediction is not None
     live, sim = run.result, run.prediction.result
     joined = run.jobs.merge(run.prediction.jobs, on="job_id", suffixes=("_live", "_sim"))
     done = joined[(joined["outcome_live"] == "finished") & (joined["outcome_sim"] == "finished")]
     per_job = (done["jct_s_live"] - done["jct_s_sim"]).abs() / done["jct_s_sim"]
+    ahead = apriori.result
+    both = run.jobs.merge(apriori.jobs, on="job_id", suffixes=("_live", "_sim"))
+    both = both[(both["outcome_live"] == "finished") & (both["outcome_sim"] == "finished")]
+    per_job_ahead = (both["jct_s_live"] - both["jct_s_sim"]).abs() / both["jct_s_sim"]
     return {
         "policy": policy,
         "speedup": speedup,
@@ -102,6 +137,13 @@ def compare(policy: str, trace, address: str, minutes: float, seed: int) -> dict
         "sim_makespan_s": sim.makespan_s,
         "makespan_gap": live.makespan_s / sim.makespan_s - 1.0,
         "per_job_jct_median_abs_err": float(per_job.median()),
+        # Made before the run (the start-up model; nothing measured by this run).
+        "apriori_avg_jct_s": ahead.avg_jct_s,
+        "apriori_avg_jct_gap": live.avg_jct_s / ahead.avg_jct_s - 1.0,
+        "apriori_makespan_s": ahead.makespan_s,
+        "apriori_makespan_gap": live.makespan_s / ahead.makespan_s - 1.0,
+        "apriori_per_job_jct_median_abs_err": float(per_job_ahead.median()),
+        "apriori_moves": ahead.preemptions + ahead.migrations,
         # Time jobs ran beyond their consolidated placement's pace (spread, links shared).
         "live_comm_overhead_s": live.comm_overhead_s,
         "sim_comm_overhead_s": sim.comm_overhead_s,
@@ -123,6 +165,10 @@ def compare(policy: str, trace, address: str, minutes: float, seed: int) -> dict
         "tuner_live": _course(run.telemetry),
         "tuner_sim": _course(run.prediction.telemetry),
     }
+
+
+def _file_name(policy: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_" else "-" for c in policy).strip("-")
 
 
 def _course(telemetry: pd.DataFrame) -> str | None:
@@ -162,6 +208,18 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--plot", type=Path, default=None)
+    parser.add_argument(
+        "--startup-model",
+        default="default",
+        help="The a-priori prediction's start-up model: default (the package's), a file "
+        "(`unstall live calibrate --out`) or none.",
+    )
+    parser.add_argument(
+        "--runs-out",
+        type=Path,
+        default=None,
+        help="Folder for each live run's JSON (what `unstall live calibrate` fits on).",
+    )
     args = parser.parse_args()
     from unstall.live.cluster import LocalRayCluster
     from unstall.net import resolve_cluster
@@ -174,7 +232,17 @@ def main() -> None:
     rows = []
     try:
         for policy in args.policies.split(","):
-            rows.append(compare(policy, trace, local.address, args.minutes, args.seed))
+            rows.append(
+                compare(
+                    policy,
+                    trace,
+                    local.address,
+                    args.minutes,
+                    args.seed,
+                    args.runs_out,
+                    args.startup_model,
+                )
+            )
             write_json(args, rows)  # after each policy: a long run that stops keeps what it did
     finally:
         local.shutdown()
@@ -194,6 +262,7 @@ def main() -> None:
             f"{r['sim_preemptions'] + r['sim_migrations']:>6} "
             f"{r['live_comm_overhead_s'] / 3600:>10.2f} /{r['sim_comm_overhead_s'] / 3600:>10.2f}"
         )
+    print_apriori(rows)
     by_live = [r["policy"] for r in sorted(rows, key=lambda r: r["live_avg_jct_s"])]
     by_sim = [r["policy"] for r in sorted(rows, key=lambda r: r["sim_avg_jct_s"])]
     print(f"order by average JCT, live: {', '.join(by_live)}")
@@ -214,6 +283,24 @@ def main() -> None:
     if args.json is not None:
         write_json(args, rows)
         print(f"wrote {args.json}")
+
+
+def print_apriori(rows: list[dict[str, Any]]) -> None:
+    """The prediction made before each run (the start-up model) beside the one given the
+    run's own measured start-ups."""
+    print(
+        f"{'policy':<12} {'a priori: avg JCT gap':>22} {'makespan gap':>13} {'per-job err':>12}"
+        f" {'moves':>6} | {'given measured start-ups: avg JCT':>34} {'makespan':>9}"
+        f" {'per-job':>8}"
+    )
+    for r in rows:
+        print(
+            f"{r['policy']:<12} {100 * r['apriori_avg_jct_gap']:>21.1f}% "
+            f"{100 * r['apriori_makespan_gap']:>12.1f}% "
+            f"{100 * r['apriori_per_job_jct_median_abs_err']:>11.1f}% {r['apriori_moves']:>6} | "
+            f"{100 * r['avg_jct_gap']:>33.1f}% {100 * r['makespan_gap']:>8.1f}% "
+            f"{100 * r['per_job_jct_median_abs_err']:>7.1f}%"
+        )
 
 
 def write_json(args: argparse.Namespace, rows: list[dict[str, object]]) -> None:

@@ -278,6 +278,23 @@ def test_unstall_live_run_on_a_cluster_matches_the_simulator_job_for_job(
     assert live["makespan_s"] == pytest.approx(simulated["makespan_s"], rel=0.03 + _behind(jobs))
     # Each job's start-up, as measured (the prediction charges each job its own).
     assert (jobs.loc[["a", "b", "c", "d", "e"], "startup_s"] > 0).all()
+    # Each start-up is in the JSON with what it spanned, in wall seconds (trace / speedup),
+    # and `unstall live calibrate` fits a start-up model on them.
+    setups = pd.DataFrame(body["setups"]).set_index("job_id")
+    assert list(setups["kind"]) == ["startup"] * 5
+    for job in "abcde":
+        assert setups.loc[job, "placement"] == jobs.loc[job, "placements"]
+        assert 25 * setups.loc[job, "setup_wall_s"] == pytest.approx(jobs.loc[job, "startup_s"])
+    fitted = subprocess.run(
+        [sys.executable, "-m", "unstall", "live", "calibrate", "out/live.json", "--out", "m.json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=live_env(),
+        cwd=tmp_path,
+    )
+    assert fitted.returncode == 0, fitted.stdout + fitted.stderr
+    assert json.loads((tmp_path / "m.json").read_text())["startup"]["samples"] == 5
     from unstall.net import resolve_cluster
     from unstall.sched import make_policy
     from unstall.sim import simulate

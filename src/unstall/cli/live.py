@@ -23,10 +23,11 @@ from unstall.cli.common import (
     progress_bar,
     save_json,
     table,
+    writable_file,
 )
+from unstall.cli.sim_reports import REJECTED_NAMED
 from unstall.cli.sim_run import (
     PRESETS,
-    REJECTED_NAMED,
     DurationGpuOpt,
     FormatOpt,
     ModelMixOpt,
@@ -332,6 +333,73 @@ def _train_loop(train: str | None, model_given: bool, compute: str) -> Callable[
     if compute != "real":
         raise ConfigError("live", "train", "a training loop runs for real: add --compute real")
     return loop
+
+
+@app.command("calibrate")
+@handle_errors
+def calibrate(
+    runs: Annotated[
+        list[Path],
+        typer.Argument(
+            help="Live runs' JSON (`unstall live run --json`), one or more.", dir_okay=False
+        ),
+    ],
+    out: Annotated[
+        Path,
+        typer.Option(
+            "--out",
+            help="Where to write the fitted start-up model (for `unstall sim run "
+            "--startup-model FILE`).",
+            dir_okay=False,
+            callback=writable_file,
+        ),
+    ],
+) -> None:
+    """Fit a start-up and restore model on live runs' measured set-ups.
+
+    Each job's start-up and each restore, in wall seconds, as a function of the GPUs, nodes
+    and racks its placement spans and its model; `unstall sim run --startup-model FILE` then
+    charges it (scaled by --speedup). See docs/live.md.
+    """
+    import shlex
+
+    from unstall.sim import fit_startup_model, read_setups
+
+    setups, compute = read_setups(runs)
+    model = fit_startup_model(
+        setups,
+        compute=compute,
+        source=f"{len(setups)} set-ups of {len(runs)} live runs: "
+        + ", ".join(path.name for path in runs),
+        command="unstall live calibrate "
+        + " ".join(shlex.quote(str(a)) for a in [*runs, "--out", out]),
+    )
+    rows = []
+    for kind, terms in (("start-up", model.startup), ("restore", model.restore)):
+        rows.append(
+            [
+                kind,
+                terms.samples or "0 (borrowed)",
+                terms.median_s,
+                terms.base_s,
+                terms.per_gpu_s,
+                terms.per_node_s,
+                terms.per_rack_s,
+                terms.median_abs_error_s,
+                ", ".join(f"{m} {s:+.3g}" for m, s in terms.by_model_s) or "-",
+            ]
+        )
+    columns = ["", "set-ups", "median", "base", "a GPU", "a node", "a rack", "error", "models"]
+    title = f"start-up model, wall seconds ({compute} compute; error: median absolute, in-sample)"
+    console.print(table(title, columns, rows, wrap=["models"]))
+    if not (model.startup.samples and model.restore.samples):
+        console.print(
+            "a kind with fewer than 4 set-ups of its own (runs that preempt little) borrowed the "
+            "other's terms",
+            highlight=False,
+        )
+    model.save(out)
+    console.print(f"wrote {out}", highlight=False, markup=False)
 
 
 def _user_work(model: str | None, data: str | None, loss: str | None) -> UserWork | None:

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
-from rich.markup import escape
 
 from unstall.cli.common import (
     Interrupted,
@@ -20,7 +19,6 @@ from unstall.cli.common import (
     check_writable,
     comma_list,
     console,
-    err_console,
     handle_errors,
     known_trace_format,
     named_in_file,
@@ -28,6 +26,13 @@ from unstall.cli.common import (
     save_json,
     table,
     write_table,
+)
+from unstall.cli.sim_reports import report_rejected, report_unfinished, report_unused_models
+from unstall.cli.sim_startup import (
+    RestoreOrModelOpt,
+    SpeedupOpt,
+    StartupModelOpt,
+    print_startup,
 )
 from unstall.cli.sim_text import parse_model_mix, parse_pairs, split_policy_options
 from unstall.errors import UnstallError
@@ -171,7 +176,9 @@ def run(
     cluster: ClusterOpt = "small",
     congestion: CongestionOpt = "none",
     seed: SeedOpt = 0,
-    restore_s: RestoreOpt = 60.0,
+    restore_s: RestoreOrModelOpt = None,
+    startup_model: StartupModelOpt = "default",
+    speedup: SpeedupOpt = 1.0,
     max_jobs: MaxJobsOpt = None,
     policy_option: PolicyOptionOpt = None,
     job_profile: JobProfileOpt = None,
@@ -183,7 +190,8 @@ def run(
     json_path: JsonOpt = None,
     quiet: QuietOpt = False,
 ) -> None:
-    """Simulate one policy on a trace and print its metrics."""
+    """Simulate one policy on a trace and print its metrics (start-ups and restores charged by
+    the start-up model: a prediction of `unstall live run` at --speedup)."""
     request = SimRequest(
         policy=policy,
         policy_options=parse_pairs(policy_option or [], "--policy-option", "KEY=VALUE"),
@@ -191,6 +199,8 @@ def run(
         congestion=congestion,
         seed=seed,
         restore_s=restore_s,
+        startup_model=startup_model,
+        speedup=speedup,
         max_jobs=max_jobs,
         job_profiles=tuple(str(p) for p in job_profile or ()),
         model_mix=parse_model_mix(model_mix),
@@ -200,6 +210,7 @@ def run(
     check_jobs_out(jobs_out)
     loaded = resolve_trace(trace, trace_format)
     print_header(request, loaded)
+    print_startup(startup_model, speedup, restore_s)
     total = min(len(loaded), max_jobs or len(loaded))
     try:
         with progress_bar(f"simulating {policy}", total, quiet) as advance:
@@ -253,95 +264,6 @@ def print_header(request: SimRequest, trace: Trace | None = None) -> None:
         gpu = request.duration_gpu
         known = gpu is not None and gpu.lower() in DEVICE_PRESETS  # else simulate names it
         console.print(duration_gpus(trace, gpu if known else None).describe(), highlight=False)
-
-
-REJECTED_NAMED = 20  # rejected jobs named on stderr; the per-job output lists them all
-
-
-def report_rejected(outcome: SimRun) -> None:
-    """Name on stderr the jobs that could never fit the cluster (they were not simulated), and
-    say so when no job ran at all: the table's zeros are then no measurement."""
-    jobs = outcome.jobs
-    rejected = jobs[jobs["outcome"] == "rejected"]
-    if jobs.empty:
-        err_console.print(
-            "[bold yellow]warning:[/] the trace holds no jobs: nothing was simulated and every "
-            "figure below is 0",
-            highlight=False,
-            soft_wrap=True,
-        )
-        return
-    if rejected.empty:
-        return
-    named = ", ".join(
-        f"{job_id} ({gpus} GPUs)"
-        for job_id, gpus in zip(
-            rejected["job_id"][:REJECTED_NAMED], rejected["num_gpus"], strict=False
-        )
-    )
-    more = f" and {len(rejected) - REJECTED_NAMED} more" if len(rejected) > REJECTED_NAMED else ""
-    err_console.print(
-        f"[bold yellow]warning:[/] {len(rejected)} "
-        f"{'job needs' if len(rejected) == 1 else 'jobs need'} more than the cluster's "
-        f"{outcome.result.total_gpus} GPUs and {'was' if len(rejected) == 1 else 'were'} "
-        "rejected (outcome 'rejected' in the per-job "
-        f"output): {named}{more}",
-        highlight=False,
-        soft_wrap=True,
-    )
-    if len(rejected) == len(jobs):
-        err_console.print(
-            "[bold yellow]warning:[/] no job fits the cluster: nothing was simulated and every "
-            "figure below is 0",
-            highlight=False,
-            soft_wrap=True,
-        )
-
-
-def report_unfinished(outcome: SimRun, label: str) -> None:
-    """Say on stderr how many jobs the run left unfinished: the policy never started them (or
-    never restarted them) before nothing else was left to happen. The figures cover finished
-    jobs only, so a policy that starts nothing would otherwise read as a perfect 0."""
-    r = outcome.result
-    simulated = r.jobs - r.jobs_rejected
-    unfinished = simulated - r.jobs_finished
-    if unfinished <= 0:
-        return
-    err_console.print(
-        f"[bold yellow]warning:[/] {escape(label)} left {unfinished} of {simulated} jobs "
-        "unfinished: they were still waiting when nothing else was left to happen (outcome "
-        "'unfinished' in the per-job output); the figures below count finished jobs only",
-        highlight=False,
-        soft_wrap=True,
-    )
-
-
-def report_unused_models(outcome: SimRun, request: SimRequest, trace: Trace) -> None:
-    """Say on stderr when --model-mix or a --job-profile had no job to act on: the mix only
-    draws models for jobs whose trace names none, and a profile only changes the jobs of its
-    model. Both went unused without a word on a trace that names every job's model."""
-    from unstall.sim import read_job_profiles
-
-    simulated = trace.jobs["model"].iloc[: request.max_jobs]
-    if request.model_mix is not None and simulated.notna().all():
-        err_console.print(
-            "[bold yellow]warning:[/] --model-mix is unused: every job of this trace names its "
-            "model (the mix draws models only for jobs that name none)",
-            highlight=False,
-            soft_wrap=True,
-        )
-    ran = set(outcome.jobs["model"].dropna())
-    for path, profile in zip(
-        request.job_profiles, read_job_profiles(request.job_profiles), strict=True
-    ):
-        if profile.model not in ran:
-            err_console.print(
-                f"[bold yellow]warning:[/] --job-profile {escape(str(path))} is unused: no "
-                f"simulated job runs its model {escape(profile.model)!r} (give it a share in "
-                "--model-mix, for a trace whose jobs name no model)",
-                highlight=False,
-                soft_wrap=True,
-            )
 
 
 @handle_errors

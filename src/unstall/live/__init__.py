@@ -14,8 +14,10 @@ What this part offers:
   resource of GPU-less nodes, checkpoint period, batch and image sizes of real compute.
 - :class:`LiveRun`: the simulator's summary and per-job columns in trace seconds, plus what
   only a live run measures (:class:`LiveFacts`: start-up, restore and checkpoint times, each
-  round's decision time, process failures, nodes lost) and, on request, the simulator's
-  prediction of the same run.
+  round's decision time, process failures, nodes lost), each segment's set-up with what its
+  placement spanned (``setups``, in wall seconds: what ``unstall live calibrate`` fits a
+  :class:`unstall.sim.StartupModel` on) and, on request, the simulator's prediction of the
+  same run.
 - :class:`UserWork`: a user's own model, data and loss for the jobs; or the user's own
   training loop, ``train(ctx)`` (``run_live(train=...)``), given a :class:`TrainContext`
   (rank, world size, device, group, ``restore``, ``should_stop``, ``save``, ``report``).

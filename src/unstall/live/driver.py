@@ -198,6 +198,7 @@ class LiveDriver:
             start_iteration=job.done_iters / record.scale if record.scale else 0.0,
             segment_id=f"{job.job_id}#{len(record.placements)}",
             iteration_s=self._place_on_links(job, placement),
+            began_s=now,
         )
         self.segments[job.index] = segment
         self._begin(segment)
@@ -322,11 +323,14 @@ class LiveDriver:
         checkpoint, reporting back). The first segment's is the job's start-up, a later one's
         its restore."""
         elapsed = time.monotonic() - segment.began_wall
-        setup = self.clock.trace(max(0.0, elapsed - max(o.train_s for o in outcomes)))
-        if math.isnan(record.startup_s):
-            record.startup_s = setup
-        else:
+        setup_wall = max(0.0, elapsed - max(o.train_s for o in outcomes))
+        setup = self.clock.trace(setup_wall)
+        restoring = not math.isnan(record.startup_s)
+        if restoring:
             record.restore_s.append(setup)
+        else:
+            record.startup_s = setup
+        record.setups.append((segment.placement, setup_wall, restoring, segment.began_s))
         if not outcomes[0].finished:
             record.checkpoint_s.append(self.clock.trace(max(o.save_s for o in outcomes)))
 

@@ -29,7 +29,7 @@ from unstall.live.prediction import predict_run
 from unstall.live.segments import JobRecord
 from unstall.live.train_loop import TrainFn, absolute_reference
 from unstall.live.training import JobWork, UserWork
-from unstall.loop import Job, JobEvent, JobState
+from unstall.loop import Job, JobEvent, JobState, placement_text
 from unstall.net import resolve_cluster
 from unstall.net.hardware import DEVICE_PRESETS
 from unstall.net.topology import TopologyConfig
@@ -56,6 +56,18 @@ from unstall.traces.schema import Trace
 OWNER = "run_live"
 # The cluster a live run emulates when none is given: 4 nodes of 4 GPUs in 2 racks.
 DEFAULT_CLUSTER = "tiny"
+# The columns of a live run's measured set-ups (LiveRun.setups).
+SETUP_COLUMNS = (
+    "job_id",
+    "model",
+    "kind",
+    "began_s",
+    "placement",
+    "gpus",
+    "nodes",
+    "racks",
+    "setup_wall_s",
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -97,8 +109,8 @@ class LiveRun:
     """A live run's summary (the simulator's :class:`SimResult`, times in trace seconds), one
     row per job with the simulator's columns plus the live ones (``placements``, ``startup_s``,
     ``restore_s``, ``failures``), the timeline, the policy's telemetry, one row per round
-    (decision and apply times), what only a live run measures, and, when asked, the simulator's
-    prediction of the same run."""
+    (decision and apply times), what only a live run measures, one row per measured set-up
+    (``setups``), and, when asked, the simulator's prediction of the same run."""
 
     result: SimResult
     facts: LiveFacts
@@ -108,15 +120,21 @@ class LiveRun:
     rounds: pd.DataFrame
     prediction: SimRun | None = None
     final_checkpoints: dict[str, bytes] = field(default_factory=dict)
+    # One row per measured set-up (a job's start-up, then each restore): what it spanned and
+    # how long it took, in wall seconds (:data:`SETUP_COLUMNS`); ``unstall live calibrate``
+    # fits a start-up model on them.
+    setups: pd.DataFrame = field(default_factory=lambda: pd.DataFrame(columns=SETUP_COLUMNS))
 
     def to_json(self, indent: int | None = 2) -> str:
-        """The summary, the live facts and the prediction's summary, as one JSON document."""
+        """The summary, the live facts, the measured set-ups and the prediction's summary, as
+        one JSON document."""
         import json
 
         body: dict[str, Any] = {"result": self.result.to_dict(), "live": self.facts.to_dict()}
+        body["setups"] = self.setups.to_dict("records")
         if self.prediction is not None:
             body["simulated"] = self.prediction.result.to_dict()
-        return json.dumps(body, indent=indent)
+        return json.dumps(body, indent=indent, default=_plain)
 
 
 def run_live(
@@ -395,6 +413,7 @@ def _run_on(
         rounds=run.rounds,
         prediction=prediction,
         final_checkpoints=finals,
+        setups=run.setups,
     )
 
 
@@ -457,6 +476,39 @@ def _behind_frac(jobs: list[Job], records: list[JobRecord]) -> float:
     ran = sum(job.attained_gpu_s / job.num_gpus for job in jobs)
     behind = sum(record.behind_s for record in records)
     return behind / ran if ran > 0 else 0.0
+
+
+def _plain(value: object) -> object:
+    """numpy scalars in the set-up rows, as JSON numbers."""
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"not JSON: {type(value).__name__}")
+
+
+def setup_table(
+    jobs: list[Job], records: list[JobRecord], node_rack: tuple[int, ...]
+) -> pd.DataFrame:
+    """A row per measured set-up of each job: ``kind`` (startup or restore), when its segment
+    began (trace seconds), the placement it was for and what that spans (GPUs, nodes, racks),
+    its wall seconds."""
+    rows = []
+    for job, record in zip(jobs, records, strict=True):
+        for placement, wall_s, restoring, began_s in record.setups:
+            nodes = {node for node, _ in placement}
+            rows.append(
+                (
+                    job.job_id,
+                    job.model,
+                    "restore" if restoring else "startup",
+                    float(began_s),
+                    placement_text(placement),
+                    sum(gpus for _, gpus in placement),
+                    len(nodes),
+                    len({node_rack[node] for node in nodes}),
+                    float(wall_s),
+                )
+            )
+    return pd.DataFrame(rows, columns=list(SETUP_COLUMNS))
 
 
 def _median(values: list[float]) -> float:
@@ -531,6 +583,7 @@ def _results(
             outcome.engine.timeline.telemetry, columns=["time_s", "name", "value"]
         ),
         rounds=rounds,
+        setups=setup_table(outcome.engine.jobs, records, topology.node_rack),
     )
 
 

@@ -31,6 +31,7 @@ class Segment:
     start_iteration: float
     segment_id: str = ""  # unique in the run: the executors' name for this segment
     iteration_s: float = 0.0  # emulated: trace seconds an iteration takes on this placement
+    began_s: float = 0.0  # trace seconds: the instant the core started it
 
 
 @dataclass
@@ -40,6 +41,11 @@ class JobRecord:
 
     startup_s: float = math.nan  # first segment: joining the group, building the model
     restore_s: list[float] = field(default_factory=list)  # later segments: join + restore
+    # Every measured set-up in order: (placement, wall seconds, whether it restored, when the
+    # segment began in trace seconds): what a start-up model is fitted on (``unstall live
+    # calibrate``), in wall seconds because a set-up takes the machine's time whatever the
+    # speedup.
+    setups: list[tuple[Placement, float, bool, float]] = field(default_factory=list)
     checkpoint_s: list[float] = field(default_factory=list)  # stops: the final checkpoint
     placements: list[str] = field(default_factory=list)
     start_progress: list[float] = field(default_factory=list)  # share of the work done at each

@@ -3,7 +3,7 @@
 What this part offers:
 
 - ``simulate(trace, cluster, policy, *, congestion=, seed=, restore_s=, tick_s=, model_mix=,
-  max_jobs=, job_profiles=, duration_gpu=, on_finish=)`` -> :class:`SimRun`: a
+  max_jobs=, job_profiles=, duration_gpu=, on_finish=, startup_model=)`` -> :class:`SimRun`: a
   :class:`unstall.traces.Trace` on a :class:`unstall.net.TopologyConfig` (regular, or node
   groups of several GPU types) under a :class:`unstall.sched.Policy` object; each may be named
   as on the command line instead (a trace file, ``"small"`` or a topology file, ``"fifo"`` or
@@ -20,6 +20,11 @@ What this part offers:
   ``summarise_sweep`` (mean and spread over seeds), :class:`SweepResult`; the cells run as Ray
   tasks in :mod:`unstall.sim.sweep_ray` (``run_sweep``: Ray started or joined, traces put once;
   the tasks built from the grid's labels by :mod:`unstall.sim.sweep_tasks`).
+- Start-ups and restores: a :class:`StartupModel` (what a job's first start and each restart
+  cost, by the GPUs, nodes and racks its placement spans and its model, in wall seconds scaled
+  by a live run's speedup), ``default_startup_model()`` (the package's, fitted on live runs),
+  ``fit_startup_model`` and ``read_setups`` (``unstall live calibrate``: a model fitted on live
+  runs' JSON); ``simulate(startup_model=...)`` charges it (by default no model: 0 and 60 s).
 - :class:`SimRequest`: one run by names and files, as ``--json`` saves it beside a result so
   that it can be repeated; ``simulate_request(request, trace)`` resolves and runs it
   (``read_job_profiles`` reads its JobProfile files).
@@ -99,6 +104,13 @@ from unstall.sim.run import (
     simulate,
     speed_model,
 )
+from unstall.sim.startup import (
+    SetupTerms,
+    StartupModel,
+    default_startup_model,
+    resolve_startup_model,
+)
+from unstall.sim.startup_fit import fit_startup_model, read_setups
 from unstall.sim.sweep import (
     CellOutcome,
     SweepCell,
@@ -122,22 +134,28 @@ __all__ = [
     "PolicyCrashError",
     "PolicyError",
     "RunJobs",
+    "SetupTerms",
     "SimInterrupted",
     "SimInvariantError",
     "SimRequest",
     "SimResult",
     "SimRun",
+    "StartupModel",
     "SweepCell",
     "SweepGrid",
     "SweepResult",
     "check_trace_models",
     "congestion_level",
+    "default_startup_model",
+    "fit_startup_model",
     "gpu_type_of",
     "job_table",
     "layout_of",
     "read_congestion_schedule",
     "read_job_profiles",
+    "read_setups",
     "resolve_congestion",
+    "resolve_startup_model",
     "run_end",
     "run_jobs",
     "simulate",

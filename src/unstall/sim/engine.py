@@ -57,6 +57,10 @@ class EngineSettings:
     # Set-up paid by a job's first start (joining its group, building its model): what a live
     # run measures and hands back; 0 for the simulator's own runs.
     startup_s: float = 0.0
+    # What each start costs instead, by job, placement and whether it restores a checkpoint
+    # (a start-up model's charges, :class:`~unstall.sim.startup.SetupCharges`); None: the two
+    # fixed times above.
+    charges: Callable[[Job, Placement, bool], float] | None = None
 
 
 class SimInterrupted(KeyboardInterrupt):
@@ -211,7 +215,11 @@ class SimDriver:
     def launch(self, job: Job, placement: Placement, now: float, *, migrating: bool) -> None:
         job.last_update_s = now
         # A job moved or restarting after a preemption first restores its checkpoint.
-        if migrating or job.preemptions:
+        restoring = migrating or job.preemptions > 0
+        charges = self.settings.charges
+        if charges is not None:
+            pause = charges(job, placement, restoring)
+        elif restoring:
             pause = self.settings.restore_s
         else:
             pause = self.settings.startup_s if job.startup_s is None else job.startup_s

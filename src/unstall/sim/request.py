@@ -18,6 +18,7 @@ from unstall.net.topology_files import resolve_cluster
 from unstall.sched.resolve import resolve_policy
 from unstall.sim.congestion import resolve_congestion
 from unstall.sim.run import SimRun, simulate
+from unstall.sim.startup import resolve_startup_model
 from unstall.traces.schema import Trace
 from unstall.workload.profiles import JobProfile
 
@@ -38,7 +39,15 @@ class SimRequest:
     cluster: str = "small"  # a preset name or a TOML/JSON topology file
     congestion: str = "none"  # a level or a CSV schedule file (time_s,fraction)
     seed: int = 0
-    restore_s: float = 60.0  # checkpoint + restore paid by each preemption and migration
+    # Checkpoint + restore paid by each preemption and migration (None: the start-up model's,
+    # else 60 s).
+    restore_s: float | None = 60.0
+    # What each start costs by what it spans (unstall.sim.startup): "default" (the package's
+    # fitted model), a model file, or None for the fixed times (start-up 0, restore_s).
+    startup_model: str | None = None
+    # A live run's trace seconds per wall second, by which the model's wall seconds are scaled
+    # (1: the cluster's own time).
+    speedup: float = 1.0
     tick_s: float | None = None  # None: the policy's own re-scheduling period, if it has one
     # Share of each model among jobs whose trace names none (Philly has no model column).
     model_mix: tuple[tuple[str, float], ...] | None = None
@@ -66,6 +75,9 @@ def simulate_request(
     policy = resolve_policy(request.policy, request.policy_options, owner=REQUEST)
     congestion = resolve_congestion(request.congestion, owner=REQUEST, field="congestion")
     profiles = read_job_profiles(request.job_profiles)
+    model = resolve_startup_model(request.startup_model, owner=REQUEST, field="startup_model")
+    if model is not None:
+        model = model.for_speedup(request.speedup)
     try:
         run = simulate(
             trace,
@@ -80,6 +92,7 @@ def simulate_request(
             job_profiles=profiles,
             duration_gpu=request.duration_gpu,
             on_finish=on_finish,
+            startup_model=model,
         )
     except PolicyCrashError as exc:
         raise PolicyCrashError(request.label or request.policy, exc.error) from exc.__cause__

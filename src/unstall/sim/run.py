@@ -33,12 +33,15 @@ from unstall.sim.jobs import build_jobs
 from unstall.sim.metrics import SimResult, job_table, summarise, timeline_table, with_rejected
 from unstall.sim.perf_speed import PerfSpeedModel
 from unstall.sim.speed import SpeedModel
+from unstall.sim.startup import SetupCharges, StartupModel, resolve_startup_model
 from unstall.traces.models import assign_models, normalised_mix
 from unstall.traces.schema import Trace, TraceError
 from unstall.workload.job_specs import JobPerfSpec, known_models
 from unstall.workload.profiles import JobProfile
 
 OWNER = "simulate"  # what argument errors are reported against
+# Checkpoint + restore charged per preemption and migration without a start-up model.
+DEFAULT_RESTORE_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -115,8 +118,8 @@ def prepare_trace(
 def _check_settings(
     *,
     seed: int,
-    restore_s: float,
-    startup_s: float,
+    restore_s: float | None,
+    startup_s: float | None,
     tick_s: float | None,
     model_mix: Mapping[str, float] | None,
     max_jobs: int | None,
@@ -125,10 +128,15 @@ def _check_settings(
     # fractional seed or max_jobs ran (or failed deep in pandas) instead of being named.
     check_number(OWNER, "seed", seed, whole=True)
     check_number(OWNER, "max_jobs", max_jobs, whole=True, optional=True, wanted="a whole number")
-    check_number(OWNER, "restore_s", restore_s, wanted="a number of seconds")
+    check_number(OWNER, "restore_s", restore_s, optional=True, wanted="a number of seconds")
     check_number(OWNER, "tick_s", tick_s, optional=True, wanted="a number of seconds")
-    check_number(OWNER, "startup_s", startup_s, wanted="a number of seconds")
-    check_non_negative(OWNER, restore_s=restore_s, startup_s=startup_s, seed=seed)
+    check_number(OWNER, "startup_s", startup_s, optional=True, wanted="a number of seconds")
+    check_non_negative(
+        OWNER,
+        restore_s=0.0 if restore_s is None else restore_s,
+        startup_s=0.0 if startup_s is None else startup_s,
+        seed=seed,
+    )
     check(tick_s is None or tick_s > 0, OWNER, "tick_s", "must be > 0")
     check(max_jobs is None or max_jobs > 0, OWNER, "max_jobs", "must be > 0")
     if model_mix is not None:
@@ -185,8 +193,8 @@ def simulate(
     *,
     congestion: Congestion | str = NO_CONGESTION,
     seed: int = 0,
-    restore_s: float = 60.0,
-    startup_s: float = 0.0,
+    restore_s: float | None = None,
+    startup_s: float | None = None,
     tick_s: float | None = None,
     model_mix: Mapping[str, float] | None = None,
     max_jobs: int | None = None,
@@ -194,16 +202,21 @@ def simulate(
     duration_gpu: str | None = None,
     on_finish: Callable[[int], None] | None = None,
     job_startup_s: Mapping[str, float] | None = None,
+    startup_model: StartupModel | str | PathLike[str] | None = None,
 ) -> SimRun:
     """Simulate ``trace`` on ``cluster`` under ``policy``.
 
     ``congestion``: background traffic on NICs and uplinks (a level, e.g.
     ``congestion_level("medium")``, or a :class:`CongestionSchedule`); ``seed`` seeds it, the
     models given to jobs whose trace names none (drawn from ``model_mix``, default uniform over
-    the zoo) and the policy's random generator. ``restore_s``: checkpoint + restore paid by each
-    preemption and migration; ``startup_s``: set-up paid by each job's first start (0: none;
-    a live run measures it); ``job_startup_s``: ``{job_id: seconds}``, the set-up of the jobs
-    named, instead of ``startup_s`` (a live run's prediction: each job's own, as measured).
+    the zoo) and the policy's random generator. ``startup_model``: what each start costs, by
+    what its placement spans and the job's model (:class:`~unstall.sim.startup.StartupModel`,
+    ``"default"`` for the package's, fitted on live runs, or a model file; scale it to a live
+    run's speedup with ``model.for_speedup(k)``); None (the default): the fixed times below.
+    ``restore_s``: checkpoint + restore paid by each preemption and migration (None: the
+    model's, else 60 s); ``startup_s``: set-up paid by each job's first start (None: the
+    model's, else 0); ``job_startup_s``: ``{job_id: seconds}``, the set-up of the jobs named,
+    instead of the others (a live run's prediction: each job's own, as measured).
     ``tick_s``: extra scheduling rounds while jobs wait (None: the policy's own ``tick_s``, if
     it has one). ``max_jobs``: only the first N jobs.
     ``job_profiles``: measured jobs; jobs of a profiled model's name run at its measured figures
@@ -222,6 +235,7 @@ def simulate(
     :class:`~unstall.errors.ArgumentTypeError` (a TypeError) naming the argument.
     """
     trace, cluster, policy, congestion = resolve_arguments(trace, cluster, policy, congestion)
+    model = resolve_startup_model(startup_model, owner=OWNER, field="startup_model")
     _check_settings(
         seed=seed,
         restore_s=restore_s,
@@ -273,6 +287,7 @@ def simulate(
         on_finish=on_finish,
         job_duration_gpus=per_job,
         job_startup_s=job_startup_s,
+        startup_model=model,
     )
 
 
@@ -361,14 +376,15 @@ def simulate_with_speed(
     *,
     congestion: Congestion,
     seed: int,
-    restore_s: float,
+    restore_s: float | None,
     tick_s: float | None,
     model_mix: Mapping[str, float] | None,
     max_jobs: int | None,
     on_finish: Callable[[int], None] | None,
     job_duration_gpus: Sequence[str] | None = None,
-    startup_s: float = 0.0,
+    startup_s: float | None = None,
     job_startup_s: Mapping[str, float] | None = None,
+    startup_model: StartupModel | None = None,
 ) -> SimRun:
     """:func:`simulate` on a given speed model: the tests compare the perf model's fast paths
     with a speed model that lacks them, on the same run. ``job_duration_gpus``: each job's
@@ -397,7 +413,20 @@ def simulate_with_speed(
         policy=policy,
         jobs=jobs,
         congestion=congestion.schedule(horizon, seed),
-        settings=EngineSettings(restore_s=restore_s, startup_s=startup_s, tick_s=tick, seed=seed),
+        settings=EngineSettings(
+            restore_s=DEFAULT_RESTORE_S if restore_s is None else restore_s,
+            startup_s=0.0 if startup_s is None else startup_s,
+            tick_s=tick,
+            seed=seed,
+            charges=None
+            if startup_model is None
+            else SetupCharges(
+                model=startup_model,
+                node_rack=cluster.node_rack,
+                startup_s=startup_s,
+                restore_s=restore_s,
+            ),
+        ),
     )
     started = time.perf_counter()
     outcome = engine.run(on_finish)
