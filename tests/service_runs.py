@@ -38,6 +38,7 @@ def serve_process(
                 "20",
                 "--checkpoint-every-s",
                 "0.5",
+                *extra,
             ],
             stdout=out,
             stderr=subprocess.STDOUT,

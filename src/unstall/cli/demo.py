@@ -250,72 +250,52 @@ def _live(out: Path, quiet: bool) -> None:
 
 
 def _service(out: Path, quiet: bool) -> None:
-    import re
     import shutil
-    import threading
 
     from unstall.cli.common import err_console
     from unstall.cli.jobs import print_jobs
     from unstall.live import LiveConfig
     from unstall.net import TopologyConfig
     from unstall.sched import make_policy
-    from unstall.service import Client, ServeConfig, serve
+    from unstall.service import Client, ServeConfig, serving
 
     # A service on two emulated nodes of two GPUs, a fresh store, a free port; six jobs.
     store = out / "service-store"
     shutil.rmtree(store, ignore_errors=True)
     cluster = TopologyConfig(name="demo-two-nodes", racks=2, nodes_per_rack=1, gpus_per_node=2)
-    stop = threading.Event()
-    answering: list[str] = []
 
     def say(text: str) -> None:
-        found = re.search(r"serving on (\S+)", text)
-        if found:
-            answering.append(found.group(1))
         if not quiet:
             err_console.print(text, highlight=False, markup=False)
 
-    thread = threading.Thread(
-        target=serve,
-        kwargs={
-            "topology": cluster,
-            "policy": make_policy("dally"),
-            "live": LiveConfig(speedup=60.0, checkpoint_every_s=1.0),
-            "config": ServeConfig(port=0, store=store),
-            "say": say,
-            "stop": stop,
-        },
-        daemon=True,
-    )
-    thread.start()
-    try:
-        while not answering and thread.is_alive():
-            time.sleep(0.1)
-        client = Client(answering[0], user="demo")
+    with serving(
+        topology=cluster,
+        policy=make_policy("dally"),
+        live=LiveConfig(speedup=60.0, checkpoint_every_s=1.0),
+        config=ServeConfig(port=0, store=store),
+        say=say,
+    ) as running:
+        client = Client(running.url, user="demo")
+        sizes = [
+            (2, "resnet50", 600),
+            (2, "vgg16", 300),
+            (4, "resnet50", 300),
+            (1, "lstm_lm", 240),
+            (1, "resnet18", 120),
+            (2, "bert", 200),
+        ]
         jobs = [
             client.submit(gpus=gpus, model=model, duration_s=seconds, name=f"{model}-{i}")
-            for i, (gpus, model, seconds) in enumerate(
-                [
-                    (2, "resnet50", 600),
-                    (2, "vgg16", 300),
-                    (4, "resnet50", 300),
-                    (1, "lstm_lm", 240),
-                    (1, "resnet18", 120),
-                    (2, "bert", 200),
-                ]
-            )
+            for i, (gpus, model, seconds) in enumerate(sizes)
         ]
         time.sleep(5)
-        console.print(f"the queue, a few seconds after six submissions ({answering[0]}):")
+        console.print(f"the queue, a few seconds after six submissions ({running.url}):")
         print_jobs(client.list())
         client.cancel(jobs[-1].id)
         for job in jobs[:-1]:
             client.wait(job.id, timeout_s=300)
         console.print("after they ran (the last one cancelled):")
         print_jobs(client.list())
-    finally:
-        stop.set()
-        thread.join(timeout=120)
     console.print(
         f"store kept in {store}/ (jobs.db, logs/, checkpoints/); yours: `unstall serve` then "
         "`unstall jobs submit --gpus 2 --model resnet50 --duration-s 600` (docs/service.md)"

@@ -5,7 +5,8 @@ What this part offers:
 - :func:`serve`: the scheduling core (:mod:`unstall.loop`) with a wall clock, the live executors
   on a Ray cluster (local and emulated, or joined), a job store that survives the service
   (:class:`JobStore`: SQLite in a directory, or PostgreSQL) and an HTTP API (FastAPI), until
-  stopped; :class:`ServeConfig` (host, port, store).
+  stopped; :class:`ServeConfig` (host, port, store). ``with serving(...) as running:`` runs
+  the same service while a block of your program runs (``running.url``).
 - :class:`Client`: the API from Python (``submit``, ``list``, ``get``, ``cancel``, ``logs``,
   ``wait``); ``unstall jobs ...`` is the same from the command line.
 - The API's models: :class:`JobSpec` (what a user submits), :class:`JobRecord` and
@@ -14,7 +15,7 @@ What this part offers:
 
 from unstall.service.client import Client, ClientError
 from unstall.service.models import ClusterRecord, JobDetail, JobRecord, JobSpec
-from unstall.service.serve import ServeConfig, serve
+from unstall.service.serve import ServeConfig, serve, serving
 from unstall.service.store import JobStore
 
 __all__ = [
@@ -27,4 +28,5 @@ __all__ = [
     "JobStore",
     "ServeConfig",
     "serve",
+    "serving",
 ]

@@ -87,7 +87,24 @@ def ray_cluster(
             local.shutdown()
 
 
-def serve(
+@dataclass
+class Running:
+    """A service that runs (see :func:`serving`): where it answers, and its parts."""
+
+    url: str
+    service: Service
+    http: threading.Thread
+
+    def check(self) -> None:
+        """Raise if the scheduler or the HTTP server stopped on its own."""
+        if self.service.scheduler.error is not None:
+            raise UnstallError(f"the scheduler stopped: {self.service.scheduler.error}")
+        if not self.http.is_alive():
+            raise UnstallError("the HTTP server stopped")
+
+
+@contextlib.contextmanager
+def serving(
     *,
     topology: TopologyConfig,
     policy: Policy,
@@ -96,16 +113,16 @@ def serve(
     address: str | None = None,
     tokens: dict[str, Caller] | None = None,
     say: Callable[[str], None] = print,
-    stop: threading.Event | None = None,
-) -> None:
-    """Run the service until ``stop`` is set (or Ctrl-C / SIGTERM, as KeyboardInterrupt)."""
+) -> Iterator[Running]:
+    """The service, answering in threads of its own while the block runs: the HTTP API and the
+    scheduler. Ray is started (or joined) in the calling thread, which must be the main one for
+    a local cluster (Ray's own rule); on leaving, running jobs are stopped and kept."""
     import uvicorn
 
     check_exposure(config.host, tokens)
     if cluster_address(address) is None:
         reap_orphans()  # what a killed service left running, before anything new starts
     store = JobStore(config.store, config.database)
-    stop = stop or threading.Event()
     scheduler = Scheduler(store=store, topology=topology, policy=policy, config=live, log=say)
     service = Service(store=store, scheduler=scheduler, tokens=tokens)
     service.load()
@@ -129,18 +146,41 @@ def serve(
                 if not thread.is_alive():
                     raise UnstallError(f"could not serve on {config.host}:{config.port}")
                 time.sleep(0.02)
-            say(f"serving on http://{config.host}:{_port(server, config.port)}")
+            url = f"http://{config.host}:{_port(server, config.port)}"
+            say(f"serving on {url}")
             service.start(cluster)  # type: ignore[arg-type]
-            while not stop.wait(0.5):
-                if scheduler.error is not None:
-                    raise UnstallError(f"the scheduler stopped: {scheduler.error}")
-                if not thread.is_alive():
-                    raise UnstallError("the HTTP server stopped")
+            yield Running(url=url, service=service, http=thread)
         finally:
             server.should_exit = True
             thread.join(timeout=10)
             scheduler.stop()
             store.close()
+
+
+def serve(
+    *,
+    topology: TopologyConfig,
+    policy: Policy,
+    live: LiveConfig,
+    config: ServeConfig,
+    address: str | None = None,
+    tokens: dict[str, Caller] | None = None,
+    say: Callable[[str], None] = print,
+    stop: threading.Event | None = None,
+) -> None:
+    """Run the service until ``stop`` is set (or Ctrl-C / SIGTERM, as KeyboardInterrupt)."""
+    stop = stop or threading.Event()
+    with serving(
+        topology=topology,
+        policy=policy,
+        live=live,
+        config=config,
+        address=address,
+        tokens=tokens,
+        say=say,
+    ) as running:
+        while not stop.wait(0.5):
+            running.check()
 
 
 def _port(server: object, asked: int) -> int:
