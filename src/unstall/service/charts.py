@@ -63,12 +63,12 @@ def job_colour(job_id: str) -> str:
 
 
 def nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
-    """About ``count`` round values (1, 2 or 5 times a power of ten apart) covering low..high."""
+    """About ``count`` round values (1, 2, 2.5 or 5 times a power of ten apart) covering low..high."""
     if not (math.isfinite(low) and math.isfinite(high)) or high <= low:
         return [low]
     raw = (high - low) / max(1, count - 1)
     power = 10 ** math.floor(math.log10(raw))
-    step = next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
+    step = next(m * power for m in (1, 2, 2.5, 5, 10) if m * power >= raw)
     first = math.floor(low / step) * step
     ticks = []
     value = first

@@ -18,7 +18,7 @@ tests). Times are wall seconds.
 | ``unstall_preemptions_total`` | counter | jobs preempted |
 | ``unstall_migrations_total`` | counter | jobs migrated |
 | ``unstall_failures_total`` | counter | job segments that failed |
-| ``unstall_estimate_start_error_seconds`` | histogram | a job's start minus its estimate, absolute |
+| ``unstall_estimate_start_error_seconds`` | histogram | |start - estimated start| |
 """
 
 from __future__ import annotations

@@ -1,0 +1,73 @@
+"""What the service's tests share: a service over a fresh store whose scheduler is built but not
+started (no Ray: its executors never come up), its cluster two emulated nodes of 2 GPUs; and
+that service's app answering HTTP on 127.0.0.1 in a thread, for a real browser."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import uvicorn
+
+from unstall.live.cluster import NODE_LABEL, RACK_LABEL, discover
+from unstall.live.config import LiveConfig
+from unstall.sched import make_policy
+from unstall.service.api import create_app
+from unstall.service.scheduler import Scheduler
+from unstall.service.service import Caller, Service
+from unstall.service.store import JobStore
+
+
+def two_nodes() -> object:
+    """Two emulated nodes of 2 GPUs in one rack, as Ray would list them."""
+    nodes = [
+        {
+            "NodeID": f"n{i}",
+            "NodeManagerAddress": "127.0.0.1",
+            "Alive": True,
+            "Resources": {"CPU": 1.0, "unstall_gpu": 2.0},
+            "Labels": {NODE_LABEL: str(i), RACK_LABEL: "0"},
+        }
+        for i in range(2)
+    ]
+    return discover(nodes, topology=None, slot_resource="unstall_gpu", loopback=True)
+
+
+def unstarted_service(store: Path, tokens: dict[str, Caller] | None = None) -> Service:
+    """A service over ``store`` whose scheduler is not started (no Ray)."""
+    job_store = JobStore(store)
+    scheduler = Scheduler(
+        store=job_store,
+        topology=two_nodes().topology,  # type: ignore[attr-defined]
+        policy=make_policy("fifo"),
+        config=LiveConfig(),
+    )
+    service = Service(store=job_store, scheduler=scheduler, tokens=tokens)
+    service.load()
+    return service
+
+
+@contextlib.contextmanager
+def serving(service: Service) -> Iterator[str]:
+    """The service's app on 127.0.0.1 (a free port) in a thread; yields its URL."""
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(service), host="127.0.0.1", port=0, log_level="warning", access_log=False
+        )
+    )
+    thread = threading.Thread(target=server.run, name="test-http", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise AssertionError("the test server did not start")
+        time.sleep(0.01)
+    port = server.servers[0].sockets[0].getsockname()[1]
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
