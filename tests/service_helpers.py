@@ -5,6 +5,9 @@ that service's app answering HTTP on 127.0.0.1 in a thread, for a real browser."
 from __future__ import annotations
 
 import contextlib
+import re
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -71,3 +74,47 @@ def serving(service: Service) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+
+
+# Wall seconds a service on a local emulated cluster gets to answer (Ray on a busy machine).
+SERVE_START_S = 240.0
+
+
+def start_serve(
+    store: Path, cluster: Path, log: Path, *extra: str
+) -> tuple[subprocess.Popen[bytes], str]:
+    """``unstall serve`` on ``store`` (fifo, speedup 20), its output in ``log``; returns the
+    process and its URL once it answers."""
+    from live_runs import live_env
+
+    with open(log, "ab") as out:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "unstall",
+                "serve",
+                "--cluster",
+                str(cluster),
+                "--store",
+                str(store),
+                "--port",
+                "0",
+                "--policy",
+                "fifo",
+                "--speedup",
+                "20",
+                *extra,
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=live_env(),
+        )
+    deadline = time.monotonic() + SERVE_START_S
+    while time.monotonic() < deadline and process.poll() is None:
+        found = re.search(r"serving on (http://127\.0\.0\.1:\d+)", log.read_text())
+        if found:
+            return process, found.group(1)
+        time.sleep(0.1)
+    process.kill()
+    raise AssertionError("the service did not answer:\n" + log.read_text())

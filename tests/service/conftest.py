@@ -66,7 +66,7 @@ def page(browser: Any) -> Iterator[Any]:
     opened = context.new_page()
     opened.dialogs = []
     opened.on("dialog", lambda dialog: (opened.dialogs.append(dialog.message), dialog.dismiss()))
-    opened.set_default_timeout(10_000)
+    opened.set_default_timeout(60_000)
     try:
         yield opened
     finally:

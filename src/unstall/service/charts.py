@@ -63,7 +63,7 @@ def job_colour(job_id: str) -> str:
 
 
 def nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
-    """About ``count`` round values (1, 2, 2.5 or 5 times a power of ten apart) covering low..high."""
+    """About ``count`` round values (1, 2, 2.5 or 5 times a power of ten apart) over low..high."""
     if not (math.isfinite(low) and math.isfinite(high)) or high <= low:
         return [low]
     raw = (high - low) / max(1, count - 1)
