@@ -77,7 +77,7 @@ def submit_waves(client: Client, wait_s: float) -> str:
             as_user = Client(client.url, user=user)
             ids.append((as_user.submit(gpus=gpus, model=model, duration_s=seconds).id, user))
         time.sleep(WAVE_S)
-    cancelled, owner = ids[-2]
+    cancelled, owner = ids[-1]  # the whole cluster's job: it waits
     Client(client.url, user=owner).cancel(cancelled)
     time.sleep(max(0.0, wait_s - (time.monotonic() - began)))
     return ids[0][0]

@@ -1,7 +1,8 @@
 """The dashboard in a real browser (Chromium, driven by Playwright): what a person sees.
 
 Most tests drive a service whose scheduler is not started (no Ray), answering HTTP in a thread:
-the page lists the jobs and updates itself, names are text, a bad submission shows the error,
+the page lists the jobs and updates itself, names are text, a job the scheduler places shows
+on its GPUs within a poll, a bad submission shows the error,
 a service with tokens asks for one and cancels with it, a job's page plots its reports. One test
 (slow: a local Ray cluster) runs a real ``unstall serve`` on an emulated cluster: a job started
 by the service shows on its GPUs within seconds, and cancelling it from the page ends it.
@@ -19,6 +20,8 @@ import pytest
 
 from live_runs import TWO_NODES
 from service_helpers import SERVE_START_S, serving, start_serve, unstarted_service
+from unstall.service.dashboard import POLL_MS
+from unstall.service.scheduler import JobStatus, Snapshot
 from unstall.service.service import read_tokens
 
 pytestmark = pytest.mark.browser
@@ -63,6 +66,32 @@ def test_the_page_lists_jobs_updates_itself_and_shows_names_as_text(
         expect(page.locator('#queue tr[data-job="job-2"] .name')).to_have_text("later")
         assert page.dialogs == []  # the name's script never ran
         assert page.locator("script").count() == 1  # the page's own, and no other
+
+
+def test_a_job_the_scheduler_places_shows_on_its_gpus_within_seconds(
+    page: Any, tmp_path: Path
+) -> None:
+    service = unstarted_service(tmp_path / "store")
+    with serving(service) as url:
+        _submit(url, {"X-Unstall-User": "alice"}, name="r50")
+        page.goto(url)
+        expect(page.locator('#queue tr[data-job="job-1"]')).to_be_visible()
+        # What the scheduler publishes once it has placed the job on node 1's two GPUs.
+        started = time.time()
+        service.scheduler.snapshot = Snapshot(
+            at=started,
+            jobs={"job-1": JobStatus("running", "1:2", 10.0, 100.0, 0, started, None, "")},
+            free_by_node=(2, 0),
+            holders={(1, 0): "job-1", (1, 1): "job-1"},
+        )
+        busy = page.locator('.gpu.busy[data-job="job-1"]')
+        while busy.count() < 2:
+            assert time.time() - started < POLL_MS / 1000 + 3.0, "not on its GPUs in time"
+            time.sleep(0.05)
+        assert page.locator('.node[data-node="1"] .gpu.busy').count() == 2
+        expect(page.locator('#running tr[data-job="job-1"]')).to_contain_text("1:2")
+        expect(page.locator("#busy-gpus")).to_have_text("2")
+        assert page.locator("#queue").count() == 0
 
 
 def test_a_bad_submission_shows_the_error_and_a_good_one_is_listed(
