@@ -130,6 +130,7 @@ def test_a_plot_fits_its_points_inside_its_axes() -> None:
     labels = [float(label) for _, label in chart.y_ticks]
     assert labels[0] <= -1.0 and labels[-1] >= 3.0
     assert charts.plot("p", {"a": []}, empty="none yet").empty == "none yet"
+    assert charts.plot("p", {"a": [(0.0, 1.0), (1.0, 2.0)]}, dots_only=True).series[0].line == ""
     many = charts.plot("p", {"a": [(float(i), float(i)) for i in range(5000)]})
     assert many.points == charts.MAX_POINTS and many.series[0].dots[-1][0] == chart.right
 

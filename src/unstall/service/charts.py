@@ -125,11 +125,13 @@ def plot(
     y_format: Format = number,
     y_floor: float | None = None,
     y_ceiling: float | None = None,
+    dots_only: bool = False,
     empty: str = "nothing yet",
 ) -> Chart:
     """A plot of named series of (x, y) points: axes fitted to them (``y_floor``/``y_ceiling``
     pin an end, e.g. 0 and 1 for a share), ticks at round values (``x_time``: x is wall time,
-    ticked at round minutes)."""
+    ticked at round minutes; ``dots_only``: points not joined, for values that are not a
+    series in time, such as each job's completion time)."""
     filled = {name: thin(points) for name, points in series.items() if points}
     if not filled:
         return Chart(title=title, series=(), x_ticks=(), y_ticks=(), empty=empty)
@@ -154,7 +156,7 @@ def plot(
     drawn = []
     for i, (name, points) in enumerate(filled.items()):
         dots = tuple((px(x), py(y), f"{name}: {y_format(y)} at {x_format(x)}") for x, y in points)
-        line = " ".join(f"{x},{y}" for x, y, _ in dots)
+        line = "" if dots_only else " ".join(f"{x},{y}" for x, y, _ in dots)
         drawn.append(Series(name, SERIES_COLOURS[i % len(SERIES_COLOURS)], line, dots))
     ticks = time_ticks(x_lo, x_hi) if x_time else nice_ticks(x_lo, x_hi)
     x_ticks = tuple((px(t), x_format(t)) for t in ticks if x_lo <= t <= x_hi) or (

@@ -169,6 +169,7 @@ def history_charts(
             x_time=True,
             y_format=lambda s: duration(s) or "0 s",
             y_floor=0,
+            dots_only=True,
             empty=f"no job has finished in the last {history.hours:g} hours",
         ),
     ]
