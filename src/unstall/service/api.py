@@ -9,6 +9,8 @@
 | ``GET /api/jobs/{id}/logs`` | its log from ``?offset=`` bytes (next: ``X-Next-Offset``) |
 | ``GET /api/cluster`` | nodes, their GPUs and the job on each |
 | ``GET /api/stats`` | the scheduler's rounds and what the latest ones cost (ms) |
+| ``GET /metrics`` | the service in Prometheus' text format (:mod:`unstall.service.metrics`) |
+| ``GET /``, ``GET /jobs/{id}`` | the dashboard (:mod:`unstall.service.dashboard`) |
 
 Errors answer ``{"detail": ...}``: 401 without a valid token (where the service has tokens), 403
 for another user's job, 404 for an unknown job, 409 for a job that has ended, 413 for a body over
@@ -19,10 +21,13 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, Header, Query, Request
+from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
+from unstall.service.auth import Who
+from unstall.service.dashboard import install_dashboard
+from unstall.service.metrics import CONTENT_TYPE, exposition, registry_for
 from unstall.service.models import (
     MAX_FILES_BYTES,
     ClusterRecord,
@@ -31,27 +36,10 @@ from unstall.service.models import (
     JobSpec,
     JobStateName,
 )
-from unstall.service.service import Caller, Service, ServiceError
+from unstall.service.service import Service, ServiceError
 
 # A request body may be at most this many bytes (a spec with its files, JSON-encoded).
 MAX_BODY_BYTES = 2 * MAX_FILES_BYTES
-
-
-def _caller(
-    request: Request,
-    authorization: Annotated[str | None, Header()] = None,
-    x_unstall_user: Annotated[str | None, Header()] = None,
-) -> Caller:
-    """Who sent the request: its Bearer token's user (or, with no tokens, the user it names)."""
-    token = None
-    if authorization is not None and authorization.lower().startswith("bearer "):
-        token = authorization[7:].strip()
-    service: Service = request.app.state.service
-    return service.caller(token, x_unstall_user)
-
-
-# Every route asks who calls: a service with tokens answers 401 to a request without one.
-Who = Annotated[Caller, Depends(_caller)]
 
 
 def create_app(service: Service) -> FastAPI:
@@ -114,6 +102,13 @@ def create_app(service: Service) -> FastAPI:
     def stats(who: Who) -> dict[str, object]:
         return service.stats()
 
+    registry = registry_for(service)  # the app's own: no global registry shared between apps
+
+    @app.get("/metrics", response_class=Response)
+    def metrics(who: Who) -> Response:
+        return Response(exposition(registry), media_type=CONTENT_TYPE)
+
+    install_dashboard(app, service)
     return app
 
 

@@ -39,6 +39,7 @@ from unstall.loop import (
 )
 from unstall.net import TopologyConfig
 from unstall.sched.base import Policy, policy_capabilities
+from unstall.service.history import History, Sample
 from unstall.service.models import JobSpec
 from unstall.service.store import JobStore, StoredJob
 from unstall.sim import PerfSpeedModel, layout_of
@@ -189,6 +190,8 @@ class Scheduler:
         self.error: BaseException | None = None
         # (wall seconds, jobs queued) of the latest instants that ran a round.
         self.round_costs: collections.deque[tuple[float, int]] = collections.deque(maxlen=2000)
+        # The cluster's busy GPUs and queue over the last hours, for the dashboard's plots.
+        self.history = History()
 
     # --- what the API asks ---------------------------------------------------------------------
 
@@ -435,6 +438,22 @@ class Scheduler:
             free_by_node=tuple(core.cluster.free_by_node),
             lost_nodes=frozenset(core.cluster.down),
             holders=holders,
+        )
+        self._sample(self.snapshot)
+
+    def _sample(self, snapshot: Snapshot) -> None:
+        """The snapshot's GPUs and queue into the history (kept every few seconds)."""
+        lost = sum(self.layout.node_gpus[n] for n in snapshot.lost_nodes)
+        free = sum(snapshot.free_by_node)
+        self.history.observe(
+            Sample(
+                at=snapshot.at,
+                busy=self.layout.total_gpus - free - lost,
+                free=free,
+                lost=lost,
+                queued=len(snapshot.queue),
+                running=len(self.core.running),
+            )
         )
 
     def _status(self, job: Job, now: float) -> JobStatus:
