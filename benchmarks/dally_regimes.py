@@ -4,7 +4,7 @@ Each cell is one regime: offered load x share of multi-GPU jobs x job-size tail 
 x network efficiency (line rate, or the calibrated share of it) x background congestion, on the
 256-GPU ``medium`` cluster. Per cell, ``--seeds`` traces (generator seed = simulator seed) are
 simulated by Dally, its four variants (no delay timers, no preemption at all, no priority
-preemption, the auto-tuner on) and the baselines. For each baseline, Dally's average JCT,
+preemption, autotune on) and the baselines. For each baseline, Dally's average JCT,
 makespan and communication overhead are reported as ratios to the baseline's on the same
 trace (below 1: Dally better), mean and standard deviation over the seeds; the variants give
 each mechanism's share of the gain (how much worse, or better, Dally's JCT gets with the
@@ -34,7 +34,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 BASELINES = ("consolidate", "tiresias", "gandiva", "fifo")
 # Each variant switches one mechanism: delay, preemption (both kinds) or priority preemption
-# off, the auto-tuner (off by default) on.
+# off, autotune (the delay factor moved online; off by default) on.
 ABLATIONS: dict[str, dict[str, bool]] = {
     "dally-no-delay": {"delay": False},
     "dally-no-preemption": {"preemption": False},
@@ -179,7 +179,7 @@ def summarise(runs: list[dict], out: Path) -> str:  # type: ignore[type-arg]
             )
     lines.append(
         "\n#### Each mechanism's part: the variant's average JCT / Dally's (delay or preemption "
-        "off, the auto-tuner on)\n"
+        "off, autotune on)\n"
     )
     lines.append("| regime | " + " | ".join(ABLATIONS) + " |")
     lines.append("|---|" + "---:|" * len(ABLATIONS))

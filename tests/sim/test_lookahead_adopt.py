@@ -50,3 +50,48 @@ def test_churn_must_buy_its_gain() -> None:
     assert not within_bounds(outcome(75.0, moves=32), outcome(100.0), 20, 1, config)
     assert within_bounds(outcome(50.0, moves=56), outcome(100.0), 20, 1, config)
     assert not within_bounds(outcome(50.0, moves=57), outcome(100.0), 20, 1, config)
+
+
+def view(job_id: str, placement: tuple[tuple[int, int], ...] = ()) -> JobView:
+    return JobView(
+        job_id=job_id,
+        index=int(job_id[1:]),
+        num_gpus=1,
+        submit_s=0.0,
+        model="m",
+        sensitivity=Sensitivity.flat(1.0, 1.0),
+        attained_gpu_s_at_change=0.0,
+        changed_s=0.0,
+        running=bool(placement),
+        placement=placement,
+    )
+
+
+def snapshot(now: float, finished: tuple[JobView, ...] = ()) -> ClusterSnapshot:
+    return ClusterSnapshot(
+        now=now,
+        layout=LAYOUT,
+        free_by_node=(4,),
+        free_by_rack=(4,),
+        queued=(),
+        running=(),
+        finished=finished,
+    )
+
+
+def test_a_prediction_is_checked_against_what_then_happened() -> None:
+    checks = PredictionChecks(window=2)
+    assert checks.error == 0.0  # no evidence yet
+    # At 100 s: two jobs, predicted to spend 1,500 s in the system over the next 1,000 s.
+    checks.expect(100.0, 1100.0, ["j1", "j2"], 1500.0)
+    checks.observe(snapshot(300.0, (view("j1", ((0, 1),)),)))  # j1 finished at 300 s
+    assert checks.error == 0.0  # not checked before the horizon has passed
+    checks.observe(snapshot(1100.0))
+    # It happened: 200 s (j1) + 1,000 s (j2) = 1,200 s; the prediction was 25% over.
+    assert checks.error == pytest.approx(300.0 / 1200.0)
+    checks.expect(1100.0, 2100.0, ["j2"], 1000.0)
+    checks.observe(snapshot(2500.0))
+    assert checks.error == pytest.approx((0.25 + 0.0) / 2)  # the mean of the last two
+    checks.expect(2500.0, 3500.0, ["j3"], 500.0)
+    checks.observe(snapshot(3500.0))
+    assert checks.error == pytest.approx((0.0 + 0.5) / 2)  # the window keeps the last two

@@ -330,7 +330,7 @@ class Policy(Protocol):
     """A scheduling policy. ``decide`` must be a pure function of its inputs and own state.
 
     A policy may keep state between calls built only from snapshots it was shown (never from the
-    future), e.g. Dally's auto-tuner; ``reset`` returns it to its initial state.
+    future), e.g. Dally's run history; ``reset`` returns it to its initial state.
 
     Optional members, which a backend reads through :func:`policy_capabilities` (a policy
     without them gets the defaults; :class:`PolicyBase` declares them for a class to inherit):

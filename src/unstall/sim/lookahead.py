@@ -17,15 +17,13 @@ the registry's factory, which imports this module only when such a policy is bui
 from __future__ import annotations
 
 import bisect
-import math
 import random
 from collections import deque
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from unstall.loop.jobs import Job, JobState
 from unstall.sched.base import (
-    ClusterLayout,
     ClusterSnapshot,
     Decision,
     Placement,
@@ -40,7 +38,7 @@ from unstall.sched.registry import provide_factory
 from unstall.sim.congestion import CongestionSchedule
 from unstall.sim.engine import Engine, EngineSettings
 from unstall.sim.lookahead_adopt import ZERO, Outcome, PredictionChecks, choose
-from unstall.sim.speed import Flow
+from unstall.sim.lookahead_speed import ViewSpeed
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -167,55 +165,6 @@ def plan_jobs(
             )
         )
     return jobs
-
-
-@dataclass
-class ViewSpeed:
-    """The look-ahead's speed model, from what job views carry: a job runs at 1 iteration a
-    second consolidated on the GPU type its run times were measured on, over its speed on the
-    slowest GPU type of its placement on a cluster of several types (``type_speeds``), and
-    ``sensitivity.at(across racks, congestion)`` times slower spread (no link sharing between
-    jobs: the views do not tell link capacities)."""
-
-    layout: ClusterLayout
-    congestion: float
-    sensitivities: dict[tuple[str, int], Sensitivity] = field(default_factory=dict)
-    # (model, GPUs) -> its speed by GPU type: a mapping made once a look-ahead, for every
-    # iteration time asks it.
-    type_speeds: dict[tuple[str, int], dict[str, float]] = field(default_factory=dict)
-
-    @property
-    def heterogeneous(self) -> bool:
-        """Whether a job's speed depends on the GPU types of its placement (read by the
-        engine: see ``speed_capabilities``)."""
-        return not self.layout.one_type
-
-    def consolidated_iter_s(self, model: str, num_gpus: int) -> float:
-        return 1.0
-
-    def base_iter_s(self, model: str, num_gpus: int, placement: Placement) -> float:
-        """The consolidated iteration time on the slowest GPU type of ``placement``."""
-        if self.layout.one_type:
-            return 1.0
-        speeds = self.type_speeds.get((model, num_gpus), {})
-        slowest = min(speeds.get(self.layout.node_type[node], 1.0) for node, _ in placement)
-        return 1.0 / slowest if slowest > 0 else math.inf
-
-    def sensitivity(self, model: str, num_gpus: int) -> Sensitivity:
-        return self.sensitivities.get((model, num_gpus), Sensitivity.flat(1.0, 1.0))
-
-    def flow(self, model: str, num_gpus: int, placement: Placement) -> Flow | None:
-        return None
-
-    def capacity(self, link: object) -> float:
-        return 1.0
-
-    def iter_s(self, model: str, num_gpus: int, placement: Placement, rate: float | None) -> float:
-        base = self.base_iter_s(model, num_gpus, placement)
-        if len(placement) <= 1:
-            return base
-        racks = {self.layout.node_rack[node] for node, _ in placement}
-        return base * self.sensitivity(model, num_gpus).at(len(racks) > 1, self.congestion)
 
 
 class _Pinned(PolicyBase):
@@ -447,28 +396,7 @@ class LookaheadDally(PolicyBase):
             self._record(TuneRecord(snapshot.now, scores, self.current, 0.0, c.margin))
             return
         margin = max(c.margin, c.error_weight * self.checks.error)
-        totals = dict.fromkeys(c.names, ZERO)
-        held = 0  # jobs the look-aheads held, over the samples
-        samples = 0
-        while samples < c.samples:
-            rng = random.Random(c.seed * 1_000_003 + tuning * 1_009 + samples)
-            jobs = plan_jobs(snapshot, self.inner.history, list(self._arrivals), c, rng)
-            held += len(jobs)
-            for name in names:
-                outcome = simulate_outcome(
-                    jobs, self.settings_of(name), self.inner.history, snapshot, c, c.seed + samples
-                )
-                totals[name] += outcome
-                self.lookahead_rounds += outcome.rounds + SIM_OVERHEAD_ROUNDS
-            samples += 1
-            # Another draw only while the choice is open: some candidate (within the bounds)
-            # beats the current setting by OPEN_SHARE of the margin so far.
-            so_far = {n: totals[n] for n in names}
-            if (
-                choose(so_far, self.current, held, samples, OPEN_SHARE * margin, c)[0]
-                == self.current
-            ):
-                break
+        totals, held, samples = self._look_ahead(snapshot, names, margin)
         for name in c.names:
             if name not in names:
                 totals[name] = totals[self.current]
@@ -489,6 +417,35 @@ class LookaheadDally(PolicyBase):
         )
         scores = tuple((n, totals[n].score / now_score if now_score > 0 else 1.0) for n in c.names)
         self._record(TuneRecord(snapshot.now, scores, chosen, gain, margin))
+
+    def _look_ahead(
+        self, snapshot: ClusterSnapshot, names: list[str], margin: float
+    ) -> tuple[dict[str, Outcome], int, int]:
+        """Each of ``names`` simulated over the same draws: their summed outcomes (the others
+        at zero), the jobs the look-aheads held and the draws made. A second draw is made only
+        while the choice is open: some candidate within the bounds beats the current setting
+        by OPEN_SHARE of ``margin`` on the draws so far."""
+        c = self.config
+        tuning = len(self.history)
+        totals = dict.fromkeys(c.names, ZERO)
+        held = samples = 0
+        while samples < c.samples:
+            rng = random.Random(c.seed * 1_000_003 + tuning * 1_009 + samples)
+            jobs = plan_jobs(snapshot, self.inner.history, list(self._arrivals), c, rng)
+            held += len(jobs)
+            for name in names:
+                outcome = simulate_outcome(
+                    jobs, self.settings_of(name), self.inner.history, snapshot, c, c.seed + samples
+                )
+                totals[name] += outcome
+                self.lookahead_rounds += outcome.rounds + SIM_OVERHEAD_ROUNDS
+            samples += 1
+            so_far = {n: totals[n] for n in names}
+            if choose(so_far, self.current, held, samples, OPEN_SHARE * margin, c)[0] == (
+                self.current
+            ):
+                break
+        return totals, held, samples
 
     def _record(self, record: TuneRecord) -> None:
         """Keep ``record`` of the tuning just done, set when the next is due (a period that

@@ -7,7 +7,7 @@ setting's, its moves (preemptions and migrations) at most ``churn_bound`` a job 
 current setting's (and one a sample), plus ``churn_per_gain`` a job for each unit of the
 relative gain it predicts: churn must buy its gain. (On heavy traces the candidates that then
 lost to ``dally-fixed`` added 0.36-0.47 moves a job for 2-4% predicted; on traces like the
-embedded one, those that won added 0.01-0.25 for 5-30%: BENCHMARKS.md, "Dally's look-ahead".)
+embedded one, those that won added 0.01-0.25 for 5-30%: BENCHMARKS.md, "Dally's look-ahead tuner".)
 
 The margin is the configured one, widened to the look-ahead's own prediction error: each
 tuning's prediction for the jobs there at that instant (the time they spend in the system over

@@ -97,7 +97,7 @@ class DallyConfig:
     # for service too, and a job's own moves (re-consolidation, a faster type) stop one past
     # it, so no job is moved more than ``max_moves_per_job + 1`` times in any setting. Off: as
     # before, service preemption and a job's own moves were uncapped (1,811 preemptions and 13
-    # moves of one job on heavy traces; its JCT cost: BENCHMARKS.md, "Dally's look-ahead").
+    # moves of one job on heavy traces; its JCT cost: BENCHMARKS.md, "Dally's look-ahead tuner").
     cap_all_moves: bool = True
     # Running single-node jobs may be migrated to another node to clear room (else only
     # preempted, when outranked).

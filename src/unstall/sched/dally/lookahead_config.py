@@ -77,8 +77,8 @@ class LookaheadConfig:
     # measured against what then happened in the run (mean of the last ``error_window``
     # checks); 0 keeps it at ``margin``. The error measured is of the time in system itself
     # (30-70% early in a trace, 1-2% on long queues), most of which the candidates share
-    # (common random numbers): weighed whole, it kept the tuner from every switch that paid
-    # on traces like the embedded one (BENCHMARKS.md, "Dally's look-ahead").
+    # (common random numbers): weighed whole, it kept the tuner from nearly every switch that
+    # paid on traces like the embedded one (BENCHMARKS.md, "Dally's look-ahead tuner").
     error_weight: float = 0.1
     error_window: int = 8
 
