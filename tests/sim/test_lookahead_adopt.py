@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from unstall.sched.base import ClusterLayout
+from unstall.sched.base import ClusterLayout, ClusterSnapshot, JobView, Sensitivity
 from unstall.sched.dally.lookahead_config import LookaheadConfig
-from unstall.sim.lookahead_adopt import Outcome, choose, within_bounds
+from unstall.sim.lookahead_adopt import Outcome, PredictionChecks, choose, within_bounds
 
 CONFIG = LookaheadConfig(comm_bound=0.02, churn_bound=0.05, churn_per_gain=0.0)
 LAYOUT = ClusterLayout.regular(racks=1, nodes_per_rack=1, gpus_per_node=4)
