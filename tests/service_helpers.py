@@ -1,6 +1,7 @@
 """What the service's tests share: a service over a fresh store whose scheduler is built but not
-started (no Ray: its executors never come up), its cluster two emulated nodes of 2 GPUs; and
-that service's app answering HTTP on 127.0.0.1 in a thread, for a real browser."""
+started (no Ray: its executors never come up), its cluster two emulated nodes of 2 GPUs; that
+service's app answering HTTP on 127.0.0.1 in a thread, for a real browser; and a real `unstall
+serve` process on a local emulated cluster, with what waits for it."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import uvicorn
 
+from live_runs import live_env
 from unstall.live.cluster import NODE_LABEL, RACK_LABEL, discover
 from unstall.live.config import LiveConfig
 from unstall.sched import make_policy
@@ -76,17 +78,14 @@ def serving(service: Service) -> Iterator[str]:
         thread.join(timeout=10)
 
 
-# Wall seconds a service on a local emulated cluster gets to answer (Ray on a busy machine).
-SERVE_START_S = 240.0
+# Wall seconds a service gets to answer after it starts (a local Ray cluster on a busy machine).
+START_S = 240.0
 
 
-def start_serve(
+def serve_process(
     store: Path, cluster: Path, log: Path, *extra: str
 ) -> tuple[subprocess.Popen[bytes], str]:
-    """``unstall serve`` on ``store`` (fifo, speedup 20), its output in ``log``; returns the
-    process and its URL once it answers."""
-    from live_runs import live_env
-
+    """A service on ``store``, its output in ``log``; returns it and its URL once it answers."""
     with open(log, "ab") as out:
         process = subprocess.Popen(
             [
@@ -104,13 +103,15 @@ def start_serve(
                 "fifo",
                 "--speedup",
                 "20",
+                "--checkpoint-every-s",
+                "0.5",
                 *extra,
             ],
             stdout=out,
             stderr=subprocess.STDOUT,
             env=live_env(),
         )
-    deadline = time.monotonic() + SERVE_START_S
+    deadline = time.monotonic() + START_S
     while time.monotonic() < deadline and process.poll() is None:
         found = re.search(r"serving on (http://127\.0\.0\.1:\d+)", log.read_text())
         if found:
@@ -118,3 +119,24 @@ def start_serve(
         time.sleep(0.1)
     process.kill()
     raise AssertionError("the service did not answer:\n" + log.read_text())
+
+
+def jobs_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    """``unstall jobs ...`` as a user runs it."""
+    return subprocess.run(
+        [sys.executable, "-m", "unstall", "jobs", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=live_env(),
+    )
+
+
+def wait_for(condition: object, timeout_s: float, what: str, log: Path | None = None) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if condition():  # type: ignore[operator]
+            return
+        time.sleep(0.25)
+    said = log.read_text() if log is not None else ""
+    raise AssertionError(f"timed out waiting for {what}; the service said:\n{said}")

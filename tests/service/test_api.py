@@ -9,11 +9,8 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from unstall.live.cluster import NODE_LABEL, RACK_LABEL, discover
-from unstall.live.config import LiveConfig
-from unstall.sched import make_policy
+from service_helpers import unstarted_service
 from unstall.service.api import MAX_BODY_BYTES, create_app
-from unstall.service.scheduler import Scheduler
 from unstall.service.service import Caller, Service, read_tokens
 from unstall.service.store import JobStore
 
@@ -22,32 +19,8 @@ ALICE = "alice-token-0123456789"
 BOB = "bob-token-0123456789ab"
 
 
-def _cluster() -> object:
-    """Two emulated nodes of 2 GPUs, as Ray would list them."""
-    nodes = [
-        {
-            "NodeID": f"n{i}",
-            "NodeManagerAddress": "127.0.0.1",
-            "Alive": True,
-            "Resources": {"CPU": 1.0, "unstall_gpu": 2.0},
-            "Labels": {NODE_LABEL: str(i), RACK_LABEL: "0"},
-        }
-        for i in range(2)
-    ]
-    return discover(nodes, topology=None, slot_resource="unstall_gpu", loopback=True)
-
-
 def _service(tmp_path: Path, tokens: dict[str, Caller] | None = None) -> Service:
-    store = JobStore(tmp_path / "store")
-    scheduler = Scheduler(
-        store=store,
-        topology=_cluster().topology,  # type: ignore[attr-defined]
-        policy=make_policy("fifo"),
-        config=LiveConfig(),
-    )
-    service = Service(store=store, scheduler=scheduler, tokens=tokens)
-    service.load()  # the scheduler is not started: no Ray
-    return service
+    return unstarted_service(tmp_path / "store", tokens)
 
 
 @pytest.fixture

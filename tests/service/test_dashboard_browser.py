@@ -19,7 +19,7 @@ import httpx
 import pytest
 
 from live_runs import TWO_NODES
-from service_helpers import SERVE_START_S, serving, start_serve, unstarted_service
+from service_helpers import START_S, serve_process, serving, unstarted_service
 from unstall.service.dashboard import POLL_MS
 from unstall.service.scheduler import JobStatus, Snapshot
 from unstall.service.service import read_tokens
@@ -166,7 +166,7 @@ def test_a_job_the_service_starts_shows_on_its_gpus_and_cancel_from_the_page_end
     cluster = tmp_path / "two.toml"
     cluster.write_text(TWO_NODES)
     log = tmp_path / "serve.log"
-    process, url = start_serve(tmp_path / "store", cluster, log)
+    process, url = serve_process(tmp_path / "store", cluster, log)
     try:
         page.goto(url)
         page.fill("#who-user", "ann")
@@ -176,7 +176,7 @@ def test_a_job_the_service_starts_shows_on_its_gpus_and_cancel_from_the_page_end
         page.click('#submit button[type="submit"]')
         expect(page.locator("#message")).to_have_text("Submitted job-1 (resnet50).")
         busy = page.locator('.gpu.busy[data-job="job-1"]')
-        deadline = time.monotonic() + SERVE_START_S
+        deadline = time.monotonic() + START_S
         while busy.count() < 2:
             assert time.monotonic() < deadline, log.read_text()
             time.sleep(0.1)

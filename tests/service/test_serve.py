@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from live_runs import TWO_NODES
-from service_runs import START_S, jobs_cli, serve_process, wait_for
+from service_helpers import START_S, jobs_cli, serve_process, wait_for
 from unstall.live.executor import CheckpointStore
 from unstall.service import Client
 

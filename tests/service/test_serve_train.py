@@ -8,7 +8,7 @@ import signal
 from pathlib import Path
 
 from live_runs import TWO_NODES
-from service_runs import START_S, serve_process
+from service_helpers import START_S, serve_process
 from unstall.service import Client
 
 ROOT = Path(__file__).resolve().parents[2]
