@@ -16,8 +16,8 @@ from unstall.sched import POLICIES
 
 ROOT = Path(__file__).resolve().parents[2]
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.MULTILINE | re.DOTALL)
-# Examples that start a Ray cluster of their own (a live run emulating its nodes).
-OWN_RAY = re.compile(r"\brun_live\(")
+# Examples that start a Ray cluster of their own (a live run emulating its nodes, a service).
+OWN_RAY = re.compile(r"\b(?:run_live|serving|serve)\(")
 
 
 def pages() -> list[Path]:
