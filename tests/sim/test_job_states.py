@@ -10,11 +10,12 @@ import random
 import pytest
 
 from sim_fakes import FakeSpeed
+from unstall.loop import RunOutcome
 from unstall.loop.jobs import JobState, SimInvariantError
 from unstall.sched.base import ClusterLayout, ClusterSnapshot, Decision, Migrate, Preempt, Start
 from unstall.sched.fifo import Fifo
 from unstall.sim.congestion import CongestionSchedule
-from unstall.sim.engine import Engine, EngineOutcome, EngineSettings
+from unstall.sim.engine import Engine, EngineSettings
 from unstall.sim.jobs import build_jobs
 
 from .test_engine import Scripted
@@ -51,26 +52,26 @@ def _engine(
 
 def _run(
     jobs: list[tuple[str, float, int, float]], script: dict[int, Decision], **kw: object
-) -> EngineOutcome:
+) -> RunOutcome:
     return _engine(jobs, Scripted(script), **kw).run()  # type: ignore[arg-type]
 
 
 def test_a_job_that_arrives_twice_is_refused() -> None:
     engine = _engine([("a", 0.0, 1, 5.0)], Scripted({}))
-    job = engine.jobs[0]
-    engine._arrive(job)
-    assert job.state == JobState.QUEUED and job.index in engine.queued
+    job = engine.core.jobs[0]
+    engine.core.arrive(job, job.submit_s)
+    assert job.state == JobState.QUEUED and job.index in engine.core.queued
     with pytest.raises(SimInvariantError, match="job a arrived twice"):
-        engine._arrive(job)
+        engine.core.arrive(job, job.submit_s)
 
 
 def test_a_job_never_starts_before_it_arrives() -> None:
     engine = _engine([("a", 10.0, 1, 5.0)], Scripted({}))
-    job = engine.jobs[0]
-    engine._arrive(job)
+    job = engine.core.jobs[0]
+    engine.core.arrive(job, job.submit_s)
     with pytest.raises(SimInvariantError, match="job a started before it arrived"):
-        engine._start(job, ((0, 1),), 9.0)
-    assert job.state == JobState.QUEUED and engine.cluster.free_by_node == [2, 2]
+        engine.core.start(job, ((0, 1),), 9.0)
+    assert job.state == JobState.QUEUED and engine.core.cluster.free_by_node == [2, 2]
 
 
 def test_a_preemption_is_counted_on_the_job_and_the_run_and_restores_before_it_resumes() -> None:
