@@ -288,7 +288,9 @@ def _service(out: Path, quiet: bool) -> None:
             client.submit(gpus=gpus, model=model, duration_s=seconds, name=f"{model}-{i}")
             for i, (gpus, model, seconds) in enumerate(sizes)
         ]
-        time.sleep(5)
+        while not client.stats()["ready"]:  # the executors come up, the jobs are taken in
+            time.sleep(0.5)
+        time.sleep(2)
         console.print(f"the queue, a few seconds after six submissions ({running.url}):")
         print_jobs(client.list())
         client.cancel(jobs[-1].id)

@@ -114,7 +114,7 @@ class Service:
 
     def jobs(self, *, state: str | None = None, user: str | None = None) -> list[JobRecord]:
         snapshot = self.scheduler.snapshot
-        positions = _positions(snapshot)
+        positions = self._positions(snapshot)
         records = []
         for stored in list(self.stored.values()):
             if user is not None and stored.spec.user != user:
@@ -225,7 +225,7 @@ class Service:
         position = None
         reason = ""
         if status.state == "pending":
-            positions = positions if positions is not None else _positions(snapshot)
+            positions = positions if positions is not None else self._positions(snapshot)
             position = positions.get(stored.id, len(positions) + 1)
             reason = self._reason(spec, snapshot, position)
         total = status.total_iters
@@ -250,7 +250,18 @@ class Service:
             error=status.error,
         )
 
+    def _positions(self, snapshot: Snapshot) -> dict[str, int]:
+        """Each pending job's place: the scheduler's queue, then the submissions it has not
+        taken in yet, in the order they came."""
+        positions = {job_id: i for i, job_id in enumerate(snapshot.queue, 1)}
+        for stored in list(self.stored.values()):
+            if stored.id not in snapshot.jobs and stored.state == "pending":
+                positions.setdefault(stored.id, len(positions) + 1)
+        return positions
+
     def _reason(self, spec: JobSpec, snapshot: Snapshot, position: int) -> str:
+        if not self.scheduler.ready.is_set():
+            return "the cluster's executors are coming up"
         free = sum(snapshot.free_by_node)
         policy = self.scheduler.policy.name
         if spec.gpus > free:
@@ -258,10 +269,6 @@ class Service:
         if position > 1:
             return f"behind {position - 1} queued job(s) under {policy}"
         return f"{spec.gpus} GPUs free: {policy} has not placed it yet"
-
-
-def _positions(snapshot: Snapshot) -> dict[str, int]:
-    return {job_id: i for i, job_id in enumerate(snapshot.queue, 1)}
 
 
 def _from_store(stored: StoredJob) -> JobStatus:
