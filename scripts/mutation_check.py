@@ -102,8 +102,8 @@ MUTATIONS: tuple[Mutation, ...] = (
     Mutation(
         name="engine: migration pays no restore",
         file=ENGINE,
-        original="if migrating or job.preemptions:",
-        replacement="if job.preemptions:",
+        original="restoring = migrating or job.preemptions > 0",
+        replacement="restoring = job.preemptions > 0",
         tests=ENGINE_TESTS,
     ),
     Mutation(
