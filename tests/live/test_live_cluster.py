@@ -75,8 +75,12 @@ def test_a_job_preempted_and_migrated_ends_with_the_parameters_of_an_uninterrupt
         policy = resolve_policy("moving.py:MoveAround", [("hold_s", "0.3")])
         run = run_live(Trace.from_frame(frame, source="one-job"), policy, cluster=topology,
                        address={cluster!r}, config=LiveConfig(compute="real", seed=3),
-                       user_work=user, keep_final_checkpoints=True)
+                       user_work=user, keep_final_checkpoints=True, log_dir="logs")
         blob = run.final_checkpoints["j"]
+        # Where each segment's processes began: the job's log says (the checkpoint's step).
+        import glob, re
+        text = open(glob.glob("logs/*.log")[0]).read()
+        segment_starts = [float(x) for x in re.findall(r"segment from iteration ([0-9.]+)", text)]
         done = int(torch.load(io.BytesIO(blob), weights_only=True)["iteration"])
         work = JobWork(job_id="j", model="mlp", iterations=float(done), emulated=False, seed=3,
                        user=user)
@@ -95,7 +99,7 @@ def test_a_job_preempted_and_migrated_ends_with_the_parameters_of_an_uninterrupt
                    "migrations": int(row.migrations), "placements": row.placements,
                    "outcome": row.outcome, "restore_s": row.restore_s, "moved": moved,
                    "executors_s": run.facts.executor_start_wall_s,
-                   "free_seen": policy.free_seen,
+                   "free_seen": policy.free_seen, "segment_starts": segment_starts,
                    "run_wall_s": run.facts.run_wall_s}}, open("out.json", "w"))
         """,
         tmp_path,
@@ -107,6 +111,9 @@ def test_a_job_preempted_and_migrated_ends_with_the_parameters_of_an_uninterrupt
     # preemption and the restart.
     assert found["free_seen"] == [[2, 2], [1, 2], [2, 1], [2, 2]], found
     assert found["iterations"] == 3000
+    # Each later segment resumed from the checkpoint, not from the start.
+    starts = found["segment_starts"]
+    assert len(starts) == 3 and starts[0] == 0 and starts[1] > 0 and starts[2] >= starts[1], found
     assert float(found["moved"]) > 0  # it trained
     assert found["worst"] == 0.0, found  # the same arithmetic in the same order: bit for bit
 
