@@ -194,7 +194,12 @@ MUTATIONS: tuple[Mutation, ...] = (
         file=LIVE,
         original="        self.pool.give_back(segment.executors)\n",
         replacement="",
-        tests=LIVE_PREEMPT,
+        # A 2-GPU job that fails and starts again on a node of 2 GPUs needs its slots back.
+        tests=(
+            *LIVE_PREEMPT,
+            "tests/live/test_live_cluster.py::"
+            "test_a_killed_process_sends_its_job_back_from_its_last_checkpoint",
+        ),
         limit_s=420.0,
     ),
 )
