@@ -169,8 +169,9 @@ def _read_parquet(path: Path) -> tuple[pd.DataFrame, dict[str, Any]]:
             elif name in TEXT_COLUMNS:
                 _check_arrow_type(path, name, column.type, number=False)
         frame = table.to_pandas()
-    except (pa.ArrowException, OSError) as exc:
-        # Arrow's messages run over several lines.
+    except (pa.ArrowException, OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        # Arrow's messages run over several lines. Corrupt bytes may also land in the pandas
+        # metadata, which is text (JSON) that pyarrow decodes: the same one line.
         why = " ".join(str(exc).split())
         raise TraceError(str(path), f"not a readable Parquet file: {why}") from exc
     raw = (table.schema.metadata or {}).get(METADATA_KEY)
