@@ -36,6 +36,7 @@ from unstall.loop import (
     JobEvent,
     JobState,
     SchedulingCore,
+    placement_text,
 )
 from unstall.net import TopologyConfig
 from unstall.sched.base import Policy, policy_capabilities
@@ -472,7 +473,7 @@ class Scheduler:
         ended = job.finish_s if job.state == JobState.DONE else None
         return JobStatus(
             state=_STATE[job.state],
-            placement=_placement(job) if job.state == JobState.RUNNING else "",
+            placement=placement_text(job.placement) if job.state == JobState.RUNNING else "",
             done_iters=done / record.scale,
             total_iters=job.work_iters / record.scale,
             restarts=job.preemptions
@@ -483,7 +484,3 @@ class Scheduler:
             ended_at=self.wall(ended) if ended is not None else self._ended_at.get(job.job_id),
             error=job.error,
         )
-
-
-def _placement(job: Job) -> str:
-    return "+".join(f"{node}:{gpus}" for node, gpus in job.placement)

@@ -189,22 +189,6 @@ class _Pinned(PolicyBase):
         return self.inner.decide(snapshot, rng)
 
 
-def simulate_candidate(
-    jobs: list[PlannedJob],
-    config: DallyConfig,
-    learnt: RunHistory,
-    snapshot: ClusterSnapshot,
-    lookahead: LookaheadConfig,
-    seed: int,
-) -> tuple[float, int]:
-    """The objective of one candidate over one look-ahead (lower is better), and the rounds
-    its simulation took (what it cost): ``jct``, the
-    seconds jobs spend in the system within the horizon (jobs there now counted from 0);
-    ``makespan``, when the last of them finishes (past the cap: the cap plus its work left)."""
-    sim_jobs, rounds, stop = _run_horizon(jobs, config, learnt, snapshot, lookahead, seed)
-    return _objective(sim_jobs, jobs, stop, lookahead.target, snapshot.layout.total_gpus), rounds
-
-
 def simulate_outcome(
     jobs: list[PlannedJob],
     config: DallyConfig,
@@ -213,8 +197,10 @@ def simulate_outcome(
     lookahead: LookaheadConfig,
     seed: int,
 ) -> Outcome:
-    """:func:`simulate_candidate` with what the adoption rule weighs besides the objective
-    (:class:`~unstall.sim.lookahead_adopt.Outcome`): the same engine, set up the same way."""
+    """One candidate over one look-ahead: its objective (lower is better: ``jct``, the seconds
+    jobs spend in the system within the horizon, jobs there now counted from 0; ``makespan``,
+    when the last of them finishes, past the cap the cap plus its work left) and what the
+    adoption rule weighs besides (:class:`~unstall.sim.lookahead_adopt.Outcome`)."""
     sim_jobs, rounds, stop = _run_horizon(jobs, config, learnt, snapshot, lookahead, seed)
     present = [(j, p) for j, p in zip(sim_jobs, jobs, strict=True) if p.arrive_s == 0.0]
     return Outcome(
