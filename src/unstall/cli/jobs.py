@@ -160,17 +160,28 @@ def list_jobs(
 
 def print_jobs(records: list[JobRecord]) -> None:
     """The jobs as a table: pending ones with their place in the queue and why they wait."""
-    rows = [_row(r) for r in records]
+    now = time.time()
+    rows = [_row(r, now) for r in records]
     console.print(
         table(
             f"{len(records)} jobs",
-            ["id", "name", "user", "state", "GPUs", "where / position", "progress", "why"],
+            [
+                "id",
+                "name",
+                "user",
+                "state",
+                "GPUs",
+                "where / position",
+                "progress",
+                "starts / ends (est.)",
+                "why",
+            ],
             rows,
         )
     )
 
 
-def _row(record: JobRecord) -> list[str]:
+def _row(record: JobRecord, now: float) -> list[str]:
     where = record.placement
     if record.state == "pending" and record.position is not None:
         where = f"#{record.position}"
@@ -182,8 +193,24 @@ def _row(record: JobRecord) -> list[str]:
         str(record.gpus),
         where,
         f"{100 * record.progress:.0f}%",
+        _estimate(record, now),
         record.reason or record.error,
     ]
+
+
+def _estimate(record: JobRecord, now: float) -> str:
+    """``starts in 12 min`` (pending), ``ends in 1.5 h`` (running), blank without one."""
+    if record.state == "pending" and record.estimated_start is not None:
+        return f"starts {_from_now(record.estimated_start, now)}"
+    if record.state in ("pending", "running") and record.estimated_end is not None:
+        return f"ends {_from_now(record.estimated_end, now)}"
+    return ""
+
+
+def _from_now(at: float, now: float) -> str:
+    from unstall.sched.reasons import duration_words
+
+    return "now" if at - now < 1.0 else f"in {duration_words(at - now)}"
 
 
 @app.command("show")
@@ -206,6 +233,24 @@ def show(
     if detail.position is not None:
         console.print(
             f"position: {detail.position} ({detail.reason})", highlight=False, markup=False
+        )
+    now = time.time()
+    for label, at in (
+        ("estimated start", detail.estimated_start if detail.state == "pending" else None),
+        ("estimated end", detail.estimated_end),
+        ("start estimated at submit", detail.estimated_start_at_submit),
+    ):
+        if at is not None:
+            console.print(
+                f"{label}: {_when(at)} ({_from_now(at, now)})", highlight=False, markup=False
+            )
+    if detail.estimated_run_s is not None:
+        from unstall.sched.reasons import duration_words
+
+        console.print(
+            f"expected run time: {duration_words(detail.estimated_run_s)} (consolidated)",
+            highlight=False,
+            markup=False,
         )
     console.print(
         f"progress: {detail.iterations_done:g} of {detail.iterations_total:g} iterations, "
@@ -259,3 +304,62 @@ def logs(
             if not text:
                 return
             print(text, end="")
+
+
+@app.command("whatif")
+@handle_errors
+def whatif(
+    policies: Annotated[
+        list[str] | None,
+        typer.Option("--policy", help="A policy to compare with the serving one (repeatable)."),
+    ] = None,
+    server: ServerOpt = None,
+    token_file: TokenFileOpt = None,
+    user: UserOpt = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """The queue as it is now, forecast under the serving policy and each --policy: average
+    JCT, waiting, makespan and each waiting job's estimated start, before you change policy."""
+    from unstall.sched.reasons import duration_words
+
+    with _client(server, token_file, user) as client:
+        answer = client.whatif(policies or [])
+    if as_json:
+        print(answer.model_dump_json(indent=2))
+        return
+    now = time.time()
+
+    def span(seconds: float | None) -> str:
+        return "-" if seconds is None else duration_words(seconds)
+
+    rows = [
+        [
+            p.policy + (" (serving)" if p.serving else ""),
+            span(p.avg_jct_s),
+            span(p.avg_wait_s),
+            "-" if p.makespan is None else _from_now(p.makespan, now),
+            str(p.moves),
+        ]
+        for p in answer.policies
+    ]
+    console.print(
+        table(
+            f"what if: {answer.running} running, {len(answer.waiting)} waiting",
+            ["policy", "avg JCT", "avg wait", "last job ends", "moves"],
+            rows,
+        )
+    )
+    if not answer.waiting:
+        return
+    starts = [
+        [job_id]
+        + [_from_now(p.starts[job_id], now) if job_id in p.starts else "-" for p in answer.policies]
+        for job_id in answer.waiting
+    ]
+    console.print(
+        table(
+            "each waiting job's estimated start",
+            ["job", *(p.policy for p in answer.policies)],
+            starts,
+        )
+    )

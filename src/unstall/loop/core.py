@@ -296,6 +296,22 @@ class SchedulingCore:
                 )
             )
 
+    def snapshot(self, now: float) -> ClusterSnapshot:
+        """The cluster as a round at ``now`` would show it, with copies of the views (kept
+        past a round: what a backend asks a policy between rounds, e.g. its wait reasons)."""
+        driver = self._driver()
+        return ClusterSnapshot(
+            now=now,
+            layout=self.layout,
+            free_by_node=tuple(self.cluster.free_by_node),
+            free_by_rack=tuple(self.cluster.free_by_rack),
+            queued=tuple(self.queued_views.values()),
+            running=tuple(self.running_views.values()),
+            congestion=driver.congestion(),
+            spread_jobs_by_node=tuple(self.cluster.spread_by_node),
+            spread_running=tuple(self.spread_views),
+        )
+
     def _policy_failed(self, exc: Exception) -> PolicyCrashError:
         return policy_crash(self.policy, exc)
 

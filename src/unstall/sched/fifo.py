@@ -17,6 +17,7 @@ from unstall.sched.base import (
 )
 from unstall.sched.free import FreeGpus
 from unstall.sched.placement import TypeClaims
+from unstall.sched.reasons import in_order_reasons
 
 
 def by_priority(queued: Sequence[JobView]) -> Sequence[JobView]:
@@ -70,6 +71,27 @@ class _ArrivalOrder(PolicyBase):
             starts.append(Start(job.job_id, placement))
         return Decision(starts=tuple(starts))
 
+    def wait_reasons(self, snapshot: ClusterSnapshot) -> dict[str, str]:
+        """Each waiting job's reason (:mod:`unstall.sched.reasons`): no room for it by this
+        policy's placement rule, or (head-of-line blocking) behind the first job without."""
+        prioritised = any(job.priority for job in snapshot.queued)
+        return in_order_reasons(
+            by_priority(snapshot.queued),
+            snapshot,
+            order="arrival order, higher priority first" if prioritised else "arrival order",
+            blocking=self.head_of_line_blocking,
+            room=self.room,
+        )
+
+    def room(self, job: JobView, snapshot: ClusterSnapshot) -> str | None:
+        """Why ``job`` finds no room now by :meth:`place` (None: it would)."""
+        free = FreeGpus(snapshot)
+        if self.place(free, job.num_gpus) is not None:
+            return None
+        if job.num_gpus > free.total:
+            return f"waiting for GPUs: needs {job.num_gpus}, {free.total} free"
+        return f"waiting for room: {job.num_gpus} GPUs free but not as {self.name} places them"
+
 
 @dataclass
 class Fifo(_ArrivalOrder):
@@ -107,3 +129,13 @@ class Consolidate(_ArrivalOrder):
         self, free: FreeGpus, num_gpus: int, types: Sequence[str] | None = None
     ) -> Placement | None:
         return free.consolidated(num_gpus, types)
+
+    def room(self, job: JobView, snapshot: ClusterSnapshot) -> str | None:
+        free = FreeGpus(snapshot)
+        if self.place(free, job.num_gpus) is not None:
+            return None
+        most = max(free.by_node, default=0)
+        return (
+            f"waiting for a consolidated placement of {job.num_gpus} GPUs ({free.total} free, "
+            f"at most {most} on one node)"
+        )

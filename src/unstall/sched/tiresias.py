@@ -17,6 +17,7 @@ from unstall.config import check
 from unstall.sched.base import ClusterSnapshot, Decision, JobView, PolicyBase, Preempt, Start
 from unstall.sched.free import FreeGpus
 from unstall.sched.placement import TypeClaims
+from unstall.sched.reasons import shortfall
 
 # Models whose largest tensor holds most of the parameters; from the zoo's static facts
 # (vgg16's and alexnet's first fully connected layers, the LM's embedding and decoder).
@@ -85,6 +86,35 @@ class Tiresias(PolicyBase):
             free.take(placement)
             starts.append(Start(job.job_id, placement))
         return Decision(starts=tuple(starts), preemptions=tuple(preempts))
+
+    def wait_reasons(self, snapshot: ClusterSnapshot) -> dict[str, str]:
+        """Each waiting job's reason (:mod:`unstall.sched.reasons`): its priority queue by
+        attained service, the waiting jobs of higher priority ahead of it, and the GPUs or the
+        consolidated placement it lacks."""
+        now = snapshot.now
+        queues = len(self.thresholds_gpu_s) + 1
+        free = FreeGpus(snapshot)
+        reasons: dict[str, str] = {}
+        ahead_by_level: dict[int, int] = {}
+        for job in snapshot.queued:
+            level = self.level(job, now)
+            ahead_by_level[level] = ahead_by_level.get(level, 0) + 1
+        for job in snapshot.queued:
+            level = self.level(job, now)
+            higher = sum(n for lv, n in ahead_by_level.items() if lv < level)
+            words = [
+                f"priority queue {level + 1} of {queues} "
+                f"({job.attained_gpu_s(now) / 3600:.2g} GPU-h attained)"
+            ]
+            if higher:
+                words.append(f"{higher} waiting job(s) of higher priority")
+            short = shortfall(job, snapshot)
+            if short is not None:
+                words.insert(0, short)
+            elif job.model in self.skewed_models and free.consolidated(job.num_gpus) is None:
+                words.insert(0, f"waiting for a consolidated placement ({job.model} is skewed)")
+            reasons[job.job_id] = "; ".join(words)
+        return reasons
 
     def _place(
         self, free: FreeGpus, job: JobView, types: Sequence[str] | None = None

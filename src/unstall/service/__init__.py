@@ -8,13 +8,17 @@ What this part offers:
   stopped; :class:`ServeConfig` (host, port, store). ``with serving(...) as running:`` runs
   the same service while a block of your program runs (``running.url``).
 - :class:`Client`: the API from Python (``submit``, ``list``, ``get``, ``cancel``, ``logs``,
-  ``wait``); ``unstall jobs ...`` is the same from the command line.
+  ``wait``, ``whatif``); ``unstall jobs ...`` is the same from the command line.
 - The API's models: :class:`JobSpec` (what a user submits), :class:`JobRecord` and
-  :class:`JobDetail` (what the service answers), :class:`ClusterRecord`.
+  :class:`JobDetail` (what the service answers: with each job's estimated start and end),
+  :class:`ClusterRecord`, :class:`WhatIf` (the queue forecast under several policies).
+- :func:`backfill_starts`: a Slurm-style backfill planner's start estimates (the yardstick the
+  estimates are measured against, ``benchmarks/service_eta.py``).
 """
 
 from unstall.service.client import Client, ClientError
-from unstall.service.models import ClusterRecord, JobDetail, JobRecord, JobSpec
+from unstall.service.estimates import backfill_starts
+from unstall.service.models import ClusterRecord, JobDetail, JobRecord, JobSpec, WhatIf
 from unstall.service.serve import ServeConfig, serve, serving
 from unstall.service.store import JobStore
 
@@ -27,6 +31,8 @@ __all__ = [
     "JobSpec",
     "JobStore",
     "ServeConfig",
+    "WhatIf",
+    "backfill_starts",
     "serve",
     "serving",
 ]

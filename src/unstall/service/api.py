@@ -9,12 +9,14 @@
 | ``GET /api/jobs/{id}/logs`` | its log from ``?offset=`` bytes (next: ``X-Next-Offset``) |
 | ``GET /api/cluster`` | nodes, their GPUs and the job on each |
 | ``GET /api/stats`` | the scheduler's rounds and what the latest ones cost (ms) |
+| ``GET /api/whatif`` | the queue forecast under the serving policy and each ``?policy=`` |
 | ``GET /metrics`` | the service in Prometheus' text format (:mod:`unstall.service.metrics`) |
 | ``GET /``, ``GET /jobs/{id}`` | the dashboard (:mod:`unstall.service.dashboard`) |
 
 Errors answer ``{"detail": ...}``: 401 without a valid token (where the service has tokens), 403
 for another user's job, 404 for an unknown job, 409 for a job that has ended, 413 for a body over
-the size limit, 422 for a bad spec (naming the field).
+the size limit, 422 for a bad spec (naming the field), 503 for a what-if before the scheduler
+has taken the jobs in.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from unstall.service.models import (
     JobRecord,
     JobSpec,
     JobStateName,
+    WhatIf,
 )
 from unstall.service.service import Service, ServiceError
 
@@ -101,6 +104,10 @@ def create_app(service: Service) -> FastAPI:
     @app.get("/api/stats")
     def stats(who: Who) -> dict[str, object]:
         return service.stats()
+
+    @app.get("/api/whatif")
+    def whatif(who: Who, policy: Annotated[list[str] | None, Query()] = None) -> WhatIf:
+        return service.whatif(policy or [])
 
     registry = registry_for(service)  # the app's own: no global registry shared between apps
 

@@ -12,14 +12,14 @@ from __future__ import annotations
 import getpass
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 import httpx
 
 from unstall.errors import UnstallError
-from unstall.service.models import ClusterRecord, JobDetail, JobRecord, JobSpec
+from unstall.service.models import ClusterRecord, JobDetail, JobRecord, JobSpec, WhatIf
 
 DEFAULT_URL = "http://127.0.0.1:8470"
 ENDED = ("succeeded", "failed", "cancelled")
@@ -108,6 +108,11 @@ class Client:
     def stats(self) -> dict[str, Any]:
         """The scheduler: whether it is up (``ready``), its rounds and what they cost."""
         return dict(self._call("GET", "/api/stats"))
+
+    def whatif(self, policies: Sequence[str] = ()) -> WhatIf:
+        """The queue as it is, forecast under the serving policy and each of ``policies``."""
+        params = [("policy", name) for name in policies]
+        return WhatIf.model_validate(self._call("GET", "/api/whatif", params=params))
 
     def wait(self, job_id: str, timeout_s: float | None = None, poll_s: float = 0.5) -> JobRecord:
         """The job's record once it has ended (or :class:`TimeoutError` after ``timeout_s``)."""

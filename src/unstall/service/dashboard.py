@@ -27,6 +27,7 @@ from fastapi import FastAPI
 from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 
+from unstall.sched.reasons import duration_words
 from unstall.service import charts
 from unstall.service.auth import Who
 from unstall.service.history import Sample
@@ -63,13 +64,7 @@ def when(at: float | None) -> str:
 
 def duration(seconds: float | None) -> str:
     """``45 s``, ``12 min``, ``3.5 h``: a duration in its own unit, blank where none."""
-    if seconds is None:
-        return ""
-    if abs(seconds) < 120:
-        return f"{seconds:.0f} s"
-    if abs(seconds) < 7200:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
+    return "" if seconds is None else duration_words(seconds)
 
 
 def environment() -> jinja2.Environment:

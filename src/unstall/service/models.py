@@ -118,8 +118,14 @@ class JobRecord(BaseModel):
     started_at: float | None = None
     ended_at: float | None = None
     error: str = ""
+    # The service's estimates (docs/service.md, "Estimates"): while it waits, when it will
+    # start; while it waits or runs, when it will end; how long it is expected to run (seconds
+    # at its consolidated placement); and the first estimate of its start, made at submit
+    # and kept after it started (how right the estimates were).
     estimated_start: float | None = None
     estimated_end: float | None = None
+    estimated_run_s: float | None = None
+    estimated_start_at_submit: float | None = None
 
 
 class JobDetail(JobRecord):
@@ -149,3 +155,26 @@ class ClusterRecord(BaseModel):
     pending: int
     running: int
     nodes: list[ClusterNode]
+
+
+class WhatIfPolicy(BaseModel):
+    """One policy's forecast of the queue as it is (times: seconds since the epoch; figures
+    over the jobs there now, from their submit)."""
+
+    policy: str
+    serving: bool  # the policy the service runs now
+    avg_jct_s: float | None  # null where some job does not end within the forecast
+    avg_wait_s: float | None  # of the waiting jobs, submit to start
+    makespan: float | None  # when the last job there now ends
+    moves: int  # preemptions and migrations it predicts
+    starts: dict[str, float]  # each waiting job's estimated start
+    ends: dict[str, float]
+
+
+class WhatIf(BaseModel):
+    """The queue as it is under each policy (``unstall jobs whatif``, ``GET /api/whatif``)."""
+
+    at: float  # the state forecast: when the scheduler took it
+    running: int
+    waiting: list[str]  # the waiting jobs in queue order (those forecast)
+    policies: list[WhatIfPolicy]

@@ -40,11 +40,27 @@ from unstall.loop import (
 )
 from unstall.net import TopologyConfig
 from unstall.sched.base import Policy, policy_capabilities
+from unstall.sched.reasons import wait_reasons
+from unstall.service.estimates import (
+    Estimates,
+    EstimateSettings,
+    Estimator,
+    ForecastInput,
+    RunTimes,
+    arrivals_window,
+    capture,
+)
 from unstall.service.history import History, Sample
 from unstall.service.models import JobSpec
 from unstall.service.store import JobStore, StoredJob
 from unstall.sim import PerfSpeedModel, layout_of
+from unstall.sim.forecast import Forecast
 from unstall.sim.jobs import build_jobs
+from unstall.sim.startup import default_startup_model
+
+# Wall seconds between two askings of the policy why its jobs wait, at least (it walks the
+# queue: a queue of thousands is not walked every round).
+REASONS_EVERY_S = 1.0
 
 # The core's transitions as the store names them (arrivals are stored as ``submitted`` when
 # they come in, and as ``requeued`` when a restart finds a job that was running).
@@ -91,6 +107,7 @@ class Snapshot:
     free_by_node: tuple[int, ...] = ()
     lost_nodes: frozenset[int] = frozenset()
     holders: dict[tuple[int, int], str] = field(default_factory=dict)  # (node, gpu) -> job
+    reasons: dict[str, str] = field(default_factory=dict)  # why each queued job waits
 
 
 @dataclass(frozen=True)
@@ -152,6 +169,7 @@ class Scheduler:
         policy: Policy,
         config: LiveConfig,
         log: Callable[[str], None] | None = None,
+        estimates: EstimateSettings | None = None,
     ) -> None:
         self.store = store
         self.topology = topology
@@ -193,6 +211,27 @@ class Scheduler:
         self.round_costs: collections.deque[tuple[float, int]] = collections.deque(maxlen=2000)
         # The cluster's busy GPUs and queue over the last hours, for the dashboard's plots.
         self.history = History()
+        # Estimates (service/estimates.py): what each job declared of its run time, the run
+        # times of finished jobs, the latest arrivals, and when the jobs last changed.
+        self.estimate_settings = estimates or EstimateSettings()
+        self.declared_s: dict[str, float | None] = {}
+        self.runtimes = RunTimes(self.estimate_settings.prior_runtime_s)
+        self.arrivals: collections.deque[tuple[float, int, str, int]] = collections.deque()
+        self.estimator = Estimator(
+            layout=self.layout,
+            speed=self.speed,
+            policy=policy,
+            startup=default_startup_model().for_speedup(config.speedup),
+            restore_s=config.restore_s if config.restore_s is not None else 60.0,
+            settings=self.estimate_settings,
+            log=self.log,
+        )
+        self._changes = 0  # jobs came, went or changed state: counted
+        self._forecast_changes = -1  # the count at the latest forecast taken
+        self._forecast_at = -math.inf  # wall (monotonic) time of the latest forecast taken
+        self._reasons_at = -math.inf
+        self._reasons: dict[str, str] = {}
+        self.last_input: ForecastInput | None = None
 
     # --- what the API asks ---------------------------------------------------------------------
 
@@ -252,6 +291,7 @@ class Scheduler:
             target=self._run, args=(found,), name="unstall-scheduler", daemon=True
         )
         self._thread.start()
+        self.estimator.start()
 
     def _run(self, found: dict[str, StoredJob]) -> None:
         assert self.pool is not None and self.driver is not None
@@ -287,6 +327,7 @@ class Scheduler:
         """Stop the thread; running jobs checkpoint and are found again at the next start."""
         self.stopping.set()
         self.wakeup.set()
+        self.estimator.stop()
         if self._thread is not None:
             self._thread.join(timeout=60)
         driver, pool = self.driver, self.pool
@@ -358,6 +399,15 @@ class Scheduler:
         self.records[job_id] = LiveRecord(work=work, scale=job.work_iters / work.iterations)
         self.core.add_job(job, now)
         self._dirty.add(job.index)
+        # What the estimates may know of its run time: the user's estimate, or the work its
+        # iterations declare; a duration_s (emulated) stands for what a real job does not say.
+        self.declared_s[job_id] = (
+            spec.expected_duration_s
+            if spec.expected_duration_s is not None
+            else (job.duration_s if spec.iterations is not None else None)
+        )
+        self.arrivals.append((job.submit_s, job.num_gpus, model, spec.priority))
+        self._changes += 1
         return job
 
     def _train_reference(self, job_id: str, spec: JobSpec) -> str | None:
@@ -375,6 +425,8 @@ class Scheduler:
         stopped resumes from its last durable checkpoint (a ``requeued`` event says so)."""
         requeued = []
         for stored in found.values():
+            if stored.state == "succeeded":
+                self._learn_run_time(stored.spec)
             if stored.state in ("succeeded", "failed", "cancelled"):
                 continue
             job = self._add(stored.id, stored.spec, stored.submitted_at, 0.0)
@@ -389,8 +441,28 @@ class Scheduler:
                 self.inbox.put(_Cancel(stored.id, ""))
         self.store.record(requeued)
 
+    def _learn_run_time(self, spec: JobSpec) -> None:
+        """A job that succeeded before this start of the service: its run time for the
+        estimates (its duration at its consolidated placement, as the core counts it)."""
+        model = spec.model or "resnet18"
+        try:
+            cons = self.speed.consolidated_iter_s(model, spec.gpus)
+        except Exception:  # a model this service's perf model no longer knows
+            return
+        if spec.duration_s is not None:
+            run_s = spec.duration_s
+        elif spec.iterations is not None:
+            run_s = spec.iterations * cons * (1.0 if self.config.emulated else self.config.speedup)
+        else:
+            return
+        self.runtimes.add(model, spec.gpus, run_s)
+
     def _on_event(self, event: JobEvent) -> None:
-        self._dirty.add(self.core.by_id[event.job_id].index)
+        job = self.core.by_id[event.job_id]
+        self._dirty.add(job.index)
+        self._changes += 1
+        if event.kind == "finished":
+            self.runtimes.add(job.model, job.num_gpus, job.duration_s)
         kind = _STORED_KIND.get(event.kind)
         if kind is None:
             return
@@ -428,6 +500,8 @@ class Scheduler:
         for index, segment in self.driver.segments.items():
             for node_slot in segment.executors:
                 holders[node_slot] = core.jobs[index].job_id
+        self._explain(now)
+        self._forecast(now)
         self.snapshot = Snapshot(
             at=time.time(),
             jobs=dict(self._statuses),
@@ -439,8 +513,74 @@ class Scheduler:
             free_by_node=tuple(core.cluster.free_by_node),
             lost_nodes=frozenset(core.cluster.down),
             holders=holders,
+            reasons=self._reasons,
         )
         self._sample(self.snapshot)
+
+    def _explain(self, now: float) -> None:
+        """Why each queued job waits, in the policy's words (sched/reasons.py), when the jobs
+        changed since it was last asked and not more often than REASONS_EVERY_S."""
+        core = self.core
+        if not core.queued:
+            self._reasons = {}
+            return
+        at = time.monotonic()
+        if at - self._reasons_at < REASONS_EVERY_S:
+            return
+        self._reasons_at = at
+        self._reasons = wait_reasons(self.policy, core.snapshot(now))
+
+    def _forecast(self, now: float) -> None:
+        """Hand the estimator the jobs as they are, when they changed (at most every
+        ``period_s``) or every ``refresh_s`` while jobs wait."""
+        settings = self.estimate_settings
+        at = time.monotonic()
+        since = at - self._forecast_at
+        if since < settings.period_s:
+            return
+        changed = self._changes != self._forecast_changes
+        if not changed and not (self.core.queued and since >= settings.refresh_s):
+            return
+        self._forecast_at = at
+        self._forecast_changes = self._changes
+        state = self.forecast_input(now)
+        self.last_input = state
+        self.estimator.request(state)
+
+    def forecast_input(self, now: float) -> ForecastInput:
+        """The jobs as a forecast takes them (run in the scheduler's thread)."""
+        core = self.core
+        arrivals_window(self.arrivals, now, self.estimate_settings.replay_window_s)
+        queued = sorted(core.queued.values(), key=lambda j: (-j.priority, j.index))
+        jobs, run_s = capture(
+            now_s=now,
+            running=core.running.values(),
+            queued=queued,
+            done_iters=lambda job: self._done_iters(job, now),
+            declared_s=self.declared_s,
+            runtimes=self.runtimes,
+            arrivals=self.arrivals,
+            settings=self.estimate_settings,
+        )
+        return ForecastInput(
+            now_s=now,
+            wall_at_now=self.wall(now),
+            speedup=self.config.speedup,
+            jobs=tuple(jobs),
+            run_s=run_s,
+        )
+
+    @property
+    def estimates(self) -> Estimates:
+        return self.estimator.estimates
+
+    def whatif(self, policies: list[Policy]) -> list[Forecast]:
+        """Forecasts of the jobs as the scheduler last took them under each of ``policies``
+        (fresh ones), in the caller's thread."""
+        state = self.last_input
+        if state is None:
+            return []
+        return [self.estimator.run(state, policy) for policy in policies]
 
     def _sample(self, snapshot: Snapshot) -> None:
         """The snapshot's GPUs and queue into the history (kept every few seconds)."""
@@ -457,18 +597,22 @@ class Scheduler:
             )
         )
 
+    def _done_iters(self, job: Job, now: float) -> float:
+        """The job's iterations done by ``now`` (the core's own count). Its executors report
+        only when a segment ends: a running job's progress since, at its iteration time (its
+        start-up not yet counted out)."""
+        assert self.driver is not None
+        segment = self.driver.segments.get(job.index)
+        if segment is None or job.iter_s <= 0:
+            return job.done_iters
+        running_s = max(0.0, now - job.changed_s)
+        record = self.records[job.job_id]
+        return min(job.work_iters, segment.start_iteration * record.scale + running_s / job.iter_s)
+
     def _status(self, job: Job, now: float) -> JobStatus:
         assert self.driver is not None
         record = self.records[job.job_id]
-        done = job.done_iters
-        segment = self.driver.segments.get(job.index)
-        if segment is not None and job.iter_s > 0:
-            # Its executors report only when a segment ends: the progress it has made since,
-            # at its iteration time (its start-up not yet counted out).
-            running_s = max(0.0, now - job.changed_s)
-            done = min(
-                job.work_iters, segment.start_iteration * record.scale + running_s / job.iter_s
-            )
+        done = self._done_iters(job, now)
         started = job.first_start_s if job.first_start_s >= 0 else None
         ended = job.finish_s if job.state == JobState.DONE else None
         return JobStatus(

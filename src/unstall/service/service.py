@@ -7,21 +7,31 @@ it is submitted; only that user or an admin may cancel it.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from unstall.errors import UnstallError
 from unstall.live.cluster import LiveCluster
+from unstall.sched.reasons import generic_reason
+from unstall.sched.registry import make_policy, policy_entry
+from unstall.service.estimates import Estimates, forecast_policy
 from unstall.service.models import (
     ClusterNode,
     ClusterRecord,
     JobDetail,
     JobRecord,
     JobSpec,
+    WhatIf,
+    WhatIfPolicy,
 )
 from unstall.service.scheduler import JobStatus, Scheduler, Snapshot
 from unstall.service.store import JobStore, StoredJob
+from unstall.sim.forecast import Forecast
+
+# Policies one what-if may compare besides the serving one, at most (each is a simulation).
+MAX_WHATIF_POLICIES = 8
 
 # Bytes of a job's log one request returns at most.
 LOG_CHUNK = 256 * 1024
@@ -114,12 +124,13 @@ class Service:
 
     def jobs(self, *, state: str | None = None, user: str | None = None) -> list[JobRecord]:
         snapshot = self.scheduler.snapshot
+        estimates = self.scheduler.estimates
         positions = self._positions(snapshot)
         records = []
         for stored in list(self.stored.values()):
             if user is not None and stored.spec.user != user:
                 continue
-            record = self._record(stored, snapshot, positions)
+            record = self._record(stored, snapshot, positions, estimates)
             if state is None or record.state == state:
                 records.append(record)
         return records
@@ -217,17 +228,27 @@ class Service:
         stored: StoredJob,
         snapshot: Snapshot,
         positions: dict[str, int] | None = None,
+        estimates: Estimates | None = None,
     ) -> JobRecord:
         spec = stored.spec
         status = snapshot.jobs.get(stored.id)
         if status is None:  # not yet taken in by the scheduler, or ended before this start
             status = _from_store(stored)
+        estimates = estimates if estimates is not None else self.scheduler.estimates
         position = None
         reason = ""
+        start = end = None
         if status.state == "pending":
             positions = positions if positions is not None else self._positions(snapshot)
             position = positions.get(stored.id, len(positions) + 1)
-            reason = self._reason(spec, snapshot, position)
+            reason = snapshot.reasons.get(stored.id) or self._reason(spec, snapshot, position)
+            start = estimates.starts.get(stored.id)
+            if start is not None:  # an estimate made before now, of a start not yet made
+                start = max(start, snapshot.at)
+        if status.state in ("pending", "running"):
+            end = estimates.ends.get(stored.id)
+            if end is not None:
+                end = max(end, start or snapshot.at)
         total = status.total_iters
         return JobRecord(
             id=stored.id,
@@ -248,6 +269,10 @@ class Service:
             started_at=status.started_at,
             ended_at=status.ended_at,
             error=status.error,
+            estimated_start=start,
+            estimated_end=end,
+            estimated_run_s=estimates.run_s.get(stored.id),
+            estimated_start_at_submit=self.scheduler.estimator.first_starts.get(stored.id),
         )
 
     def _positions(self, snapshot: Snapshot) -> dict[str, int]:
@@ -260,15 +285,61 @@ class Service:
         return positions
 
     def _reason(self, spec: JobSpec, snapshot: Snapshot, position: int) -> str:
+        """Why a job the policy has not been asked about yet waits (just submitted)."""
         if not self.scheduler.ready.is_set():
             return "the cluster's executors are coming up"
-        free = sum(snapshot.free_by_node)
-        policy = self.scheduler.policy.name
-        if spec.gpus > free:
-            return f"waiting for GPUs: needs {spec.gpus}, {free} free"
-        if position > 1:
-            return f"behind {position - 1} queued job(s) under {policy}"
-        return f"{spec.gpus} GPUs free: {policy} has not placed it yet"
+        return generic_reason(
+            spec.gpus, sum(snapshot.free_by_node), position, self.scheduler.policy.name
+        )
+
+    # --- what-if -------------------------------------------------------------------------------
+
+    def whatif(self, policies: list[str]) -> WhatIf:
+        """The queue as the scheduler last took it, forecast under the serving policy and
+        each of ``policies`` (registered names: the service never loads code for a request)."""
+        if len(policies) > MAX_WHATIF_POLICIES:
+            raise ServiceError(
+                422, f"policy: at most {MAX_WHATIF_POLICIES} policies, {len(policies)} given"
+            )
+        fresh = []
+        for name in policies:
+            try:
+                policy_entry(name)
+            except UnstallError as exc:
+                raise ServiceError(422, f"policy: {str(exc).split(': ', 1)[-1]}") from exc
+            fresh.append(forecast_policy(make_policy(name)))
+        scheduler = self.scheduler
+        state = scheduler.last_input
+        if not scheduler.ready.is_set() or state is None:
+            raise ServiceError(503, "the scheduler is starting: no state to forecast yet")
+        serving = forecast_policy(scheduler.policy, scheduler.estimator.template)
+        forecasts = scheduler.whatif([serving, *fresh])
+        wall, speedup = state.wall_at_now, state.speedup
+
+        def at(seconds: float) -> float | None:
+            return wall + seconds / speedup if math.isfinite(seconds) else None
+
+        def span(seconds: float) -> float | None:
+            return seconds / speedup if math.isfinite(seconds) else None
+
+        def answer(forecast: Forecast, is_serving: bool) -> WhatIfPolicy:
+            return WhatIfPolicy(
+                policy=forecast.policy if not is_serving else scheduler.policy.name,
+                serving=is_serving,
+                avg_jct_s=span(forecast.avg_jct_s),
+                avg_wait_s=span(forecast.avg_wait_s),
+                makespan=at(forecast.makespan_s),
+                moves=forecast.moves,
+                starts={j: wall + s / speedup for j, s in forecast.starts.items()},
+                ends={j: wall + s / speedup for j, s in forecast.ends.items()},
+            )
+
+        return WhatIf(
+            at=wall,
+            running=sum(1 for j in state.jobs if j.placement),
+            waiting=[j.job_id for j in state.jobs if j.waiting],
+            policies=[answer(f, i == 0) for i, f in enumerate(forecasts)],
+        )
 
 
 def _from_store(stored: StoredJob) -> JobStatus:

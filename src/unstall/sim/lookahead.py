@@ -325,6 +325,15 @@ class LookaheadDally(PolicyBase):
         self._telemetry: tuple[tuple[str, float], ...] = (("tuner.choice", 0.0),)
         self.checks = PredictionChecks(window=self.config.error_window)
 
+    def wait_reasons(self, snapshot: ClusterSnapshot) -> dict[str, str]:
+        """The Dally in use's reasons (:meth:`Dally.wait_reasons`)."""
+        return self.inner.wait_reasons(snapshot)
+
+    def forecast_policy(self) -> Dally:
+        """What a forecast of this policy runs (the service's estimates): Dally with the
+        setting in use, without look-aheads of its own."""
+        return Dally(self.settings_of(self.current), name=self.name)
+
     def settings_of(self, candidate: str) -> DallyConfig:
         """The Dally settings of the candidate called ``candidate``."""
         return replace(self.base, **CANDIDATES[candidate])

@@ -21,6 +21,7 @@ from unstall.sched.dally.state import Held, Round
 from unstall.sched.dally.types import consolidated_option, spread_option
 from unstall.sched.free import FreeGpus
 from unstall.sched.placement import TypeClaims
+from unstall.sched.reasons import duration_words, shortfall
 
 # The steps by which a waiting job may get GPUs that are not free.
 PREEMPTING_STEPS = frozenset({"locality-preemption", "priority-preemption", "service-preemption"})
@@ -65,6 +66,28 @@ class Dally(Moves, Preemptions):
                 ("dally.sensitive_spread_starts", float(state.gave_up)),
             ),
         )
+
+    def wait_reasons(self, snapshot: ClusterSnapshot) -> dict[str, str]:
+        """Each waiting job's reason (:mod:`unstall.sched.reasons`): held back by its delay
+        timer for a consolidated placement (with the time left, and how much slower the
+        placement it turned down would run), else the GPUs it lacks."""
+        now = snapshot.now
+        reasons: dict[str, str] = {}
+        for job in snapshot.queued:
+            record = self.state.jobs.get(job.job_id)
+            held = None if record is None else record.held
+            if held is not None and record is not None and record.timers_set:
+                left = max(record.timers_set) - now
+                if left > 0:
+                    reasons[job.job_id] = (
+                        f"held for a consolidated placement: delay timer, {duration_words(left)} "
+                        f"left (the placement free now would run {held.turned_down:.2f}x slower)"
+                    )
+                    continue
+            short = shortfall(job, snapshot)
+            if short is not None:
+                reasons[job.job_id] = short
+        return reasons
 
     @property
     def gave_up(self) -> int:
