@@ -65,6 +65,18 @@ def test_a_killed_service_loses_nothing_and_runs_no_job_twice(tmp_path: Path) ->
             "the first start",
             log,
         )
+        # While the wide job waits: why, in fifo's words, and when it starts, from a forecast.
+        wait_for(
+            lambda: client.get(queued.id).estimated_start is not None, 30, "an estimate", log
+        )
+        waiting = client.get(queued.id)
+        assert waiting.state == "pending", waiting
+        assert "waiting for GPUs: needs 4" in waiting.reason, waiting.reason
+        assert waiting.estimated_end is not None and waiting.estimated_start is not None
+        assert waiting.estimated_end > waiting.estimated_start
+        assert waiting.estimated_start_at_submit is not None
+        whatif = jobs_cli("whatif", "--policy", "consolidate", "--server", url)
+        assert whatif.returncode == 0 and "fifo (serving)" in whatif.stdout, whatif.stderr
         wait_for(lambda: (store / "checkpoints" / f"{long.id}.ckpt").exists(), 60, "a checkpoint")
         assert client.get(long.id).state == "running"
         folder = _folder_of(first.pid)
@@ -77,10 +89,12 @@ def test_a_killed_service_loses_nothing_and_runs_no_job_twice(tmp_path: Path) ->
     assert _alive_in(folder) > 0  # what a kill -9 leaves behind ...
 
     log.write_text("")
-    second, url = serve_process(store, cluster, log)
+    # Another policy on the restart: the jobs are the store's, not the policy's.
+    second, url = serve_process(store, cluster, log, "--policy", "first-fit")
     try:
         assert _alive_in(folder) == 0  # ... the next service ends
         client = Client(url, user="ann")
+        assert client.cluster().policy == "first-fit"
         wait_for(lambda: client.stats()["ready"], START_S, "the executors", log)
         # Resumed from its checkpoint: at least the iterations it held when it was killed.
         assert client.get(long.id).iterations_done >= held

@@ -89,27 +89,30 @@ def generic_reason(gpus: int, free: int, position: int, policy: str) -> str:
         return f"waiting for GPUs: needs {gpus}, {free} free"
     if position > 1:
         return f"{behind(position - 1, 'queued jobs')} under {policy}"
-    return f"{gpus} GPUs free: {policy} has not placed it yet"
+    return f"enough GPUs free: {policy} has not placed it yet"
 
 
 def wait_reasons(policy: object, snapshot: ClusterSnapshot) -> dict[str, str]:
-    """Every waiting job's reason: the policy's own (``wait_reasons``, where it has one), the
-    generic words for the rest. A policy's reasons that fail are not the service's failure:
-    the generic words stand in (the scheduler's rounds report a policy's crash)."""
-    own: Mapping[str, str] = {}
+    """Every waiting job's reason: the policy's own (``wait_reasons``, where it has one; a job
+    it leaves out has room by its rules), the generic words otherwise. A policy's reasons that
+    fail are not the service's failure: the generic words stand in."""
+    own: Mapping[str, str] | None = None
     explain = getattr(policy, "wait_reasons", None)
     if callable(explain):
         try:
             found = explain(snapshot)
-            own = found if isinstance(found, Mapping) else {}
+            own = found if isinstance(found, Mapping) else None
         except Exception:  # a user's policy: its words are optional, its failure ours to hide
-            own = {}
+            own = None
     name = str(getattr(policy, "name", type(policy).__name__))
     reasons: dict[str, str] = {}
     free = snapshot.free_gpus
     for position, job in enumerate(snapshot.queued, 1):
-        text = own.get(job.job_id)
-        reasons[job.job_id] = (
-            str(text) if text else generic_reason(job.num_gpus, free, position, name)
-        )
+        if own is None:
+            reasons[job.job_id] = generic_reason(job.num_gpus, free, position, name)
+        else:
+            text = own.get(job.job_id)
+            reasons[job.job_id] = (
+                str(text) if text else f"room for it now: {name} starts it at its next round"
+            )
     return reasons

@@ -22,6 +22,7 @@ from unstall.net import TopologyConfig
 from unstall.ray_connect import cluster_address, connect_ray, is_loopback
 from unstall.sched.base import Policy
 from unstall.service.api import create_app
+from unstall.service.estimates import EstimateSettings
 from unstall.service.scheduler import Scheduler
 from unstall.service.service import Caller, Service
 from unstall.service.store import JobStore
@@ -113,17 +114,21 @@ def serving(
     address: str | None = None,
     tokens: dict[str, Caller] | None = None,
     say: Callable[[str], None] = print,
+    estimates: EstimateSettings | None = None,
 ) -> Iterator[Running]:
     """The service, answering in threads of its own while the block runs: the HTTP API and the
     scheduler. Ray is started (or joined) in the calling thread, which must be the main one for
-    a local cluster (Ray's own rule); on leaving, running jobs are stopped and kept."""
+    a local cluster (Ray's own rule); on leaving, running jobs are stopped and kept.
+    ``estimates``: how its start estimates are made (service/estimates.py)."""
     import uvicorn
 
     check_exposure(config.host, tokens)
     if cluster_address(address) is None:
         reap_orphans()  # what a killed service left running, before anything new starts
     store = JobStore(config.store, config.database)
-    scheduler = Scheduler(store=store, topology=topology, policy=policy, config=live, log=say)
+    scheduler = Scheduler(
+        store=store, topology=topology, policy=policy, config=live, log=say, estimates=estimates
+    )
     service = Service(store=store, scheduler=scheduler, tokens=tokens)
     service.load()
     server = uvicorn.Server(
