@@ -199,6 +199,25 @@ def test_metrics_say_what_the_service_holds(api: TestClient) -> None:
     assert _metrics(api)["unstall_decision_seconds_count{}"] == 4
     # No estimates yet: the estimates' error has no observation.
     assert values["unstall_estimate_start_error_seconds_count{}"] == 0
+    # A job that started 30 s after its start estimated at submit: one observation of 30 s.
+    from unstall.service.scheduler import JobStatus, Snapshot
+
+    first = next(iter(service.stored))
+    started = JobStatus(
+        state="running",
+        placement="0:1",
+        done_iters=0.0,
+        total_iters=1.0,
+        restarts=0,
+        started_at=2000.0,
+        ended_at=None,
+        error="",
+    )
+    service.scheduler.snapshot = Snapshot(at=2000.0, jobs={first: started})
+    service.scheduler.estimator.first_starts[first] = 1970.0
+    values = _metrics(api)
+    assert values["unstall_estimate_start_error_seconds_count{}"] == 1
+    assert values["unstall_estimate_start_error_seconds_sum{}"] == 30.0
 
 
 def test_start_up_and_restore_times_are_wall_seconds(api: TestClient) -> None:

@@ -37,11 +37,12 @@ def test_run_times_come_from_the_same_kind_of_job_and_what_it_ran_already() -> N
     for run_s in (100.0, 300.0, 500.0):
         runtimes.add("resnet50", 2, run_s)
     runtimes.add("vgg16", 4, 7000.0)
-    assert runtimes.total_s("resnet50", 2) == 300.0  # its model and size: the median
-    assert runtimes.total_s("resnet50", 2, ran_s=200.0) == 400.0  # of those that ran longer
-    assert runtimes.total_s("resnet50", 2, ran_s=600.0) == 1200.0  # past all of them
+    runtimes.add("resnet50", 2, 1100.0)
+    assert runtimes.total_s("resnet50", 2) == 500.0  # its model and size: the mean
+    assert runtimes.total_s("resnet50", 2, ran_s=200.0) == pytest.approx(1900 / 3)  # longer
+    assert runtimes.total_s("resnet50", 2, ran_s=1200.0) == 2400.0  # past all of them
     assert runtimes.total_s("bert", 4) == 7000.0  # no such model: its size
-    assert runtimes.total_s("bert", 8) == 400.0  # no such size: any (the median of four)
+    assert runtimes.total_s("bert", 8) == 1800.0  # no such size: any (the mean of five)
 
 
 def test_backfill_plans_each_job_around_the_reservations_before_it() -> None:

@@ -253,7 +253,7 @@ def _service(out: Path, quiet: bool) -> None:
     import shutil
 
     from unstall.cli.common import err_console
-    from unstall.cli.jobs import print_jobs
+    from unstall.cli.jobs import print_jobs, print_whatif
     from unstall.live import LiveConfig
     from unstall.net import TopologyConfig
     from unstall.sched import make_policy
@@ -290,9 +290,15 @@ def _service(out: Path, quiet: bool) -> None:
         ]
         while not client.stats()["ready"]:  # the executors come up, the jobs are taken in
             time.sleep(0.5)
-        time.sleep(2)
+        deadline = time.monotonic() + 10  # the first forecast gives the waiting jobs estimates
+        while time.monotonic() < deadline and not any(
+            r.estimated_start is not None for r in client.list(state="pending")
+        ):
+            time.sleep(0.5)
         console.print(f"the queue, a few seconds after six submissions ({running.url}):")
         print_jobs(client.list())
+        console.print("the same queue forecast under two other policies (`unstall jobs whatif`):")
+        print_whatif(client.whatif(["fifo", "tiresias"]))
         client.cancel(jobs[-1].id)
         for job in jobs[:-1]:
             client.wait(job.id, timeout_s=300)

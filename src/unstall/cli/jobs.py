@@ -12,7 +12,7 @@ import typer
 from unstall.cli.common import console, handle_errors, table
 
 if TYPE_CHECKING:
-    from unstall.service import Client, JobRecord
+    from unstall.service import Client, JobRecord, WhatIf
 
 app = typer.Typer(no_args_is_help=True, add_completion=False)
 
@@ -320,13 +320,18 @@ def whatif(
 ) -> None:
     """The queue as it is now, forecast under the serving policy and each --policy: average
     JCT, waiting, makespan and each waiting job's estimated start, before you change policy."""
-    from unstall.sched.reasons import duration_words
-
     with _client(server, token_file, user) as client:
         answer = client.whatif(policies or [])
     if as_json:
         print(answer.model_dump_json(indent=2))
         return
+    print_whatif(answer)
+
+
+def print_whatif(answer: WhatIf) -> None:
+    """A what-if as two tables: the figures per policy, each waiting job's start per policy."""
+    from unstall.sched.reasons import duration_words
+
     now = time.time()
 
     def span(seconds: float | None) -> str:

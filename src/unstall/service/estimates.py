@@ -8,9 +8,9 @@ comes from what is known before it ends, never from its true run time:
 
 1. the user's ``expected_duration_s`` (as Slurm's time limit);
 2. else its ``iterations`` at the perf model's speed (the work it declared);
-3. else the run times of the finished jobs of the same model and size (then size, then any),
-   those longer than what it has run already (:class:`RunTimes`); before any job finished,
-   ``prior_runtime_s``.
+3. else the mean run time of the finished jobs of the same model and size (then size, then
+   any), those longer than what it has run already (:class:`RunTimes`); before any job
+   finished, ``prior_runtime_s``.
 
 In emulated compute a job's ``duration_s`` stands for the run time a real job does not declare:
 estimates never read it. The scheduler thread takes a :class:`ForecastInput` when jobs changed
@@ -73,13 +73,15 @@ class RunTimes:
             bisect.insort(runs, run_s)
 
     def total_s(self, model: str, gpus: int, ran_s: float = 0.0) -> float:
-        """The run time expected of a job that has run ``ran_s``: the median of its kind's
+        """The run time expected of a job that has run ``ran_s``: the mean of its kind's
         finished jobs that ran longer (its model and size, else its size, else any); past all of
-        them, twice what it has run; before any finished, the prior (or twice what it ran)."""
+        them, twice what it has run; before any finished, the prior (or twice what it ran).
+        The mean, not the median: a waiting job's start is a sum of the run times ahead of it,
+        and run times are skewed (a median would put every start too early)."""
         for runs in (self._by_key.get((model, gpus)), self._by_gpus.get(gpus), self._all):
             if runs:
                 longer = runs[bisect.bisect_right(runs, ran_s) :]
-                return statistics.median(longer) if longer else 2.0 * ran_s
+                return statistics.fmean(longer) if longer else 2.0 * ran_s
         return max(self.prior_s, 2.0 * ran_s)
 
 

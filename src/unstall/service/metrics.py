@@ -18,7 +18,7 @@ tests). Times are wall seconds.
 | ``unstall_preemptions_total`` | counter | jobs preempted |
 | ``unstall_migrations_total`` | counter | jobs migrated |
 | ``unstall_failures_total`` | counter | job segments that failed |
-| ``unstall_estimate_start_error_seconds`` | histogram | |start - estimated start| |
+| ``unstall_estimate_start_error_seconds`` | histogram | |start - start estimated at submit| |
 """
 
 from __future__ import annotations
@@ -160,11 +160,11 @@ class ServiceCollector:
         )
 
     def _estimates(self, records: list[JobRecord]) -> Iterator[Metric]:
-        # Empty until the service makes estimates (records' estimated_start is null today).
+        # Against the first estimate of each start, made at submit (kept after it started).
         errors = [
-            abs(r.started_at - r.estimated_start)
+            abs(r.started_at - r.estimated_start_at_submit)
             for r in records
-            if r.started_at is not None and r.estimated_start is not None
+            if r.started_at is not None and r.estimated_start_at_submit is not None
         ]
         yield histogram(
             "unstall_estimate_start_error_seconds",
