@@ -28,6 +28,7 @@ from unstall.live.config import LiveConfig
 from unstall.live.driver import POLL_S, LiveDriver
 from unstall.live.pool import ExecutorPool
 from unstall.live.segments import JobRecord as LiveRecord
+from unstall.live.status import estimated_done_iters
 from unstall.live.training import JobWork
 from unstall.loop import (
     Collected,
@@ -460,15 +461,9 @@ class Scheduler:
     def _status(self, job: Job, now: float) -> JobStatus:
         assert self.driver is not None
         record = self.records[job.job_id]
-        done = job.done_iters
-        segment = self.driver.segments.get(job.index)
-        if segment is not None and job.iter_s > 0:
-            # Its executors report only when a segment ends: the progress it has made since,
-            # at its iteration time (its start-up not yet counted out).
-            running_s = max(0.0, now - job.changed_s)
-            done = min(
-                job.work_iters, segment.start_iteration * record.scale + running_s / job.iter_s
-            )
+        # Its executors report only when a segment ends: a running job's progress since, at
+        # its iteration time (as `unstall live run`'s table shows it).
+        done = estimated_done_iters(job, now)
         started = job.first_start_s if job.first_start_s >= 0 else None
         ended = job.finish_s if job.state == JobState.DONE else None
         return JobStatus(
