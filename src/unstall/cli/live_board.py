@@ -34,12 +34,19 @@ def elapsed_text(seconds: float) -> str:
     return f"{whole // 3600}:{whole % 3600 // 60:02d}:{whole % 60:02d}"
 
 
+def running_percent(progress: float) -> str:
+    """A running job's progress in whole percent, rounded down and at most 99%: the estimate
+    reaches its work before the job's end is seen (its start-up is not counted out), and a job
+    reads 100% only once it has finished."""
+    return f"{min(99, int(100 * progress))}%"
+
+
 def header_line(status: LiveStatus | None, title: str, elapsed_wall_s: float) -> str:
     """What the run is at: elapsed wall time, trace time, jobs finished of all, GPUs busy (how
     many jobs run and wait heads their tables)."""
     clock = f"{title}  {elapsed_text(elapsed_wall_s)}"
     if status is None:
-        return f"{clock}  starting the executors"
+        return f"{clock}  starting Ray and the executors"
     failed = f" ({status.jobs_failed} failed)" if status.jobs_failed else ""
     return (
         f"{clock} (trace {fmt_duration(status.time_s)})  "
@@ -61,7 +68,7 @@ def status_view(status: LiveStatus | None, title: str, elapsed_wall_s: float) ->
                 row.model,
                 row.gpus,
                 row.placement,
-                f"{100 * row.progress:.0f}%",
+                running_percent(row.progress),
                 f"{row.iterations_done:,.0f}/{row.iterations_total:,.0f}",
                 row.restarts,
             ]
