@@ -5,6 +5,7 @@ process may hold a Ray session of its own (the suite's), and a driver joins one 
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import subprocess
@@ -162,13 +163,16 @@ def test_a_killed_process_sends_its_job_back_from_its_last_checkpoint(
                 threading.Thread(target=kill_after_first_checkpoint, daemon=True).start()
 
         config = LiveConfig(speedup=10, checkpoint_every_s=0.5)
+        statuses = []  # what `unstall live run` draws as its table on a terminal
         run = run_live(Trace.from_frame(frame, source="killed"), "fifo", cluster="two.toml",
-                       address={cluster!r}, config=config, log=log)
+                       address={cluster!r}, config=config, log=log, on_status=statuses.append)
         row = run.jobs.iloc[0]
+        shown = [[s.time_s, s.jobs_finished, s.gpus_busy, s.gpus_total, s.queued_total,
+                  [[r.placement, r.progress, r.restarts] for r in s.running]] for s in statuses]
         json.dump({{"failures": int(row.failures), "outcome": row.outcome,
                    "jct": float(row.jct_s), "process_failures": run.facts.process_failures,
                    "placements": row.placements, "start_progress": row.start_progress,
-                   "held": seen["held"]}},
+                   "held": seen["held"], "statuses": shown}},
                   open("out.json", "w"))
         """,
         tmp_path,
@@ -182,6 +186,25 @@ def test_a_killed_process_sends_its_job_back_from_its_last_checkpoint(
     first, second = (float(p) for p in str(found["start_progress"]).split())
     assert first == 0.0 and 0.0 < second < 1.0, found
     assert float(found["jct"]) > 60.0
+    # The run's status as it went (run_live(on_status=)): the job on its placement of each
+    # segment, its progress growing, its restart counted, then nothing left but the finish.
+    statuses = found["statuses"]
+    running = [
+        (placement, progress, restarts)
+        for *_, rows in statuses
+        for placement, progress, restarts in rows
+    ]
+    placements = str(found["placements"]).split()
+    assert {p for p, _, r in running if r == 0} == {placements[0]}, statuses
+    assert {p for p, _, r in running if r == 1} == {placements[1]}, statuses
+    progress = [p for _, p, _ in running]
+    assert min(progress) >= 0.0 and max(progress) <= 1.0 and progress[-1] > progress[0]
+    assert all(busy == 2 and total == 4 for _, _, busy, total, _, rows in statuses if rows)
+    assert statuses[-1][1:] == [1, 0, 4, 0, []], statuses  # finished; nothing runs or waits
+    # A few a second at most (trace seconds at speedup 10: a quarter of a wall second is
+    # 2.5), but for the last, handed over as the run ends.
+    times = [time_s for time_s, *_ in statuses]
+    assert all(b - a >= 2.5 for a, b in itertools.pairwise(times[:-1])), times
 
 
 MINI_TRACE = """\

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -38,7 +39,7 @@ from unstall.cli.sim_run import (
 from unstall.cli.sim_text import parse_model_mix, parse_pairs
 
 if TYPE_CHECKING:
-    from unstall.live import LiveRun, UserWork
+    from unstall.live import LiveRun, LiveStatus, UserWork
     from unstall.loop import JobEvent
     from unstall.sim import SimResult
 
@@ -265,7 +266,7 @@ def run(
     )
     total = min(len(loaded), max_jobs or len(loaded))
     try:
-        with progress_bar(f"live run of {chosen.name}", total, quiet) as advance:
+        with _watch(f"live run of {chosen.name}", total, quiet, events) as (advance, on_status):
             run = run_live(
                 loaded,
                 chosen,
@@ -282,6 +283,7 @@ def run(
                 log=say,
                 on_finish=advance,
                 on_event=_event_printer(events, quiet),
+                on_status=on_status,
             )
     except LiveInterrupted as stop:
         partial: LiveRun | None = getattr(stop, "run", None)
@@ -293,6 +295,29 @@ def run(
         ) from None
     print_live(run)
     _write(run, jobs_out, json_path, config)
+
+
+def shows_table(quiet: bool, events: bool) -> bool:
+    """The table of running and queued jobs: on a terminal, unless --quiet, or --events (its
+    lines would scroll the table away; they come with a progress bar instead)."""
+    return not (quiet or events) and err_console.is_terminal
+
+
+@contextmanager
+def _watch(
+    title: str, total: int, quiet: bool, events: bool
+) -> Iterator[tuple[Callable[[int], None] | None, Callable[[LiveStatus], None] | None]]:
+    """What the run shows while it runs: yields ``on_finish`` and ``on_status`` for
+    ``run_live``: the table of jobs where :func:`shows_table`, else a progress bar (none
+    where stderr is not a terminal: the event lines tell what happens)."""
+    if shows_table(quiet, events):
+        from unstall.cli.live_board import status_board
+
+        with status_board(title) as on_status:
+            yield None, on_status
+        return
+    with progress_bar(title, total, quiet) as advance:
+        yield advance, None
 
 
 def _event_printer(asked: bool, quiet: bool) -> Callable[[JobEvent], None] | None:

@@ -3,8 +3,8 @@
 What this part offers:
 
 - ``run_live(trace, policy, *, cluster=, address=, config=, max_jobs=, model_mix=,
-  duration_gpu=, user_work=, train=, log_dir=, predict=, keep_final_checkpoints=, log=)`` ->
-  :class:`LiveRun`:
+  duration_gpu=, user_work=, train=, log_dir=, predict=, keep_final_checkpoints=, log=,
+  on_event=, on_status=)`` -> :class:`LiveRun`:
   the same :class:`unstall.sched.Policy` objects as :func:`unstall.sim.simulate`, their
   decisions checked by the same rules, carried out by real processes: one long-lived executor
   per GPU pinned to its node, each job a fresh ``torch.distributed`` group (gloo on CPUs, NCCL
@@ -18,6 +18,9 @@ What this part offers:
   placement spanned (``setups``, in wall seconds: what ``unstall live calibrate`` fits a
   :class:`unstall.sim.StartupModel` on) and, on request, the simulator's prediction of the
   same run.
+- :class:`LiveStatus`: the run as it stands, handed to ``on_status`` a few times a second
+  (running jobs with placement and progress, the queue in order, jobs finished, GPUs busy),
+  built by :func:`unstall.live.status.live_status` from the scheduling core's state.
 - :class:`UserWork`: a user's own model, data and loss for the jobs; or the user's own
   training loop, ``train(ctx)`` (``run_live(train=...)``), given a :class:`TrainContext`
   (rank, world size, device, group, ``restore``, ``should_stop``, ``save``, ``report``).
@@ -37,6 +40,7 @@ from unstall.live.backend import LiveInterrupted, LiveRunError
 from unstall.live.cluster import LiveClusterError
 from unstall.live.config import COMPUTE_MODES, DEFAULT_SLOT_RESOURCE, LiveConfig
 from unstall.live.run import LiveFacts, LiveRun, run_live
+from unstall.live.status import LiveStatus
 from unstall.live.train_loop import TrainContext
 from unstall.live.training import UserWork
 
@@ -49,6 +53,7 @@ __all__ = [
     "LiveInterrupted",
     "LiveRun",
     "LiveRunError",
+    "LiveStatus",
     "TrainContext",
     "UserWork",
     "run_live",

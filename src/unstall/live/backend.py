@@ -10,6 +10,7 @@ cluster waits for both.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -18,6 +19,7 @@ from unstall.live.cluster import LiveCluster
 from unstall.live.config import LiveConfig
 from unstall.live.driver import JobRecord, LiveDriver
 from unstall.live.pool import ExecutorPool, LiveRunError
+from unstall.live.status import LiveStatus, live_status
 from unstall.live.training import JobWork
 from unstall.loop import (
     CoreSettings,
@@ -32,6 +34,10 @@ from unstall.sched.base import Policy, policy_capabilities
 from unstall.sim import PerfSpeedModel, layout_of
 
 __all__ = ["JobRecord", "LiveBackend", "LiveInterrupted", "LiveOutcome", "LiveRunError"]
+
+# Wall seconds between two statuses handed to ``on_status``: a table on a terminal refreshes a
+# few times a second at most, and a large trace's rows are not built at every instant.
+STATUS_EVERY_S = 0.25
 
 
 @dataclass
@@ -74,9 +80,12 @@ class LiveBackend:
         log: Callable[[str], None] | None = None,
         on_finish: Callable[[int], None] | None = None,
         on_event: Callable[[JobEvent], None] | None = None,
+        on_status: Callable[[LiveStatus], None] | None = None,
     ) -> None:
         self.log = log or (lambda _text: None)
         self._on_event = on_event
+        self._on_status = on_status
+        self._status_due = 0.0  # monotonic time of the next status
         self.core = SchedulingCore(
             layout=layout_of(cluster.topology),
             policy=policy,
@@ -95,6 +104,8 @@ class LiveBackend:
             work = works[job.job_id]
             scale = job.work_iters / work.iterations if work.iterations > 0 else 1.0
             records[job.job_id] = JobRecord(work=work, scale=scale)
+        # Iterations in the table as the job's processes count them.
+        self._scales = {job_id: record.scale for job_id, record in records.items()}
         self.pool = ExecutorPool(cluster)
         self.driver = LiveDriver(
             self.core,
@@ -141,11 +152,30 @@ class LiveBackend:
         self.core.reset_policy()
         self.driver.clock.start()
         try:
-            self.core.run()
+            # The core's run, an instant at a time, with a status between instants (the
+            # driver waits half a second at most for the next one).
+            self._report(force=True)
+            while self.core.step():
+                self._report(force=False)
+            self._report(force=True)  # the last state: every job ended
         except KeyboardInterrupt:
             self.driver.stop_everything()
             raise LiveInterrupted(self._outcome(interrupted=True)) from None
         return self._outcome(interrupted=False)
+
+    def status(self) -> LiveStatus:
+        """The run now: running jobs, the queue, the totals (:func:`live_status`)."""
+        return live_status(self.core, self.now(), scales=self._scales)
+
+    def _report(self, *, force: bool) -> None:
+        """A status for ``on_status``, at most every :data:`STATUS_EVERY_S` wall seconds."""
+        if self._on_status is None:
+            return
+        wall = time.monotonic()
+        if not force and wall < self._status_due:
+            return
+        self._status_due = wall + STATUS_EVERY_S
+        self._on_status(self.status())
 
     def _outcome(self, *, interrupted: bool) -> LiveOutcome:
         return LiveOutcome(

@@ -27,6 +27,7 @@ from unstall.live.config import LiveConfig
 from unstall.live.executor import job_file_name
 from unstall.live.prediction import predict_run
 from unstall.live.segments import JobRecord
+from unstall.live.status import LiveStatus
 from unstall.live.train_loop import TrainFn, absolute_reference
 from unstall.live.training import JobWork, UserWork
 from unstall.loop import Job, JobEvent, JobState, placement_text
@@ -155,6 +156,7 @@ def run_live(
     log: Callable[[str], None] | None = None,
     on_finish: Callable[[int], None] | None = None,
     on_event: Callable[[JobEvent], None] | None = None,
+    on_status: Callable[[LiveStatus], None] | None = None,
 ) -> LiveRun:
     """Run ``trace`` under ``policy`` on a Ray cluster, for real.
 
@@ -175,6 +177,9 @@ def run_live(
     ``on_event(event)`` hears each job's transitions as they happen (a
     :class:`~unstall.loop.JobEvent`: arrived, started with its placement, preempted, migrated,
     finished, failed; its time in trace seconds).
+    ``on_status(status)`` is handed the run as it stands a few times a second (a
+    :class:`~unstall.live.status.LiveStatus`: the running jobs with their placements and
+    progress, the queue, jobs finished, GPUs busy; what ``unstall live run`` draws as a table).
     ``log(text)`` hears what happens (nodes mapped, failures); ``on_finish(n)`` is called as jobs
     finish (progress bars). A Ctrl-C stops every job's
     processes and raises :class:`~unstall.live.backend.LiveInterrupted` with what finished.
@@ -246,6 +251,7 @@ def run_live(
                 log=say,
                 on_finish=on_finish,
                 on_event=on_event,
+                on_status=on_status,
                 started=started,
             )
         finally:
@@ -354,6 +360,7 @@ def _run_on(
     started: float,
     on_finish: Callable[[int], None] | None = None,
     on_event: Callable[[JobEvent], None] | None = None,
+    on_status: Callable[[LiveStatus], None] | None = None,
 ) -> LiveRun:
     topology = live.topology
     speed, prepared, works = planned.speed, planned.prepared, planned.works
@@ -368,6 +375,7 @@ def _run_on(
         log=log,
         on_finish=on_finish,
         on_event=on_event,
+        on_status=on_status,
     )
     try:
         backend.start_executors()

@@ -28,6 +28,7 @@ from unstall.live.config import LiveConfig
 from unstall.live.driver import POLL_S, LiveDriver
 from unstall.live.pool import ExecutorPool
 from unstall.live.segments import JobRecord as LiveRecord
+from unstall.live.status import estimated_done_iters
 from unstall.live.training import JobWork
 from unstall.loop import (
     Collected,
@@ -556,7 +557,7 @@ class Scheduler:
             now_s=now,
             running=core.running.values(),
             queued=queued,
-            done_iters=lambda job: self._done_iters(job, now),
+            done_iters=lambda job: estimated_done_iters(job, now),
             declared_s=self.declared_s,
             runtimes=self.runtimes,
             arrivals=self.arrivals,
@@ -597,22 +598,12 @@ class Scheduler:
             )
         )
 
-    def _done_iters(self, job: Job, now: float) -> float:
-        """The job's iterations done by ``now`` (the core's own count). Its executors report
-        only when a segment ends: a running job's progress since, at its iteration time (its
-        start-up not yet counted out)."""
-        assert self.driver is not None
-        segment = self.driver.segments.get(job.index)
-        if segment is None or job.iter_s <= 0:
-            return job.done_iters
-        running_s = max(0.0, now - job.changed_s)
-        record = self.records[job.job_id]
-        return min(job.work_iters, segment.start_iteration * record.scale + running_s / job.iter_s)
-
     def _status(self, job: Job, now: float) -> JobStatus:
         assert self.driver is not None
         record = self.records[job.job_id]
-        done = self._done_iters(job, now)
+        # Its executors report only when a segment ends: a running job's progress since, at
+        # its iteration time (as `unstall live run`'s table shows it).
+        done = estimated_done_iters(job, now)
         started = job.first_start_s if job.first_start_s >= 0 else None
         ended = job.finish_s if job.state == JobState.DONE else None
         return JobStatus(
