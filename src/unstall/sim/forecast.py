@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from unstall.loop.jobs import Job, JobState
@@ -86,27 +86,35 @@ class Forecast:
     rounds: int = 0
 
 
-class _Pinned:
-    """The forecast's policy: its first round restarts the running jobs where they run (the
-    cluster as it is), then the policy decides as it would."""
+class Pinned:
+    """A policy for a simulation that starts from a cluster as it is: its first round restarts
+    the running jobs where they run (``starts``), then ``inner`` decides as it would. Its
+    ``reset`` resets ``inner``, or calls ``reset`` instead (the look-ahead's Dally starts from
+    what the real one learnt)."""
 
-    def __init__(self, inner: Policy, pinned: list[ForecastJob]) -> None:
+    def __init__(
+        self,
+        inner: Policy,
+        starts: tuple[Start, ...],
+        reset: Callable[[], None] | None = None,
+    ) -> None:
         self.inner = inner
         self.name = inner.name
         capabilities = policy_capabilities(inner)
         self.needs_oracle = capabilities.needs_oracle
         self.tick_s = capabilities.tick_s
-        self._pinned = pinned
+        self._starts = starts
+        self._reset = reset if reset is not None else inner.reset
         self._first = True
 
     def reset(self) -> None:
-        self.inner.reset()
+        self._reset()
         self._first = True
 
     def decide(self, snapshot: ClusterSnapshot, rng: random.Random) -> Decision:
         if self._first:
             self._first = False
-            return Decision(starts=tuple(Start(j.job_id, j.placement) for j in self._pinned))
+            return Decision(starts=self._starts)
         return self.inner.decide(snapshot, rng)
 
 
@@ -150,7 +158,7 @@ def forecast(
     engine = Engine(
         layout=layout,
         speed=speed,
-        policy=_Pinned(policy, pinned),
+        policy=Pinned(policy, tuple(Start(j.job_id, j.placement) for j in pinned)),
         jobs=sim_jobs,
         congestion=CongestionSchedule(times_s=(0.0,), fractions=(0.0,)),
         settings=EngineSettings(

@@ -37,6 +37,7 @@ from unstall.sched.dally.lookahead_config import CANDIDATES, LookaheadConfig
 from unstall.sched.registry import provide_factory
 from unstall.sim.congestion import CongestionSchedule
 from unstall.sim.engine import Engine, EngineSettings
+from unstall.sim.forecast import Pinned
 from unstall.sim.lookahead_adopt import ZERO, Outcome, PredictionChecks, choose
 from unstall.sim.lookahead_speed import ViewSpeed
 
@@ -167,26 +168,14 @@ def plan_jobs(
     return jobs
 
 
-class _Pinned(PolicyBase):
+def _pinned(inner: Dally, learnt: RunHistory, pinned: list[PlannedJob]) -> Pinned:
     """A candidate Dally in the look-ahead: its first round restarts the running jobs where
-    they run (the cluster as it is); its ``reset`` starts it from what the real one learnt."""
-
-    def __init__(self, inner: Dally, learnt: RunHistory, pinned: list[PlannedJob]) -> None:
-        self.inner = inner
-        self.name = inner.name
-        self._learnt = learnt
-        self._pinned = pinned
-        self._first = True
-
-    def reset(self) -> None:
-        self.inner.reset_from(self._learnt.copy())
-        self._first = True
-
-    def decide(self, snapshot: ClusterSnapshot, rng: random.Random) -> Decision:
-        if self._first:
-            self._first = False
-            return Decision(starts=tuple(Start(j.job_id, j.placement) for j in self._pinned))
-        return self.inner.decide(snapshot, rng)
+    they run (the cluster as it is); its reset starts it from what the real one learnt."""
+    return Pinned(
+        inner,
+        tuple(Start(j.job_id, j.placement) for j in pinned),
+        reset=lambda: inner.reset_from(learnt.copy()),
+    )
 
 
 def simulate_outcome(
@@ -258,7 +247,7 @@ def _run_horizon(
     engine = Engine(
         layout=snapshot.layout,
         speed=speed,
-        policy=_Pinned(Dally(config, name="lookahead"), learnt, pinned),
+        policy=_pinned(Dally(config, name="lookahead"), learnt, pinned),
         jobs=sim_jobs,
         congestion=CongestionSchedule(times_s=(0.0,), fractions=(snapshot.congestion,)),
         settings=EngineSettings(restore_s=config.restore_s, tick_s=None, seed=seed),
