@@ -164,16 +164,29 @@ def replay(trace: Any, args: argparse.Namespace) -> dict[str, Any]:
             time.sleep(1.0)
         else:
             raise SystemExit(f"jobs still waiting after {args.timeout_s} s")
-    errors, baseline_errors, waits = [], [], []
+    errors, baseline_errors, waits, signed, baseline_signed = [], [], [], [], []
+    detail = []
     for job_id in ids:
         entry = measured[job_id]
         started = records[job_id].started_at
         assert started is not None
         waits.append((started - entry["submitted"]) * speedup)
+        row = {
+            "job": entry["name"],
+            "gpus": records[job_id].gpus,
+            "wait_s": waits[-1],
+            "estimated_wait_s": None,
+            "baseline_wait_s": None,
+        }
+        detail.append(row)
         if entry.get("estimated") is None or entry.get("baseline") is None:
             continue  # it started before any estimate of it (or the yardstick has none)
-        errors.append(abs(started - entry["estimated"]) * speedup)
-        baseline_errors.append(abs(started - entry["baseline"]) * speedup)
+        row["estimated_wait_s"] = (entry["estimated"] - entry["submitted"]) * speedup
+        row["baseline_wait_s"] = (entry["baseline"] - entry["submitted"]) * speedup
+        signed.append((entry["estimated"] - started) * speedup)
+        baseline_signed.append((entry["baseline"] - started) * speedup)
+        errors.append(abs(signed[-1]))
+        baseline_errors.append(abs(baseline_signed[-1]))
     median_wait = statistics.median(waits)
     error = statistics.median(errors) if errors else float("nan")
     baseline = statistics.median(baseline_errors) if baseline_errors else float("nan")
@@ -188,6 +201,12 @@ def replay(trace: Any, args: argparse.Namespace) -> dict[str, Any]:
         "baseline_median_abs_start_error_s": baseline,
         "error_share_of_wait": error / median_wait if median_wait > 0 else float("nan"),
         "baseline_share_of_wait": baseline / median_wait if median_wait > 0 else float("nan"),
+        # Estimated minus actual: above 0 where the estimates were late.
+        "median_start_error_s": statistics.median(signed) if signed else float("nan"),
+        "baseline_median_start_error_s": (
+            statistics.median(baseline_signed) if baseline_signed else float("nan")
+        ),
+        "per_job": detail,
     }
 
 
@@ -225,7 +244,7 @@ def main() -> None:
         machine=f"{platform.node()} ({os.cpu_count()} CPUs)",
         date=time.strftime("%Y-%m-%d"),
     )
-    print(json.dumps(result, indent=2))
+    print(json.dumps({k: v for k, v in result.items() if k != "per_job"}, indent=2))
     if args.json is not None:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(result, indent=2) + "\n")

@@ -38,11 +38,14 @@ def test_run_times_come_from_the_same_kind_of_job_and_what_it_ran_already() -> N
         runtimes.add("resnet50", 2, run_s)
     runtimes.add("vgg16", 4, 7000.0)
     runtimes.add("resnet50", 2, 1100.0)
+    assert runtimes.total_s("vgg16", 4) == 1800.0  # one of its kind is not enough: any
     assert runtimes.total_s("resnet50", 2) == 500.0  # its model and size: the mean
     assert runtimes.total_s("resnet50", 2, ran_s=200.0) == pytest.approx(1900 / 3)  # longer
     assert runtimes.total_s("resnet50", 2, ran_s=1200.0) == 2400.0  # past all of them
+    for run_s in (6000.0, 8000.0):
+        runtimes.add("vgg16", 4, run_s)
     assert runtimes.total_s("bert", 4) == 7000.0  # no such model: its size
-    assert runtimes.total_s("bert", 8) == 1800.0  # no such size: any (the mean of five)
+    assert runtimes.total_s("bert", 8) == 23000.0 / 7  # no such size: any (the mean of all)
 
 
 def test_backfill_plans_each_job_around_the_reservations_before_it() -> None:

@@ -53,10 +53,13 @@ class EstimateSettings:
 
 class RunTimes:
     """Run times (seconds at the consolidated placement) of finished jobs, by model and GPUs:
-    what a job that did not say how long it runs is expected to (see the module docstring)."""
+    what a job that did not say how long it runs is expected to (see the module docstring).
+    A kind (model and size, or size) counts once ``min_samples`` of its jobs finished: the
+    mean of one or two run times says less than the mean of all."""
 
-    def __init__(self, prior_s: float) -> None:
+    def __init__(self, prior_s: float, min_samples: int = 3) -> None:
         self.prior_s = prior_s
+        self.min_samples = min_samples
         self._by_key: dict[tuple[str, int], list[float]] = {}
         self._by_gpus: dict[int, list[float]] = {}
         self._all: list[float] = []
@@ -74,12 +77,13 @@ class RunTimes:
 
     def total_s(self, model: str, gpus: int, ran_s: float = 0.0) -> float:
         """The run time expected of a job that has run ``ran_s``: the mean of its kind's
-        finished jobs that ran longer (its model and size, else its size, else any); past all of
+        finished jobs that ran longer (its model and size, else its size, else any, each with
+        ``min_samples`` finished); past all of
         them, twice what it has run; before any finished, the prior (or twice what it ran).
         The mean, not the median: a waiting job's start is a sum of the run times ahead of it,
         and run times are skewed (a median would put every start too early)."""
         for runs in (self._by_key.get((model, gpus)), self._by_gpus.get(gpus), self._all):
-            if runs:
+            if runs and (len(runs) >= self.min_samples or runs is self._all):
                 longer = runs[bisect.bisect_right(runs, ran_s) :]
                 return statistics.fmean(longer) if longer else 2.0 * ran_s
         return max(self.prior_s, 2.0 * ran_s)
