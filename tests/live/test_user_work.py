@@ -154,3 +154,29 @@ def test_emulated_compute_runs_no_user_model(job_file: Path) -> None:
     )
     with pytest.raises(ValueError, match="needs real compute"):
         run_segment(plan, SegmentControl())
+
+
+def test_run_live_makes_the_references_files_absolute_and_refuses_what_is_no_function(
+    job_file: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from unstall.errors import ConfigError
+    from unstall.live.config import LiveConfig
+    from unstall.live.run import _jobs_code
+
+    monkeypatch.chdir(job_file.parent)
+    real = LiveConfig(compute="real")
+    smoothed = load_callable(f"{job_file}:smoothed")
+    given = UserWork(model_fn="job.py:make_model", data_fn="job.py:make_data", loss="mse")
+    code = _jobs_code(given, None, None, real)
+    assert code.user == UserWork(
+        model_fn=f"{job_file}:make_model", data_fn=f"{job_file}:make_data", loss="mse"
+    )
+    mixed = UserWork(model_fn="job.py:make_model", data_fn="job.py:make_data", loss=smoothed)
+    assert _jobs_code(mixed, None, None, real).user.loss is smoothed  # type: ignore[union-attr]
+    no_function = UserWork(model_fn="job.py:make_model", data_fn=42, loss="mse")  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"run_live\.user_work: data function: want a function"):
+        _jobs_code(no_function, None, None, real)
+    with pytest.raises(UnstallError, match="model function 'make_model'"):
+        _jobs_code(
+            UserWork(model_fn="make_model", data_fn="job.py:d", loss="mse"), None, None, real
+        )

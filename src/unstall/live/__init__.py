@@ -18,7 +18,8 @@ What this part offers:
   placement spanned (``setups``, in wall seconds: what ``unstall live calibrate`` fits a
   :class:`unstall.sim.StartupModel` on) and, on request, the simulator's prediction of the
   same run.
-- :class:`UserWork`: a user's own model, data and loss for the jobs; or the user's own
+- :class:`UserWork`: a user's own model, data and loss for the jobs (the functions, or their
+  ``FILE.py:FUNC`` references loaded in the executors); or the user's own
   training loop, ``train(ctx)`` (``run_live(train=...)``), given a :class:`TrainContext`
   (rank, world size, device, group, ``restore``, ``should_stop``, ``save``, ``report``).
 - Errors: :class:`LiveClusterError` (the Ray cluster cannot host the run),

@@ -166,7 +166,8 @@ def run_live(
     Ray). ``config``: how the run is carried out (:class:`LiveConfig`: speedup, compute mode,
     ...). ``max_jobs``, ``model_mix``, ``duration_gpu``: as in :func:`unstall.sim.simulate`.
     ``user_work``: the user's model, data and loss for every job (real compute), instead of each
-    job's zoo model. ``train``: the user's own training loop for every job, ``train(ctx)`` (a
+    job's zoo model: the functions, or their references ``FILE.py:FUNC`` loaded in the
+    executors. ``train``: the user's own training loop for every job, ``train(ctx)`` (a
     function, or its reference ``FILE.py:FUNC`` loaded in the executors; real compute; see
     :mod:`unstall.live.train_loop`). ``log_dir``: each job's processes append their course and
     the user's code's output and reports to ``log_dir/<job_id>.log``. ``predict``: also
