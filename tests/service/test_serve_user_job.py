@@ -92,6 +92,9 @@ def test_a_users_model_data_and_loss_run_in_the_executors_and_resume_exactly(
             f"{policy}:MoveAround",
             "--policy-option",
             "hold_s=1.5",
+            # The moves' own checkpoints carry the job; few periodic ones besides.
+            "--checkpoint-every-s",
+            "5",
         )
     finally:
         del os.environ["UNSTALL_TEST_MARKER"]
