@@ -41,14 +41,17 @@ def two_nodes() -> object:
     return discover(nodes, topology=None, slot_resource="unstall_gpu", loopback=True)
 
 
-def unstarted_service(store: Path, tokens: dict[str, Caller] | None = None) -> Service:
-    """A service over ``store`` whose scheduler is not started (no Ray)."""
+def unstarted_service(
+    store: Path, tokens: dict[str, Caller] | None = None, config: LiveConfig | None = None
+) -> Service:
+    """A service over ``store`` whose scheduler is not started (no Ray); ``config``: how it
+    would run its jobs (default: emulated compute)."""
     job_store = JobStore(store)
     scheduler = Scheduler(
         store=job_store,
         topology=two_nodes().topology,  # type: ignore[attr-defined]
         policy=make_policy("fifo"),
-        config=LiveConfig(),
+        config=config if config is not None else LiveConfig(),
     )
     service = Service(store=job_store, scheduler=scheduler, tokens=tokens)
     service.load()

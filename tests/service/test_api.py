@@ -4,12 +4,14 @@ with a request: the records, the refusals naming their field, tokens and who may
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
 
 from service_helpers import unstarted_service
+from unstall.live.config import LiveConfig
 from unstall.service.api import MAX_BODY_BYTES, create_app
 from unstall.service.service import Caller, Service, read_tokens
 from unstall.service.store import JobStore
@@ -70,7 +72,7 @@ def test_a_submitted_job_is_pending_first_in_the_queue_and_stored(
                 "iterations": 5,
             },
             "model_fn",
-        ),
+        ),  # emulated compute runs no user code
     ],
 )
 def test_bad_submissions_get_422_naming_the_field(
@@ -80,6 +82,76 @@ def test_bad_submissions_get_422_naming_the_field(
     assert answer.status_code == 422, answer.text
     assert field in answer.json()["detail"]
     assert open_api.get("/api/jobs").json() == []  # nothing stored
+
+
+USER_FILES = {"m.py": "def f(): ...\ndef d(r, w): ...\ndef l(o, t): ...\n"}
+USER_JOB = {
+    "gpus": 1,
+    "model_fn": "m.py:f",
+    "data_fn": "m.py:d",
+    "loss": "m.py:l",
+    "iterations": 5,
+    "files": USER_FILES,
+}
+
+
+@pytest.fixture
+def real_api(tmp_path: Path) -> TestClient:
+    """A service that would train for real (its scheduler not started: nothing runs)."""
+    service = unstarted_service(tmp_path / "store", config=LiveConfig(compute="real"))
+    return TestClient(create_app(service), headers={"X-Unstall-User": "alice"})
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        ({"model_fn": "other.py:f"}, "model_fn: other.py is not among the job's files"),
+        ({"data_fn": "other.py:d"}, "data_fn: other.py is not among the job's files"),
+        ({"loss": "other.py:l"}, "loss: other.py is not among the job's files"),
+        ({"files": {}}, "model_fn: m.py is not among the job's files"),
+        ({"loss": "hinge"}, "loss: 'hinge' is neither a loss (cross_entropy, mse)"),
+        ({"model_fn": "m.py:1f"}, "model_fn: must name a function"),  # not an identifier
+        ({"data_fn": "m.py:d.x"}, "data_fn: must name a function"),
+        ({"loss": "m.py:l-1"}, "loss: must name a function"),
+        ({"loss": "cross entropy"}, "loss: must name a function"),
+        ({"data_fn": None}, "model_fn needs data_fn and loss too"),
+        ({"model": "resnet50"}, "not model and model_fn"),
+        ({"train": "m.py:f"}, "not train and model_fn"),
+        ({"model_fn": None, "model": "mlp"}, "data_fn and loss go with model_fn"),
+        ({"model_fn": None, "data_fn": None, "loss": None, "train": "t.py:train"}, "train: t.py"),
+    ],
+)
+def test_a_users_model_data_and_loss_are_refused_naming_the_field_in_real_compute(
+    real_api: TestClient, change: dict[str, object], said: str
+) -> None:
+    body = {k: v for k, v in {**USER_JOB, **change}.items() if v is not None}
+    answer = real_api.post("/api/jobs", json=body)
+    assert answer.status_code == 422, answer.text
+    assert said in answer.json()["detail"]
+    assert real_api.get("/api/jobs").json() == []  # nothing stored
+
+
+@pytest.mark.parametrize("loss", ["m.py:l", "cross_entropy", "mse"])
+def test_a_users_model_data_and_loss_are_stored_and_named_by_their_stored_files(
+    tmp_path: Path, loss: str
+) -> None:
+    service = unstarted_service(tmp_path / "store", config=LiveConfig(compute="real"))
+    api = TestClient(create_app(service), headers={"X-Unstall-User": "alice"})
+    answer = api.post("/api/jobs", json={**USER_JOB, "loss": loss})
+    assert answer.status_code == 201, answer.text
+    job = answer.json()["id"]
+    assert api.get(f"/api/jobs/{job}").json()["spec"]["model_fn"] == "m.py:f"
+    code = service.store.code_dir(job)
+    assert (code / "m.py").read_text().strip() == USER_FILES["m.py"].strip()
+    # What the executors are given: references into the store, loaded there (a built-in
+    # loss by its name); nothing of the user's code was imported here.
+    service.scheduler.take_inbox(0.0)
+    user = service.scheduler.records[job].work.user
+    assert user is not None and service.scheduler.records[job].work.train is None
+    assert (user.model_fn, user.data_fn) == (f"{code / 'm.py'}:f", f"{code / 'm.py'}:d")
+    assert user.loss == (f"{code / 'm.py'}:l" if loss == "m.py:l" else loss)
+    loaded = [getattr(m, "__file__", None) for m in list(sys.modules.values())]
+    assert str(code / "m.py") not in loaded
 
 
 def test_a_body_over_the_limit_gets_413(open_api: TestClient) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -62,7 +62,12 @@ def submit(
         str | None, typer.Option("--data", help="Your data_fn, FILE.py:FUNC (with --model).")
     ] = None,
     loss: Annotated[
-        str | None, typer.Option("--loss", help="Your loss, FILE.py:FUNC (with --model, --data).")
+        str | None,
+        typer.Option(
+            "--loss",
+            help="Your loss, FILE.py:FUNC, or a built-in one's name (with --model, --data; "
+            "default cross_entropy).",
+        ),
     ] = None,
     train: Annotated[
         str | None, typer.Option("--train", help="Your own training loop, FILE.py:FUNC(ctx).")
@@ -86,14 +91,31 @@ def submit(
     as_json: JsonFlag = False,
 ) -> None:
     """Submit a job; prints its id (the record with --json). Your files go with it."""
+    from pydantic import ValidationError
+
+    from unstall.errors import ConfigError, UnstallError
     from unstall.service import JobSpec
 
     files: dict[str, str] = {}
+    sources: dict[str, Path] = {}
     is_zoo = model is not None and ":" not in model
     for reference in (None if is_zoo else model, data, loss, train):
         if reference is not None and ".py:" in reference:
-            path = Path(reference.split(":", 1)[0])
+            path = Path(reference.rpartition(":")[0])
+            # The job's copy of each file is named by the file's name alone: two files of one
+            # name (from two folders) would be one in the store.
+            if path.name in sources and sources[path.name].resolve() != path.resolve():
+                raise UnstallError(
+                    f"{sources[path.name]} and {path}: the job's files are named by their names "
+                    "alone; give them different names"
+                )
+            sources[path.name] = path
             files[path.name] = _read(path)
+    if not is_zoo and model is not None:
+        if data is None:
+            raise ConfigError("jobs submit", "data", "your model (FILE.py:FUNC) needs your data")
+        if loss is None:
+            loss = "cross_entropy"  # as `unstall live run` trains your model by default
     renamed = {
         "model": model if is_zoo else None,
         "model_fn": None if is_zoo or model is None else _local(model),
@@ -101,17 +123,20 @@ def submit(
         "loss": _local(loss) if loss is not None and ":" in loss else loss,
         "train": _local(train),
     }
-    spec = JobSpec(
-        name=name,
-        user=user or "",
-        gpus=gpus,
-        priority=priority,
-        iterations=iterations,
-        duration_s=duration_s,
-        expected_duration_s=expected_duration_s,
-        files=files,
-        **renamed,
-    )
+    try:
+        spec = JobSpec(
+            name=name,
+            user=user or "",
+            gpus=gpus,
+            priority=priority,
+            iterations=iterations,
+            duration_s=duration_s,
+            expected_duration_s=expected_duration_s,
+            files=files,
+            **renamed,
+        )
+    except ValidationError as exc:  # a spec the service would refuse: said before sending it
+        raise ConfigError("jobs submit", "job", _spec_problems(exc)) from None
     with _client(server, token_file, user) as client:
         record = client.submit(spec)
     if as_json:
@@ -120,11 +145,21 @@ def submit(
         print(record.id)
 
 
+def _spec_problems(exc: Any) -> str:
+    """What is wrong with a spec (a pydantic ValidationError), each problem with its field."""
+    parts = []
+    for error in exc.errors():
+        field = ".".join(str(p) for p in error.get("loc", ()))
+        message = str(error.get("msg", "invalid")).removeprefix("Value error, ")
+        parts.append(f"{field}: {message}" if field else message)
+    return "; ".join(parts)
+
+
 def _local(reference: str | None) -> str | None:
     """``path/to/file.py:FUNC`` as the job's own copy names it: ``file.py:FUNC``."""
     if reference is None or ".py:" not in reference:
         return reference
-    path, func = reference.split(":", 1)
+    path, _, func = reference.rpartition(":")
     return f"{Path(path).name}:{func}"
 
 

@@ -21,7 +21,8 @@ What this part offers:
 - :class:`LiveStatus`: the run as it stands, handed to ``on_status`` a few times a second
   (running jobs with placement and progress, the queue in order, jobs finished, GPUs busy),
   built by :func:`unstall.live.status.live_status` from the scheduling core's state.
-- :class:`UserWork`: a user's own model, data and loss for the jobs; or the user's own
+- :class:`UserWork`: a user's own model, data and loss for the jobs (the functions, or their
+  ``FILE.py:FUNC`` references loaded in the executors); or the user's own
   training loop, ``train(ctx)`` (``run_live(train=...)``), given a :class:`TrainContext`
   (rank, world size, device, group, ``restore``, ``should_stop``, ``save``, ``report``).
 - Errors: :class:`LiveClusterError` (the Ray cluster cannot host the run),

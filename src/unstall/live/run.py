@@ -53,6 +53,7 @@ from unstall.sim import (
 )
 from unstall.traces import resolve_trace
 from unstall.traces.schema import Trace
+from unstall.usercode import is_reference
 
 OWNER = "run_live"
 # The cluster a live run emulates when none is given: 4 nodes of 4 GPUs in 2 racks.
@@ -167,7 +168,8 @@ def run_live(
     Ray). ``config``: how the run is carried out (:class:`LiveConfig`: speedup, compute mode,
     ...). ``max_jobs``, ``model_mix``, ``duration_gpu``: as in :func:`unstall.sim.simulate`.
     ``user_work``: the user's model, data and loss for every job (real compute), instead of each
-    job's zoo model. ``train``: the user's own training loop for every job, ``train(ctx)`` (a
+    job's zoo model: the functions, or their references ``FILE.py:FUNC`` loaded in the
+    executors. ``train``: the user's own training loop for every job, ``train(ctx)`` (a
     function, or its reference ``FILE.py:FUNC`` loaded in the executors; real compute; see
     :mod:`unstall.live.train_loop`). ``log_dir``: each job's processes append their course and
     the user's code's output and reports to ``log_dir/<job_id>.log``. ``predict``: also
@@ -451,8 +453,32 @@ def _jobs_code(
         train = absolute_reference(train)
     elif train is not None and not callable(train):
         raise ConfigError(OWNER, "train", f"want a function or FILE.py:FUNC, got {train!r}")
+    if user_work is not None:
+        user_work = _absolute_user_work(user_work)
     folder = None if log_dir is None else Path(log_dir).resolve()
     return JobCode(user=user_work, train=train, log_dir=folder)
+
+
+def _absolute_user_work(user: UserWork) -> UserWork:
+    """The user's model, data and loss with each reference's file made absolute (the
+    executors load them, in folders of their own); functions and loss names as they are."""
+
+    def absolute(given: Any, what: str) -> Any:
+        if isinstance(given, str):
+            if what == "loss function" and not is_reference(given):
+                return given  # a built-in loss's name, resolved in the executors
+            return absolute_reference(given, what)
+        if not callable(given):
+            raise ConfigError(
+                OWNER, "user_work", f"{what}: want a function or FILE.py:FUNC, got {given!r}"
+            )
+        return given
+
+    return UserWork(
+        model_fn=absolute(user.model_fn, "model function"),
+        data_fn=absolute(user.data_fn, "data function"),
+        loss=absolute(user.loss, "loss function"),
+    )
 
 
 def _work(job_id: str, model: str, work_iters: float, config: LiveConfig, code: JobCode) -> JobWork:

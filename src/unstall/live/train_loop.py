@@ -275,11 +275,11 @@ def train_function(train: TrainFn | str) -> TrainFn:
     return train
 
 
-def absolute_reference(reference: str) -> str:
+def absolute_reference(reference: str, what: str = WHAT) -> str:
     """``FILE.py:FUNC`` with FILE made absolute (a module reference as it is), for processes
-    that run in other folders; a text that is no reference is a usage error."""
+    that run in other folders; a text that is no reference is a usage error naming ``what``."""
     if not is_reference(reference):
-        raise UserCodeNameError(f"{WHAT} {reference!r}: want FILE.py:FUNC or package.module:FUNC")
+        raise UserCodeNameError(f"{what} {reference!r}: want FILE.py:FUNC or package.module:FUNC")
     target, _, name = reference.rpartition(":")
     if target.endswith(".py") or "/" in target or "\\" in target:
         return f"{Path(target).resolve()}:{name}"

@@ -36,10 +36,10 @@ import torch.distributed as dist
 from torch import nn
 
 from unstall.live.train_loop import JobLog, UserLoop, captured
-from unstall.usercode import describe_exception
+from unstall.usercode import describe_exception, load_callable
 from unstall.workload import zoo
 from unstall.workload.batches import to_device
-from unstall.workload.losses import loss_problem
+from unstall.workload.losses import loss_problem, resolve_loss
 from unstall.workload.zoo_jobs import SyntheticData, zoo_job
 
 # Elements all-reduced every emulated step: enough to be a real exchange between the job's
@@ -50,14 +50,49 @@ CATCH_UP_S = 2.0
 Batch = tuple[Any, Any]
 
 
+ModelFn = Callable[[], nn.Module]
+DataFn = Callable[[int, int], Iterable[Batch]]
+LossFn = Callable[[Any, Any], torch.Tensor]
+
+
 @dataclass(frozen=True)
 class UserWork:
     """A user's own job: ``model_fn() -> nn.Module``, ``data_fn(rank, world_size) -> iterable
-    of (inputs, targets)``, ``loss(outputs, targets) -> scalar tensor``."""
+    of (inputs, targets)``, ``loss(outputs, targets) -> scalar tensor``.
 
-    model_fn: Callable[[], nn.Module]
-    data_fn: Callable[[int, int], Iterable[Batch]]
-    loss: Callable[[Any, Any], torch.Tensor]
+    Each is the function itself (sent to the executors by value: ``unstall live run`` loads
+    them in its own process) or its reference, ``FILE.py:FUNC`` or ``package.module:FUNC``,
+    loaded in each executor when a segment starts (the scheduler service never runs a user's
+    code in its own process); the loss may also be a built-in loss's name (``cross_entropy``,
+    ``mse``). Either way the built-in loop trains them the same: see :func:`job_functions`."""
+
+    model_fn: ModelFn | str
+    data_fn: DataFn | str
+    loss: LossFn | str
+
+
+@dataclass(frozen=True)
+class JobFunctions:
+    """What the built-in loop calls: a job's model, data and loss functions, loaded."""
+
+    model_fn: ModelFn
+    data_fn: DataFn
+    loss: LossFn
+
+
+def job_functions(user: UserWork, job_id: str) -> JobFunctions:
+    """The user's functions, each reference loaded here (in the executor that trains them; a
+    file is loaded once per process and kept) and each function given as it is."""
+    model_fn, data_fn = user.model_fn, user.data_fn
+    if isinstance(model_fn, str):
+        model_fn = load_callable(model_fn, what="model function")
+    if isinstance(data_fn, str):
+        data_fn = load_callable(data_fn, what="data function")
+    return JobFunctions(
+        model_fn=model_fn,
+        data_fn=data_fn,
+        loss=resolve_loss(user.loss, owner=f"job {job_id}", field="loss"),
+    )
 
 
 @dataclass(frozen=True)
@@ -67,7 +102,9 @@ class JobWork:
 
     ``train``: the user's own loop, ``train(ctx)`` (real compute), as a function (sent to the
     executors by value) or its reference ``FILE.py:FUNC`` (loaded in each executor: the driver
-    never runs the user's code); None: the built-in loop over ``model`` or ``user``.
+    never runs the user's code); None: the built-in loop over ``user`` (the user's model, data
+    and loss: functions or references, loaded in the executors as ``train`` is) or, without
+    it, the zoo ``model``.
     ``log_path``: the job's log file, to which every process appends its segment's start and
     end, the user's loop's stdout, stderr and reports (None: no log; output goes where the
     executor's goes)."""
@@ -239,6 +276,8 @@ def _trainer(plan: SegmentPlan, control: SegmentControl, log: JobLog | None) -> 
     if plan.work.emulated:
         if plan.work.train is not None:
             raise ValueError(f"job {plan.work.job_id}: a training loop needs real compute")
+        if plan.work.user is not None:
+            raise ValueError(f"job {plan.work.job_id}: a user's model needs real compute")
         return _EmulatedTrainer(plan, control)
     if plan.work.train is not None:
         return UserLoop(plan, control, log)
@@ -355,7 +394,7 @@ class _RealTrainer(_Trainer):
         if work.iterations != math.floor(work.iterations):
             raise ValueError(f"job {work.job_id}: real compute needs whole iterations")
         device = torch.device(plan.device)
-        job = work.user if work.user is not None else _zoo_work(work)
+        job = job_functions(work.user, work.job_id) if work.user is not None else _zoo_work(work)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(work.data_seed)  # every process builds the same initial weights
             model = job.model_fn()
@@ -394,14 +433,14 @@ class _RealTrainer(_Trainer):
         return {"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}
 
 
-def _zoo_work(work: JobWork) -> UserWork:
+def _zoo_work(work: JobWork) -> JobFunctions:
     """A zoo model's job (its model, synthetic batches drawn per (seed, step, rank) and loss),
     with the image side given for image models (small on CPUs)."""
     options = (
         {"image_size": work.image_size} if "image_size" in zoo.spec(work.model).defaults else {}
     )
     job = zoo_job(work.model, work.batch_size, work.data_seed, **options)
-    return UserWork(model_fn=job.model_fn, data_fn=job.data_fn, loss=job.loss)
+    return JobFunctions(model_fn=job.model_fn, data_fn=job.data_fn, loss=job.loss)
 
 
 def _batches(

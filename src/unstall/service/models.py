@@ -15,6 +15,7 @@ MAX_FILES_BYTES = 1_000_000
 _FILE_NAME = re.compile(r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+){0,3}$")
 # ``FILE.py:FUNC`` or ``package.module:FUNC``: the user-code convention every part shares.
 _REFERENCE = re.compile(r"^[^:\s]+:[A-Za-z_][A-Za-z0-9_]*$")
+_LOSS_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 JobStateName = Literal["pending", "running", "succeeded", "failed", "cancelled"]
 STATES: tuple[str, ...] = ("pending", "running", "succeeded", "failed", "cancelled")
@@ -24,10 +25,12 @@ class JobSpec(BaseModel):
     """A job as its user submits it.
 
     What it trains is one of: a zoo ``model`` (synthetic batches); the user's ``model_fn`` with
-    ``data_fn`` and ``loss`` (``FILE.py:FUNC`` each, the file among ``files``); or the user's own
-    loop, ``train`` (``def train(ctx)``). How long: ``iterations``, or in emulated compute
-    ``duration_s`` (run seconds at its consolidated placement). ``expected_duration_s`` is the
-    user's own estimate of its run time (as Slurm's time limit), used by the estimates only.
+    ``data_fn`` and ``loss`` (``FILE.py:FUNC`` each, the file among ``files``; the loss may be a
+    built-in one's name, ``cross_entropy`` or ``mse``); or the user's own loop, ``train``
+    (``def train(ctx)``). The user's code runs in the executors only, in real compute. How
+    long: ``iterations``, or in emulated compute ``duration_s`` (run seconds at its
+    consolidated placement). ``expected_duration_s`` is the user's own estimate of its run
+    time (as Slurm's time limit), used by the estimates only.
     """
 
     model_config = ConfigDict(extra="forbid", str_strip_whitespace=True)
@@ -46,11 +49,21 @@ class JobSpec(BaseModel):
     expected_duration_s: float | None = Field(default=None, gt=0, le=10**9)
     files: dict[str, str] = Field(default_factory=dict)
 
-    @field_validator("model_fn", "data_fn", "loss", "train")
+    @field_validator("model_fn", "data_fn", "train")
     @classmethod
     def _reference(cls, value: str | None) -> str | None:
         if value is not None and not _REFERENCE.match(value):
             raise ValueError("must name a function as FILE.py:FUNC or package.module:FUNC")
+        return value
+
+    @field_validator("loss")
+    @classmethod
+    def _loss(cls, value: str | None) -> str | None:
+        # A built-in loss's name (the scheduler knows which there are) or the user's function.
+        if value is not None and not (_REFERENCE.match(value) or _LOSS_NAME.match(value)):
+            raise ValueError(
+                "must name a function as FILE.py:FUNC or package.module:FUNC, or a built-in loss"
+            )
         return value
 
     @field_validator("files")

@@ -29,7 +29,7 @@ from unstall.live.driver import POLL_S, LiveDriver
 from unstall.live.pool import ExecutorPool
 from unstall.live.segments import JobRecord as LiveRecord
 from unstall.live.status import estimated_done_iters
-from unstall.live.training import JobWork
+from unstall.live.training import JobWork, UserWork
 from unstall.loop import (
     Collected,
     CoreSettings,
@@ -58,11 +58,15 @@ from unstall.sim import PerfSpeedModel, layout_of
 from unstall.sim.forecast import Forecast
 from unstall.sim.jobs import build_jobs
 from unstall.sim.startup import default_startup_model
+from unstall.usercode import is_reference
+from unstall.workload.losses import LOSSES
 
 # Wall seconds between two askings of the policy why its jobs wait, at least (it walks the
 # queue: a queue of thousands is not walked every round).
 REASONS_EVERY_S = 1.0
 
+# The spec's fields that name a user's function (FILE.py:FUNC, its file among the job's files).
+USER_CODE_FIELDS = ("train", "model_fn", "data_fn", "loss")
 # The core's transitions as the store names them (arrivals are stored as ``submitted`` when
 # they come in, and as ``requeued`` when a restart finds a job that was running).
 _STORED_KIND = {
@@ -257,17 +261,25 @@ class Scheduler:
                 return f"model: {str(exc).split(': ', 1)[-1]}"
         if spec.duration_s is not None and not self.config.emulated:
             return "duration_s: only in emulated compute; give iterations"
-        if spec.train is not None:
-            if self.config.emulated:
+        if self.config.emulated:
+            # Emulated compute runs no user code: the perf model's times stand for it.
+            if spec.train is not None:
                 return "train: a training loop runs for real: this service runs --compute emulated"
-            file = spec.train.split(":", 1)[0]
+            if spec.model_fn is not None:
+                return (
+                    "model_fn: your model, data and loss train for real: this service runs "
+                    "--compute emulated"
+                )
+        for name in USER_CODE_FIELDS:
+            reference = getattr(spec, name)
+            if reference is None or not is_reference(reference):
+                continue  # (a loss may be a built-in loss's name)
+            file = reference.rpartition(":")[0]
+            # The executors load a file from the job's stored files only.
             if file.endswith(".py") and file not in spec.files:
-                return f"train: {file} is not among the job's files"
-        if spec.model_fn is not None:
-            return (
-                "model_fn: the service runs your own code as a training loop: give train "
-                "(def train(ctx), see docs/live.md) instead of model_fn, data_fn and loss"
-            )
+                return f"{name}: {file} is not among the job's files"
+        if spec.loss is not None and not is_reference(spec.loss) and spec.loss not in LOSSES:
+            return f"loss: {spec.loss!r} is neither a loss ({', '.join(LOSSES)}) nor FILE.py:FUNC"
         return None
 
     # --- the thread ----------------------------------------------------------------------------
@@ -394,6 +406,7 @@ class Scheduler:
             image_size=self.config.image_size,
             lr=self.config.lr,
             seed=self.config.seed,
+            user=self._user_work(job_id, spec),
             train=self._train_reference(job_id, spec),
             log_path=str(self.store.log_path(job_id)),
         )
@@ -412,14 +425,27 @@ class Scheduler:
         return job
 
     def _train_reference(self, job_id: str, spec: JobSpec) -> str | None:
-        """The job's training loop as its executors load it: a file among the job's stored
-        files by its path in the store (loaded there, never in this process)."""
-        if spec.train is None:
+        """The job's training loop as its executors load it (never this process)."""
+        return None if spec.train is None else self._stored_reference(job_id, spec.train)
+
+    def _user_work(self, job_id: str, spec: JobSpec) -> UserWork | None:
+        """The job's model, data and loss as its executors load them (never this process)."""
+        if spec.model_fn is None:
             return None
-        file, func = spec.train.split(":", 1)
+        assert spec.data_fn is not None and spec.loss is not None  # the spec's own rule
+        return UserWork(
+            model_fn=self._stored_reference(job_id, spec.model_fn),
+            data_fn=self._stored_reference(job_id, spec.data_fn),
+            loss=self._stored_reference(job_id, spec.loss),
+        )
+
+    def _stored_reference(self, job_id: str, reference: str) -> str:
+        """A reference to a file among the job's stored files, by its path in the store; a
+        module's reference (or a built-in loss's name) as it is."""
+        file, _, func = reference.rpartition(":")
         if file.endswith(".py"):
             return f"{self.store.code_dir(job_id) / file}:{func}"
-        return spec.train
+        return reference
 
     def _restore(self, found: dict[str, StoredJob]) -> None:
         """The store's unfinished jobs, added again: a job that was running when the service
