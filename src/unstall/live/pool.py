@@ -56,7 +56,8 @@ class ExecutorPool:
         self.store = RemoteStore.options(
             scheduling_strategy=NodeAffinitySchedulingStrategy(
                 ray.get_runtime_context().get_node_id(), soft=False
-            )
+            ),
+            **store_restarts(self.checkpoint_dir is not None),
         ).remote(None if self.checkpoint_dir is None else str(self.checkpoint_dir))
         pending = []
         for node in self.cluster.nodes:
@@ -148,6 +149,14 @@ class ExecutorPool:
         """The checkpoint a finished job left (its final state), if the store still holds it."""
         held = ray.get(self.store.load.remote(job_id))
         return held[1] if held is not None else None
+
+
+def store_restarts(durable: bool) -> dict[str, int]:
+    """The checkpoint store's restart options. A store over durable files starts again from
+    them, so Ray restarts it where its process dies (the node ran low on memory and Ray killed
+    it) and retries the calls in flight: the service goes on. One in memory would come back
+    empty, its jobs' progress lost: it is not restarted, and the run fails as it did."""
+    return {"max_restarts": -1, "max_task_retries": -1} if durable else {"max_restarts": 0}
 
 
 def last_line(exc: BaseException) -> str:
