@@ -282,6 +282,7 @@ def replay_in_simulator(trace: Any, args: argparse.Namespace) -> dict[str, Any]:
             speed=speed,
             policy=forecast_policy(make_policy(args.policy)),
             restore_s=60.0,
+            next_tick_s=core.next_tick_s - now,
         )
         position = next((i for i, j in enumerate(queued) if j.job_id == job_id), None)
         if job_id not in predicted.starts or position is None:

@@ -193,6 +193,17 @@ class SchedulingCore:
         return due
 
     @property
+    def next_tick_s(self) -> float:
+        """When the next tick round is due (inf: none is)."""
+        return self._tick_at
+
+    @next_tick_s.setter
+    def next_tick_s(self, at_s: float) -> None:
+        # A simulation that goes on from another run's state (a forecast) keeps its ticks'
+        # phase: a policy that acts on ticks (Tiresias) acts when the real one would.
+        self._tick_at = at_s
+
+    @property
     def arrivals_left(self) -> int:
         return len(self._arrivals) - self._next_arrival
 

@@ -99,6 +99,7 @@ class ForecastInput:
     speedup: float
     jobs: tuple[ForecastJob, ...]
     run_s: Mapping[str, float]  # expected run time of each job there now (consolidated s)
+    next_tick_s: float = math.inf  # the serving policy's next tick round, from now
 
 
 @dataclass(frozen=True)
@@ -152,6 +153,7 @@ def capture(
                 attained_gpu_s=job.attained_gpu_s,
                 preemptions=job.preemptions,
                 queued_since_s=None if job.placement else job.changed_s - now_s,
+                pause_s=max(0.0, job.paused_until_s - now_s) if job.placement else 0.0,
             )
         )
     window = settings.replay_window_s
@@ -248,7 +250,7 @@ class Estimator:
 
     def estimate(self, state: ForecastInput) -> Estimates:
         began = time.perf_counter()
-        result = self.run(state, forecast_policy(self.policy, self.template))
+        result = self.run(state, forecast_policy(self.policy, self.template), serving=True)
         wall = state.wall_at_now
         starts = {j: wall + s / state.speedup for j, s in result.starts.items()}
         for job_id, at in starts.items():
@@ -261,8 +263,9 @@ class Estimator:
             seconds=time.perf_counter() - began,
         )
 
-    def run(self, state: ForecastInput, policy: Policy) -> Forecast:
-        """One forecast of ``state`` under ``policy`` (a fresh one)."""
+    def run(self, state: ForecastInput, policy: Policy, *, serving: bool = False) -> Forecast:
+        """One forecast of ``state`` under ``policy`` (a fresh one); ``serving``: the serving
+        policy's, whose ticks keep their phase."""
         with self._lock:
             return forecast(
                 state.jobs,
@@ -271,6 +274,7 @@ class Estimator:
                 policy=policy,
                 startup=self.startup,
                 restore_s=self.restore_s,
+                next_tick_s=state.next_tick_s if serving else None,
             )
 
 

@@ -595,6 +595,7 @@ class Scheduler:
             speedup=self.config.speedup,
             jobs=tuple(jobs),
             run_s=run_s,
+            next_tick_s=core.next_tick_s - now,
         )
 
     @property
@@ -603,11 +604,13 @@ class Scheduler:
 
     def whatif(self, policies: list[Policy]) -> list[Forecast]:
         """Forecasts of the jobs as the scheduler last took them under each of ``policies``
-        (fresh ones), in the caller's thread."""
+        (fresh ones; the first the serving one), in the caller's thread."""
         state = self.last_input
         if state is None:
             return []
-        return [self.estimator.run(state, policy) for policy in policies]
+        return [
+            self.estimator.run(state, policy, serving=i == 0) for i, policy in enumerate(policies)
+        ]
 
     def _sample(self, snapshot: Snapshot) -> None:
         """The snapshot's GPUs and queue into the history (kept every few seconds)."""

@@ -57,6 +57,7 @@ class ForecastJob:
     preemptions: int = 0
     queued_since_s: float | None = None  # a waiting job's (relative); None: its submit time
     arrive_s: float | None = None
+    pause_s: float = 0.0  # a running job's start-up or restore still to finish
 
     @property
     def present(self) -> bool:
@@ -128,11 +129,13 @@ def forecast(
     restore_s: float = 0.0,
     horizon_s: float = HORIZON_S,
     seed: int = 0,
+    next_tick_s: float | None = None,
 ) -> Forecast:
     """The forecast of ``jobs`` under ``policy`` (a fresh instance: it is reset and then learns
     only what the forecast shows it) on ``layout`` (see the module docstring). ``startup``:
     what each start and restore costs (None: starts are free, restores ``restore_s``); the
-    running jobs pay nothing to go on."""
+    running jobs pay nothing to go on. ``next_tick_s``: when the run forecast has its next tick
+    round due (a policy with ``tick_s``), so that the forecast's ticks keep its phase."""
     ordered = sorted(jobs, key=lambda j: (not j.placement, j.arrive_s or 0.0))
     sim_jobs = build_jobs(
         job_ids=[j.job_id for j in ordered],
@@ -147,7 +150,8 @@ def forecast(
         job.priority = plan.priority
         job.attained_gpu_s = plan.attained_gpu_s
         if plan.placement:
-            job.startup_s = 0.0  # it runs already: no start-up to pay, no restore either
+            # It runs already: what is left of its start-up or restore, nothing more.
+            job.startup_s = plan.pause_s
         else:
             job.preemptions = plan.preemptions  # a preempted job restores at its restart
             if plan.present:
@@ -171,6 +175,8 @@ def forecast(
         ),
         arrivals_s=[_arrival(j) for j in ordered],
     )
+    if next_tick_s is not None and math.isfinite(next_tick_s):
+        engine.core.next_tick_s = max(next_tick_s, 0.0)
     outcome = engine.run(until_s=horizon_s)
     return _summary(policy.name, sim_jobs, ordered, outcome.rounds)
 
