@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import textwrap
@@ -177,3 +178,10 @@ def ray_node_of(address: str, label: str, where: Path) -> str:
         where,
     )
     return str(found["id"])
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1 (a one-process group's rendezvous)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])

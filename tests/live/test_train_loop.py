@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import io
 import json
-import socket
 import threading
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ from typing import Any
 import pytest
 import torch
 
+from live_runs import free_port
 from unstall.errors import UnstallError
 from unstall.live.executor import CheckpointStore, checkpoint_path
 from unstall.live.train_loop import TrainContext
@@ -27,12 +27,6 @@ from unstall.live.training import (
 from unstall.usercode import UserCodeError, load_callable
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "train_loop.py"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _work(iterations: int, train: Any, **options: Any) -> JobWork:
@@ -53,7 +47,7 @@ def _run(
         rank=0,
         world_size=1,
         master_addr="127.0.0.1",
-        master_port=_free_port(),
+        master_port=free_port(),
         start_iteration=held[0] if held else 0.0,
         checkpoint=held[1] if held else None,
         checkpoint_every_s=0.0 if kept is not None else 3600.0,

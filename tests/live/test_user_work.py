@@ -5,13 +5,13 @@ run`` does), the training is the same, bit for bit, and a resumed segment goes o
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
+from live_runs import free_port
 from unstall.errors import UnstallError
 from unstall.live.training import (
     JobWork,
@@ -47,12 +47,6 @@ def smoothed(outputs, targets):
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _run(
     user: UserWork, iterations: int, held: SegmentOutcome | None = None, **options: Any
 ) -> SegmentOutcome:
@@ -65,7 +59,7 @@ def _run(
         rank=0,
         world_size=1,
         master_addr="127.0.0.1",
-        master_port=_free_port(),
+        master_port=free_port(),
         start_iteration=held.iteration if held is not None else 0.0,
         checkpoint=held.checkpoint if held is not None else None,
         checkpoint_every_s=3600.0,
@@ -150,7 +144,7 @@ def test_emulated_compute_runs_no_user_model(job_file: Path) -> None:
         job_id="j", model="mlp", iterations=3.0, emulated=True, user=_references(job_file)
     )
     plan = SegmentPlan(
-        work=work, rank=0, world_size=1, master_addr="127.0.0.1", master_port=_free_port()
+        work=work, rank=0, world_size=1, master_addr="127.0.0.1", master_port=free_port()
     )
     with pytest.raises(ValueError, match="needs real compute"):
         run_segment(plan, SegmentControl())

@@ -66,9 +66,7 @@ def test_a_killed_service_loses_nothing_and_runs_no_job_twice(tmp_path: Path) ->
             log,
         )
         # While the wide job waits: why, in fifo's words, and when it starts, from a forecast.
-        wait_for(
-            lambda: client.get(queued.id).estimated_start is not None, 30, "an estimate", log
-        )
+        wait_for(lambda: client.get(queued.id).estimated_start is not None, 30, "an estimate", log)
         waiting = client.get(queued.id)
         assert waiting.state == "pending", waiting
         assert "waiting for GPUs: needs 4" in waiting.reason, waiting.reason

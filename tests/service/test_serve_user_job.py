@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 from pathlib import Path
 
 import pytest
 import torch
 
-from live_runs import MOVING_POLICY, TWO_NODES
+from live_runs import MOVING_POLICY, TWO_NODES, free_port
 from service_helpers import START_S, jobs_cli, serve_process
 from unstall.live.executor import checkpoint_path, read_checkpoint_file
 from unstall.live.training import (
@@ -58,12 +57,6 @@ def make_data(rank, world_size):
 def smoothed(outputs, targets):
     return F.cross_entropy(outputs, targets, label_smoothing=0.1)
 """
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 # A real-compute service with migrations and a preemption: 35-115 s on two cores. The no-Ray
@@ -152,7 +145,7 @@ def test_a_users_model_data_and_loss_run_in_the_executors_and_resume_exactly(
     )
     reference = run_segment(
         SegmentPlan(
-            work=work, rank=0, world_size=1, master_addr="127.0.0.1", master_port=_free_port()
+            work=work, rank=0, world_size=1, master_addr="127.0.0.1", master_port=free_port()
         ),
         SegmentControl(),
     )

@@ -81,9 +81,7 @@ def test_told_the_true_work_the_forecast_is_what_then_happens(seed: int) -> None
     engine.run()  # what then happens
     by_id = core.by_id
     for job_id in waiting:
-        assert predicted.starts[job_id] + at == pytest.approx(
-            by_id[job_id].first_start_s, abs=1e-3
-        )
+        assert predicted.starts[job_id] + at == pytest.approx(by_id[job_id].first_start_s, abs=1e-3)
     for job_id in (*waiting, *running):
         assert predicted.ends[job_id] + at == pytest.approx(by_id[job_id].finish_s, abs=1e-3)
     assert predicted.jobs == len(waiting) + len(running)
@@ -94,9 +92,7 @@ def test_told_the_true_work_the_forecast_is_what_then_happens(seed: int) -> None
 
 def _one_running_one_waiting() -> list[ForecastJob]:
     return [
-        ForecastJob(
-            job_id="run", num_gpus=4, model="m", remaining_s=100.0, placement=((0, 4),)
-        ),
+        ForecastJob(job_id="run", num_gpus=4, model="m", remaining_s=100.0, placement=((0, 4),)),
         ForecastJob(job_id="wait", num_gpus=12, model="m", remaining_s=50.0, submit_s=-30.0),
     ]
 
