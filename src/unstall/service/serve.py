@@ -153,6 +153,7 @@ def serving(
         finally:
             server.should_exit = True
             thread.join(timeout=10)
+            service.close()  # the submissions waiting are written before the store closes
             scheduler.stop()
             store.close()
 
