@@ -125,6 +125,16 @@ def serving(
     store = JobStore(config.store, config.database)
     scheduler = Scheduler(store=store, topology=topology, policy=policy, config=live, log=say)
     service = Service(store=store, scheduler=scheduler, tokens=tokens)
+    # The perf model's first facts of a model import torch's model-building machinery, seconds
+    # at a first use: done while Ray starts, not in the first submission's request (which would
+    # hold every request behind it up). resnet18 is the model a job without one is timed as.
+    warm_up = threading.Thread(
+        target=scheduler.speed.consolidated_iter_s,
+        args=("resnet18", 1),
+        name="unstall-warm-up",
+        daemon=True,
+    )
+    warm_up.start()
     service.load()
     server = uvicorn.Server(
         uvicorn.Config(
