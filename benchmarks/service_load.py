@@ -151,7 +151,11 @@ def restart(address: str, store: Path, policy: str, jobs: int) -> dict[str, floa
         return {"restart_answer_s": answered, "restart_all_jobs_s": found, "jobs": len(listed)}
     finally:
         process.send_signal(signal.SIGINT)
-        process.wait(120)
+        try:
+            process.wait(120)
+        except subprocess.TimeoutExpired:  # a stop before its executors are up waits for them
+            process.kill()
+            process.wait(30)
 
 
 def main() -> None:

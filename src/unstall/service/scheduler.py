@@ -57,6 +57,10 @@ _STORED_KIND = {
     "gave_up": "gave_up",
     "cancelled": "cancelled",
 }
+# Submissions one instant takes in at most: a burst (those that came while the executors came
+# up, or faster than instants) is taken in over several instants, one after the other, so that
+# no instant (and what waits for it: a cancel, a job's end) takes long.
+MAX_INTAKE = 500
 _STATE = {
     JobState.PENDING: "pending",
     JobState.QUEUED: "pending",
@@ -123,6 +127,8 @@ class ServiceDriver(LiveDriver):
         now = self.clock.now()
         wait = max(0.0, self.clock.wall(due_s - now)) if due_s < math.inf else POLL_S
         wait = min(wait, POLL_S)
+        if scheduler.intake_left:  # a burst is being taken in: its next part at once
+            wait = 0.0
         began = time.perf_counter()
         if self.segments:
             self._ended = self._wait(wait)
@@ -178,6 +184,7 @@ class Scheduler:
         self.driver: ServiceDriver | None = None
         self.inbox: queue.SimpleQueue[_Submit | _Cancel] = queue.SimpleQueue()
         self.wakeup = threading.Event()
+        self.intake_left = False  # the latest instant took in MAX_INTAKE and more are waiting
         self.stopping = threading.Event()
         self.ready = threading.Event()  # the executors are up and the jobs restored
         self._pending_events: list[tuple[str, float, str, str]] = []
@@ -308,14 +315,20 @@ class Scheduler:
         """Add the submissions waiting in the inbox, carry out its cancels; whether any cancel
         changed the queue or freed GPUs."""
         cancelled = False
+        taken = 0
         submits: list[_Submit] = []  # added together (one build_jobs), before a later cancel
         while True:
+            if taken == MAX_INTAKE:  # the rest at the next instant, which comes at once
+                self.intake_left = True
+                break
             try:
                 item = self.inbox.get_nowait()
             except queue.Empty:
+                self.intake_left = False
                 break
             if isinstance(item, _Submit):
                 submits.append(item)
+                taken += 1
                 continue
             if submits:
                 self._add_many(submits, now)
@@ -346,9 +359,12 @@ class Scheduler:
         models = [item.spec.model or "resnet18" for item in fresh]
         durations: list[float] = []
         iterations: list[float] = []
+        cons_by: dict[tuple[str, int], float] = {}  # the perf model's time, once per kind
         for item, model in zip(fresh, models, strict=True):
             spec = item.spec
-            cons = self.speed.consolidated_iter_s(model, spec.gpus)
+            cons = cons_by.get((model, spec.gpus), 0.0)
+            if not cons:
+                cons = cons_by[model, spec.gpus] = self.speed.consolidated_iter_s(model, spec.gpus)
             if spec.duration_s is not None:
                 durations.append(spec.duration_s)
                 iterations.append(spec.duration_s / cons)

@@ -9,6 +9,7 @@ ended first (:func:`unstall.live.cluster.reap_orphans`).
 from __future__ import annotations
 
 import contextlib
+import gc
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -125,16 +126,9 @@ def serving(
     store = JobStore(config.store, config.database)
     scheduler = Scheduler(store=store, topology=topology, policy=policy, config=live, log=say)
     service = Service(store=store, scheduler=scheduler, tokens=tokens)
-    # The perf model's first facts of a model import torch's model-building machinery, seconds
-    # at a first use: done while Ray starts, not in the first submission's request (which would
-    # hold every request behind it up). resnet18 is the model a job without one is timed as.
-    warm_up = threading.Thread(
-        target=scheduler.speed.consolidated_iter_s,
-        args=("resnet18", 1),
-        name="unstall-warm-up",
-        daemon=True,
-    )
-    warm_up.start()
+    threading.Thread(
+        target=_warm_up, args=(scheduler,), name="unstall-warm-up", daemon=True
+    ).start()
     service.load()
     server = uvicorn.Server(
         uvicorn.Config(
@@ -166,6 +160,20 @@ def serving(
             service.close()  # the submissions waiting are written before the store closes
             scheduler.stop()
             store.close()
+
+
+def _warm_up(scheduler: Scheduler) -> None:
+    """What the service's start-up leaves behind, out of the way of its requests (in a thread
+    of its own, while Ray starts).
+
+    The perf model's first facts of a model import torch's model-building machinery (seconds
+    at a first use), which the first submission's request would otherwise do while every
+    request behind it waits; resnet18 is the model a job without one is timed as. Then the
+    objects of start-up (torch's, Ray's: some 400,000) are frozen out of the garbage
+    collector's way: they live as long as the process, and a full collection walking them
+    took 0.2 s, in the middle of whatever request or scheduling round set it off."""
+    scheduler.speed.consolidated_iter_s("resnet18", 1)
+    gc.freeze()
 
 
 def serve(
