@@ -7,7 +7,8 @@ own. Then:
 
 1. ``--jobs`` submissions (1-GPU jobs of 100 hours, so that they queue) are sent open-loop at
    ``--rate`` per second from ``--threads`` keep-alive clients; the achieved rate and the p50/p99
-   latency of ``POST /api/jobs`` are measured.
+   latency of ``POST /api/jobs`` are measured. They start as soon as the service answers, while
+   its executors still come up (``--after-ready``: once they are up).
 2. With that queue waiting, ``--probes`` more submissions come one at a time; each calls for a
    round over the whole queue. ``GET /api/stats`` gives what those rounds cost (the round, its
    events written to the store, the API's snapshot; ms).
@@ -203,6 +204,11 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=500.0)
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument("--probes", type=int, default=20)
+    parser.add_argument(
+        "--after-ready",
+        action="store_true",
+        help="send the submissions once the executors are up (default: at once, as they start)",
+    )
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
 
@@ -214,6 +220,9 @@ def main() -> None:
     try:
         process, url, started_s = start_service(local.address, store, args.policy, [])
         try:
+            if args.after_ready:
+                with httpx.Client(base_url=url, timeout=60.0) as http:
+                    _wait_ready(http)
             load = timed_load(url, process.pid, args.jobs, args.rate, args.threads)
             rounds = probe_rounds(url, args.probes)
         finally:
