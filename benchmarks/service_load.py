@@ -7,12 +7,18 @@ own. Then:
 
 1. ``--jobs`` submissions (1-GPU jobs of 100 hours, so that they queue) are sent open-loop at
    ``--rate`` per second from ``--threads`` keep-alive clients; the achieved rate and the p50/p99
-   latency of ``POST /api/jobs`` are measured.
+   latency of ``POST /api/jobs`` are measured. They start as soon as the service answers, while
+   its executors still come up (``--after-ready``: once they are up).
 2. With that queue waiting, ``--probes`` more submissions come one at a time; each calls for a
    round over the whole queue. ``GET /api/stats`` gives what those rounds cost (the round, its
    events written to the store, the API's snapshot; ms).
 3. The service is killed (``kill -9``) and started again on the same store: the seconds from the
    new process's start until ``GET /api/jobs`` answers with every job.
+
+The load generator shares the machine with the service; on a machine shared with other work
+too, rates and latencies follow that work's load. What the submissions cost in CPU (the
+service's and the clients' milliseconds per submission, from /proc) does not, and is reported
+with the load average before and after them.
 
 Traffic goes to 127.0.0.1 only and stops by itself. Prints a table and writes ``--json``.
 
@@ -119,6 +125,39 @@ def submit_load(url: str, jobs: int, rate: float, threads: int) -> dict[str, flo
     }
 
 
+def cpu_seconds(pid: int) -> float | None:
+    """CPU seconds (user and system) process ``pid`` has used: Linux's /proc; None elsewhere."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def timed_load(url: str, pid: int, jobs: int, rate: float, threads: int) -> dict[str, float | None]:
+    """:func:`submit_load`, with what the submissions cost in CPU: the service's and this
+    process's (the clients') milliseconds per submission, which other work on a shared machine
+    does not change as it changes rates and latencies, and the load average around them."""
+    server_before = cpu_seconds(pid)
+    client_before = os.times()
+    load_before = os.getloadavg()[0]
+    found: dict[str, float | None] = dict(submit_load(url, jobs, rate, threads))
+    server_after = cpu_seconds(pid)
+    client_after = os.times()
+    found["server_cpu_ms_per_submission"] = (
+        1000 * (server_after - server_before) / jobs
+        if server_after is not None and server_before is not None
+        else None
+    )
+    client_s = (client_after.user + client_after.system) - (
+        client_before.user + client_before.system
+    )
+    found["client_cpu_ms_per_submission"] = 1000 * client_s / jobs
+    found["load_avg_1m_before"] = load_before
+    found["load_avg_1m_after"] = os.getloadavg()[0]
+    return found
+
+
 def probe_rounds(url: str, probes: int) -> dict[str, object]:
     """Submissions one at a time over the waiting queue; the rounds' costs the service saw."""
     with httpx.Client(base_url=url, timeout=60.0, headers={"X-Unstall-User": "probe"}) as http:
@@ -151,7 +190,11 @@ def restart(address: str, store: Path, policy: str, jobs: int) -> dict[str, floa
         return {"restart_answer_s": answered, "restart_all_jobs_s": found, "jobs": len(listed)}
     finally:
         process.send_signal(signal.SIGINT)
-        process.wait(120)
+        try:
+            process.wait(120)
+        except subprocess.TimeoutExpired:  # a stop before its executors are up waits for them
+            process.kill()
+            process.wait(30)
 
 
 def main() -> None:
@@ -161,6 +204,11 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=500.0)
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument("--probes", type=int, default=20)
+    parser.add_argument(
+        "--after-ready",
+        action="store_true",
+        help="send the submissions once the executors are up (default: at once, as they start)",
+    )
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
 
@@ -172,7 +220,10 @@ def main() -> None:
     try:
         process, url, started_s = start_service(local.address, store, args.policy, [])
         try:
-            load = submit_load(url, args.jobs, args.rate, args.threads)
+            if args.after_ready:
+                with httpx.Client(base_url=url, timeout=60.0) as http:
+                    _wait_ready(http)
+            load = timed_load(url, process.pid, args.jobs, args.rate, args.threads)
             rounds = probe_rounds(url, args.probes)
         finally:
             process.send_signal(signal.SIGKILL)

@@ -21,11 +21,12 @@ has taken the jobs in.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import FastAPI, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from unstall.service.auth import Who
 from unstall.service.dashboard import install_dashboard
@@ -62,19 +63,13 @@ def create_app(service: Service) -> FastAPI:
     async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
         return JSONResponse(status_code=422, content={"detail": _validation_text(exc)})
 
-    @app.middleware("http")
-    async def _size_limit(request: Request, call_next: Any) -> Any:
-        length = request.headers.get("content-length")
-        if length is not None and length.isdigit() and int(length) > MAX_BODY_BYTES:
-            return JSONResponse(
-                status_code=413,
-                content={"detail": f"body: {length} bytes, at most {MAX_BODY_BYTES}"},
-            )
-        return await call_next(request)
+    app.add_middleware(BodySizeLimit, limit=MAX_BODY_BYTES)
 
     @app.post("/api/jobs", status_code=201)
-    def submit(spec: JobSpec, who: Who) -> JobRecord:
-        return service.submit(spec, who)
+    async def submit(spec: JobSpec, who: Who) -> JobRecord:
+        # In the event loop, which goes on taking requests while this one's transaction is
+        # written (shared with the submissions that come with it; answered once committed).
+        return await service.submit_async(spec, who)
 
     @app.get("/api/jobs")
     def jobs(
@@ -117,6 +112,32 @@ def create_app(service: Service) -> FastAPI:
 
     install_dashboard(app, service)
     return app
+
+
+class BodySizeLimit:
+    """413 for a request whose ``Content-Length`` is over ``limit`` bytes, before its body is
+    read. Plain ASGI: Starlette's ``BaseHTTPMiddleware`` (``@app.middleware``) would run every
+    request in a task of its own and stream its answer back through a queue, which costs more
+    than answering a submission does."""
+
+    def __init__(self, app: ASGIApp, limit: int) -> None:
+        self.app = app
+        self.limit = limit
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            for name, value in scope["headers"]:
+                if name == b"content-length":
+                    length = value.decode("latin-1")
+                    if length.isdigit() and int(length) > self.limit:
+                        refused = JSONResponse(
+                            status_code=413,
+                            content={"detail": f"body: {length} bytes, at most {self.limit}"},
+                        )
+                        await refused(scope, receive, send)
+                        return
+                    break
+        await self.app(scope, receive, send)
 
 
 def _validation_text(exc: RequestValidationError) -> str:

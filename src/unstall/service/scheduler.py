@@ -19,7 +19,7 @@ import math
 import queue
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from unstall.live.clock import WallClock
@@ -78,6 +78,10 @@ _STORED_KIND = {
     "gave_up": "gave_up",
     "cancelled": "cancelled",
 }
+# Submissions one instant takes in at most: a burst (those that came while the executors came
+# up, or faster than instants) is taken in over several instants, one after the other, so that
+# no instant (and what waits for it: a cancel, a job's end) takes long.
+MAX_INTAKE = 500
 _STATE = {
     JobState.PENDING: "pending",
     JobState.QUEUED: "pending",
@@ -145,6 +149,8 @@ class ServiceDriver(LiveDriver):
         now = self.clock.now()
         wait = max(0.0, self.clock.wall(due_s - now)) if due_s < math.inf else POLL_S
         wait = min(wait, POLL_S)
+        if scheduler.intake_left:  # a burst is being taken in: its next part at once
+            wait = 0.0
         began = time.perf_counter()
         if self.segments:
             self._ended = self._wait(wait)
@@ -201,6 +207,7 @@ class Scheduler:
         self.driver: ServiceDriver | None = None
         self.inbox: queue.SimpleQueue[_Submit | _Cancel] = queue.SimpleQueue()
         self.wakeup = threading.Event()
+        self.intake_left = False  # the latest instant took in MAX_INTAKE and more are waiting
         self.stopping = threading.Event()
         self.ready = threading.Event()  # the executors are up and the jobs restored
         self._pending_events: list[tuple[str, float, str, str]] = []
@@ -242,7 +249,13 @@ class Scheduler:
 
     def submit(self, job_id: str, spec: JobSpec, submitted_at: float) -> None:
         """A stored job, to be added to the core at its next instant."""
-        self.inbox.put(_Submit(job_id, spec, submitted_at))
+        self.submit_many([(job_id, spec, submitted_at)])
+
+    def submit_many(self, jobs: Sequence[tuple[str, JobSpec, float]]) -> None:
+        """Stored jobs ``(id, spec, submitted at)``, to be added to the core at its next
+        instant, in this order (one wake-up for them all)."""
+        for job_id, spec, submitted_at in jobs:
+            self.inbox.put(_Submit(job_id, spec, submitted_at))
         self.wakeup.set()
 
     def cancel(self, job_id: str, by: str) -> None:
@@ -356,14 +369,24 @@ class Scheduler:
         """Add the submissions waiting in the inbox, carry out its cancels; whether any cancel
         changed the queue or freed GPUs."""
         cancelled = False
+        taken = 0
+        submits: list[_Submit] = []  # added together (one build_jobs), before a later cancel
         while True:
+            if taken == MAX_INTAKE:  # the rest at the next instant, which comes at once
+                self.intake_left = True
+                break
             try:
                 item = self.inbox.get_nowait()
             except queue.Empty:
-                return cancelled
+                self.intake_left = False
+                break
             if isinstance(item, _Submit):
-                self._add(item.job_id, item.spec, item.submitted_at, now)
+                submits.append(item)
+                taken += 1
                 continue
+            if submits:
+                self._add_many(submits, now)
+                submits = []
             job = self.core.by_id.get(item.job_id)
             if job is not None and job.state in (
                 JobState.PENDING,
@@ -373,56 +396,80 @@ class Scheduler:
                 self._cancel_by[item.job_id] = item.by
                 self.core.cancel(job, now)
                 cancelled = True
+        if submits:
+            self._add_many(submits, now)
+        return cancelled
 
-    def _add(self, job_id: str, spec: JobSpec, submitted_at: float, now: float) -> Job:
-        """The core's job for a stored spec, arriving now."""
-        submit_s = (submitted_at - self.started_wall) * self.config.speedup
-        model = spec.model or "resnet18"
-        cons = self.speed.consolidated_iter_s(model, spec.gpus)
-        if spec.duration_s is not None:
-            duration = spec.duration_s
-            iterations = duration / cons
-        else:
-            assert spec.iterations is not None
-            iterations = float(spec.iterations)
-            duration = iterations * cons * (1.0 if self.config.emulated else self.config.speedup)
-        (job,) = build_jobs(
-            job_ids=[job_id],
-            submit_s=[min(submit_s, now)],
-            num_gpus=[spec.gpus],
-            duration_s=[duration],
-            models=[model],
+    def _add_many(self, stored: Sequence[_Submit], now: float) -> list[Job]:
+        """The core's jobs for stored specs, arriving now, in order; built together, so that
+        what each (model, GPUs) costs to work out is worked out once. A job the core already
+        has (stored just before the scheduler started, found in the store and in the inbox) is
+        not added again."""
+        fresh = [item for item in stored if item.job_id not in self.core.by_id]
+        if not fresh:
+            return []
+        speedup = self.config.speedup
+        emulated = self.config.emulated
+        models = [item.spec.model or "resnet18" for item in fresh]
+        durations: list[float] = []
+        iterations: list[float] = []
+        cons_by: dict[tuple[str, int], float] = {}  # the perf model's time, once per kind
+        for item, model in zip(fresh, models, strict=True):
+            spec = item.spec
+            cons = cons_by.get((model, spec.gpus), 0.0)
+            if not cons:
+                cons = cons_by[model, spec.gpus] = self.speed.consolidated_iter_s(model, spec.gpus)
+            if spec.duration_s is not None:
+                durations.append(spec.duration_s)
+                iterations.append(spec.duration_s / cons)
+            else:
+                assert spec.iterations is not None
+                iterations.append(float(spec.iterations))
+                durations.append(spec.iterations * cons * (1.0 if emulated else speedup))
+        started = self.started_wall
+        jobs = build_jobs(
+            job_ids=[item.job_id for item in fresh],
+            submit_s=[min((item.submitted_at - started) * speedup, now) for item in fresh],
+            num_gpus=[item.spec.gpus for item in fresh],
+            duration_s=durations,
+            models=models,
             speed=self.speed,
         )
-        job.index = len(self.core.jobs)
-        job.priority = spec.priority
-        work_iters = job.work_iters if self.config.emulated else iterations
-        work = JobWork(
-            job_id=job_id,
-            model=model,
-            iterations=work_iters,
-            emulated=self.config.emulated,
-            batch_size=self.config.batch_size,
-            image_size=self.config.image_size,
-            lr=self.config.lr,
-            seed=self.config.seed,
-            user=self._user_work(job_id, spec),
-            train=self._train_reference(job_id, spec),
-            log_path=str(self.store.log_path(job_id)),
-        )
-        self.records[job_id] = LiveRecord(work=work, scale=job.work_iters / work.iterations)
-        self.core.add_job(job, now)
-        self._dirty.add(job.index)
-        # What the estimates may know of its run time: the user's estimate, or the work its
-        # iterations declare; a duration_s (emulated) stands for what a real job does not say.
-        self.declared_s[job_id] = (
-            spec.expected_duration_s
-            if spec.expected_duration_s is not None
-            else (job.duration_s if spec.iterations is not None else None)
-        )
-        self.arrivals.append((job.submit_s, job.num_gpus, model, spec.priority))
+        logs = str(self.store.logs_dir)  # each job's log_path, as text (no Path per job)
+        config = self.config
+        for job, item, model, its in zip(jobs, fresh, models, iterations, strict=True):
+            job.index = len(self.core.jobs)
+            job.priority = item.spec.priority
+            work = JobWork(
+                job_id=item.job_id,
+                model=model,
+                iterations=job.work_iters if emulated else its,
+                emulated=emulated,
+                batch_size=config.batch_size,
+                image_size=config.image_size,
+                lr=config.lr,
+                seed=config.seed,
+                user=self._user_work(item.job_id, item.spec),
+                train=self._train_reference(item.job_id, item.spec),
+                log_path=f"{logs}/{item.job_id}.log",
+            )
+            self.records[item.job_id] = LiveRecord(
+                work=work, scale=job.work_iters / work.iterations
+            )
+            self.core.add_job(job, now)
+            self._dirty.add(job.index)
+            spec = item.spec
+            # What the estimates may know of its run time: the user's estimate, or the work
+            # its iterations declare; a duration_s (emulated) stands for what a real job does
+            # not say.
+            self.declared_s[item.job_id] = (
+                spec.expected_duration_s
+                if spec.expected_duration_s is not None
+                else (job.duration_s if spec.iterations is not None else None)
+            )
+            self.arrivals.append((job.submit_s, job.num_gpus, model, spec.priority))
         self._changes += 1
-        return job
+        return jobs
 
     def _train_reference(self, job_id: str, spec: JobSpec) -> str | None:
         """The job's training loop as its executors load it (never this process)."""
@@ -454,9 +501,14 @@ class Scheduler:
         for stored in found.values():
             if stored.state == "succeeded":
                 self._learn_run_time(stored.spec)
-            if stored.state in ("succeeded", "failed", "cancelled"):
-                continue
-            job = self._add(stored.id, stored.spec, stored.submitted_at, 0.0)
+        unfinished = [
+            stored
+            for stored in found.values()
+            if stored.state not in ("succeeded", "failed", "cancelled")
+        ]
+        self._add_many([_Submit(s.id, s.spec, s.submitted_at) for s in unfinished], 0.0)
+        for stored in unfinished:
+            job = self.core.by_id[stored.id]
             assert self.pool is not None
             held = self.pool.held_iteration(stored.id)
             job.done_iters = held * self.records[stored.id].scale

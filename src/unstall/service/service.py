@@ -7,8 +7,11 @@ it is submitted; only that user or an admin may cancel it.
 
 from __future__ import annotations
 
+import collections
 import math
+import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +20,7 @@ from unstall.live.cluster import LiveCluster
 from unstall.sched.reasons import generic_reason
 from unstall.sched.registry import make_policy, policy_entry
 from unstall.service.estimates import Estimates, forecast_policy
+from unstall.service.group_commit import GroupCommit
 from unstall.service.models import (
     ClusterNode,
     ClusterRecord,
@@ -86,10 +90,22 @@ class Service:
         self.scheduler = scheduler
         self.tokens = tokens
         self.stored: dict[str, StoredJob] = {}
+        # Submissions share the store's transactions (an answered one is durable: see
+        # group_commit); the lock keeps the store's order, ``stored``'s and the inbox's one.
+        self.submissions: GroupCommit[JobSpec, JobRecord] = GroupCommit(
+            self.submit_many, name="unstall-submissions"
+        )
+        self._intake = threading.Lock()
+        # Pending stored jobs the scheduler has not taken in yet (as of the latest snapshot
+        # read), in the order it takes them in: their places follow its queue's.
+        self._not_taken_in: collections.deque[str] = collections.deque()
 
     def load(self) -> None:
         """The store's jobs, as the API answers for them until the scheduler has them."""
         self.stored = self.store.load()
+        self._not_taken_in = collections.deque(
+            job_id for job_id, stored in self.stored.items() if stored.state == "pending"
+        )
 
     def start(self, cluster: LiveCluster) -> None:
         """The scheduler on ``cluster``, with the jobs the store held."""
@@ -106,6 +122,17 @@ class Service:
     # --- jobs ----------------------------------------------------------------------------------
 
     def submit(self, spec: JobSpec, caller: Caller) -> JobRecord:
+        """Store ``spec`` (sharing a transaction with the submissions that come with it) and
+        hand it to the scheduler; its record, once it is durable."""
+        return self.submissions.submit(self.prepare(spec, caller))
+
+    async def submit_async(self, spec: JobSpec, caller: Caller) -> JobRecord:
+        """:meth:`submit`, waiting in the running event loop."""
+        return await self.submissions.submit_async(self.prepare(spec, caller))
+
+    def prepare(self, spec: JobSpec, caller: Caller) -> JobSpec:
+        """The spec as it is stored: its user (the token's, or the caller's where it names
+        none) and name; a ServiceError (422) where the cluster can never run it."""
         if self.tokens is not None and not caller.admin:
             spec = spec.model_copy(update={"user": caller.user})  # fixed by the token
         elif not spec.user:
@@ -115,12 +142,32 @@ class Service:
         why = self.scheduler.check_spec(spec)
         if why is not None:
             raise ServiceError(422, why)
-        at = time.time()
-        job_id = self.store.submit(spec, at)
-        stored = StoredJob(seq=0, id=job_id, spec=spec, submitted_at=at)
-        self.stored[job_id] = stored
-        self.scheduler.submit(job_id, spec, at)
-        return self._record(stored, self.scheduler.snapshot)
+        return spec
+
+    def submit_many(self, specs: Sequence[JobSpec]) -> list[JobRecord]:
+        """Prepared specs stored in one transaction, then handed to the scheduler; their
+        records. Each new job's place is the scheduler's queue and the submissions it has not
+        taken in before it (as of the snapshot read before they reach it): no walk over the
+        stored jobs."""
+        with self._intake:
+            snapshot = self.scheduler.snapshot
+            at = time.time()
+            ids = self.store.submit_many([(spec, at) for spec in specs])
+            new = [
+                StoredJob(seq=0, id=job_id, spec=spec, submitted_at=at)
+                for job_id, spec in zip(ids, specs, strict=True)
+            ]
+            ahead = len(snapshot.queue) + len(self._untaken(snapshot))
+            for stored in new:
+                self.stored[stored.id] = stored
+                self._not_taken_in.append(stored.id)
+            self.scheduler.submit_many([(s.id, s.spec, at) for s in new])
+        positions = {stored.id: ahead + i for i, stored in enumerate(new, 1)}
+        return [self._record(stored, snapshot, positions) for stored in new]
+
+    def close(self) -> None:
+        """Write the submissions waiting, and stop taking more."""
+        self.submissions.close()
 
     def jobs(self, *, state: str | None = None, user: str | None = None) -> list[JobRecord]:
         snapshot = self.scheduler.snapshot
@@ -279,10 +326,20 @@ class Service:
         """Each pending job's place: the scheduler's queue, then the submissions it has not
         taken in yet, in the order they came."""
         positions = {job_id: i for i, job_id in enumerate(snapshot.queue, 1)}
-        for stored in list(self.stored.values()):
-            if stored.id not in snapshot.jobs and stored.state == "pending":
-                positions.setdefault(stored.id, len(positions) + 1)
+        with self._intake:
+            untaken = list(self._untaken(snapshot))
+        for job_id in untaken:
+            positions.setdefault(job_id, len(positions) + 1)
         return positions
+
+    def _untaken(self, snapshot: Snapshot) -> collections.deque[str]:
+        """The pending stored jobs not in ``snapshot``, in order (the caller holds the intake
+        lock). The scheduler takes jobs in in the order they were stored and a snapshot's jobs
+        only grow, so the ones it has taken in are dropped from the front, each once."""
+        waiting = self._not_taken_in
+        while waiting and waiting[0] in snapshot.jobs:
+            waiting.popleft()
+        return waiting
 
     def _reason(self, spec: JobSpec, snapshot: Snapshot, position: int) -> str:
         """Why a job the policy has not been asked about yet waits (just submitted)."""

@@ -88,24 +88,46 @@ class JobStore:
 
     def submit(self, spec: JobSpec, at: float) -> str:
         """Store a new job and its ``submitted`` event in one transaction; returns its id."""
+        return self.submit_many([(spec, at)])[0]
+
+    def submit_many(self, jobs: Sequence[tuple[JobSpec, float]]) -> list[str]:
+        """Store new jobs ``(spec, submitted at)`` and their ``submitted`` events in one
+        transaction (a group commit: each is durable once this returns); their ids, in order.
+
+        A job's id is ``job-SEQ``, its row's sequence number: the next ones are counted on from
+        the largest stored, under the write lock (one service writes a store at a time), so
+        that the rows go in with their ids in two statements whatever their number."""
+        if not jobs:
+            return []
         with self._write, self.engine.begin() as db:
-            inserted = db.execute(
-                JOBS.insert().values(
-                    id="",
-                    user=spec.user,
-                    name=spec.name,
-                    spec=spec.model_dump_json(),
-                    submitted_at=at,
-                )
-            ).inserted_primary_key
-            assert inserted is not None
-            seq = int(inserted[0])
-            job_id = f"job-{seq}"
-            db.execute(JOBS.update().where(JOBS.c.seq == seq).values(id=job_id))
-            db.execute(EVENTS.insert().values(job_id=job_id, at=at, kind="submitted", detail=""))
-        if spec.files:
-            self._write_files(job_id, spec.files)
-        return job_id
+            last = db.execute(sa.select(sa.func.max(JOBS.c.seq))).scalar()
+            first = int(last or 0) + 1
+            ids = [f"job-{first + i}" for i in range(len(jobs))]
+            db.execute(
+                JOBS.insert(),
+                [
+                    {
+                        "seq": first + i,
+                        "id": job_id,
+                        "user": spec.user,
+                        "name": spec.name,
+                        "spec": spec.model_dump_json(),
+                        "submitted_at": at,
+                    }
+                    for i, (job_id, (spec, at)) in enumerate(zip(ids, jobs, strict=True))
+                ],
+            )
+            db.execute(
+                EVENTS.insert(),
+                [
+                    {"job_id": job_id, "at": at, "kind": "submitted", "detail": ""}
+                    for job_id, (_spec, at) in zip(ids, jobs, strict=True)
+                ],
+            )
+        for job_id, (spec, _at) in zip(ids, jobs, strict=True):
+            if spec.files:
+                self._write_files(job_id, spec.files)
+        return ids
 
     def _write_files(self, job_id: str, files: dict[str, str]) -> None:
         root = self.code_dir(job_id)
@@ -164,7 +186,11 @@ class JobStore:
         return self.directory / "code" / job_id
 
     def log_path(self, job_id: str) -> Path:
-        return self.directory / "logs" / f"{job_id}.log"
+        return self.logs_dir / f"{job_id}.log"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.directory / "logs"
 
     @property
     def checkpoint_dir(self) -> Path:
