@@ -1,6 +1,5 @@
 """The executors' checkpoint store on Ray: over durable files (the service's) Ray restarts it
-where its process dies and it answers with what its files hold; in memory it is not restarted
-(it would come back empty)."""
+where its process dies and it answers with what its files hold."""
 
 from __future__ import annotations
 
@@ -8,8 +7,6 @@ import os
 import time
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from unstall.live.executor import RemoteStore
 from unstall.live.pool import store_restarts
@@ -32,16 +29,3 @@ def test_a_durable_store_comes_back_with_its_checkpoints(ray_session: Any, tmp_p
     assert ray.get(store.iteration.remote("job-1"), timeout=60) == 42.0
     assert ray.get(store.load.remote("job-1"))[1] == b"state"
     ray.kill(store, no_restart=True)
-
-
-def test_a_store_in_memory_is_not_restarted(ray_session: Any) -> None:
-    ray = ray_session
-    store = RemoteStore.options(**store_restarts(False)).remote(None)
-    ray.get(store.save.remote("job-1", 42.0, b"state"))
-    ray.kill(store, no_restart=False)
-    # The kill is asynchronous: calls sent before it lands still answer; then they fail.
-    deadline = time.monotonic() + 60
-    with pytest.raises(ray.exceptions.RayActorError):
-        while time.monotonic() < deadline:
-            ray.get(store.iteration.remote("job-1"), timeout=60)
-            time.sleep(0.2)
