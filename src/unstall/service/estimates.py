@@ -45,6 +45,9 @@ class EstimateSettings:
     """How the service makes its estimates (see the module docstring)."""
 
     period_s: float = 2.0  # wall seconds between two forecasts at least
+    # ... and at least this many times the latest forecast's own time: the forecasts take at
+    # most a share of a core from the API and the scheduler, whatever the queue's length.
+    spacing: float = 5.0
     refresh_s: float = 30.0  # wall seconds between forecasts at most, while jobs wait
     max_jobs: int = 2000  # waiting jobs forecast, in queue order; later ones get none
     prior_runtime_s: float = 3600.0  # a job's run time before any job of the service finished
@@ -134,7 +137,8 @@ def capture(
 ) -> tuple[list[ForecastJob], dict[str, float]]:
     """The forecast's jobs (relative to ``now_s``) and each present one's expected run time:
     the running jobs, the first ``max_jobs`` of ``queued`` (in queue order), and the arrivals
-    ``(submit_s, gpus, model, priority)`` of the last window shifted one window on."""
+    ``(submit_s, gpus, model, priority)`` of the last window shifted one window on (the latest
+    ``max_jobs``)."""
     jobs: list[ForecastJob] = []
     run_s: dict[str, float] = {}
     for job in (*running, *queued[: settings.max_jobs]):
@@ -158,7 +162,10 @@ def capture(
         )
     window = settings.replay_window_s
     if window > 0:
-        for i, (submit_s, gpus, model, priority) in enumerate(arrivals):
+        # The latest ``max_jobs`` of them at most: a burst of thousands says no more of the next
+        # hour than its last ones, and each costs the forecast as a waiting job does.
+        recent = list(arrivals)[-settings.max_jobs :]
+        for i, (submit_s, gpus, model, priority) in enumerate(recent):
             at = submit_s + window - now_s
             if 0.0 < at <= window:
                 jobs.append(

@@ -615,7 +615,7 @@ class Scheduler:
         settings = self.estimate_settings
         at = time.monotonic()
         since = at - self._forecast_at
-        if since < settings.period_s:
+        if since < max(settings.period_s, settings.spacing * self.estimator.estimates.seconds):
             return
         changed = self._changes != self._forecast_changes
         if not changed and not (self.core.queued and since >= settings.refresh_s):

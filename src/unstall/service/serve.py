@@ -146,6 +146,10 @@ def serving(
             port=config.port,
             log_level="warning",
             access_log=False,
+            # httptools parses HTTP where installed (a dependency); asyncio's own loop, never
+            # uvloop's policy for the whole process (Ray's threads have loops of their own).
+            http="auto",
+            loop="asyncio",
         )
     )
     # Ray first (joining a running cluster takes a second or two; starting a local one longer,
