@@ -280,7 +280,7 @@ def replay_in_simulator(trace: Any, args: argparse.Namespace) -> dict[str, Any]:
             planned,
             layout=layout,
             speed=speed,
-            policy=forecast_policy(make_policy(args.policy)),
+            policy=forecast_policy(made := make_policy(args.policy), made),
             restore_s=60.0,
             next_tick_s=core.next_tick_s - now,
         )

@@ -279,3 +279,42 @@ def jobs_list_text(service: Service) -> str:
         shown = jobs_cli("list", "--server", url)
     assert shown.returncode == 0, shown.stderr
     return shown.stdout
+
+
+def test_a_policy_that_cannot_be_copied_is_served_without_estimates(tmp_path: Path) -> None:
+    import threading
+
+    from unstall.live.config import LiveConfig
+    from unstall.service.scheduler import Scheduler
+    from unstall.service.store import JobStore
+
+    class Locked:
+        """A user's policy holding a lock (deepcopy refuses it)."""
+
+        name = "locked"
+        needs_oracle = False
+
+        def __init__(self) -> None:
+            self.lock = threading.Lock()
+
+        def reset(self) -> None:
+            pass
+
+        def decide(self, snapshot: ClusterSnapshot, rng: object) -> object:
+            raise AssertionError("not called here")
+
+    service = _whatif_service(tmp_path)
+    store = JobStore(tmp_path / "other")
+    scheduler = Scheduler(
+        store=store,
+        topology=service.scheduler.topology,
+        policy=Locked(),  # type: ignore[arg-type]
+        config=LiveConfig(),
+    )
+    assert scheduler.estimator.template is None  # built all the same
+    scheduler.last_input = service.scheduler.last_input
+    scheduler.ready.set()
+    locked = Service(store=store, scheduler=scheduler, tokens=None)
+    api = TestClient(create_app(locked), headers={"X-Unstall-User": "alice"})
+    refused = api.get("/api/whatif")
+    assert refused.status_code == 422 and "cannot be copied" in refused.json()["detail"]

@@ -182,15 +182,18 @@ def capture(
     return jobs, run_s
 
 
-def forecast_policy(policy: Policy, template: Policy | None = None) -> Policy:
+def forecast_policy(policy: Policy, template: Policy | None) -> Policy:
     """A fresh policy to forecast ``policy`` with: its ``forecast_policy()`` where it has one (a
     cheaper stand-in: the look-ahead Dally forecasts with the setting it uses now), else a copy
     of ``template`` (``policy`` as it was before it ran: a running policy is not copied while
-    its thread changes it) or of ``policy``; the forecast resets it."""
+    its thread changes it; a policy not yet run is its own); the forecast resets it. A
+    TypeError where there is no template (the policy could not be copied)."""
     stand_in = getattr(policy, "forecast_policy", None)
     if callable(stand_in):
         return stand_in()
-    return copy.deepcopy(template if template is not None else policy)
+    if template is None:
+        raise TypeError(f"policy {policy.name!r} cannot be copied for a forecast")
+    return copy.deepcopy(template)
 
 
 class Estimator:
@@ -210,7 +213,13 @@ class Estimator:
         self.layout = layout
         self.speed = speed
         self.policy = policy
-        self.template = copy.deepcopy(policy)  # before it runs (see forecast_policy)
+        # The policy before it runs (see forecast_policy); None where it cannot be copied (it
+        # holds a lock, a file): the service runs it all the same, without estimates.
+        self.template: Policy | None = None
+        try:
+            self.template = copy.deepcopy(policy)
+        except Exception as exc:
+            (log or (lambda _text: None))(f"estimates: the policy cannot be copied ({exc})")
         self.startup = startup
         self.restore_s = restore_s
         self.settings = settings

@@ -364,12 +364,16 @@ class Service:
                 policy_entry(name)
             except UnstallError as exc:
                 raise ServiceError(422, f"policy: {str(exc).split(': ', 1)[-1]}") from exc
-            fresh.append(forecast_policy(make_policy(name)))
+            made = make_policy(name)
+            fresh.append(forecast_policy(made, made))
         scheduler = self.scheduler
         state = scheduler.last_input
         if not scheduler.ready.is_set() or state is None:
             raise ServiceError(503, "the scheduler is starting: no state to forecast yet")
-        serving = forecast_policy(scheduler.policy, scheduler.estimator.template)
+        try:
+            serving = forecast_policy(scheduler.policy, scheduler.estimator.template)
+        except Exception as exc:  # a policy of the user's own that cannot be copied
+            raise ServiceError(422, f"policy: {exc}") from exc
         forecasts = scheduler.whatif([serving, *fresh])
         wall, speedup = state.wall_at_now, state.speedup
 
