@@ -56,7 +56,7 @@ JsonOpt = Annotated[
         callback=writable_file,
     ),
 ]
-QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")]
+QuietOpt = Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars or live tables.")]
 
 # typer's parsing errors (it carries its own copy of click): found from the one it exports.
 _UsageError: type[Exception] = next(
