@@ -17,7 +17,7 @@ from unstall.sched.base import (
 )
 from unstall.sched.free import FreeGpus
 from unstall.sched.placement import TypeClaims
-from unstall.sched.reasons import in_order_reasons
+from unstall.sched.reasons import in_order_reasons, too_few
 
 
 def by_priority(queued: Sequence[JobView]) -> Sequence[JobView]:
@@ -88,8 +88,9 @@ class _ArrivalOrder(PolicyBase):
         free = FreeGpus(snapshot)
         if self.place(free, job.num_gpus) is not None:
             return None
-        if job.num_gpus > free.total:
-            return f"waiting for GPUs: needs {job.num_gpus}, {free.total} free"
+        short = too_few(job.num_gpus, free.total)
+        if short is not None:
+            return short
         return f"waiting for room: {job.num_gpus} GPUs free but not as {self.name} places them"
 
 

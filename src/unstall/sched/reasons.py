@@ -34,12 +34,14 @@ def duration_words(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
+def too_few(gpus: int, free: int) -> str | None:
+    """``waiting for GPUs: needs 4, 2 free`` where ``free`` GPUs cannot hold ``gpus``."""
+    return f"waiting for GPUs: needs {gpus}, {free} free" if gpus > free else None
+
+
 def shortfall(job: JobView, snapshot: ClusterSnapshot) -> str | None:
-    """``waiting for GPUs: needs 4, 2 free`` when there are too few free GPUs for ``job``."""
-    free = snapshot.free_gpus
-    if job.num_gpus > free:
-        return f"waiting for GPUs: needs {job.num_gpus}, {free} free"
-    return None
+    """:func:`too_few` for ``job`` with the snapshot's free GPUs."""
+    return too_few(job.num_gpus, snapshot.free_gpus)
 
 
 def behind(count: int, what: str) -> str:
@@ -85,8 +87,9 @@ def generic_reason(gpus: int, free: int, position: int, policy: str) -> str:
     """What can be said under any policy of a job of ``gpus`` GPUs with ``free`` GPUs free:
     too few GPUs free, else the jobs ahead of it, else the policy has not placed it yet
     (``position``: 1 for the first in the queue)."""
-    if gpus > free:
-        return f"waiting for GPUs: needs {gpus}, {free} free"
+    short = too_few(gpus, free)
+    if short is not None:
+        return short
     if position > 1:
         return f"{behind(position - 1, 'queued jobs')} under {policy}"
     return f"enough GPUs free: {policy} has not placed it yet"

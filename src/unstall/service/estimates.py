@@ -104,6 +104,15 @@ class ForecastInput:
     run_s: Mapping[str, float]  # expected run time of each job there now (consolidated s)
     next_tick_s: float = math.inf  # the serving policy's next tick round, from now
 
+    def wall(self, seconds: float) -> float | None:
+        """Wall time (seconds since the epoch) of a forecast's time (seconds from its instant,
+        the core's); None for one that never comes (inf)."""
+        return self.wall_at_now + seconds / self.speedup if math.isfinite(seconds) else None
+
+    def walls(self, times: Mapping[str, float]) -> dict[str, float]:
+        """:meth:`wall` of each job's time (a forecast's starts or ends: all finite)."""
+        return {job_id: self.wall_at_now + s / self.speedup for job_id, s in times.items()}
+
 
 @dataclass(frozen=True)
 class Estimates:
@@ -267,14 +276,13 @@ class Estimator:
     def estimate(self, state: ForecastInput) -> Estimates:
         began = time.perf_counter()
         result = self.run(state, forecast_policy(self.policy, self.template), serving=True)
-        wall = state.wall_at_now
-        starts = {j: wall + s / state.speedup for j, s in result.starts.items()}
+        starts = state.walls(result.starts)
         for job_id, at in starts.items():
             self.first_starts.setdefault(job_id, at)
         return Estimates(
             made_at=time.time(),
             starts=starts,
-            ends={j: wall + s / state.speedup for j, s in result.ends.items()},
+            ends=state.walls(result.ends),
             run_s=dict(state.run_s),
             seconds=time.perf_counter() - began,
         )

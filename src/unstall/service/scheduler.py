@@ -65,6 +65,9 @@ from unstall.workload.losses import LOSSES
 # queue: a queue of thousands is not walked every round).
 REASONS_EVERY_S = 1.0
 
+# What a job that names no zoo model (a training loop, a user's model) is timed as.
+DEFAULT_MODEL = "resnet18"
+
 # The spec's fields that name a user's function (FILE.py:FUNC, its file among the job's files).
 USER_CODE_FIELDS = ("train", "model_fn", "data_fn", "loss")
 # The core's transitions as the store names them (arrivals are stored as ``submitted`` when
@@ -410,7 +413,7 @@ class Scheduler:
             return []
         speedup = self.config.speedup
         emulated = self.config.emulated
-        models = [item.spec.model or "resnet18" for item in fresh]
+        models = [item.spec.model or DEFAULT_MODEL for item in fresh]
         durations: list[float] = []
         iterations: list[float] = []
         cons_by: dict[tuple[str, int], float] = {}  # the perf model's time, once per kind
@@ -419,13 +422,9 @@ class Scheduler:
             cons = cons_by.get((model, spec.gpus), 0.0)
             if not cons:
                 cons = cons_by[model, spec.gpus] = self.speed.consolidated_iter_s(model, spec.gpus)
-            if spec.duration_s is not None:
-                durations.append(spec.duration_s)
-                iterations.append(spec.duration_s / cons)
-            else:
-                assert spec.iterations is not None
-                iterations.append(float(spec.iterations))
-                durations.append(spec.iterations * cons * (1.0 if emulated else speedup))
+            duration, its = self._work_of(spec, cons)
+            durations.append(duration)
+            iterations.append(its)
         started = self.started_wall
         jobs = build_jobs(
             job_ids=[item.job_id for item in fresh],
@@ -523,18 +522,22 @@ class Scheduler:
     def _learn_run_time(self, spec: JobSpec) -> None:
         """A job that succeeded before this start of the service: its run time for the
         estimates (its duration at its consolidated placement, as the core counts it)."""
-        model = spec.model or "resnet18"
+        model = spec.model or DEFAULT_MODEL
         try:
             cons = self.speed.consolidated_iter_s(model, spec.gpus)
         except Exception:  # a model this service's perf model no longer knows
             return
+        self.runtimes.add(model, spec.gpus, self._work_of(spec, cons)[0])
+
+    def _work_of(self, spec: JobSpec, cons: float) -> tuple[float, float]:
+        """A spec's run seconds at its consolidated placement (the core's duration) and its
+        iterations, its model taking ``cons`` seconds an iteration there. Real compute runs
+        iterations in wall time: its duration is their wall seconds times the speedup."""
         if spec.duration_s is not None:
-            run_s = spec.duration_s
-        elif spec.iterations is not None:
-            run_s = spec.iterations * cons * (1.0 if self.config.emulated else self.config.speedup)
-        else:
-            return
-        self.runtimes.add(model, spec.gpus, run_s)
+            return spec.duration_s, spec.duration_s / cons
+        assert spec.iterations is not None  # the spec's own rule: one of the two
+        scale = 1.0 if self.config.emulated else self.config.speedup
+        return spec.iterations * cons * scale, float(spec.iterations)
 
     def _on_event(self, event: JobEvent) -> None:
         job = self.core.by_id[event.job_id]
@@ -597,8 +600,8 @@ class Scheduler:
         self._sample(self.snapshot)
 
     def _explain(self, now: float) -> None:
-        """Why each queued job waits, in the policy's words (sched/reasons.py), when the jobs
-        changed since it was last asked and not more often than REASONS_EVERY_S."""
+        """Why each queued job waits, in the policy's words (sched/reasons.py), at most every
+        REASONS_EVERY_S (asked again even when no job changed: a delay timer's time left does)."""
         core = self.core
         if not core.queued:
             self._reasons = {}

@@ -25,7 +25,7 @@ from unstall.ray_connect import cluster_address, connect_ray, is_loopback
 from unstall.sched.base import Policy
 from unstall.service.api import create_app
 from unstall.service.estimates import EstimateSettings
-from unstall.service.scheduler import Scheduler
+from unstall.service.scheduler import DEFAULT_MODEL, Scheduler
 from unstall.service.service import Caller, Service
 from unstall.service.store import JobStore
 
@@ -181,11 +181,11 @@ def _warm_up(scheduler: Scheduler) -> None:
 
     The perf model's first facts of a model import torch's model-building machinery (seconds
     at a first use), which the first submission's request would otherwise do while every
-    request behind it waits; resnet18 is the model a job without one is timed as. Then the
+    request behind it waits (DEFAULT_MODEL: what a job without one is timed as). Then the
     objects of start-up (torch's, Ray's: some 400,000) are frozen out of the garbage
     collector's way: they live as long as the process, and a full collection walking them
     took 0.2 s, in the middle of whatever request or scheduling round set it off."""
-    scheduler.speed.consolidated_iter_s("resnet18", 1)
+    scheduler.speed.consolidated_iter_s(DEFAULT_MODEL, 1)
     gc.freeze()
 
 

@@ -375,13 +375,9 @@ class Service:
         except Exception as exc:  # a policy of the user's own that cannot be copied
             raise ServiceError(422, f"policy: {exc}") from exc
         forecasts = scheduler.whatif([serving, *fresh])
-        wall, speedup = state.wall_at_now, state.speedup
-
-        def at(seconds: float) -> float | None:
-            return wall + seconds / speedup if math.isfinite(seconds) else None
 
         def span(seconds: float) -> float | None:
-            return seconds / speedup if math.isfinite(seconds) else None
+            return seconds / state.speedup if math.isfinite(seconds) else None
 
         def answer(forecast: Forecast, is_serving: bool) -> WhatIfPolicy:
             return WhatIfPolicy(
@@ -389,14 +385,14 @@ class Service:
                 serving=is_serving,
                 avg_jct_s=span(forecast.avg_jct_s),
                 avg_wait_s=span(forecast.avg_wait_s),
-                makespan=at(forecast.makespan_s),
+                makespan=state.wall(forecast.makespan_s),
                 moves=forecast.moves,
-                starts={j: wall + s / speedup for j, s in forecast.starts.items()},
-                ends={j: wall + s / speedup for j, s in forecast.ends.items()},
+                starts=state.walls(forecast.starts),
+                ends=state.walls(forecast.ends),
             )
 
         return WhatIf(
-            at=wall,
+            at=state.wall_at_now,
             running=sum(1 for j in state.jobs if j.placement),
             waiting=[j.job_id for j in state.jobs if j.waiting],
             policies=[answer(f, i == 0) for i, f in enumerate(forecasts)],
