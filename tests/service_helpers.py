@@ -6,6 +6,7 @@ serve` process on a local emulated cluster, with what waits for it."""
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import subprocess
 import sys
@@ -122,6 +123,30 @@ def serve_process(
         time.sleep(0.1)
     process.kill()
     raise AssertionError("the service did not answer:\n" + log.read_text())
+
+
+def real_serve_process(
+    tmp_path: Path, cluster: Path, *extra: str
+) -> tuple[subprocess.Popen[bytes], str, Path]:
+    """A real-compute service at speedup 1 (store and log in ``tmp_path``) whose processes, and
+    those of its Ray, inherit UNSTALL_TEST_MARKER: a user's file that writes its importer's pid
+    there tells which processes loaded it. Returns the service, its URL and the marker file."""
+    marker = tmp_path / "imported-by"
+    os.environ["UNSTALL_TEST_MARKER"] = str(marker)
+    try:
+        process, url = serve_process(
+            tmp_path / "store",
+            cluster,
+            tmp_path / "serve.log",
+            "--compute",
+            "real",
+            "--speedup",
+            "1",
+            *extra,
+        )
+    finally:
+        del os.environ["UNSTALL_TEST_MARKER"]
+    return process, url, marker
 
 
 def jobs_cli(*args: str) -> subprocess.CompletedProcess[str]:

@@ -3,12 +3,11 @@ executors (never in the service's process), reports into its job's log, and succ
 
 from __future__ import annotations
 
-import os
 import signal
 from pathlib import Path
 
 from live_runs import TWO_NODES
-from service_helpers import START_S, serve_process
+from service_helpers import START_S, real_serve_process
 from unstall.service import Client
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,20 +28,7 @@ with open(_os.environ.get("UNSTALL_TEST_MARKER", "/dev/null"), "a") as _marker:
 def test_a_training_loop_with_its_file_runs_in_the_executors_only(tmp_path: Path) -> None:
     cluster = tmp_path / "two.toml"
     cluster.write_text(TWO_NODES)
-    marker = tmp_path / "imported-by"
-    os.environ["UNSTALL_TEST_MARKER"] = str(marker)  # inherited by the service and its Ray
-    try:
-        service, url = serve_process(
-            tmp_path / "store",
-            cluster,
-            tmp_path / "serve.log",
-            "--compute",
-            "real",
-            "--speedup",
-            "1",
-        )
-    finally:
-        del os.environ["UNSTALL_TEST_MARKER"]
+    service, url, marker = real_serve_process(tmp_path, cluster)
     try:
         client = Client(url, user="ann")
         job = client.submit(

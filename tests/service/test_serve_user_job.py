@@ -5,7 +5,6 @@ parameters of an uninterrupted run of the same functions, bit for bit."""
 
 from __future__ import annotations
 
-import os
 import signal
 from pathlib import Path
 
@@ -13,7 +12,7 @@ import pytest
 import torch
 
 from live_runs import MOVING_POLICY, TWO_NODES, free_port
-from service_helpers import START_S, jobs_cli, serve_process
+from service_helpers import START_S, jobs_cli, real_serve_process
 from unstall.live.executor import checkpoint_path, read_checkpoint_file
 from unstall.live.training import (
     JobWork,
@@ -72,29 +71,19 @@ def test_a_users_model_data_and_loss_run_in_the_executors_and_resume_exactly(
     code = tmp_path / "code"
     code.mkdir()
     (code / "job.py").write_text(USER_JOB)
-    marker = tmp_path / "imported-by"
-    os.environ["UNSTALL_TEST_MARKER"] = str(marker)  # inherited by the service and its Ray
-    try:
-        service, url = serve_process(
-            tmp_path / "store",
-            cluster,
-            tmp_path / "serve.log",
-            "--compute",
-            "real",
-            "--speedup",
-            "1",
-            # Start on node 0, migrate to node 1, preempt, start on node 0 again: 1.5 s
-            # between each.
-            "--policy",
-            f"{policy}:MoveAround",
-            "--policy-option",
-            "hold_s=1.5",
-            # The moves' own checkpoints carry the job; few periodic ones besides.
-            "--checkpoint-every-s",
-            "5",
-        )
-    finally:
-        del os.environ["UNSTALL_TEST_MARKER"]
+    service, url, marker = real_serve_process(
+        tmp_path,
+        cluster,
+        # Start on node 0, migrate to node 1, preempt, start on node 0 again: 1.5 s between
+        # each.
+        "--policy",
+        f"{policy}:MoveAround",
+        "--policy-option",
+        "hold_s=1.5",
+        # The moves' own checkpoints carry the job; few periodic ones besides.
+        "--checkpoint-every-s",
+        "5",
+    )
     try:
         job = code / "job.py"
         submitted = jobs_cli(
