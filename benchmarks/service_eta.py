@@ -119,11 +119,7 @@ def replay(trace: Any, args: argparse.Namespace) -> dict[str, Any]:
     ) as running:
         client = Client(running.url, user="eta")
         CLUSTER_NODES[:] = client.cluster().nodes
-        deadline = time.monotonic() + 300
-        while not client.stats()["ready"]:
-            if time.monotonic() > deadline:
-                raise SystemExit("the service's executors did not come up in 5 min")
-            time.sleep(0.5)
+        client.wait_ready(timeout_s=300)
 
         def measure() -> None:
             # Each submission's first estimate, and the yardstick's from the same moment.

@@ -217,3 +217,16 @@ def test_the_cluster_lists_nodes_and_free_gpus(open_api: TestClient) -> None:
 def test_openapi_describes_the_job_spec(open_api: TestClient) -> None:
     schema = open_api.get("/openapi.json").json()
     assert "/api/jobs" in schema["paths"] and "JobSpec" in schema["components"]["schemas"]
+
+
+def test_the_client_waits_until_the_executors_are_up(tmp_path: Path) -> None:
+    from service_helpers import serving
+    from unstall.service import Client
+
+    service = unstarted_service(tmp_path / "store")
+    with serving(service) as url:
+        client = Client(url)
+        with pytest.raises(TimeoutError, match=r"not up after 0\.3 s"):
+            client.wait_ready(timeout_s=0.3, poll_s=0.05)
+        service.scheduler.ready.set()
+        client.wait_ready(timeout_s=5)  # at once

@@ -288,8 +288,7 @@ def _service(out: Path, quiet: bool) -> None:
             client.submit(gpus=gpus, model=model, duration_s=seconds, name=f"{model}-{i}")
             for i, (gpus, model, seconds) in enumerate(sizes)
         ]
-        while not client.stats()["ready"]:  # the executors come up, the jobs are taken in
-            time.sleep(0.5)
+        client.wait_ready()  # the executors come up, the jobs are taken in
         deadline = time.monotonic() + 10  # the first forecast gives the waiting jobs estimates
         while time.monotonic() < deadline and not any(
             r.estimated_start is not None for r in client.list(state="pending")

@@ -8,7 +8,7 @@ What this part offers:
   stopped; :class:`ServeConfig` (host, port, store). ``with serving(...) as running:`` runs
   the same service while a block of your program runs (``running.url``).
 - :class:`Client`: the API from Python (``submit``, ``list``, ``get``, ``cancel``, ``logs``,
-  ``wait``, ``whatif``); ``unstall jobs ...`` is the same from the command line.
+  ``wait``, ``wait_ready``, ``whatif``); ``unstall jobs ...`` is the same from the command line.
 - The API's models: :class:`JobSpec` (what a user submits), :class:`JobRecord` and
   :class:`JobDetail` (what the service answers: with each job's estimated start and end),
   :class:`ClusterRecord`, :class:`WhatIf` (the queue forecast under several policies).

@@ -125,6 +125,15 @@ class Client:
                 raise TimeoutError(f"job {job_id} is still {record.state} after {timeout_s} s")
             time.sleep(poll_s)
 
+    def wait_ready(self, timeout_s: float | None = None, poll_s: float = 0.5) -> None:
+        """Until the service's executors are up and its jobs taken in (submissions are taken
+        before that, and wait); :class:`TimeoutError` after ``timeout_s``."""
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while not self.stats()["ready"]:
+            if deadline is not None and time.monotonic() > deadline:
+                raise TimeoutError(f"the service's executors are not up after {timeout_s} s")
+            time.sleep(poll_s)
+
     # --- plumbing ------------------------------------------------------------------------------
 
     def _call(self, method: str, path: str, **kwargs: Any) -> Any:
