@@ -50,7 +50,9 @@ from live_fidelity import fidelity_trace  # noqa: E402
 ENDED_OR_RUNNING = ("running", "succeeded", "failed", "cancelled")
 
 
-def baseline_start(records: list[Any], job_id: str, now: float, speedup: float) -> float | None:
+def baseline_start(
+    records: list[Any], job_id: str, now: float, speedup: float, total_gpus: int
+) -> float | None:
     """The backfill planner's start of ``job_id`` (wall) from the jobs as ``records`` show
     them at ``now``: running ones until their start plus their run time, the pending ones up to
     and including it in queue order."""
@@ -60,7 +62,6 @@ def baseline_start(records: list[Any], job_id: str, now: float, speedup: float) 
     job = by_id[job_id]
     if job.state != "pending" or job.position is None:
         return None
-    total = sum(n.gpus for n in CLUSTER_NODES)
     running = [
         (r.gpus, r.started_at + (r.estimated_run_s or 0.0) / speedup - now)
         for r in records
@@ -75,11 +76,8 @@ def baseline_start(records: list[Any], job_id: str, now: float, speedup: float) 
         for r in ahead
         if r.position <= job.position
     ]
-    starts = backfill_starts(total_gpus=total, running=running, queued=queued)
+    starts = backfill_starts(total_gpus=total_gpus, running=running, queued=queued)
     return None if job_id not in starts else now + starts[job_id]
-
-
-CLUSTER_NODES: list[Any] = []
 
 
 def replay(trace: Any, args: argparse.Namespace) -> dict[str, Any]:
@@ -118,7 +116,7 @@ def replay(trace: Any, args: argparse.Namespace) -> dict[str, Any]:
         say=say,
     ) as running:
         client = Client(running.url, user="eta")
-        CLUSTER_NODES[:] = client.cluster().nodes
+        total_gpus = client.cluster().total_gpus
         client.wait_ready(timeout_s=300)
 
         def measure() -> None:
@@ -136,7 +134,9 @@ def replay(trace: Any, args: argparse.Namespace) -> dict[str, Any]:
                     record = watcher.get(job_id)
                 now = time.time()
                 records = watcher.list()
-                measured[job_id]["baseline"] = baseline_start(records, job_id, now, speedup)
+                measured[job_id]["baseline"] = baseline_start(
+                    records, job_id, now, speedup, total_gpus
+                )
                 measured[job_id]["estimated"] = record.estimated_start_at_submit
 
         watcher = threading.Thread(target=measure, daemon=True)
