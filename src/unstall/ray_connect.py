@@ -106,7 +106,7 @@ def connect_ray(
             )
         return False
     _set_flags(torch_tensors)
-    with _interrupt_held(), _sigterm_kept():
+    with _interrupt_held(), sigterm_kept():
         return _connect(address, num_cpus, object_store_bytes, runtime_env)
 
 
@@ -298,9 +298,11 @@ def _interrupt_held() -> Iterator[None]:
 
 
 @contextmanager
-def _sigterm_kept() -> Iterator[None]:
+def sigterm_kept() -> Iterator[None]:
     """Ray's core installs its own SIGTERM handler when it starts (it prints a stack dump and
-    dies); a Python handler the program had (the CLI's: stop as on Ctrl-C) is put back."""
+    dies), and so does each node a local cluster starts in this process (it drains the node
+    for 30 s and exits); a Python handler the program had (the CLI's: stop as on Ctrl-C) is put
+    back."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return

@@ -248,6 +248,8 @@ class LocalRayCluster:
         from ray._private import ray_constants
         from ray.cluster_utils import Cluster
 
+        from unstall.ray_connect import sigterm_kept
+
         os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
         ray_constants.ENABLE_RAY_CLUSTER = False
         # Ray's multi-node launcher writes the cluster's address into its temporary folder,
@@ -260,7 +262,16 @@ class LocalRayCluster:
         self._tmp_before = os.environ.get("RAY_TMPDIR")
         os.environ["RAY_TMPDIR"] = self._tmp
 
-        self._cluster = Cluster(
+        # Its nodes start from this process, and Ray then takes SIGTERM for itself (at each
+        # node): its handler drains a node for 30 s and exits. Ours (the command's: stop
+        # cleanly, as Ctrl-C does, and end this cluster) is put back once they are up.
+        with sigterm_kept():
+            self._start(topology, slot_resource, Cluster)
+        self.address: str = self._cluster.address
+
+    def _start(self, topology: TopologyConfig, slot_resource: str, cluster: Any) -> None:
+        """The head node and a node per topology node; all ended again if one fails."""
+        self._cluster = cluster(
             initialize_head=True,
             head_node_args={"num_cpus": 1, "include_dashboard": False},
         )
@@ -275,7 +286,6 @@ class LocalRayCluster:
         except BaseException:
             self.shutdown()
             raise
-        self.address: str = self._cluster.address
 
     def remove_node(self, ray_node_id: str) -> None:
         """Take a node away (as a machine that fails would): its processes end."""
@@ -287,6 +297,10 @@ class LocalRayCluster:
 
     def shutdown(self) -> None:
         try:
+            # Its worker nodes end at once: by now the driver has stopped its actors (what a job
+            # needs kept is in the store's files), and a graceful stop only waits.
+            for node in list(self._cluster.worker_nodes):
+                self._cluster.remove_node(node, allow_graceful=False)
             self._cluster.shutdown()
         finally:
             if self._tmp_before is None:
