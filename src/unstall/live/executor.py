@@ -177,9 +177,15 @@ class Executor:
             if self._control.iteration_wall_s <= 0:
                 self._control.iteration_wall_s = plan.iteration_wall_s
         job_id = plan.work.job_id
+        saving: list[ray.ObjectRef] = []  # the periodic save on its way, if any
 
         def keep(iteration: float, blob: bytes) -> None:
-            self.store.save.remote(job_id, iteration, blob)
+            # The store writes one save at a time (each synced to disk): while the last one is
+            # still on its way, this one is skipped rather than queued behind it. Queued saves
+            # piled up on a slow disk and held up the segment's final save, and so its end.
+            if saving and not ray.wait(saving, timeout=0)[0]:
+                return
+            saving[:] = [self.store.save.remote(job_id, iteration, blob)]
 
         try:
             outcome = run_segment(plan, self._control, keep if plan.rank == 0 else None)
