@@ -342,6 +342,11 @@ def main() -> None:
         "--reuse", type=Path, help="a former --json: runs of the same traces not done again"
     )
     parser.add_argument(
+        "--regimes",
+        help="(--shape map) run only the regimes whose label contains this text, e.g. "
+        "'load 0.9, multi 0.5'",
+    )
+    parser.add_argument(
         "--only",
         help="run only these of the policies (comma-separated; --reuse gives the others)",
     )
@@ -375,7 +380,11 @@ def main() -> None:
 
         from dally_regimes import cells
 
-        workloads = [(dataclasses.asdict(c), c.congestion) for c in cells()]
+        workloads = [
+            (dataclasses.asdict(c), c.congestion)
+            for c in cells()
+            if not args.regimes or args.regimes in c.label
+        ]
     elif args.shape == "gavel":
         workloads = [({"load": float(x)}, args.congestion) for x in args.loads.split(",")]
     tasks = [

@@ -203,6 +203,8 @@ def simulate_outcome(
             for j, p in zip(sim_jobs, jobs, strict=True)
         ),
         rounds=rounds,
+        present_jobs=len(present),
+        present_done=sum(1 for j, _ in present if j.state == JobState.DONE),
     )
 
 
@@ -305,6 +307,7 @@ class LookaheadDally(PolicyBase):
         self._arrivals: deque[Arrival] = deque()
         self._seen: set[str] = set()
         self._ties: dict[str, int] = {}  # tunings in a row a candidate tied the current one
+        self._left: str | None = None  # the setting left at the last switch
         # Its cost, in scheduling rounds: the run's own so far, and its look-aheads' (each with
         # its set-up: SIM_OVERHEAD_ROUNDS; a deterministic measure of work, unlike wall time).
         self.rounds = 0
@@ -379,8 +382,9 @@ class LookaheadDally(PolicyBase):
             scores = tuple((n, 1.0) for n in c.names)
             self._record(TuneRecord(snapshot.now, scores, self.current, 0.0, c.margin))
             return
-        margin = max(c.margin, c.error_weight * self.checks.error)
-        totals, held, samples = self._look_ahead(snapshot, names, margin)
+        base_margin = max(c.margin, c.error_weight * self.checks.error)
+        totals, held, samples = self._look_ahead(snapshot, names, base_margin)
+        margin = self._margin(base_margin, totals[self.current])
         for name in c.names:
             if name not in names:
                 totals[name] = totals[self.current]
@@ -388,8 +392,11 @@ class LookaheadDally(PolicyBase):
                 tied = totals[name].score == totals[self.current].score
                 self._ties[name] = self._ties.get(name, 0) + 1 if tied else 0
         now_score = totals[self.current].score
-        chosen, gain = choose(totals, self.current, held, samples, margin, c)
+        chosen, gain = choose(
+            totals, self.current, held, samples, margin, c, self._left, c.revert_factor
+        )
         if chosen != self.current:
+            self._left = self.current
             self.current = chosen
             self._ties = {}
             self.dallys[chosen].continue_from(self.inner)
@@ -425,11 +432,25 @@ class LookaheadDally(PolicyBase):
                 self.lookahead_rounds += outcome.rounds + SIM_OVERHEAD_ROUNDS
             samples += 1
             so_far = {n: totals[n] for n in names}
-            if choose(so_far, self.current, held, samples, OPEN_SHARE * margin, c)[0] == (
-                self.current
-            ):
+            wide = self._margin(margin, totals[self.current])
+            if choose(
+                so_far,
+                self.current,
+                held,
+                samples,
+                OPEN_SHARE * wide,
+                c,
+                self._left,
+                c.revert_factor,
+            )[0] == (self.current):
                 break
         return totals, held, samples
+
+    def _margin(self, base: float, current: Outcome) -> float:
+        if not self.config.confidence or current.present_jobs == 0:
+            return base
+        share = current.present_done / current.present_jobs
+        return base / max(share, 0.01)
 
     def _record(self, record: TuneRecord) -> None:
         """Keep ``record`` of the tuning just done, set when the next is due (a period that

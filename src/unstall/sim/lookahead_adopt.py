@@ -38,6 +38,8 @@ class Outcome:
     comm_s: float
     moves: int
     rounds: int
+    present_jobs: int = 0
+    present_done: int = 0
 
     def __add__(self, other: Outcome) -> Outcome:
         return Outcome(
@@ -46,6 +48,8 @@ class Outcome:
             comm_s=self.comm_s + other.comm_s,
             moves=self.moves + other.moves,
             rounds=self.rounds + other.rounds,
+            present_jobs=self.present_jobs + other.present_jobs,
+            present_done=self.present_done + other.present_done,
         )
 
 
@@ -73,6 +77,8 @@ def choose(
     samples: int,
     margin: float,
     config: LookaheadConfig,
+    left: str | None = None,
+    revert_factor: float = 1.0,
 ) -> tuple[str, float]:
     """The setting to run next and its predicted gain over ``current`` (0 when kept): the best
     score among the candidates within the bounds, when it beats ``current``'s by more than
@@ -85,7 +91,7 @@ def choose(
     ]
     best = min(allowed, key=lambda n: (outcomes[n].score, n != current))
     gain = (now.score - outcomes[best].score) / now.score if now.score > 0 else 0.0
-    if best == current or gain <= margin:
+    if best == current or gain <= margin * (revert_factor if best == left else 1.0):
         return current, 0.0
     return best, gain
 
