@@ -307,7 +307,6 @@ class LookaheadDally(PolicyBase):
         self._arrivals: deque[Arrival] = deque()
         self._seen: set[str] = set()
         self._ties: dict[str, int] = {}  # tunings in a row a candidate tied the current one
-        self._left: str | None = None  # the setting left at the last switch
         # Its cost, in scheduling rounds: the run's own so far, and its look-aheads' (each with
         # its set-up: SIM_OVERHEAD_ROUNDS; a deterministic measure of work, unlike wall time).
         self.rounds = 0
@@ -392,11 +391,8 @@ class LookaheadDally(PolicyBase):
                 tied = totals[name].score == totals[self.current].score
                 self._ties[name] = self._ties.get(name, 0) + 1 if tied else 0
         now_score = totals[self.current].score
-        chosen, gain = choose(
-            totals, self.current, held, samples, margin, c, self._left, c.revert_factor
-        )
+        chosen, gain = choose(totals, self.current, held, samples, margin, c)
         if chosen != self.current:
-            self._left = self.current
             self.current = chosen
             self._ties = {}
             self.dallys[chosen].continue_from(self.inner)
@@ -433,16 +429,9 @@ class LookaheadDally(PolicyBase):
             samples += 1
             so_far = {n: totals[n] for n in names}
             wide = self._margin(margin, totals[self.current])
-            if choose(
-                so_far,
-                self.current,
-                held,
-                samples,
-                OPEN_SHARE * wide,
-                c,
-                self._left,
-                c.revert_factor,
-            )[0] == (self.current):
+            if choose(so_far, self.current, held, samples, OPEN_SHARE * wide, c)[0] == (
+                self.current
+            ):
                 break
         return totals, held, samples
 

@@ -77,8 +77,6 @@ def choose(
     samples: int,
     margin: float,
     config: LookaheadConfig,
-    left: str | None = None,
-    revert_factor: float = 1.0,
 ) -> tuple[str, float]:
     """The setting to run next and its predicted gain over ``current`` (0 when kept): the best
     score among the candidates within the bounds, when it beats ``current``'s by more than
@@ -91,7 +89,7 @@ def choose(
     ]
     best = min(allowed, key=lambda n: (outcomes[n].score, n != current))
     gain = (now.score - outcomes[best].score) / now.score if now.score > 0 else 0.0
-    if best == current or gain <= margin * (revert_factor if best == left else 1.0):
+    if best == current or gain <= margin:
         return current, 0.0
     return best, gain
 

@@ -84,9 +84,6 @@ class LookaheadConfig:
     # EXPERIMENT: divide the margin by the share of the present jobs that finish within the
     # horizon in the current setting's look-ahead.
     confidence: bool = True
-    # EXPERIMENT: a switch back to the setting left at the last switch must beat this many
-    # times the margin.
-    revert_factor: float = 1.0
 
     def __post_init__(self) -> None:
         check(isinstance(self.candidates, str), self, "candidates", "comma-separated names")
@@ -112,7 +109,6 @@ class LookaheadConfig:
         check(self.churn_per_gain >= 0, self, "churn_per_gain", "must be >= 0")
         check(self.error_weight >= 0, self, "error_weight", "must be >= 0")
         check(self.error_window >= 1, self, "error_window", "must be >= 1")
-        check(self.revert_factor >= 1, self, "revert_factor", "must be >= 1")
 
     @property
     def names(self) -> tuple[str, ...]:
