@@ -381,9 +381,8 @@ class LookaheadDally(PolicyBase):
             scores = tuple((n, 1.0) for n in c.names)
             self._record(TuneRecord(snapshot.now, scores, self.current, 0.0, c.margin))
             return
-        base_margin = max(c.margin, c.error_weight * self.checks.error)
-        totals, held, samples = self._look_ahead(snapshot, names, base_margin)
-        margin = self._margin(base_margin, totals[self.current])
+        margin = max(c.margin, c.error_weight * self.checks.error)
+        totals, held, samples = self._look_ahead(snapshot, names, margin)
         for name in c.names:
             if name not in names:
                 totals[name] = totals[self.current]
@@ -391,7 +390,7 @@ class LookaheadDally(PolicyBase):
                 tied = totals[name].score == totals[self.current].score
                 self._ties[name] = self._ties.get(name, 0) + 1 if tied else 0
         now_score = totals[self.current].score
-        chosen, gain = choose(totals, self.current, held, samples, margin, c)
+        chosen, gain, wide = choose(totals, self.current, held, samples, margin, c)
         if chosen != self.current:
             self.current = chosen
             self._ties = {}
@@ -403,7 +402,7 @@ class LookaheadDally(PolicyBase):
             snapshot.now, snapshot.now + stop, present, totals[chosen].present / samples
         )
         scores = tuple((n, totals[n].score / now_score if now_score > 0 else 1.0) for n in c.names)
-        self._record(TuneRecord(snapshot.now, scores, chosen, gain, margin))
+        self._record(TuneRecord(snapshot.now, scores, chosen, gain, wide))
 
     def _look_ahead(
         self, snapshot: ClusterSnapshot, names: list[str], margin: float
@@ -428,18 +427,11 @@ class LookaheadDally(PolicyBase):
                 self.lookahead_rounds += outcome.rounds + SIM_OVERHEAD_ROUNDS
             samples += 1
             so_far = {n: totals[n] for n in names}
-            wide = self._margin(margin, totals[self.current])
-            if choose(so_far, self.current, held, samples, OPEN_SHARE * wide, c)[0] == (
+            if choose(so_far, self.current, held, samples, OPEN_SHARE * margin, c)[0] == (
                 self.current
             ):
                 break
         return totals, held, samples
-
-    def _margin(self, base: float, current: Outcome) -> float:
-        if not self.config.confidence or current.present_jobs == 0:
-            return base
-        share = current.present_done / current.present_jobs
-        return base / max(share, 0.01)
 
     def _record(self, record: TuneRecord) -> None:
         """Keep ``record`` of the tuning just done, set when the next is due (a period that

@@ -55,6 +55,10 @@ class Outcome:
 
 ZERO = Outcome(score=0.0, present=0.0, comm_s=0.0, moves=0, rounds=0)
 
+# The least share of the present jobs a look-ahead is taken to see finish (``confident_margin``):
+# a look-ahead that sees none finish widens its margin 20 times, not without bound.
+MIN_SEEN_SHARE = 0.05
+
 
 def within_bounds(
     candidate: Outcome, current: Outcome, jobs: int, samples: int, config: LookaheadConfig
@@ -70,6 +74,23 @@ def within_bounds(
     return comm_ok and churn_ok
 
 
+def seen_share(outcome: Outcome) -> float:
+    """The share of the jobs there at the tuning instant that finished within the horizon in
+    ``outcome``'s look-ahead (1 when it held none)."""
+    return outcome.present_done / outcome.present_jobs if outcome.present_jobs else 1.0
+
+
+def confident_margin(
+    margin: float, current: Outcome, candidate: Outcome, config: LookaheadConfig
+) -> float:
+    """The margin ``candidate`` must beat ``current`` by: ``margin`` over the larger share of
+    the jobs there now that finish within the horizon under either (at least
+    ``MIN_SEEN_SHARE``), with ``config.confidence``; else ``margin`` itself."""
+    if not config.confidence:
+        return margin
+    return margin / max(seen_share(current), seen_share(candidate), MIN_SEEN_SHARE)
+
+
 def choose(
     outcomes: Mapping[str, Outcome],
     current: str,
@@ -77,10 +98,11 @@ def choose(
     samples: int,
     margin: float,
     config: LookaheadConfig,
-) -> tuple[str, float]:
-    """The setting to run next and its predicted gain over ``current`` (0 when kept): the best
-    score among the candidates within the bounds, when it beats ``current``'s by more than
-    ``margin`` (a share)."""
+) -> tuple[str, float, float]:
+    """The setting to run next, its predicted gain over ``current`` (0 when kept) and the
+    margin the best candidate had to beat: the best score among the candidates within the
+    bounds, when it beats ``current``'s by more than ``margin`` (a share) widened to the
+    look-ahead's confidence (:func:`confident_margin`)."""
     now = outcomes[current]
     allowed = [
         n
@@ -89,9 +111,10 @@ def choose(
     ]
     best = min(allowed, key=lambda n: (outcomes[n].score, n != current))
     gain = (now.score - outcomes[best].score) / now.score if now.score > 0 else 0.0
-    if best == current or gain <= margin:
-        return current, 0.0
-    return best, gain
+    wide = confident_margin(margin, now, outcomes[best], config)
+    if best == current or gain <= wide:
+        return current, 0.0, wide
+    return best, gain, wide
 
 
 @dataclass
