@@ -216,7 +216,8 @@ def test_it_needs_only_what_a_live_backend_gives() -> None:
 
 def test_dally_is_tuned_by_default_and_dally_fixed_is_not() -> None:
     """The registry's ``dally`` has the tuner on with its defaults; ``dally-fixed`` is Dally
-    without it, taking Dally's own knobs only; both decide alike until a tuning switches."""
+    without it, taking Dally's own knobs only (its base setting throughout, where ``dally``
+    starts from ``gittins-service``)."""
     tuned, fixed = make_policy("dally"), make_policy("dally-fixed")
     assert isinstance(tuned, LookaheadDally) and tuned.config == LookaheadConfig()
     assert tuned.base == DallyConfig() and tuned.name == "dally"

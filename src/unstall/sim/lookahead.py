@@ -97,7 +97,7 @@ class TuneRecord:
     scores: tuple[tuple[str, float], ...]
     chosen: str
     gain: float
-    margin: float = 0.0  # the margin it had to beat (widened to the measured error)
+    margin: float = 0.0  # the margin it had to beat (widened to its error and confidence)
 
 
 def draw_remaining_s(

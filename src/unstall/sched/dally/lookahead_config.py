@@ -33,7 +33,8 @@ class LookaheadConfig:
     finished jobs (``samples`` draws, the same for every candidate), and adopts the best by
     ``target`` (``jct``: the time jobs spend in the system over the horizon, what average JCT
     sums; ``makespan``: when the jobs there now are all done) when it beats the current setting
-    by ``margin`` (a share, widened to its measured prediction error) without raising the
+    by ``margin`` (a share, widened to its measured prediction error and to the share of the
+    jobs there now that it sees finish within the horizon: ``confidence``) without raising the
     communication overhead or the moves beyond ``comm_bound`` and ``churn_bound``. A period
     that keeps the setting doubles the next (up to ``max_period_s``): the look-ahead is redone
     less often while its answer holds.
