@@ -12,6 +12,7 @@ setting's; mean ± sd over the traces, and each run's simulation time over conso
     .venv/bin/python benchmarks/dally_tuned.py [--shape default] [--traces 20] [--jobs 400]
         [--congestion medium] [--workers 2] [--json bench-results/dally_tuned.json]
         [--tuned 'dally;dally?horizon_s=7200'] [--reuse FORMER.json]
+        [--shape map --regimes 'load 0.9, multi 0.5']
 
 A ``--reuse`` file saved before 2026-11-28, with the labels of then, is read with today's: the
 tuner ``dally``, Dally with it off ``dally-fixed`` (:func:`relabel`).
