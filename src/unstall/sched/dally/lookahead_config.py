@@ -47,8 +47,8 @@ class LookaheadConfig:
     # "default" before 2026-11-29). "patient" and "eager" are left out by default: "patient"
     # won no trace that "default" did not, and the tuner chose "eager" in none of 145 runs (40
     # traces like the embedded one, the regime map, the heavy traces), where leaving it out
-    # made the same choices for 15% less simulation (benchmarks/BENCHMARKS.md, "Dally's
-    # look-ahead tuner"). The other defaults were chosen there against variants (fewer
+    # made the same choices for about a fifth less simulation (benchmarks/BENCHMARKS.md,
+    # "Dally's look-ahead tuner"). The other defaults were chosen there against variants (fewer
     # samples, a longer horizon with more jobs: no closer to the best fixed setting, and
     # dearer).
     candidates: str = "gittins-service,default,las-service"
