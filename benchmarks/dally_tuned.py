@@ -12,6 +12,7 @@ setting's; mean ± sd over the traces, and each run's simulation time over conso
     .venv/bin/python benchmarks/dally_tuned.py [--shape default] [--traces 20] [--jobs 400]
         [--congestion medium] [--workers 2] [--json bench-results/dally_tuned.json]
         [--tuned 'dally;dally?horizon_s=7200'] [--reuse FORMER.json]
+        [--shape map --regimes 'load 0.9, multi 0.5']
 
 A ``--reuse`` file saved before 2026-11-28, with the labels of then, is read with today's: the
 tuner ``dally``, Dally with it off ``dally-fixed`` (:func:`relabel`).
@@ -342,6 +343,11 @@ def main() -> None:
         "--reuse", type=Path, help="a former --json: runs of the same traces not done again"
     )
     parser.add_argument(
+        "--regimes",
+        help="(--shape map) run only the regimes whose label contains this text, e.g. "
+        "'load 0.9, multi 0.5'",
+    )
+    parser.add_argument(
         "--only",
         help="run only these of the policies (comma-separated; --reuse gives the others)",
     )
@@ -375,7 +381,11 @@ def main() -> None:
 
         from dally_regimes import cells
 
-        workloads = [(dataclasses.asdict(c), c.congestion) for c in cells()]
+        workloads = [
+            (dataclasses.asdict(c), c.congestion)
+            for c in cells()
+            if not args.regimes or args.regimes in c.label
+        ]
     elif args.shape == "gavel":
         workloads = [({"load": float(x)}, args.congestion) for x in args.loads.split(",")]
     tasks = [

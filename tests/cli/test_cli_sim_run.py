@@ -184,9 +184,9 @@ def test_a_tuned_run_says_what_its_tuner_chose(tmp_path: Path) -> None:
         ["sim", "run", "--policy", "dally", "--json", str(tmp_path / "t.json")],
     )
     assert res.exit_code == 0, res.output
-    # On the embedded trace it keeps its first setting (since issue 49's adoption rule); a
-    # run that switches says "started default, switched to ..." (tests/sim/test_lookahead.py).
-    assert re.search(r"dally's tuner: \d+ tunings?, (started|kept) default", res.output)
+    # It starts from gittins-service; a run that switches says "started gittins-service,
+    # switched to ..." (tests/sim/test_lookahead.py).
+    assert re.search(r"dally's tuner: \d+ tunings?, (started|kept) gittins-service", res.output)
     plain = runner.invoke(
         app, ["sim", "run", "--policy", "dally-fixed", "--json", str(tmp_path / "p.json")]
     )

@@ -157,4 +157,6 @@ def test_over_like_traces_fixed_dally_gets_its_line_and_the_tuner_its_choices() 
     switched = sum(1 for c in courses if c.switches)  # type: ignore[attr-defined]
     assert f"its tuner there: {min(tunings)}-{max(tunings)} tunings a run; " in text
     assert f"switched on {switched} of 2 traces" in text
-    assert f"kept Dally's defaults on {2 - switched}." in text
+    first = courses[0].first  # type: ignore[attr-defined]
+    assert first == "gittins-service"
+    assert f"kept its first setting ({first}) on {2 - switched}." in text

@@ -19,7 +19,13 @@ from unstall.sched.dally import Dally, DallyConfig
 from unstall.sched.dally.lookahead_config import LookaheadConfig
 from unstall.sched.options import missing_policy_members
 from unstall.sim import simulate
-from unstall.sim.lookahead import LookaheadDally, draw_remaining_s, plan_jobs, tuner_course
+from unstall.sim.lookahead import (
+    LookaheadDally,
+    draw_remaining_s,
+    plan_jobs,
+    simulate_outcome,
+    tuner_course,
+)
 from unstall.traces import SyntheticTraceConfig, generate
 
 LAYOUT = ClusterLayout.regular(racks=1, nodes_per_rack=1, gpus_per_node=4)
@@ -61,8 +67,13 @@ def taught(policy: LookaheadDally) -> LookaheadDally:
     return policy
 
 
+# Started from Dally's own defaults (``default`` first), where a switch is to be seen; a run
+# starts from ``gittins-service`` by default (test_a_run_starts_from_preemption_for_service).
+FROM_DEFAULT = "default,eager,las-service,gittins-service"
+
+
 def test_it_picks_preemption_for_service_where_it_clearly_pays() -> None:
-    policy = taught(LookaheadDally(LookaheadConfig(horizon_s=3600.0)))
+    policy = taught(LookaheadDally(LookaheadConfig(horizon_s=3600.0, candidates=FROM_DEFAULT)))
     decision = policy.decide(long_job_holds_the_cluster(), random.Random(0))
     (record,) = policy.history
     assert record.chosen in ("las-service", "gittins-service")
@@ -81,7 +92,7 @@ def test_it_picks_preemption_for_service_where_it_clearly_pays() -> None:
 def test_it_keeps_the_setting_where_none_is_better() -> None:
     """The running job has run 100 s of the 130 s such jobs are learnt to run: no candidate
     preempts it, none does better, and the setting stays."""
-    policy = LookaheadDally(LookaheadConfig(horizon_s=3600.0))
+    policy = LookaheadDally(LookaheadConfig(horizon_s=3600.0, candidates=FROM_DEFAULT))
     for _ in range(20):
         policy.inner.history.observe_finish(60.0, 1)
         policy.inner.history.observe_finish(130.0, 4)
@@ -141,10 +152,15 @@ def test_telemetry_and_determinism() -> None:
 def test_the_course_read_back_from_telemetry_is_the_policys_history() -> None:
     """What ``sim run``/``sim compare`` and ``make demo`` print: the tunings, and each switch
     with its time, candidate and predicted gain, as the policy recorded them (on the embedded
-    trace, where it switches once its margin is not widened and its bound on churn is loose)."""
+    trace, where it switches once its margin is not widened, to its error or its confidence,
+    and its bound on churn is loose)."""
     from unstall.traces import default_trace
 
-    policy = LookaheadDally(LookaheadConfig(error_weight=0.0, churn_bound=1.0))
+    policy = LookaheadDally(
+        LookaheadConfig(
+            error_weight=0.0, churn_bound=1.0, confidence=False, candidates=FROM_DEFAULT
+        )
+    )
     run = simulate(default_trace(), "small", policy)
     course = tuner_course(run.telemetry)
     assert course is not None
@@ -200,7 +216,8 @@ def test_it_needs_only_what_a_live_backend_gives() -> None:
 
 def test_dally_is_tuned_by_default_and_dally_fixed_is_not() -> None:
     """The registry's ``dally`` has the tuner on with its defaults; ``dally-fixed`` is Dally
-    without it, taking Dally's own knobs only; both decide alike until a tuning switches."""
+    without it, taking Dally's own knobs only (its base setting throughout, where ``dally``
+    starts from ``gittins-service``)."""
     tuned, fixed = make_policy("dally"), make_policy("dally-fixed")
     assert isinstance(tuned, LookaheadDally) and tuned.config == LookaheadConfig()
     assert tuned.base == DallyConfig() and tuned.name == "dally"
@@ -237,7 +254,9 @@ def test_dallys_own_knobs_set_the_base_that_each_candidate_moves_one_knob_of() -
     assert policy.settings_of("default") == policy.base
     eager = policy.settings_of("eager")
     assert eager.wait_factor == 1.0 and eager.max_moves_per_job == 5
-    assert policy.inner.config == policy.base  # it starts on the base setting
+    # It starts on the first candidate, gittins-service: the base setting's with preemption
+    # for service.
+    assert policy.inner.config == dataclasses.replace(policy.base, service_preemption=True)
     las = resolve_policy("dally", (("order", "las"),))
     assert las.settings_of("gittins-service").order == "gittins"  # type: ignore[attr-defined]
     with pytest.raises(ConfigError, match=r"DallyOptions\.order"):
@@ -262,6 +281,35 @@ def test_sched_does_not_import_sim_and_sim_provides_dally() -> None:
         "assert type(make_policy('dally')).__name__ == 'LookaheadDally'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_run_starts_from_preemption_for_service() -> None:
+    """``gittins-service`` is the first candidate by default: a run of ``dally`` starts with
+    preemption for service in Dally's own (gittins) order, the fixed setting that won the
+    most traces like the embedded one and beat Dally's defaults on every heavy Gavel-like
+    trace (BENCHMARKS.md, "Dally's look-ahead tuner"); the cluster held by a day-long job
+    frees GPUs for the short ones in the first round, before any tuning."""
+    policy = taught(LookaheadDally(LookaheadConfig(horizon_s=3600.0)))
+    assert policy.current == "gittins-service"
+    assert policy.inner.config.service_preemption and policy.inner.config.order == "gittins"
+    snap = dataclasses.replace(long_job_holds_the_cluster(), now=1800.0)  # before any tuning
+    assert [p.job_id for p in policy.decide(snap, random.Random(0)).preemptions] == ["j0"]
+    assert not policy.history
+
+
+def test_the_look_ahead_counts_the_present_jobs_it_sees_finish() -> None:
+    """What the confidence of a look-ahead rests on: of the nine jobs there now, none finishes
+    within the hour while the day-long job holds the cluster (``default``); all eight short
+    ones do when it is preempted for them (``las-service``)."""
+    config = LookaheadConfig(horizon_s=3600.0, candidates=FROM_DEFAULT)
+    policy = taught(LookaheadDally(config))
+    snap = long_job_holds_the_cluster()
+    jobs = plan_jobs(snap, policy.inner.history, [], config, random.Random(5))
+    history = policy.inner.history
+    held = simulate_outcome(jobs, policy.settings_of("default"), history, snap, config, 0)
+    freed = simulate_outcome(jobs, policy.settings_of("las-service"), history, snap, config, 0)
+    assert (held.present_jobs, held.present_done) == (9, 0)
+    assert (freed.present_jobs, freed.present_done) == (9, 8)
 
 
 def test_service_preemption_is_what_makes_the_difference() -> None:

@@ -7,14 +7,33 @@ import pytest
 
 from unstall.sched.base import ClusterLayout, ClusterSnapshot, JobView, Sensitivity
 from unstall.sched.dally.lookahead_config import LookaheadConfig
-from unstall.sim.lookahead_adopt import Outcome, PredictionChecks, choose, within_bounds
+from unstall.sim.lookahead_adopt import (
+    MIN_SEEN_SHARE,
+    Outcome,
+    PredictionChecks,
+    choose,
+    confident_margin,
+    seen_share,
+    within_bounds,
+)
 
-CONFIG = LookaheadConfig(comm_bound=0.02, churn_bound=0.05, churn_per_gain=0.0)
+CONFIG = LookaheadConfig(comm_bound=0.02, churn_bound=0.05, churn_per_gain=0.0, confidence=False)
 LAYOUT = ClusterLayout.regular(racks=1, nodes_per_rack=1, gpus_per_node=4)
 
 
-def outcome(score: float, comm_s: float = 100.0, moves: int = 0) -> Outcome:
-    return Outcome(score=score, present=score, comm_s=comm_s, moves=moves, rounds=1)
+def outcome(
+    score: float, comm_s: float = 100.0, moves: int = 0, seen: tuple[int, int] = (0, 0)
+) -> Outcome:
+    """``seen``: (present jobs done within the horizon, present jobs)."""
+    return Outcome(
+        score=score,
+        present=score,
+        comm_s=comm_s,
+        moves=moves,
+        rounds=1,
+        present_done=seen[0],
+        present_jobs=seen[1],
+    )
 
 
 def test_the_best_candidate_within_the_bounds_is_adopted_past_the_margin() -> None:
@@ -23,9 +42,30 @@ def test_the_best_candidate_within_the_bounds_is_adopted_past_the_margin() -> No
         "las-service": outcome(80.0, comm_s=150.0),  # best, but communicates much more
         "gittins-service": outcome(90.0, moves=2),  # within the churn bound of 40 jobs
     }
-    assert choose(outcomes, "default", 40, 1, 0.02, CONFIG) == ("gittins-service", 0.1)
+    assert choose(outcomes, "default", 40, 1, 0.02, CONFIG) == ("gittins-service", 0.1, 0.02)
     # Beyond the margin only: a predicted 10% is not enough against a 12% error.
-    assert choose(outcomes, "default", 40, 1, 0.12, CONFIG) == ("default", 0.0)
+    assert choose(outcomes, "default", 40, 1, 0.12, CONFIG) == ("default", 0.0, 0.12)
+
+
+def test_the_margin_is_widened_to_the_share_of_jobs_the_look_ahead_sees_finish() -> None:
+    """A look-ahead that sees few of the jobs there now finish (jobs that run for days, a
+    horizon of hours) predicts a reshuffle of waits: its margin is divided by the larger share
+    seen finishing under the current setting or the candidate (at least MIN_SEEN_SHARE)."""
+    config = LookaheadConfig(confidence=True)
+    few = {"default": outcome(100.0, seen=(6, 84)), "las-service": outcome(97.0, seen=(5, 84))}
+    # 3% predicted against 2% / (6/84) = 28%: kept.
+    name, gain, margin = choose(few, "default", 84, 1, 0.02, config)
+    assert (name, gain) == ("default", 0.0)
+    assert margin == pytest.approx(0.02 * 84 / 6)
+    # The same gain where most finish (30 of 40 under the candidate: 2% / 0.75): adopted.
+    most = {"default": outcome(100.0, seen=(10, 40)), "las-service": outcome(97.0, seen=(30, 40))}
+    assert choose(most, "default", 40, 1, 0.02, config)[:2] == ("las-service", pytest.approx(0.03))
+    # None seen finishing under either: 20 times the margin, not without bound.
+    blind = outcome(100.0, seen=(0, 9))
+    assert confident_margin(0.02, blind, blind, config) == pytest.approx(0.02 / MIN_SEEN_SHARE)
+    # A look-ahead that held no present job, or the rule off: the margin as given.
+    assert seen_share(outcome(100.0)) == 1.0
+    assert confident_margin(0.02, blind, blind, CONFIG) == 0.02
 
 
 @pytest.mark.parametrize(

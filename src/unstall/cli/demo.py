@@ -206,7 +206,7 @@ def _tuner_over_like_traces(courses: list[Any]) -> None:
             if switched
             else ""
         )
-        + f", kept Dally's defaults on {len(courses) - switched}.",
+        + f", kept its first setting ({courses[0].first}) on {len(courses) - switched}.",
         highlight=False,
     )
 

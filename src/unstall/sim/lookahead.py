@@ -97,7 +97,7 @@ class TuneRecord:
     scores: tuple[tuple[str, float], ...]
     chosen: str
     gain: float
-    margin: float = 0.0  # the margin it had to beat (widened to the measured error)
+    margin: float = 0.0  # the margin it had to beat (widened to its error and confidence)
 
 
 def draw_remaining_s(
@@ -203,6 +203,8 @@ def simulate_outcome(
             for j, p in zip(sim_jobs, jobs, strict=True)
         ),
         rounds=rounds,
+        present_jobs=len(present),
+        present_done=sum(1 for j, _ in present if j.state == JobState.DONE),
     )
 
 
@@ -388,7 +390,7 @@ class LookaheadDally(PolicyBase):
                 tied = totals[name].score == totals[self.current].score
                 self._ties[name] = self._ties.get(name, 0) + 1 if tied else 0
         now_score = totals[self.current].score
-        chosen, gain = choose(totals, self.current, held, samples, margin, c)
+        chosen, gain, wide = choose(totals, self.current, held, samples, margin, c)
         if chosen != self.current:
             self.current = chosen
             self._ties = {}
@@ -400,7 +402,7 @@ class LookaheadDally(PolicyBase):
             snapshot.now, snapshot.now + stop, present, totals[chosen].present / samples
         )
         scores = tuple((n, totals[n].score / now_score if now_score > 0 else 1.0) for n in c.names)
-        self._record(TuneRecord(snapshot.now, scores, chosen, gain, margin))
+        self._record(TuneRecord(snapshot.now, scores, chosen, gain, wide))
 
     def _look_ahead(
         self, snapshot: ClusterSnapshot, names: list[str], margin: float

@@ -14,6 +14,18 @@ tuning's prediction for the jobs there at that instant (the time they spend in t
 the next horizon, under the setting then adopted) is checked against what then happened in the
 run, and the margin is at least ``error_weight`` times the mean relative error of the last
 ``error_window`` checks.
+
+It is then widened to the look-ahead's confidence (``confidence``, on by default): divided by
+the share of the jobs there at the instant that finish within the horizon in the look-ahead
+(the larger of the current setting's and the candidate's, at least ``MIN_SEEN_SHARE``). A
+look-ahead sees what a setting does to a job only when the job finishes within it: where jobs
+run for days, a horizon of hours sees mostly waits (7% of the present jobs finished on the
+heavy Gavel-like traces), and the 2-4% it predicted for a switch turned into losses of up to
+9%; on traces like the embedded one it sees 30-100% finish, and a switch that predicts 5% still
+passes a margin of 2-7%. The candidate's share counts too: a setting that frees a cluster held
+by a long job for the short ones waiting sees them finish, though the current setting sees
+none. (The error, a figure of the absolute time in system that the candidates mostly share,
+could not tell the two kinds of trace apart: BENCHMARKS.md, "Dally's look-ahead tuner".)
 """
 
 from __future__ import annotations
@@ -38,6 +50,8 @@ class Outcome:
     comm_s: float
     moves: int
     rounds: int
+    present_jobs: int = 0
+    present_done: int = 0
 
     def __add__(self, other: Outcome) -> Outcome:
         return Outcome(
@@ -46,10 +60,16 @@ class Outcome:
             comm_s=self.comm_s + other.comm_s,
             moves=self.moves + other.moves,
             rounds=self.rounds + other.rounds,
+            present_jobs=self.present_jobs + other.present_jobs,
+            present_done=self.present_done + other.present_done,
         )
 
 
 ZERO = Outcome(score=0.0, present=0.0, comm_s=0.0, moves=0, rounds=0)
+
+# The least share of the present jobs a look-ahead is taken to see finish (``confident_margin``):
+# a look-ahead that sees none finish widens its margin 20 times, not without bound.
+MIN_SEEN_SHARE = 0.05
 
 
 def within_bounds(
@@ -66,6 +86,23 @@ def within_bounds(
     return comm_ok and churn_ok
 
 
+def seen_share(outcome: Outcome) -> float:
+    """The share of the jobs there at the tuning instant that finished within the horizon in
+    ``outcome``'s look-ahead (1 when it held none)."""
+    return outcome.present_done / outcome.present_jobs if outcome.present_jobs else 1.0
+
+
+def confident_margin(
+    margin: float, current: Outcome, candidate: Outcome, config: LookaheadConfig
+) -> float:
+    """The margin ``candidate`` must beat ``current`` by: ``margin`` over the larger share of
+    the jobs there now that finish within the horizon under either (at least
+    ``MIN_SEEN_SHARE``), with ``config.confidence``; else ``margin`` itself."""
+    if not config.confidence:
+        return margin
+    return margin / max(seen_share(current), seen_share(candidate), MIN_SEEN_SHARE)
+
+
 def choose(
     outcomes: Mapping[str, Outcome],
     current: str,
@@ -73,10 +110,11 @@ def choose(
     samples: int,
     margin: float,
     config: LookaheadConfig,
-) -> tuple[str, float]:
-    """The setting to run next and its predicted gain over ``current`` (0 when kept): the best
-    score among the candidates within the bounds, when it beats ``current``'s by more than
-    ``margin`` (a share)."""
+) -> tuple[str, float, float]:
+    """The setting to run next, its predicted gain over ``current`` (0 when kept) and the
+    margin the best candidate had to beat: the best score among the candidates within the
+    bounds, when it beats ``current``'s by more than ``margin`` (a share) widened to the
+    look-ahead's confidence (:func:`confident_margin`)."""
     now = outcomes[current]
     allowed = [
         n
@@ -85,9 +123,10 @@ def choose(
     ]
     best = min(allowed, key=lambda n: (outcomes[n].score, n != current))
     gain = (now.score - outcomes[best].score) / now.score if now.score > 0 else 0.0
-    if best == current or gain <= margin:
-        return current, 0.0
-    return best, gain
+    wide = confident_margin(margin, now, outcomes[best], config)
+    if best == current or gain <= wide:
+        return current, 0.0, wide
+    return best, gain, wide
 
 
 @dataclass

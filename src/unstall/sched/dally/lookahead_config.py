@@ -33,18 +33,25 @@ class LookaheadConfig:
     finished jobs (``samples`` draws, the same for every candidate), and adopts the best by
     ``target`` (``jct``: the time jobs spend in the system over the horizon, what average JCT
     sums; ``makespan``: when the jobs there now are all done) when it beats the current setting
-    by ``margin`` (a share, widened to its measured prediction error) without raising the
+    by ``margin`` (a share, widened to its measured prediction error and to the share of the
+    jobs there now that it sees finish within the horizon: ``confidence``) without raising the
     communication overhead or the moves beyond ``comm_bound`` and ``churn_bound``. A period
     that keeps the setting doubles the next (up to ``max_period_s``): the look-ahead is redone
     less often while its answer holds.
     ``max_jobs``: waiting jobs beyond this many (the newest) are left out of the look-ahead."""
 
     # Comma-separated names of CANDIDATES (text, so that a command line can name them); the
-    # first is the setting a run starts with. "patient" is left out by default: it won no trace
-    # that "default" did not (benchmarks/BENCHMARKS.md, "Dally's look-ahead tuner"). The other
-    # defaults were chosen there against variants (fewer samples, a longer horizon with more
-    # jobs: no closer to the best fixed setting, and dearer).
-    candidates: str = "default,eager,las-service,gittins-service"
+    # first is the setting a run starts with: gittins-service, the fixed setting best on the
+    # most traces like the embedded one and better than Dally's defaults on every heavy
+    # Gavel-like trace, where a look-ahead's switch is least to be trusted (it started from
+    # "default" before 2026-11-29). "patient" and "eager" are left out by default: "patient"
+    # won no trace that "default" did not, and the tuner chose "eager" in none of 145 runs (40
+    # traces like the embedded one, the regime map, the heavy traces), where leaving it out
+    # made the same choices for about a fifth less simulation (benchmarks/BENCHMARKS.md,
+    # "Dally's look-ahead tuner"). The other defaults were chosen there against variants (fewer
+    # samples, a longer horizon with more jobs: no closer to the best fixed setting, and
+    # dearer).
+    candidates: str = "gittins-service,default,las-service"
     target: str = "jct"
     period_s: float = 3600.0
     max_period_s: float = 16 * 3600.0
@@ -81,6 +88,12 @@ class LookaheadConfig:
     # paid on traces like the embedded one (BENCHMARKS.md, "Dally's look-ahead tuner").
     error_weight: float = 0.1
     error_window: int = 8
+    # The margin is widened to the look-ahead's confidence: divided by the share of the jobs
+    # there now that it sees finish within the horizon (the larger under the current setting
+    # or the candidate; sim/lookahead_adopt.py). Where jobs run for days, a 2 h look-ahead
+    # sees few finish (7% on the heavy Gavel-like traces) and its gain is a reshuffle of
+    # waits that did not pay; on traces like the embedded one it sees 30-100% finish.
+    confidence: bool = True
 
     def __post_init__(self) -> None:
         check(isinstance(self.candidates, str), self, "candidates", "comma-separated names")
