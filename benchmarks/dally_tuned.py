@@ -173,22 +173,29 @@ def summarise(
     # shared machine says more of the other work than of the run.
     clock = "sim_cpu_s" if all("sim_cpu_s" in r for r in runs) else "sim_wall_s"
     draws = len({o for _, o in units})
+    first = tuned[0] if tuned else OFF
     lines = [
         f"{len(units)} runs of {len({t for t, _ in units})} traces ({draws} draw(s) of the "
         f"congestion each); {metric} over the best other policy's ({', '.join(baselines)}) "
         "and over the best fixed Dally setting's, per run: mean ± sd (below 1: better); "
         "se: the standard error of the mean over the best fixed setting's",
         "",
-        f"| policy | / best other | / best fixed | se | / {OFF} | sim {clock} / consolidate's |",
-        "|---|---:|---:|---:|---:|---:|",
+        f"| policy | / best other | / best fixed | se | / {OFF} | / {first} (se) "
+        f"| sim {clock} / consolidate's |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for p in [OFF, *tuned, *fixed]:
         other = [value(u, p) / best(u, baselines) for u in units]
         hind = [value(u, p) / best(u, fixed) for u in units]
         off = [value(u, p) / value(u, OFF) for u in units]
         wall = [value(u, p, clock) / value(u, "consolidate", clock) for u in units]
-        se = statistics.stdev(hind) / len(hind) ** 0.5 if len(hind) > 1 else 0.0
-        lines.append(f"| {p} | {_ms(other)} | {_ms(hind)} | {se:.3f} | {_ms(off)} | {_ms(wall)} |")
+        # Paired with the first tuner variant's run of the same trace and draw: a variant's
+        # difference from it, without the traces' own spread.
+        paired = [value(u, p) / value(u, first) for u in units]
+        lines.append(
+            f"| {p} | {_ms(other)} | {_ms(hind)} | {_se(hind):.3f} | {_ms(off)} "
+            f"| {_ms(paired)} ({_se(paired):.3f}) | {_ms(wall)} |"
+        )
     wins = {p: sum(1 for u in units if value(u, p) == best(u, fixed)) for p in fixed}
     lines += [
         "",
@@ -196,6 +203,24 @@ def summarise(
     ]
     if draws > 1:
         lines += ["", summarise_draws({u: {p: value(u, p) for p in fixed} for u in units})]
+        # Against the setting best on a trace over all its draws (each policy's metric
+        # averaged over the draws first): the trace's best fixed setting, less the draw's luck.
+        traces = sorted({t for t, _ in units})
+
+        def mean_over_draws(t: int, p: str) -> float:
+            return statistics.fmean(value(u, p) for u in units if u[0] == t)
+
+        lines += [
+            "",
+            f"{metric} averaged over each trace's draws, over the best fixed setting's so "
+            "averaged (the trace's best fixed setting, less the draw's luck): mean ± sd (se)",
+            "",
+        ]
+        for p in [OFF, *tuned, *fixed]:
+            ratio = [
+                mean_over_draws(t, p) / min(mean_over_draws(t, f) for f in fixed) for t in traces
+            ]
+            lines.append(f"- {p}: {_ms(ratio)} ({_se(ratio):.3f})")
     return "\n".join(lines)
 
 
@@ -226,8 +251,13 @@ def summarise_draws(values: dict[tuple[int, int], dict[str, float]]) -> str:
     return (
         f"Draws: the best fixed setting is the same under every draw on {same} of "
         f"{len(traces)} traces; the setting best on a trace's other draws scores "
-        f"{_ms(floor)} of each draw's best (se {statistics.stdev(floor) / len(floor) ** 0.5:.3f})"
+        f"{_ms(floor)} of each draw's best (se {_se(floor):.3f})"
     )
+
+
+def _se(values: list[float]) -> float:
+    """The standard error of the mean of ``values``."""
+    return statistics.stdev(values) / len(values) ** 0.5 if len(values) > 1 else 0.0
 
 
 def _ms(values: list[float]) -> str:
