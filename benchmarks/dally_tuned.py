@@ -454,7 +454,16 @@ def main() -> None:
     runs: list[dict[str, object]] = []
     if args.reuse:
         former = [relabel(r) for r in json.loads(args.reuse.read_text())]
-        runs = [r for r in former if r["policy"] in policies and r.get("seed_offset", 0) in offsets]
+        # Only the runs of this command's policies, traces and draws: a file of more traces
+        # (or other draws) is summarised over those asked for.
+        wanted = range(args.first, args.first + args.traces)
+        runs = [
+            r
+            for r in former
+            if r["policy"] in policies
+            and int(r["trace"]) in wanted  # type: ignore[call-overload]
+            and r.get("seed_offset", 0) in offsets
+        ]
     only = set(args.only.split(",")) if args.only else set(policies)
     runs = [r for r in runs if r["policy"] not in only or not args.only]  # --only: run anew
 
