@@ -12,6 +12,12 @@ network sensitivity from its view (:class:`ViewSpeed`). The draws are the same f
 candidate (common random numbers), seeded by the tuner's seed and the tuning's count, so a run
 is deterministic. It lives in ``sim`` because it runs the engine; ``sched`` reaches it through
 the registry's factory, which imports this module only when such a policy is built.
+
+``rank_by`` (``LookaheadConfig``) may rank the candidates by a backtest instead, or by both:
+each replayed over the recent past with the real arrivals and the real run times of the jobs
+that have finished since (:mod:`unstall.sim.lookahead_backtest`). Off by default: on traces like
+the embedded one it ranked no better than the forecast, for about twice the simulation
+(docs/sim.md, "Dally's look-ahead tuner").
 """
 
 from __future__ import annotations
