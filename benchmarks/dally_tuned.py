@@ -12,7 +12,7 @@ setting's; mean ± sd over the traces, and each run's simulation time over conso
     .venv/bin/python benchmarks/dally_tuned.py [--shape default] [--traces 20] [--jobs 400]
         [--congestion medium] [--workers 2] [--json bench-results/dally_tuned.json]
         [--tuned 'dally;dally?horizon_s=7200'] [--reuse FORMER.json]
-        [--shape map --regimes 'load 0.9, multi 0.5']
+        [--shape map --regimes 'load 0.9, multi 0.5'] [--seed-offsets 0,1000,2000]
 
 A ``--reuse`` file saved before 2026-11-28, with the labels of then, is read with today's: the
 tuner ``dally``, Dally with it off ``dally-fixed`` (:func:`relabel`).
@@ -63,7 +63,9 @@ def _warm_up() -> None:
     simulate(default_trace(), "small", "consolidate", max_jobs=50)
 
 
-def run_one(task: tuple[str, int, int, str, str, dict[str, object] | None]) -> dict[str, object]:
+def run_one(
+    task: tuple[str, int, int, str, str, dict[str, object] | None, int],
+) -> dict[str, object]:
     import dataclasses
 
     from unstall.net import resolve_cluster
@@ -75,7 +77,7 @@ def run_one(task: tuple[str, int, int, str, str, dict[str, object] | None]) -> d
     from unstall.sim.lookahead import LookaheadDally
     from unstall.traces import SyntheticTraceConfig, generate, lookalike_trace_config
 
-    shape, jobs, index, policy, congestion, cell = task
+    shape, jobs, index, policy, congestion, cell, seed_offset = task
     if shape == "gavel":
         # Philly as Gavel's evaluation uses it: about half of the jobs multi-GPU, up to 32
         # GPUs, Philly's per-size run times, arrivals at ``load`` of the 256-GPU medium
@@ -117,13 +119,16 @@ def run_one(task: tuple[str, int, int, str, str, dict[str, object] | None]) -> d
         cluster,
         built,
         congestion=resolve_congestion(congestion),
-        seed=index,
+        # The run's seed (its congestion's course): the trace's index, moved by --seed-offsets
+        # to run the same trace again under another draw.
+        seed=index + seed_offset,
     )
     cpu = time.process_time() - cpu
     r = sim.result
     row: dict[str, object] = {
         "cell": cell,
         "trace": index,
+        "seed_offset": seed_offset,
         "policy": policy,
         "avg_jct_s": r.avg_jct_s,
         "makespan_s": r.makespan_s,
@@ -147,38 +152,112 @@ def run_one(task: tuple[str, int, int, str, str, dict[str, object] | None]) -> d
 def summarise(
     runs: list[dict[str, object]], metric: str, tuned: list[str], baselines: list[str]
 ) -> str:
-    by = {(int(r["trace"]), str(r["policy"])): r for r in runs}  # type: ignore[call-overload]
-    traces = sorted({t for t, _ in by})
+    """Per run of a trace (a trace under one seed offset: a unit), each policy's ``metric``
+    over the best other policy's, the best fixed Dally setting's and ``dally-fixed``'s; with
+    several offsets, how much of the best fixed setting is the draw's (:func:`summarise_draws`)."""
+    Unit = tuple[int, int]
+    by = {
+        ((int(r["trace"]), int(r.get("seed_offset", 0))), str(r["policy"])): r  # type: ignore[call-overload]
+        for r in runs
+    }
+    units = sorted({u for u, _ in by})
     fixed = fixed_policies()
 
-    def value(t: int, p: str, key: str = metric) -> float:
-        return float(by[t, p][key])  # type: ignore[arg-type]
+    def value(u: Unit, p: str, key: str = metric) -> float:
+        return float(by[u, p][key])  # type: ignore[arg-type]
 
-    def best(t: int, group: list[str]) -> float:
-        return min(value(t, p) for p in group)
+    def best(u: Unit, group: list[str]) -> float:
+        return min(value(u, p) for p in group)
 
     # CPU time where the runs have it (not in files saved before 2026-11-29): wall time on a
     # shared machine says more of the other work than of the run.
     clock = "sim_cpu_s" if all("sim_cpu_s" in r for r in runs) else "sim_wall_s"
+    draws = len({o for _, o in units})
+    first = tuned[0] if tuned else OFF
     lines = [
-        f"{len(traces)} traces; {metric} over the best other policy's ({', '.join(baselines)}) "
-        "and over the best fixed Dally setting's, per trace: mean ± sd (below 1: better)",
+        f"{len(units)} runs of {len({t for t, _ in units})} traces ({draws} draw(s) of the "
+        f"congestion each); {metric} over the best other policy's ({', '.join(baselines)}) "
+        "and over the best fixed Dally setting's, per run: mean ± sd (below 1: better); "
+        "se: the standard error of the mean over the best fixed setting's",
         "",
-        f"| policy | / best other | / best fixed | / {OFF} | sim {clock} / consolidate's |",
-        "|---|---:|---:|---:|---:|",
+        f"| policy | / best other | / best fixed | se | / {OFF} | / {first} (se) "
+        f"| sim {clock} / consolidate's |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for p in [OFF, *tuned, *fixed]:
-        other = [value(t, p) / best(t, baselines) for t in traces]
-        hind = [value(t, p) / best(t, fixed) for t in traces]
-        off = [value(t, p) / value(t, OFF) for t in traces]
-        wall = [value(t, p, clock) / value(t, "consolidate", clock) for t in traces]
-        lines.append(f"| {p} | {_ms(other)} | {_ms(hind)} | {_ms(off)} | {_ms(wall)} |")
-    wins = {p: sum(1 for t in traces if value(t, p) == best(t, fixed)) for p in fixed}
+        other = [value(u, p) / best(u, baselines) for u in units]
+        hind = [value(u, p) / best(u, fixed) for u in units]
+        off = [value(u, p) / value(u, OFF) for u in units]
+        wall = [value(u, p, clock) / value(u, "consolidate", clock) for u in units]
+        # Paired with the first tuner variant's run of the same trace and draw: a variant's
+        # difference from it, without the traces' own spread.
+        paired = [value(u, p) / value(u, first) for u in units]
+        lines.append(
+            f"| {p} | {_ms(other)} | {_ms(hind)} | {_se(hind):.3f} | {_ms(off)} "
+            f"| {_ms(paired)} ({_se(paired):.3f}) | {_ms(wall)} |"
+        )
+    wins = {p: sum(1 for u in units if value(u, p) == best(u, fixed)) for p in fixed}
     lines += [
         "",
-        "Best fixed setting, traces won: " + ", ".join(f"{p} {n}" for p, n in wins.items()),
+        "Best fixed setting, runs won: " + ", ".join(f"{p} {n}" for p, n in wins.items()),
     ]
+    if draws > 1:
+        lines += ["", summarise_draws({u: {p: value(u, p) for p in fixed} for u in units})]
+        # Against the setting best on a trace over all its draws (each policy's metric
+        # averaged over the draws first): the trace's best fixed setting, less the draw's luck.
+        traces = sorted({t for t, _ in units})
+
+        def mean_over_draws(t: int, p: str) -> float:
+            return statistics.fmean(value(u, p) for u in units if u[0] == t)
+
+        lines += [
+            "",
+            f"{metric} averaged over each trace's draws, over the best fixed setting's so "
+            "averaged (the trace's best fixed setting, less the draw's luck): mean ± sd (se)",
+            "",
+        ]
+        for p in [OFF, *tuned, *fixed]:
+            ratio = [
+                mean_over_draws(t, p) / min(mean_over_draws(t, f) for f in fixed) for t in traces
+            ]
+            lines.append(f"- {p}: {_ms(ratio)} ({_se(ratio):.3f})")
     return "\n".join(lines)
+
+
+def summarise_draws(values: dict[tuple[int, int], dict[str, float]]) -> str:
+    """How much of a trace's best fixed setting is the draw's (the congestion's course, which
+    the seed offset moves) rather than the trace's: how many traces have the same best setting
+    under every draw, and what choosing per trace the setting best on average over its *other*
+    draws would score over each draw's own best (a setting suited to the trace, not to the
+    draw: what a tuner that learnt everything lasting about a trace could hope for)."""
+    traces = sorted({t for t, _ in values})
+    same = 0
+    floor: list[float] = []
+    for t in traces:
+        offsets = sorted(o for tt, o in values if tt == t)
+        bests = {min(values[t, o], key=values[t, o].__getitem__) for o in offsets}
+        same += len(bests) == 1
+        for o in offsets:
+            others = [x for x in offsets if x != o]
+            if not others:
+                continue
+            chosen = min(
+                values[t, o],
+                key=lambda p: statistics.fmean(
+                    values[t, x][p] / min(values[t, x].values()) for x in others
+                ),
+            )
+            floor.append(values[t, o][chosen] / min(values[t, o].values()))
+    return (
+        f"Draws: the best fixed setting is the same under every draw on {same} of "
+        f"{len(traces)} traces; the setting best on a trace's other draws scores "
+        f"{_ms(floor)} of each draw's best (se {_se(floor):.3f})"
+    )
+
+
+def _se(values: list[float]) -> float:
+    """The standard error of the mean of ``values``."""
+    return statistics.stdev(values) / len(values) ** 0.5 if len(values) > 1 else 0.0
 
 
 def _ms(values: list[float]) -> str:
@@ -327,6 +406,13 @@ def main() -> None:
         "--traces", type=int, default=20, help="traces (with --shape map: seeds per regime)"
     )
     parser.add_argument("--first", type=int, default=0, help="index of the first trace")
+    parser.add_argument(
+        "--seed-offsets",
+        default="0",
+        help="comma-separated; each added to a run's seed (the trace's index) runs the same "
+        "traces under another draw of the congestion's course (several: how much of a "
+        "comparison is that draw's)",
+    )
     parser.add_argument("--jobs", type=int, default=400)
     parser.add_argument("--congestion", default="medium", help="(--shape map: each regime's)")
     parser.add_argument("--metric", default="avg_jct_s", choices=("avg_jct_s", "makespan_s"))
@@ -354,6 +440,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=REPO / "bench-results" / "dally_tuned.json")
     args = parser.parse_args()
     tuned = [v for v in args.tuned.split(";") if v]
+    offsets = [int(o) for o in args.seed_offsets.split(",") if o]
     baselines = [b for b in args.baselines.split(",") if b]
     if args.shape == "gavel":
         policies = [OFF, *tuned, "consolidate"]
@@ -367,14 +454,23 @@ def main() -> None:
     runs: list[dict[str, object]] = []
     if args.reuse:
         former = [relabel(r) for r in json.loads(args.reuse.read_text())]
-        runs = [r for r in former if r["policy"] in policies]
+        # Only the runs of this command's policies, traces and draws: a file of more traces
+        # (or other draws) is summarised over those asked for.
+        wanted = range(args.first, args.first + args.traces)
+        runs = [
+            r
+            for r in former
+            if r["policy"] in policies
+            and int(r["trace"]) in wanted  # type: ignore[call-overload]
+            and r.get("seed_offset", 0) in offsets
+        ]
     only = set(args.only.split(",")) if args.only else set(policies)
     runs = [r for r in runs if r["policy"] not in only or not args.only]  # --only: run anew
 
-    def key(cell: object, trace: object, policy: object) -> str:
-        return json.dumps([cell, trace, policy], sort_keys=True)
+    def key(cell: object, trace: object, policy: object, offset: object) -> str:
+        return json.dumps([cell, trace, policy, offset], sort_keys=True)
 
-    done = {key(r.get("cell"), r["trace"], r["policy"]) for r in runs}
+    done = {key(r.get("cell"), r["trace"], r["policy"], r.get("seed_offset", 0)) for r in runs}
     workloads: list[tuple[dict[str, object] | None, str]] = [(None, args.congestion)]
     if args.shape == "map":
         import dataclasses
@@ -389,11 +485,12 @@ def main() -> None:
     elif args.shape == "gavel":
         workloads = [({"load": float(x)}, args.congestion) for x in args.loads.split(",")]
     tasks = [
-        (args.shape, args.jobs, t, p, congestion, cell)
+        (args.shape, args.jobs, t, p, congestion, cell, offset)
+        for offset in offsets
         for cell, congestion in workloads
         for t in range(args.first, args.first + args.traces)
         for p in policies
-        if p in only and key(cell, t, p) not in done
+        if p in only and key(cell, t, p, offset) not in done
     ]
     started = time.perf_counter()
     args.json.parent.mkdir(parents=True, exist_ok=True)

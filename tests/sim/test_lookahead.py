@@ -19,13 +19,8 @@ from unstall.sched.dally import Dally, DallyConfig
 from unstall.sched.dally.lookahead_config import LookaheadConfig
 from unstall.sched.options import missing_policy_members
 from unstall.sim import simulate
-from unstall.sim.lookahead import (
-    LookaheadDally,
-    draw_remaining_s,
-    plan_jobs,
-    simulate_outcome,
-    tuner_course,
-)
+from unstall.sim.lookahead import LookaheadDally, simulate_outcome, tuner_course
+from unstall.sim.lookahead_plan import draw_remaining_s, plan_jobs
 from unstall.traces import SyntheticTraceConfig, generate
 
 LAYOUT = ClusterLayout.regular(racks=1, nodes_per_rack=1, gpus_per_node=4)

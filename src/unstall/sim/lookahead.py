@@ -12,25 +12,24 @@ network sensitivity from its view (:class:`ViewSpeed`). The draws are the same f
 candidate (common random numbers), seeded by the tuner's seed and the tuning's count, so a run
 is deterministic. It lives in ``sim`` because it runs the engine; ``sched`` reaches it through
 the registry's factory, which imports this module only when such a policy is built.
+
+``rank_by`` (``LookaheadConfig``) may rank the candidates by a backtest instead, or by both:
+each replayed over the recent past with the real arrivals and the real run times of the jobs
+that have finished since (:mod:`unstall.sim.lookahead_backtest`). Off by default: on traces like
+the embedded one it ranked no better than the forecast, for about twice the simulation
+(docs/sim.md, "Dally's look-ahead tuner").
 """
 
 from __future__ import annotations
 
-import bisect
 import random
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from unstall.loop.jobs import Job, JobState
-from unstall.sched.base import (
-    ClusterSnapshot,
-    Decision,
-    Placement,
-    PolicyBase,
-    Sensitivity,
-    Start,
-)
+from unstall.sched.base import ClusterSnapshot, Decision, PolicyBase, Start
 from unstall.sched.dally import Dally, DallyConfig
 from unstall.sched.dally.history import RunHistory
 from unstall.sched.dally.lookahead_config import CANDIDATES, LookaheadConfig
@@ -39,6 +38,8 @@ from unstall.sim.congestion import CongestionSchedule
 from unstall.sim.engine import Engine, EngineSettings
 from unstall.sim.forecast import Pinned
 from unstall.sim.lookahead_adopt import ZERO, Outcome, PredictionChecks, choose
+from unstall.sim.lookahead_backtest import PastRecord
+from unstall.sim.lookahead_plan import Arrival, PlannedJob, plan_jobs
 from unstall.sim.lookahead_speed import ViewSpeed
 
 if TYPE_CHECKING:
@@ -55,37 +56,14 @@ OPEN_SHARE = 1.0
 # its rounds (measured on the 2,000-job trace of benchmarks/dally_speed.py): counted in the
 # tuner's cost (``LookaheadConfig.cost_share``).
 SIM_OVERHEAD_ROUNDS = 10
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class PlannedJob:
-    """One job of a look-ahead: what the snapshots showed of it, and its drawn remaining run
-    time (``remaining_s``, consolidated). ``arrive_s`` is relative to the tuning instant (0 for
-    the jobs there now); ``placement`` is set for a running job (it keeps it)."""
-
-    job_id: str
-    num_gpus: int
-    model: str
-    sensitivity: Sensitivity
-    arrive_s: float
-    remaining_s: float
-    attained_gpu_s: float = 0.0
-    placement: Placement = ()
-    submit_rel_s: float = 0.0  # the real submit time, relative to the tuning instant
-    changed_rel_s: float = 0.0
-    preemptions: int = 0
-    type_speeds: tuple[tuple[str, float], ...] = ()  # as its view says (JobView.type_speeds)
-
-
-@dataclass(frozen=True, slots=True)
-class Arrival:
-    """A job as it arrived (what the look-ahead replays as the next horizon's arrivals)."""
-
-    submit_s: float
-    num_gpus: int
-    model: str
-    sensitivity: Sensitivity
-    type_speeds: tuple[tuple[str, float], ...] = ()
+# The backtest keeps the cluster's state this many times a window (``LookaheadConfig.backtest_s``):
+# a backtest starts from the latest state at least a window back, so its window is at most a
+# quarter longer than asked.
+BACKTEST_STATES = 4
+# A backtest over less of the past than this (the first minutes of a run) is not made.
+MIN_BACKTEST_S = 600.0
+# The backtest's draws are seeded apart from the forecast's.
+BACKTEST_STREAM = 500_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,74 +76,6 @@ class TuneRecord:
     chosen: str
     gain: float
     margin: float = 0.0  # the margin it had to beat (widened to its error and confidence)
-
-
-def draw_remaining_s(
-    runtimes: list[float], ran_s: float, prior_s: float, rng: random.Random
-) -> float:
-    """A remaining run time for a job that has run ``ran_s``: a finished job's run time drawn
-    among those longer than ``ran_s`` (sorted ``runtimes``), less ``ran_s``; past all of them
-    (or before any finished) an exponential draw with mean ``ran_s`` (or ``prior_s``)."""
-    at = bisect.bisect_right(runtimes, ran_s)
-    if at < len(runtimes):
-        return max(runtimes[at + int(rng.random() * (len(runtimes) - at))] - ran_s, 1.0)
-    mean = max(ran_s, 60.0) if runtimes else max(prior_s - ran_s, ran_s, 60.0)
-    return max(rng.expovariate(1.0 / mean), 1.0)
-
-
-def plan_jobs(
-    snapshot: ClusterSnapshot,
-    history: RunHistory,
-    arrivals: list[Arrival],
-    config: LookaheadConfig,
-    rng: random.Random,
-) -> list[PlannedJob]:
-    """The jobs of one look-ahead from ``snapshot`` (running ones first, then the oldest
-    ``max_jobs`` waiting), with remaining run times drawn from ``history``'s learnt run times,
-    then ``arrivals`` of the last horizon shifted one horizon on (makespan: none)."""
-    now = snapshot.now
-    jobs: list[PlannedJob] = []
-    queued = list(snapshot.queued)[: config.max_jobs]
-    for view in (*snapshot.running, *queued):
-        ran_s = view.attained_gpu_s(now) / view.num_gpus
-        runtimes = history.runtimes_for(view.num_gpus)
-        jobs.append(
-            PlannedJob(
-                job_id=view.job_id,
-                num_gpus=view.num_gpus,
-                model=view.model,
-                sensitivity=view.sensitivity,
-                arrive_s=0.0,
-                remaining_s=draw_remaining_s(runtimes, ran_s, history.prior_runtime_s, rng),
-                attained_gpu_s=view.attained_gpu_s(now),
-                placement=view.placement if view.running else (),
-                submit_rel_s=view.submit_s - now,
-                changed_rel_s=view.changed_s - now,
-                preemptions=0 if view.running else view.preemptions,
-                type_speeds=view.type_speeds,
-            )
-        )
-    if config.target == "makespan":
-        return jobs
-    for i, arrival in enumerate(arrivals):
-        at = arrival.submit_s + config.horizon_s - now
-        if at <= 0.0 or at > config.horizon_s:
-            continue
-        runtimes = history.runtimes_for(arrival.num_gpus)
-        jobs.append(
-            PlannedJob(
-                job_id=f"lookahead-{i}",
-                num_gpus=arrival.num_gpus,
-                model=arrival.model,
-                sensitivity=arrival.sensitivity,
-                arrive_s=at,
-                remaining_s=draw_remaining_s(runtimes, 0.0, history.prior_runtime_s, rng),
-                submit_rel_s=at,
-                changed_rel_s=at,
-                type_speeds=arrival.type_speeds,
-            )
-        )
-    return jobs
 
 
 def _pinned(inner: Dally, learnt: RunHistory, pinned: list[PlannedJob]) -> Pinned:
@@ -315,6 +225,8 @@ class LookaheadDally(PolicyBase):
         self._next_tune_s = self.config.period_s
         self._telemetry: tuple[tuple[str, float], ...] = (("tuner.choice", 0.0),)
         self.checks = PredictionChecks(window=self.config.error_window)
+        c = self.config
+        self._past = PastRecord(c.backtest_s, c.backtest_s / BACKTEST_STATES, c.max_jobs)
 
     def wait_reasons(self, snapshot: ClusterSnapshot) -> dict[str, str]:
         """The Dally in use's reasons (:meth:`Dally.wait_reasons`)."""
@@ -332,6 +244,8 @@ class LookaheadDally(PolicyBase):
     def decide(self, snapshot: ClusterSnapshot, rng: random.Random) -> Decision:
         self._note_arrivals(snapshot)
         self.checks.observe(snapshot)
+        if self.config.rank_by != "forecast":
+            self._past.observe(snapshot)
         self.rounds += 1
         if snapshot.now >= self._next_tune_s and snapshot.queued:
             c = self.config
@@ -347,17 +261,19 @@ class LookaheadDally(PolicyBase):
 
     def _note_arrivals(self, snapshot: ClusterSnapshot) -> None:
         """Keep the last horizon's arrivals: the jobs new to the queue, from its newest end."""
-        fresh: list[Arrival] = []
+        fresh: list[tuple[str, Arrival]] = []
         for view in reversed(snapshot.queued):
             if view.job_id in self._seen:
                 break
             self._seen.add(view.job_id)
-            fresh.append(
-                Arrival(
-                    view.submit_s, view.num_gpus, view.model, view.sensitivity, view.type_speeds
-                )
+            arrival = Arrival(
+                view.submit_s, view.num_gpus, view.model, view.sensitivity, view.type_speeds
             )
-        self._arrivals.extend(reversed(fresh))
+            fresh.append((view.job_id, arrival))
+        for job_id, arrival in reversed(fresh):
+            self._arrivals.append(arrival)
+            if self.config.rank_by != "forecast":
+                self._past.note_arrival(job_id, arrival)
         oldest = snapshot.now - self.config.horizon_s
         while self._arrivals and self._arrivals[0].submit_s < oldest:
             self._arrivals.popleft()
@@ -382,7 +298,39 @@ class LookaheadDally(PolicyBase):
             self._record(TuneRecord(snapshot.now, scores, self.current, 0.0, c.margin))
             return
         margin = max(c.margin, c.error_weight * self.checks.error)
-        totals, held, samples = self._look_ahead(snapshot, names, margin)
+        totals = dict.fromkeys(c.names, ZERO)
+        held = samples = 0
+        forecast: dict[str, Outcome] | None = None
+        forecast_samples = 0
+        if c.rank_by != "backtest":
+            forecast, held, samples = self._look_ahead(
+                snapshot,
+                names,
+                margin,
+                lambda rng: plan_jobs(snapshot, self.inner.history, list(self._arrivals), c, rng),
+                c,
+                c.seed * 1_000_003 + tuning * 1_009,
+            )
+            forecast_samples = samples
+            totals = dict(forecast)
+        start = self._past.start(snapshot.now) if c.rank_by != "forecast" else None
+        if start is not None and snapshot.now - start.at_s >= MIN_BACKTEST_S:
+            past, past_held, past_samples = self._look_ahead(
+                start.as_snapshot(),
+                names,
+                margin,
+                lambda rng: self._past.plan(start, snapshot, self.inner.history, rng),
+                replace(c, horizon_s=snapshot.now - start.at_s),
+                c.seed * 1_000_003 + tuning * 1_009 + BACKTEST_STREAM,
+            )
+            totals = {n: totals[n] + past[n] for n in c.names}
+            held += past_held
+            samples += past_samples
+        if not samples:
+            # A backtest with no past to replay yet (the first minutes of a run): no ranking.
+            scores = tuple((n, 1.0) for n in c.names)
+            self._record(TuneRecord(snapshot.now, scores, self.current, 0.0, c.margin))
+            return
         for name in c.names:
             if name not in names:
                 totals[name] = totals[self.current]
@@ -396,32 +344,45 @@ class LookaheadDally(PolicyBase):
             self._ties = {}
             self.dallys[chosen].continue_from(self.inner)
             self.inner = self.dallys[chosen]
-        stop = c.horizon_s * (4.0 if c.target == "makespan" else 1.0)
-        present = [v.job_id for v in (*snapshot.running, *list(snapshot.queued)[: c.max_jobs])]
-        self.checks.expect(
-            snapshot.now, snapshot.now + stop, present, totals[chosen].present / samples
-        )
+        if forecast is not None:
+            # The forecast's prediction for the jobs there now is checked once its horizon
+            # has passed (the backtest's needs no check: it replays what happened).
+            stop = c.horizon_s * (4.0 if c.target == "makespan" else 1.0)
+            present = [v.job_id for v in (*snapshot.running, *list(snapshot.queued)[: c.max_jobs])]
+            predicted = forecast[chosen].present / forecast_samples
+            self.checks.expect(snapshot.now, snapshot.now + stop, present, predicted)
         scores = tuple((n, totals[n].score / now_score if now_score > 0 else 1.0) for n in c.names)
         self._record(TuneRecord(snapshot.now, scores, chosen, gain, wide))
 
     def _look_ahead(
-        self, snapshot: ClusterSnapshot, names: list[str], margin: float
+        self,
+        snapshot: ClusterSnapshot,
+        names: list[str],
+        margin: float,
+        plan: Callable[[random.Random], list[PlannedJob]],
+        config: LookaheadConfig,
+        stream: int,
     ) -> tuple[dict[str, Outcome], int, int]:
-        """Each of ``names`` simulated over the same draws: their summed outcomes (the others
-        at zero), the jobs the look-aheads held and the draws made. A second draw is made only
-        while the choice is open: some candidate within the bounds beats the current setting
-        by OPEN_SHARE of ``margin`` on the draws so far."""
+        """Each of ``names`` simulated from ``snapshot`` over ``config``'s horizon on the same
+        draws (``plan``'s jobs, seeded by ``stream`` and the draw's count): their summed
+        outcomes (the others at zero), the jobs the look-aheads held and the draws made. A
+        second draw is made only while the choice is open: some candidate within the bounds
+        beats the current setting by OPEN_SHARE of ``margin`` on the draws so far."""
         c = self.config
-        tuning = len(self.history)
         totals = dict.fromkeys(c.names, ZERO)
         held = samples = 0
         while samples < c.samples:
-            rng = random.Random(c.seed * 1_000_003 + tuning * 1_009 + samples)
-            jobs = plan_jobs(snapshot, self.inner.history, list(self._arrivals), c, rng)
+            rng = random.Random(stream + samples)
+            jobs = plan(rng)
             held += len(jobs)
             for name in names:
                 outcome = simulate_outcome(
-                    jobs, self.settings_of(name), self.inner.history, snapshot, c, c.seed + samples
+                    jobs,
+                    self.settings_of(name),
+                    self.inner.history,
+                    snapshot,
+                    config,
+                    c.seed + samples,
                 )
                 totals[name] += outcome
                 self.lookahead_rounds += outcome.rounds + SIM_OVERHEAD_ROUNDS
