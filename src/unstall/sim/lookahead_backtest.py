@@ -136,39 +136,13 @@ class PastRecord:
         for view in (*start.running, *start.queued):
             ran0 = view.attained_gpu_s(t0) / view.num_gpus
             there.add(view.job_id)
-            jobs.append(
-                PlannedJob(
-                    job_id=view.job_id,
-                    num_gpus=view.num_gpus,
-                    model=view.model,
-                    sensitivity=view.sensitivity,
-                    arrive_s=0.0,
-                    remaining_s=remaining(view.job_id, view.num_gpus, ran0),
-                    attained_gpu_s=view.attained_gpu_s(t0),
-                    placement=view.placement if view.running else (),
-                    submit_rel_s=view.submit_s - t0,
-                    changed_rel_s=view.changed_s - t0,
-                    preemptions=0 if view.running else view.preemptions,
-                    type_speeds=view.type_speeds,
-                )
-            )
+            jobs.append(PlannedJob.there(view, t0, remaining(view.job_id, view.num_gpus, ran0)))
         # Arrivals are kept in submit order: those after the start, up to now.
         at = bisect.bisect_left([a.submit_s for _, a in self.arrivals], t0)
         for job_id, arrival in list(self.arrivals)[at:]:
             if job_id in there or arrival.submit_s > snapshot.now:
                 continue
             rel = max(arrival.submit_s - t0, 1e-6)
-            jobs.append(
-                PlannedJob(
-                    job_id=job_id,
-                    num_gpus=arrival.num_gpus,
-                    model=arrival.model,
-                    sensitivity=arrival.sensitivity,
-                    arrive_s=rel,
-                    remaining_s=remaining(job_id, arrival.num_gpus, 0.0),
-                    submit_rel_s=rel,
-                    changed_rel_s=rel,
-                    type_speeds=arrival.type_speeds,
-                )
-            )
+            remaining_s = remaining(job_id, arrival.num_gpus, 0.0)
+            jobs.append(PlannedJob.arriving(job_id, arrival, rel, remaining_s))
         return jobs

@@ -8,7 +8,7 @@ import bisect
 import random
 from dataclasses import dataclass
 
-from unstall.sched.base import ClusterSnapshot, Placement, Sensitivity
+from unstall.sched.base import ClusterSnapshot, JobView, Placement, Sensitivity
 from unstall.sched.dally.history import RunHistory
 from unstall.sched.dally.lookahead_config import LookaheadConfig
 
@@ -31,6 +31,42 @@ class PlannedJob:
     changed_rel_s: float = 0.0
     preemptions: int = 0
     type_speeds: tuple[tuple[str, float], ...] = ()  # as its view says (JobView.type_speeds)
+
+    @classmethod
+    def there(cls, view: JobView, at_s: float, remaining_s: float) -> PlannedJob:
+        """A job there at ``at_s`` (the look-ahead's start), as ``view`` shows it then: a
+        running one keeps its placement, a waiting one its submit time and preemptions."""
+        return cls(
+            job_id=view.job_id,
+            num_gpus=view.num_gpus,
+            model=view.model,
+            sensitivity=view.sensitivity,
+            arrive_s=0.0,
+            remaining_s=remaining_s,
+            attained_gpu_s=view.attained_gpu_s(at_s),
+            placement=view.placement if view.running else (),
+            submit_rel_s=view.submit_s - at_s,
+            changed_rel_s=view.changed_s - at_s,
+            preemptions=0 if view.running else view.preemptions,
+            type_speeds=view.type_speeds,
+        )
+
+    @classmethod
+    def arriving(
+        cls, job_id: str, arrival: Arrival, arrive_s: float, remaining_s: float
+    ) -> PlannedJob:
+        """``arrival`` arriving ``arrive_s`` after the look-ahead's start."""
+        return cls(
+            job_id=job_id,
+            num_gpus=arrival.num_gpus,
+            model=arrival.model,
+            sensitivity=arrival.sensitivity,
+            arrive_s=arrive_s,
+            remaining_s=remaining_s,
+            submit_rel_s=arrive_s,
+            changed_rel_s=arrive_s,
+            type_speeds=arrival.type_speeds,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,22 +109,8 @@ def plan_jobs(
     for view in (*snapshot.running, *queued):
         ran_s = view.attained_gpu_s(now) / view.num_gpus
         runtimes = history.runtimes_for(view.num_gpus)
-        jobs.append(
-            PlannedJob(
-                job_id=view.job_id,
-                num_gpus=view.num_gpus,
-                model=view.model,
-                sensitivity=view.sensitivity,
-                arrive_s=0.0,
-                remaining_s=draw_remaining_s(runtimes, ran_s, history.prior_runtime_s, rng),
-                attained_gpu_s=view.attained_gpu_s(now),
-                placement=view.placement if view.running else (),
-                submit_rel_s=view.submit_s - now,
-                changed_rel_s=view.changed_s - now,
-                preemptions=0 if view.running else view.preemptions,
-                type_speeds=view.type_speeds,
-            )
-        )
+        remaining = draw_remaining_s(runtimes, ran_s, history.prior_runtime_s, rng)
+        jobs.append(PlannedJob.there(view, now, remaining))
     if config.target == "makespan":
         return jobs
     for i, arrival in enumerate(arrivals):
@@ -96,17 +118,6 @@ def plan_jobs(
         if at <= 0.0 or at > config.horizon_s:
             continue
         runtimes = history.runtimes_for(arrival.num_gpus)
-        jobs.append(
-            PlannedJob(
-                job_id=f"lookahead-{i}",
-                num_gpus=arrival.num_gpus,
-                model=arrival.model,
-                sensitivity=arrival.sensitivity,
-                arrive_s=at,
-                remaining_s=draw_remaining_s(runtimes, 0.0, history.prior_runtime_s, rng),
-                submit_rel_s=at,
-                changed_rel_s=at,
-                type_speeds=arrival.type_speeds,
-            )
-        )
+        remaining = draw_remaining_s(runtimes, 0.0, history.prior_runtime_s, rng)
+        jobs.append(PlannedJob.arriving(f"lookahead-{i}", arrival, at, remaining))
     return jobs
