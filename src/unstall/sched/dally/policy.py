@@ -14,10 +14,10 @@ from collections.abc import Callable, Iterable
 from unstall.sched.base import ClusterSnapshot, Decision, JobView, SetTimer, Start
 from unstall.sched.dally.delay import accept_after_s
 from unstall.sched.dally.moves import Moves
-from unstall.sched.dally.preempt import Preemptions
 from unstall.sched.dally.queue_index import group_of
 from unstall.sched.dally.sensitivity import placement_slowdown
 from unstall.sched.dally.state import Held, Round
+from unstall.sched.dally.type_room import TypeRoom
 from unstall.sched.dally.types import consolidated_option, spread_option
 from unstall.sched.free import FreeGpus
 from unstall.sched.placement import TypeClaims
@@ -27,7 +27,7 @@ from unstall.sched.reasons import duration_words, shortfall
 PREEMPTING_STEPS = frozenset({"locality-preemption", "priority-preemption", "service-preemption"})
 
 
-class Dally(Moves, Preemptions):
+class Dally(Moves, TypeRoom):
     """Network-sensitive scheduling (delay timers per locality level, network-sensitive
     preemption and re-consolidation); knobs in :class:`DallyConfig`, which turn its steps on
     and off; ``name`` labels the results (ablation variants keep their own)."""
@@ -327,6 +327,10 @@ class Dally(Moves, Preemptions):
         spread = spread_option(
             job, free, kinds, congestion, snapshot.spread_jobs_by_node, span_racks=c.span_racks
         )
+        cleared = self._preempt_for_type(job, snapshot, free, plan, kinds, (cons, spread))
+        if cleared is not None:
+            self._start(job, cleared.placement, 1.0, free, plan, now)
+            return True
         if cons is not None and (spread is None or cons.cost <= spread.cost):
             self._start(job, cons.placement, 1.0, free, plan, now)
             return True
