@@ -24,7 +24,14 @@ from unstall.sched.placement import TypeClaims
 from unstall.sched.reasons import duration_words, shortfall
 
 # The steps by which a waiting job may get GPUs that are not free.
-PREEMPTING_STEPS = frozenset({"locality-preemption", "priority-preemption", "service-preemption"})
+PREEMPTING_STEPS = frozenset(
+    {
+        "locality-preemption",
+        "priority-preemption",
+        "service-preemption",
+        "service-preemption-on-types",
+    }
+)
 
 
 class Dally(Moves, TypeRoom):
@@ -337,6 +344,12 @@ class Dally(Moves, TypeRoom):
         if spread is None:
             if self._may_try_priority(job, free, now) and group_of(job) not in plan.priority_failed:
                 placement = self._preempt_for_priority(job, snapshot, free, plan)
+                if placement is not None:
+                    self._start(job, placement, 1.0, free, plan, now)
+                    return True
+            if self._may_try_service(job, free, now):
+                # Time-sharing of the types it may take: jobs ranked below it make room.
+                placement = self._preempt_for_service(job, snapshot, free, plan, kinds)
                 if placement is not None:
                     self._start(job, placement, 1.0, free, plan, now)
                     return True
