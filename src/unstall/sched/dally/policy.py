@@ -334,7 +334,7 @@ class Dally(Moves, TypeRoom):
         spread = spread_option(
             job, free, kinds, congestion, snapshot.spread_jobs_by_node, span_racks=c.span_racks
         )
-        cleared = self._preempt_for_type(job, snapshot, free, plan, kinds, (cons, spread))
+        cleared = self._preempt_for_type(job, snapshot, free, plan, (cons, spread))
         if cleared is not None:
             self._start(job, cleared.placement, 1.0, free, plan, now)
             return True

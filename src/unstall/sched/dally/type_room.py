@@ -27,6 +27,7 @@ from unstall.sched.dally.preemption import RoomPlan, Tenants, cheapest_node_room
 from unstall.sched.dally.state import Round
 from unstall.sched.dally.types import Option, best_speed, cost_of
 from unstall.sched.free import FreeGpus
+from unstall.sched.placement import types_by_speed
 
 
 class TypeRoom(Preemptions):
@@ -38,13 +39,13 @@ class TypeRoom(Preemptions):
         snapshot: ClusterSnapshot,
         free: FreeGpus,
         plan: Round,
-        kinds: Sequence[str],
         options: Sequence[Option | None],
     ) -> Option | None:
-        """Clear a node of one of ``kinds`` (the types ``job`` may take, in their order) for
-        ``job`` when that pays against the best of ``options`` (those free now; None where
-        none): the job's :class:`Option` there, with the victims' moves added to ``plan``; None
-        when no node is worth clearing (a failed attempt is retried later)."""
+        """Clear a node of a type faster for ``job`` (fastest first; a type short of free GPUs
+        too: the node cleared makes them) when that pays against the best of ``options``
+        (those free now; None where none): the job's :class:`Option` there, with the victims'
+        moves added to ``plan``; None when no node is worth clearing (a failed attempt is
+        retried later)."""
         c = self.config
         now = snapshot.now
         layout = free.layout
@@ -56,7 +57,7 @@ class TypeRoom(Preemptions):
         # Types whose nodes hold the job, each with what it costs there and what the job would
         # take otherwise: the cheapest placement free now, else spread on that type.
         targets: list[tuple[str, float, float]] = []
-        for kind in kinds:
+        for kind in types_by_speed(job, layout):
             speed = job.speed_on(kind)
             if speed <= 0.0 or not _node_holds(layout.node_type, layout.node_gpus, kind, job):
                 continue
