@@ -323,8 +323,10 @@ class Dally(Moves, TypeRoom):
         unless a spread one is cheaper still; that one is taken when the delay timer (on its
         network slowdown) says so, and until then the job runs consolidated on a slower type if
         one is free (it moves up when a faster block frees and the move pays, ``_retype``), else
-        waits. Priority preemption is as on one type; preemption for locality is not tried (it
-        clears a node whatever its type)."""
+        waits. Before any of these, a node of a type faster for it than the best of them may be
+        cleared for it (preemption for locality per type, ``_preempt_for_type``); with no room
+        on any type it may take, priority preemption is as on one type, then preemption for
+        service (``service-preemption-on-types``: time-sharing of the types)."""
         c = self.config
         now = snapshot.now
         assert plan.claims is not None
