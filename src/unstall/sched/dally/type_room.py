@@ -19,9 +19,10 @@ when the gain beats the victims' cost by ``gain_margin``.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
-from unstall.sched.base import ClusterSnapshot, JobView
+from unstall.sched.base import ClusterLayout, ClusterSnapshot, JobView
 from unstall.sched.dally.preempt import Preemptions
 from unstall.sched.dally.preemption import RoomPlan, Tenants, cheapest_node_room
 from unstall.sched.dally.state import Round
@@ -49,17 +50,18 @@ class TypeRoom(Preemptions):
         c = self.config
         now = snapshot.now
         layout = free.layout
-        if not self._may_try_preemption(job, free, now):
-            return None
+        free_now = min((o.cost for o in options if o is not None), default=float("inf"))
+        if free_now <= 1.0 or not self._may_try_preemption(job, free, now):
+            return None  # (1: consolidated on its fastest type, nothing is better)
         top = best_speed(job, layout)
         sensitivity = job.sensitivity.at(False, snapshot.congestion)
-        free_now = min((o.cost for o in options if o is not None), default=float("inf"))
+        largest = largest_node_of_type(layout)
         # Types whose nodes hold the job, each with what it costs there and what the job would
         # take otherwise: the cheapest placement free now, else spread on that type.
         targets: list[tuple[str, float, float]] = []
         for kind in types_by_speed(job, layout):
             speed = job.speed_on(kind)
-            if speed <= 0.0 or not _node_holds(layout.node_type, layout.node_gpus, kind, job):
+            if speed <= 0.0 or largest.get(kind, 0) < job.num_gpus:
                 continue
             here = top / speed
             other = min(free_now, here * sensitivity)
@@ -106,11 +108,13 @@ class TypeRoom(Preemptions):
         return cost_of(job, ((room.node, job.num_gpus),), free.layout, snapshot.congestion)
 
 
-def _node_holds(
-    node_type: Sequence[str], node_gpus: Sequence[int], kind: str, job: JobView
-) -> bool:
-    """Whether some node of ``kind`` holds all of ``job``'s GPUs."""
-    return any(t == kind and g >= job.num_gpus for t, g in zip(node_type, node_gpus, strict=True))
+@functools.cache
+def largest_node_of_type(layout: ClusterLayout) -> dict[str, int]:
+    """The GPUs of each type's largest node (kept per cluster: asked of every job placed)."""
+    largest: dict[str, int] = {}
+    for kind, gpus in zip(layout.node_type, layout.node_gpus, strict=True):
+        largest[kind] = max(largest.get(kind, 0), gpus)
+    return largest
 
 
 def _tenants_on(
