@@ -4,11 +4,12 @@ A job's predicted time per unit of work on a placement is ``1 / speed`` of the p
 (``JobView.speed_on``: the model family's speed there, on that type's most consolidated
 placement, communication included) times its network slowdown there (its sensitivity at the
 congestion now, with the NICs it would share, when it is spread over more nodes than that type
-needs; 1 otherwise). Dally compares placements by that time over the job's best (its fastest
-type, consolidated): its *cost*. So a network-sensitive job consolidated on a slow type beats
-the same job spread over fast GPUs exactly when ``speed_fast / speed_slow`` is below its spread
-slowdown, and a job that gains little from the fast type leaves it to one that gains more
-(:class:`~unstall.sched.placement.TypeClaims`).
+needs; consolidated over several nodes of the type, the slowdown of its ring at the congestion
+and the spread jobs on its NICs; 1 on one node). Dally compares placements by that time over
+the job's best (its fastest type, consolidated): its *cost*. So a network-sensitive job
+consolidated on a slow type beats the same job spread over fast GPUs exactly when
+``speed_fast / speed_slow`` is below its spread slowdown, and a job that gains little from the
+fast type leaves it to one that gains more (:class:`~unstall.sched.placement.TypeClaims`).
 
 On a cluster of one type none of this runs: the policy answers as it did before.
 """
