@@ -5,6 +5,7 @@ on by default there), which a cluster of one type never does."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 
 from snapshots import cluster_snapshot, job_view
@@ -102,3 +103,24 @@ def test_a_cluster_of_one_type_never_preempts_for_service_by_default() -> None:
     snap = cluster_snapshot(one, (0, 0, 0), [waiting], running, now=now)
     decision = Dally().decide(snap, RNG)
     assert decision.preemptions == () and decision.starts == ()
+
+
+# One rack: nodes 0-1 of 4 V100s, node 2 of 8 K80s.
+SMALL_FAST = ClusterLayout.from_nodes(
+    node_rack=(0, 0, 0), node_gpus=(4, 4, 8), node_type=("v100", "v100", "k80")
+)
+
+
+def test_a_ring_over_fast_nodes_loses_to_one_slow_node_under_congestion() -> None:
+    # An 8-GPU job consolidated on the V100s spans both V100 nodes: its ring runs 1.2x slower at
+    # congestion 0.8 than on idle links and 3x at 0.95; on the K80 node (half as fast) it
+    # crosses no NIC. Idle-ish, the V100s are cheaper; under heavy congestion the K80 node is.
+    ring = Sensitivity(
+        node=(2.0,) * 7, rack=(3.0,) * 7, consolidated=(1.0, 1.0, 1.0, 1.1, 1.2, 2.0, 3.0)
+    )
+    waiting = job("w1", 8, sens=ring, k80=0.5)
+    for congestion, where in ((0.0, ((0, 4), (1, 4))), (0.95, ((2, 8),))):
+        snap = cluster_snapshot(SMALL_FAST, (4, 4, 8), [waiting], [], now=0.0)
+        snap = dataclasses.replace(snap, congestion=congestion)
+        decision = Dally().decide(snap, RNG)
+        assert {s.job_id: s.placement for s in decision.starts} == {"w1": where}
