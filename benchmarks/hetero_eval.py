@@ -222,7 +222,9 @@ def best_by_seed(here: list[dict[str, Any]], exclude: str | None = None) -> dict
     exactly where it failed most)."""
     best: dict[int, float] = {}
     for r in here:
-        if r["policy"] != exclude and unfinished(r, here) == 0:
+        # Dally's variants (dally, dally-fixed) are not "other" policies to each other.
+        others = exclude is None or not str(r["policy"]).startswith("dally")
+        if others and unfinished(r, here) == 0:
             seed = int(r["seed"])
             best[seed] = min(best.get(seed, float("inf")), float(r["avg_jct_s"]))
     return best
@@ -281,7 +283,8 @@ def lead_table(runs: list[dict[str, Any]], cells: list[Cell], dally: str) -> str
         winners: dict[str, int] = {}
         for seed, jct in best.items():
             for r in here:
-                if r["policy"] != dally and int(r["seed"]) == seed and r["avg_jct_s"] == jct:
+                other = not str(r["policy"]).startswith("dally")
+                if other and int(r["seed"]) == seed and r["avg_jct_s"] == jct:
                     winners[r["policy"]] = winners.get(r["policy"], 0) + 1
                     break
         lines.append(
