@@ -201,7 +201,11 @@ NO_RANK_PREEMPTION = {"priority-preemption", "service-preemption"}
         ((("order", "las"),), NO_RANK_PREEMPTION),
         (
             (("order", "fifo"), ("service_preemption", "on")),
-            {"priority-preemption", "service-preemption"},
+            {"priority-preemption", "service-preemption", "service-preemption-on-types"},
+        ),
+        (
+            (("service_preemption_on_types", "off"),),
+            {"service-preemption", "service-preemption-on-types"},
         ),
         ((("priority_preemption", "off"),), NO_RANK_PREEMPTION),
         (
@@ -212,6 +216,7 @@ NO_RANK_PREEMPTION = {"priority-preemption", "service-preemption"}
                 "locality-preemption",
                 "priority-preemption",
                 "service-preemption",
+                "service-preemption-on-types",
             },
         ),
     ],

@@ -43,6 +43,11 @@ class Sensitivity:
     def at(self, across_racks: bool, congestion: float = 0.0) -> float:
         return self._interpolate(self.rack if across_racks else self.node, congestion)
 
+    def consolidated_at(self, congestion: float) -> float:
+        """The consolidated placement's iteration time at ``congestion`` over its time on idle
+        links (1 for a job on one node, and where the table is not given)."""
+        return self._interpolate(self.consolidated, congestion) if self.consolidated else 1.0
+
     def spread_slowdown(self, across_racks: bool, congestion: float, sharing: int) -> float:
         """Slowdown vs consolidated (at ``congestion``) of a spread placement whose busiest NIC
         already carries ``sharing`` other spread jobs: a fair share of what congestion leaves

@@ -5,7 +5,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from unstall.sched.base import ClusterLayout, ClusterSnapshot, Placement
-from unstall.sched.placement import Locality, at_level, first_fit, most_consolidated, on_types
+from unstall.sched.placement import (
+    Locality,
+    at_level,
+    first_fit,
+    most_consolidated,
+    on_types,
+    only_type,
+)
 
 
 class FreeGpus:
@@ -18,6 +25,15 @@ class FreeGpus:
         self.by_node = list(snapshot.free_by_node)
         self.by_rack = list(snapshot.free_by_rack)
         self.total = sum(self.by_rack)
+
+    def of_type(self, kind: str) -> FreeGpus:
+        """A copy holding only the free GPUs of ``kind``'s nodes (the others at 0): what a plan
+        that must stay on one GPU type may take from (a cluster of several types)."""
+        copy = FreeGpus.__new__(FreeGpus)
+        copy.layout = self.layout
+        copy.by_node, copy.by_rack = only_type(self.by_node, self.layout, kind)
+        copy.total = sum(copy.by_rack)
+        return copy
 
     def take(self, placement: Placement) -> None:
         rack = self.layout.node_rack

@@ -16,9 +16,17 @@ ORDERS = ("fifo", "las", "gittins")
 # running jobs move to a consolidated block). Within ``pass`` a job that finds no consolidated
 # placement free tries the placement steps: ``locality-preemption`` (a sensitive job that fits
 # a node clears one), ``priority-preemption``, ``service-preemption`` and ``delay`` (it holds
-# out for a better level; off, it takes the best free one at once).
+# out for a better level; off, it takes the best free one at once). On a cluster of several GPU
+# types only, ``service-preemption-on-types`` runs as ``service-preemption`` does (see
+# ``DallyConfig.service_preemption_on_types``).
 ROUND_STEPS = ("retype", "pass", "reconsolidate")
-PLACE_STEPS = ("locality-preemption", "priority-preemption", "service-preemption", "delay")
+PLACE_STEPS = (
+    "locality-preemption",
+    "priority-preemption",
+    "service-preemption",
+    "service-preemption-on-types",
+    "delay",
+)
 STEPS = ROUND_STEPS + PLACE_STEPS
 
 
@@ -50,6 +58,13 @@ class DallyConfig:
     # service level; gittins: as ``preempt_ratio``), without weighing their cost
     # (sched/dally/service.py). The look-ahead (``dally``) turns it on per trace.
     service_preemption: bool = False
+    # The same on a cluster of several GPU types only (a cluster of one type never runs it),
+    # where it is on by default: there the fast type is the scarce resource, and a job that
+    # finds no room on any type it may take would otherwise wait behind jobs that hold the fast
+    # GPUs for a day (Gavel time-shares them in rounds instead). A waiting job that finds too
+    # few GPUs free on its types preempts running jobs ranked below it (as above, at most
+    # ``max_moves_per_job`` moves a victim); BENCHMARKS.md, "Heterogeneous clusters".
+    service_preemption_on_types: bool = True
     # Preemption cost counts the wait that preempted jobs were seen to pay before running again
     # (else the mean wait of all starts).
     learn_requeue: bool = True
@@ -132,6 +147,9 @@ class DallyConfig:
             "priority-preemption": self.preemption and self.priority_preemption and gittins,
             "service-preemption": (
                 self.preemption and self.service_preemption and self.order != "fifo"
+            ),
+            "service-preemption-on-types": (
+                self.preemption and self.service_preemption_on_types and self.order != "fifo"
             ),
             "delay": self.delay,
         }

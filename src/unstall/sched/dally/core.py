@@ -94,10 +94,15 @@ class DallyBase(PolicyBase):
 
     def _may_try_service(self, job: JobView, free: FreeGpus, now: float) -> bool:
         """Whether ``job`` may seek GPUs by preemption for service now (see
-        :mod:`~unstall.sched.dally.service`; the step is on in the orders by service only): it
-        finds too few GPUs free, and it is not waiting out a retry after a failed attempt."""
+        :mod:`~unstall.sched.dally.service`; the step is on in the orders by service only, and
+        ``service-preemption-on-types`` on a cluster of several GPU types): it finds too few
+        GPUs free, and it is not waiting out a retry after a failed attempt."""
+        steps = self.steps
         return (
-            "service-preemption" in self.steps
+            (
+                "service-preemption" in steps
+                or ("service-preemption-on-types" in steps and not free.layout.one_type)
+            )
             and job.num_gpus > free.total
             and now >= self.state.retry_at(job.job_id, now)
         )

@@ -14,20 +14,27 @@ from collections.abc import Callable, Iterable
 from unstall.sched.base import ClusterSnapshot, Decision, JobView, SetTimer, Start
 from unstall.sched.dally.delay import accept_after_s
 from unstall.sched.dally.moves import Moves
-from unstall.sched.dally.preempt import Preemptions
 from unstall.sched.dally.queue_index import group_of
 from unstall.sched.dally.sensitivity import placement_slowdown
 from unstall.sched.dally.state import Held, Round
+from unstall.sched.dally.type_room import TypeRoom
 from unstall.sched.dally.types import consolidated_option, spread_option
 from unstall.sched.free import FreeGpus
 from unstall.sched.placement import TypeClaims
 from unstall.sched.reasons import duration_words, shortfall
 
 # The steps by which a waiting job may get GPUs that are not free.
-PREEMPTING_STEPS = frozenset({"locality-preemption", "priority-preemption", "service-preemption"})
+PREEMPTING_STEPS = frozenset(
+    {
+        "locality-preemption",
+        "priority-preemption",
+        "service-preemption",
+        "service-preemption-on-types",
+    }
+)
 
 
-class Dally(Moves, Preemptions):
+class Dally(Moves, TypeRoom):
     """Network-sensitive scheduling (delay timers per locality level, network-sensitive
     preemption and re-consolidation); knobs in :class:`DallyConfig`, which turn its steps on
     and off; ``name`` labels the results (ablation variants keep their own)."""
@@ -316,8 +323,10 @@ class Dally(Moves, Preemptions):
         unless a spread one is cheaper still; that one is taken when the delay timer (on its
         network slowdown) says so, and until then the job runs consolidated on a slower type if
         one is free (it moves up when a faster block frees and the move pays, ``_retype``), else
-        waits. Priority preemption is as on one type; preemption for locality is not tried (it
-        clears a node whatever its type)."""
+        waits. Before any of these, a node of a type faster for it than the best of them may be
+        cleared for it (preemption for locality per type, ``_preempt_for_type``); with no room
+        on any type it may take, priority preemption is as on one type, then preemption for
+        service (``service-preemption-on-types``: time-sharing of the types)."""
         c = self.config
         now = snapshot.now
         assert plan.claims is not None
@@ -327,12 +336,22 @@ class Dally(Moves, Preemptions):
         spread = spread_option(
             job, free, kinds, congestion, snapshot.spread_jobs_by_node, span_racks=c.span_racks
         )
+        cleared = self._preempt_for_type(job, snapshot, free, plan, (cons, spread))
+        if cleared is not None:
+            self._start(job, cleared.placement, 1.0, free, plan, now)
+            return True
         if cons is not None and (spread is None or cons.cost <= spread.cost):
             self._start(job, cons.placement, 1.0, free, plan, now)
             return True
         if spread is None:
             if self._may_try_priority(job, free, now) and group_of(job) not in plan.priority_failed:
                 placement = self._preempt_for_priority(job, snapshot, free, plan)
+                if placement is not None:
+                    self._start(job, placement, 1.0, free, plan, now)
+                    return True
+            if self._may_try_service(job, free, now):
+                # Time-sharing of the types it may take: jobs ranked below it make room.
+                placement = self._preempt_for_service(job, snapshot, free, plan, kinds)
                 if placement is not None:
                     self._start(job, placement, 1.0, free, plan, now)
                     return True

@@ -7,7 +7,7 @@ Each counts the moves it makes of a job in the job's record."""
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from unstall.sched.base import ClusterSnapshot, JobView, Migrate, Placement, Preempt
 from unstall.sched.dally.order import QueueOrder
@@ -205,11 +205,17 @@ class Preemptions(QueueOrder):
         return placement
 
     def _preempt_for_service(
-        self, job: JobView, snapshot: ClusterSnapshot, free: FreeGpus, plan: Round
+        self,
+        job: JobView,
+        snapshot: ClusterSnapshot,
+        free: FreeGpus,
+        plan: Round,
+        types: Sequence[str] | None = None,
     ) -> Placement | None:
         """Preemption for service: the running jobs ``job`` outranks (lowest first) make room
-        for it; their preemptions are added to ``plan``. None (and a retry later) when they
-        cannot, or this round's preemption budget is spent."""
+        for it (``types``: on one of these GPU types); their preemptions are added to
+        ``plan``. None (and a retry later) when they cannot, or this round's preemption budget
+        is spent."""
         now = snapshot.now
         if self._preemptions_spent(plan):
             return None
@@ -235,6 +241,7 @@ class Preemptions(QueueOrder):
             rank=rank,
             taken=plan.taken,
             max_victims=c.max_preemptions_per_round - len(plan.preempts) - len(plan.migrations),
+            types=types,
         )
         if found is None:
             self._retry_after_failure(job, now)

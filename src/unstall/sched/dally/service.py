@@ -11,7 +11,7 @@ rank alone decides, and the victims go back to the queue at their rank.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 from unstall.sched.base import JobView, Placement
 from unstall.sched.free import FreeGpus
@@ -26,11 +26,13 @@ def service_room(
     rank: Callable[[JobView], float],
     taken: set[str],
     max_victims: int,
+    types: Sequence[str] | None = None,
 ) -> tuple[list[JobView], Placement] | None:
     """The running jobs ``job`` outranks to preempt (lowest ``rank`` first, at most
     ``max_victims``, none in ``taken``) so that it starts now, and its placement on the GPUs
-    then free; None when that is not enough. ``free`` is left with the victims' GPUs given
-    back when it succeeds (the caller takes the job's), unchanged otherwise."""
+    then free (``types``: on the first of these GPU types that holds it, see
+    :meth:`FreeGpus.best`); None when that is not enough. ``free`` is left with the victims'
+    GPUs given back when it succeeds (the caller takes the job's), unchanged otherwise."""
     need = job.num_gpus - free.total
     if need <= 0:
         return None
@@ -47,7 +49,7 @@ def service_room(
         return None
     for victim in chosen:
         free.give(victim.placement)
-    placement = free.best(job.num_gpus)
+    placement = free.best(job.num_gpus, types)
     if placement is None:
         for victim in chosen:
             free.take(victim.placement)

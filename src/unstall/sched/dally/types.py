@@ -4,11 +4,12 @@ A job's predicted time per unit of work on a placement is ``1 / speed`` of the p
 (``JobView.speed_on``: the model family's speed there, on that type's most consolidated
 placement, communication included) times its network slowdown there (its sensitivity at the
 congestion now, with the NICs it would share, when it is spread over more nodes than that type
-needs; 1 otherwise). Dally compares placements by that time over the job's best (its fastest
-type, consolidated): its *cost*. So a network-sensitive job consolidated on a slow type beats
-the same job spread over fast GPUs exactly when ``speed_fast / speed_slow`` is below its spread
-slowdown, and a job that gains little from the fast type leaves it to one that gains more
-(:class:`~unstall.sched.placement.TypeClaims`).
+needs; consolidated over several nodes of the type, the slowdown of its ring at the congestion
+and the spread jobs on its NICs; 1 on one node). Dally compares placements by that time over
+the job's best (its fastest type, consolidated): its *cost*. So a network-sensitive job
+consolidated on a slow type beats the same job spread over fast GPUs exactly when
+``speed_fast / speed_slow`` is below its spread slowdown, and a job that gains little from the
+fast type leaves it to one that gains more (:class:`~unstall.sched.placement.TypeClaims`).
 
 On a cluster of one type none of this runs: the policy answers as it did before.
 """
@@ -83,15 +84,25 @@ def cost_of(
     kind = slowest_type(job, placement, layout)
     speed = job.speed_on(kind)
     net = 1.0
+    sharing = 0
+    if len(placement) > 1 and spread_jobs_by_node:
+        sharing = max(spread_jobs_by_node[n] for n, _ in placement)
+        if own_share:
+            sharing = max(0, sharing - 1)
+    sensitivity = job.sensitivity
     if not consolidated_on_type(placement, kind, job.num_gpus, layout):
         across = locality_of(placement, layout) == Locality.CLUSTER
-        sharing = 0
-        if spread_jobs_by_node:
-            sharing = max(spread_jobs_by_node[n] for n, _ in placement)
-            if own_share:
-                sharing = max(0, sharing - 1)
-        net = max(1.0, job.sensitivity.spread_slowdown(across, congestion, sharing))
-    cost = best_speed(job, layout) / speed * net if speed > 0.0 else float("inf")
+        net = max(1.0, sensitivity.spread_slowdown(across, congestion, sharing))
+        # Against the consolidated placement at this congestion (``net``'s reference).
+        links = sensitivity.consolidated_at(congestion)
+    elif len(placement) > 1:
+        # Consolidated over several nodes of its type (nodes smaller than the job): its ring
+        # crosses NICs too, slowed by the congestion and the spread jobs sharing them, which a
+        # job on one node of another type never is.
+        links = sensitivity.consolidated_at(1.0 - (1.0 - congestion) / (1 + sharing))
+    else:
+        links = 1.0
+    cost = best_speed(job, layout) / speed * net * links if speed > 0.0 else float("inf")
     return Option(placement, kind, cost, net)
 
 
