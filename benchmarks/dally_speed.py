@@ -48,6 +48,7 @@ def run(trace, cluster: str, congestion: str, policy: str) -> dict[str, object]:
     from unstall.net import resolve_cluster
     from unstall.sched import resolve_policy
     from unstall.sim import resolve_congestion, simulate
+    from unstall.sim.lookahead import tuner_course
 
     started = time.perf_counter()
     sim = simulate(
@@ -60,6 +61,7 @@ def run(trace, cluster: str, congestion: str, policy: str) -> dict[str, object]:
     r, jobs = sim.result, sim.jobs
     moves = jobs["preemptions"] + jobs["migrations"]
     single_node_migrated = jobs[(jobs["num_gpus"] <= 1) & (jobs["migrations"] > 0)]
+    course = tuner_course(sim.telemetry)  # what a look-ahead tuner chose (None without one)
     return {
         "policy": policy,
         "jobs": r.jobs,
@@ -73,6 +75,7 @@ def run(trace, cluster: str, congestion: str, policy: str) -> dict[str, object]:
         "moves_per_job": float(moves.mean()),
         "max_moves_of_a_job": int(moves.max()) if len(moves) else 0,
         "one_gpu_jobs_migrated": len(single_node_migrated),
+        "tuner": course.describe() if course is not None else None,
     }
 
 
@@ -122,6 +125,8 @@ def main() -> None:
                 f"{row['one_gpu_jobs_migrated']:>10}",
                 flush=True,
             )
+            if row["tuner"]:
+                print(f"{'':12} {policy}'s tuner: {row['tuner']}", flush=True)
     args.json.parent.mkdir(parents=True, exist_ok=True)
     machine = {"platform": platform.platform(), "python": platform.python_version()}
     args.json.write_text(json.dumps({"machine": machine, "runs": rows}, indent=2))
