@@ -435,7 +435,8 @@ def main() -> None:
     )
     parser.add_argument(
         "--only",
-        help="run only these of the policies (comma-separated; --reuse gives the others)",
+        help="run only these of the policies (separated by ; as --tuned is, or by commas when "
+        "none has options; --reuse gives the others)",
     )
     parser.add_argument("--json", type=Path, default=REPO / "bench-results" / "dally_tuned.json")
     args = parser.parse_args()
@@ -464,7 +465,9 @@ def main() -> None:
             and int(r["trace"]) in wanted  # type: ignore[call-overload]
             and r.get("seed_offset", 0) in offsets
         ]
-    only = set(args.only.split(",")) if args.only else set(policies)
+    # A variant's options may hold commas (candidates=a,b): then the names are split on ; only.
+    only_sep = ";" if ";" in (args.only or "") or "?" in (args.only or "") else ","
+    only = {o for o in args.only.split(only_sep) if o} if args.only else set(policies)
     runs = [r for r in runs if r["policy"] not in only or not args.only]  # --only: run anew
 
     def key(cell: object, trace: object, policy: object, offset: object) -> str:
