@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 
 from unstall.sched.base import ClusterSnapshot, JobView, Migrate, Placement, Preempt
 from unstall.sched.dally.order import QueueOrder
-from unstall.sched.dally.preemption import RoomPlan, cheapest_node_room
+from unstall.sched.dally.preemption import RoomPlan, Tenants, cheapest_node_room
 from unstall.sched.dally.queue_index import group_of
 from unstall.sched.dally.sensitivity import placement_slowdown
 from unstall.sched.dally.service import service_room
@@ -30,19 +30,51 @@ class Preemptions(QueueOrder):
         avoids over its expected run time beats the victims' cost by ``gain_margin``. Returns
         the job's placement, with the victims' moves added to ``plan``; a failed attempt is
         retried later (see :meth:`_retry_after_failure`)."""
-        c = self.config
         now = snapshot.now
         if not self._sensitive(job, snapshot.congestion):
             return None
+        sensitivity = job.sensitivity.at(False, snapshot.congestion)
+        attempt = self._locality_attempt(job, sensitivity, snapshot, plan)
+        if attempt is None:
+            return None
+        gain = job.num_gpus * (sensitivity - 1.0) * self.state.expected.of(job, now)
+        room = self._room_that_pays(job, free, *attempt, gain)
+        if room is None:
+            self._retry_after_failure(job, now)
+            return None
+        self._clear_room(job, room, free, plan)
+        return ((room.node, job.num_gpus),)
+
+    def _locality_attempt(
+        self, job: JobView, sensitivity: float, snapshot: ClusterSnapshot, plan: Round
+    ) -> tuple[Tenants, Callable[[JobView], bool], Callable[[JobView], bool]] | None:
+        """The start of an attempt to clear a node for ``job`` (spread slowdown
+        ``sensitivity``): None when this round's preemptions are spent (it tries in the next
+        round); else the attempt counted, and the single-node tenants with who of them may be
+        moved and who preempted (:meth:`_victim_rules`)."""
+        now = snapshot.now
         if self._preemptions_spent(plan):
             self.state.retry_later(job.job_id, now)  # the jobs turned away try in the next round
             return None
         plan.attempts += 1
-        sensitivity = job.sensitivity.at(False, snapshot.congestion)
         tenants = self.state.victims.tenants(snapshot.running, self.state.version)
         self.state.victims.start_round(now, self.state.version)
         may_move, may_preempt = self._victim_rules(job, sensitivity, snapshot, plan)
-        gain = job.num_gpus * (sensitivity - 1.0) * self.state.expected.of(job, now)
+        return tenants, may_move, may_preempt
+
+    def _room_that_pays(
+        self,
+        job: JobView,
+        free: FreeGpus,
+        tenants: Tenants,
+        may_move: Callable[[JobView], bool],
+        may_preempt: Callable[[JobView], bool],
+        gain: float,
+    ) -> RoomPlan | None:
+        """The node of ``tenants`` cheapest to clear for ``job`` (:func:`cheapest_node_room` at
+        Dally's costs) when ``gain`` (GPU-seconds) beats its cost by ``gain_margin``; else
+        None."""
+        c = self.config
         moves = self.state.moves
         room = cheapest_node_room(
             job,
@@ -59,10 +91,8 @@ class Preemptions(QueueOrder):
             tenant_gpus=tenants.gpus,
         )
         if room is None or gain <= c.gain_margin * room.cost_gpu_s:
-            self._retry_after_failure(job, now)
             return None
-        self._clear_room(job, room, free, plan)
-        return ((room.node, job.num_gpus),)
+        return room
 
     def _victim_rules(
         self, job: JobView, sensitivity: float, snapshot: ClusterSnapshot, plan: Round

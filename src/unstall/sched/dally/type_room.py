@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 from unstall.sched.base import ClusterLayout, ClusterSnapshot, JobView
 from unstall.sched.dally.preempt import Preemptions
-from unstall.sched.dally.preemption import RoomPlan, Tenants, cheapest_node_room
+from unstall.sched.dally.preemption import RoomPlan, Tenants
 from unstall.sched.dally.state import Round
 from unstall.sched.dally.types import Option, best_speed, cost_of
 from unstall.sched.free import FreeGpus
@@ -47,7 +47,6 @@ class TypeRoom(Preemptions):
         (those free now; None where none): the job's :class:`Option` there, with the victims'
         moves added to ``plan``; None when no node is worth clearing (a failed attempt is
         retried later)."""
-        c = self.config
         now = snapshot.now
         layout = free.layout
         free_now = min((o.cost for o in options if o is not None), default=float("inf"))
@@ -69,33 +68,19 @@ class TypeRoom(Preemptions):
                 targets.append((kind, here, other))
         if not targets:
             return None
-        if self._preemptions_spent(plan):
-            self.state.retry_later(job.job_id, now)  # the jobs turned away try in the next round
+        attempt = self._locality_attempt(job, sensitivity, snapshot, plan)
+        if attempt is None:
             return None
-        plan.attempts += 1
-        tenants = self.state.victims.tenants(snapshot.running, self.state.version)
-        self.state.victims.start_round(now, self.state.version)
-        may_move, may_preempt = self._victim_rules(job, sensitivity, snapshot, plan)
+        tenants, may_move, may_preempt = attempt
         expected = self.state.expected.of(job, now)
-        moves = self.state.moves
-        preempt_cost_s = c.restore_s + self.history.expected_requeue_wait_s(c.learn_requeue)
         for kind, here, other in targets:
             gain = job.num_gpus * expected * (other / here - 1.0)
             on_type = _tenants_on(tenants, layout.node_type, layout.node_gpus, kind, job.num_gpus)
-            room = cheapest_node_room(
-                job,
-                # Tenants move only within the type, so each keeps its speed.
-                free.of_type(kind),
-                on_type,
-                may_move,
-                may_preempt,
-                move_cost_s=c.restore_s,
-                preempt_cost_s=preempt_cost_s,
-                max_cost_gpu_s=gain / c.gain_margin,
-                history=lambda victim: 1.0 + moves(victim.job_id),
-                tenant_gpus=on_type.gpus,
+            # Tenants move only within the type, so each keeps its speed.
+            room = self._room_that_pays(
+                job, free.of_type(kind), on_type, may_move, may_preempt, gain
             )
-            if room is not None and gain > c.gain_margin * room.cost_gpu_s:
+            if room is not None:
                 return self._take_room(job, room, snapshot, free, plan)
         self._retry_after_failure(job, now)
         return None
