@@ -294,8 +294,7 @@ class LookaheadDally(PolicyBase):
         ]
         if names == [self.current]:
             # Every other candidate is taken to tie: nothing to simulate, the setting stays.
-            scores = tuple((n, 1.0) for n in c.names)
-            self._record(TuneRecord(snapshot.now, scores, self.current, 0.0, c.margin))
+            self._keep_unranked(snapshot.now)
             return
         margin = max(c.margin, c.error_weight * self.checks.error)
         totals = dict.fromkeys(c.names, ZERO)
@@ -328,8 +327,7 @@ class LookaheadDally(PolicyBase):
             samples += past_samples
         if not samples:
             # A backtest with no past to replay yet (the first minutes of a run): no ranking.
-            scores = tuple((n, 1.0) for n in c.names)
-            self._record(TuneRecord(snapshot.now, scores, self.current, 0.0, c.margin))
+            self._keep_unranked(snapshot.now)
             return
         for name in c.names:
             if name not in names:
@@ -353,6 +351,13 @@ class LookaheadDally(PolicyBase):
             self.checks.expect(snapshot.now, snapshot.now + stop, present, predicted)
         scores = tuple((n, totals[n].score / now_score if now_score > 0 else 1.0) for n in c.names)
         self._record(TuneRecord(snapshot.now, scores, chosen, gain, wide))
+
+    def _keep_unranked(self, at_s: float) -> None:
+        """A tuning at ``at_s`` that simulated nothing: every candidate scored as the current
+        setting, which stays."""
+        c = self.config
+        scores = tuple((n, 1.0) for n in c.names)
+        self._record(TuneRecord(at_s, scores, self.current, 0.0, c.margin))
 
     def _look_ahead(
         self,
