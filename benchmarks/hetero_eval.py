@@ -215,18 +215,21 @@ def unfinished(run: dict[str, Any], here: list[dict[str, Any]]) -> int:
     return int(jobs) - int(run["jobs_finished"])
 
 
-def best_by_seed(here: list[dict[str, Any]], exclude: str | None = None) -> dict[int, float]:
-    """Each seed's least average JCT over the policies (but ``exclude``) that finished every
-    job: ``consolidate`` never starts a job it cannot place consolidated on one type, and an
-    average over the jobs it did finish leaves out the largest (its JCT would look best
-    exactly where it failed most)."""
-    best: dict[int, float] = {}
+def best_by_seed(here: list[dict[str, Any]], others_only: bool = False) -> dict[int, Any]:
+    """Each seed's best run, the least average JCT among the runs that finished every job (with
+    ``others_only``, not Dally's: ``dally`` and ``dally-fixed`` are not "other" policies to each
+    other): ``consolidate`` never starts a job it cannot place consolidated on one type, and an
+    average over the jobs it did finish leaves out the largest (its JCT would look best exactly
+    where it failed most)."""
+    best: dict[int, Any] = {}
     for r in here:
-        # Dally's variants (dally, dally-fixed) are not "other" policies to each other.
-        others = exclude is None or not str(r["policy"]).startswith("dally")
-        if others and unfinished(r, here) == 0:
-            seed = int(r["seed"])
-            best[seed] = min(best.get(seed, float("inf")), float(r["avg_jct_s"]))
+        if others_only and str(r["policy"]).startswith("dally"):
+            continue
+        seed = int(r["seed"])
+        if unfinished(r, here) == 0 and (
+            seed not in best or float(r["avg_jct_s"]) < float(best[seed]["avg_jct_s"])
+        ):
+            best[seed] = r
     return best
 
 
@@ -239,13 +242,13 @@ def summary(runs: list[dict[str, Any]], cells: list[Cell], policies: tuple[str, 
     ]
     for cell in cells:
         here = [r for r in runs if Cell(**r["cell"]) == cell]
-        best = best_by_seed(here)
+        best = {seed: float(r["avg_jct_s"]) for seed, r in best_by_seed(here).items()}
         for policy in policies:
             mine = [r for r in here if r["policy"] == policy]
             rel = [
                 float(r["avg_jct_s"]) / best[r["seed"]]
                 for r in mine
-                if 0 < best.get(r["seed"], 0) < float("inf") and unfinished(r, here) == 0
+                if best.get(r["seed"], 0) > 0 and unfinished(r, here) == 0
             ]
             lines.append(
                 f"| {cluster_label(cell)} | {cell.congestion} | {policy} "
@@ -272,21 +275,21 @@ def lead_table(runs: list[dict[str, Any]], cells: list[Cell], dally: str) -> str
     ]
     for cell in cells:
         here = [r for r in runs if Cell(**r["cell"]) == cell]
-        best = best_by_seed(here, exclude=dally)
-        mine = sorted((r for r in here if r["policy"] == dally), key=lambda r: int(r["seed"]))
-        if not mine or not best:
-            continue
-        mine = [r for r in mine if int(r["seed"]) in best and unfinished(r, here) == 0]
+        best = best_by_seed(here, others_only=True)
+        mine = sorted(
+            (
+                r
+                for r in here
+                if r["policy"] == dally and int(r["seed"]) in best and unfinished(r, here) == 0
+            ),
+            key=lambda r: int(r["seed"]),
+        )
         if not mine:
             continue
-        rel = [float(r["avg_jct_s"]) / best[int(r["seed"])] for r in mine]
+        rel = [float(r["avg_jct_s"]) / float(best[int(r["seed"])]["avg_jct_s"]) for r in mine]
         winners: dict[str, int] = {}
-        for seed, jct in best.items():
-            for r in here:
-                other = not str(r["policy"]).startswith("dally")
-                if other and int(r["seed"]) == seed and r["avg_jct_s"] == jct:
-                    winners[r["policy"]] = winners.get(r["policy"], 0) + 1
-                    break
+        for r in best.values():
+            winners[r["policy"]] = winners.get(r["policy"], 0) + 1
         lines.append(
             f"| {cluster_label(cell)} | {cell.congestion} | {statistics.mean(rel):.3f} "
             f"| {max(rel):.3f} | {' '.join(f'{x:.2f}' for x in rel)} "
